@@ -1,0 +1,174 @@
+"""The Starlette application: routes, shared state, lifecycle and error rendering.
+
+Everything CPU-heavy is elsewhere: the engine's threads, the text pool and the audio
+pool. Handlers here only parse, validate and await. Every `VoxError` is rendered by one
+handler in the OpenAI error shape; anything else becomes a logged 500 in that shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from voxserve.api.metrics import Metrics, RequestCounter
+from voxserve.api.schemas import SPEECH_MODELS
+from voxserve.api.speech import speech
+from voxserve.config import ServerConfig
+from voxserve.engine.admission import Admission
+from voxserve.engine.tts import OPENAI_VOICES, TTSEngine
+from voxserve.errors import ClientError, Overloaded, VoxError
+
+__all__ = ["AppState", "create_app"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AppState:
+    config: ServerConfig
+    engine: TTSEngine
+    admission: Admission
+    metrics: Metrics
+    text_pool: ThreadPoolExecutor
+    audio_pool: ThreadPoolExecutor
+    started_at: float = field(default_factory=time.time)
+
+    def new_request_id(self) -> str:
+        return f"req_{uuid.uuid4().hex[:20]}"
+
+    def engine_snapshot(self) -> dict[str, Any]:
+        stats = self.engine.stats
+        return {
+            "active": self.engine.active_streams,
+            "queued": self.admission.queued,
+            "rejected": self.admission.rejected,
+            "chunks": stats.chunks,
+            "acoustic_runs": stats.acoustic_runs,
+            "failures": stats.failures,
+            "busy": dict(stats.busy_s),
+            "healthy": self.engine.healthy,
+        }
+
+
+def error_response(exc: VoxError) -> JSONResponse:
+    headers = {}
+    if isinstance(exc, Overloaded):
+        headers["retry-after"] = str(int(exc.retry_after))
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+
+async def _vox_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, VoxError)
+    if not isinstance(exc, ClientError):
+        log.error("request failed: %s", exc)
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    body = {"error": {"message": str(exc.detail), "type": kind, "param": None, "code": code}}
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    body = {"error": {"message": "internal server error", "type": "server_error", "param": None, "code": "internal_error"}}
+    return JSONResponse(body, status_code=500)
+
+
+async def health(request: Request) -> Response:
+    state: AppState = request.app.state.vox
+    if state.engine.healthy:
+        return JSONResponse({"status": "ok"})
+    return JSONResponse(
+        {"status": "unhealthy", "dead_workers": list(state.engine.dead_workers)}, status_code=503
+    )
+
+
+async def models(request: Request) -> Response:
+    state: AppState = request.app.state.vox
+    created = int(state.started_at)
+    ids = [*SPEECH_MODELS, state.engine.model.name]
+    data = [{"id": i, "object": "model", "created": created, "owned_by": "voxserve"} for i in ids]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def voices(request: Request) -> Response:
+    state: AppState = request.app.state.vox
+    engine = state.engine
+    own = [{"id": v.name, "name": v.name, "alias_of": None} for v in engine.voices]
+    aliases = [
+        {"id": name, "name": name, "alias_of": engine.resolve_voice(name).name} for name in OPENAI_VOICES
+    ]
+    return JSONResponse({"object": "list", "voices": own + aliases})
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    state: AppState = request.app.state.vox
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlette:
+    """Build the app. The engine loads now (seconds); its threads start with the server."""
+    tts = config.tts
+    engine = engine or TTSEngine(tts)
+    holder: dict[str, AppState] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        state = AppState(
+            config=config,
+            engine=engine,
+            admission=Admission(tts.max_streams, tts.max_queue, tts.queue_timeout_s),
+            metrics=Metrics(lambda: holder["state"].engine_snapshot()),
+            text_pool=ThreadPoolExecutor(tts.text_workers, thread_name_prefix="text"),
+            audio_pool=ThreadPoolExecutor(tts.audio_workers, thread_name_prefix="audio"),
+        )
+        holder["state"] = state
+        app.state.vox = state
+        engine.start()
+        await asyncio.get_running_loop().run_in_executor(None, engine.warmup)
+        lag = asyncio.create_task(state.metrics.watch_loop_lag())
+        log.info("voxserve ready: voice %s, %d workers", engine.model.name, tts.workers)
+        try:
+            yield
+        finally:
+            lag.cancel()
+            engine.stop()
+            state.text_pool.shutdown(wait=False, cancel_futures=True)
+            state.audio_pool.shutdown(wait=False, cancel_futures=True)
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/audio/voices", voices, methods=["GET"]),
+        Route("/v1/audio/speech", speech, methods=["POST"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            VoxError: _vox_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
+    )
+    app.add_middleware(RequestCounter, metrics=lambda: holder["state"].metrics if holder else None)
+    return app

@@ -1,0 +1,108 @@
+"""Prometheus metrics for the HTTP layer and the engine.
+
+Each app gets its own registry, so several servers can live in one test process. Engine
+counters are read at scrape time by a collector; the engine itself never imports
+prometheus_client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["Metrics", "RequestCounter"]
+
+_LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10)
+_RTF_BUCKETS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
+_LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+
+
+class _EngineCollector(Collector):
+    def __init__(self, read: Callable[[], dict[str, Any]]):
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._read()
+        yield GaugeMetricFamily("voxserve_tts_active_streams", "Streams being decoded", s["active"])
+        yield GaugeMetricFamily("voxserve_tts_queued_streams", "Streams waiting for admission", s["queued"])
+        yield CounterMetricFamily("voxserve_tts_rejected", "Streams refused with 429", s["rejected"])
+        yield CounterMetricFamily("voxserve_tts_chunks_decoded", "Vocoder chunks decoded", s["chunks"])
+        yield CounterMetricFamily("voxserve_tts_acoustic_runs", "Stage A runs", s["acoustic_runs"])
+        yield CounterMetricFamily("voxserve_tts_inference_failures", "Failed inference calls", s["failures"])
+        busy = CounterMetricFamily(
+            "voxserve_tts_worker_busy_seconds", "Time each worker spent in inference", labels=["worker"]
+        )
+        for worker, seconds in sorted(s["busy"].items()):
+            busy.add_metric([str(worker)], seconds)
+        yield busy
+        yield GaugeMetricFamily("voxserve_healthy", "1 while every worker is alive", 1 if s["healthy"] else 0)
+
+
+class Metrics:
+    def __init__(self, read_engine: Callable[[], dict[str, Any]]):
+        self.registry = CollectorRegistry(auto_describe=False)
+        r = self.registry
+        self.requests = Counter(
+            "voxserve_http_requests", "HTTP requests by route and status", ["route", "status"], registry=r
+        )
+        self.ttfp = Histogram(
+            "voxserve_tts_ttfp_seconds", "Time from request to first audio", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.rtf = Histogram(
+            "voxserve_tts_rtf", "Stream wall time / audio duration", buckets=_RTF_BUCKETS, registry=r
+        )
+        self.audio_seconds = Counter("voxserve_tts_audio_seconds", "Audio seconds streamed", registry=r)
+        self.streams_started = Counter("voxserve_tts_streams_started", "Streams admitted", registry=r)
+        self.streams_aborted = Counter(
+            "voxserve_tts_streams_aborted", "Streams ended early by the client", registry=r
+        )
+        self.stream_errors = Counter(
+            "voxserve_tts_stream_errors", "Streams that failed after audio started", registry=r
+        )
+        self.loop_lag = Histogram(
+            "voxserve_event_loop_lag_seconds", "Event loop scheduling delay", buckets=_LAG_BUCKETS, registry=r
+        )
+        r.register(_EngineCollector(read_engine))
+
+    async def watch_loop_lag(self, interval: float = 0.25) -> None:
+        """Measure how late the loop wakes a sleeping task; runs until cancelled."""
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(interval)
+            self.loop_lag.observe(max(0.0, time.perf_counter() - before - interval))
+
+
+class RequestCounter:
+    """Plain ASGI middleware: counts responses by route template and status."""
+
+    def __init__(self, app: Any, metrics: Callable[[], Metrics | None]):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = [500]
+
+        async def capture(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            metrics = self.metrics()
+            if metrics is not None:
+                route = scope.get("route")
+                path = getattr(route, "path", None) or "unmatched"
+                with contextlib.suppress(Exception):
+                    metrics.requests.labels(path, str(status[0])).inc()

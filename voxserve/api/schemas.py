@@ -1,0 +1,79 @@
+"""OpenAI wire models for the speech API, and the one place that turns a pydantic
+validation failure into a client error that says what to send instead."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from voxserve.errors import InvalidRequest
+
+__all__ = ["SPEECH_MODELS", "SpeechRequest", "VoiceRef", "parse_json_body", "validate"]
+
+SPEECH_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+
+
+class VoiceRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=200)
+
+
+class SpeechRequest(BaseModel):
+    """Body of `POST /v1/audio/speech`."""
+
+    model_config = ConfigDict(extra="ignore", str_strip_whitespace=False)
+
+    model: str = Field(min_length=1, max_length=200, description="tts-1, tts-1-hd, gpt-4o-mini-tts or the voice model's own name")
+    input: str = Field(min_length=1, max_length=4096, description="Text to speak, 1 to 4096 characters")
+    voice: str | VoiceRef = Field(description="A voice name, an OpenAI voice name, or {\"id\": name}")
+    response_format: ResponseFormat = "mp3"
+    speed: float = Field(1.0, ge=0.25, le=4.0, allow_inf_nan=False)
+    stream_format: Literal["audio", "sse"] = "audio"
+    instructions: str | None = Field(None, max_length=4096, description="Accepted and ignored")
+    sample_rate: int | None = Field(None, ge=8000, le=48000, description="Output rate in Hz; default 24000")
+
+    @field_validator("input")
+    @classmethod
+    def _has_text(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("input must contain text, not only whitespace")
+        return value
+
+    @property
+    def voice_name(self) -> str:
+        return self.voice if isinstance(self.voice, str) else self.voice.id
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate(model: type[M], data: Any) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        loc = [str(p) for p in first.get("loc", ()) if not isinstance(p, int)]
+        param = loc[0] if loc else None
+        msg = first.get("msg", "invalid value")
+        if first.get("type") == "missing":
+            msg = f"'{param}' is required"
+        elif param:
+            msg = f"invalid '{param}': {msg}"
+        raise InvalidRequest(msg, param=param) from None
+
+
+def parse_json_body(raw: bytes) -> Any:
+    if not raw.strip():
+        raise InvalidRequest("request body is empty; send a JSON object")
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError:
+        raise InvalidRequest("request body is not valid UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return data

@@ -1,0 +1,197 @@
+"""`POST /v1/audio/speech`: validate, prepare text off the loop, admit, then stream audio.
+
+The handler only awaits: text preparation runs in the text pool, compressed encoding in
+the audio pool, and inference in the engine's threads. Errors before the first byte are
+raised as typed errors; an error after streaming began ends the body (or sends an SSE
+error event) and is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+
+from voxserve.api.schemas import SPEECH_MODELS, SpeechRequest, parse_json_body, validate
+from voxserve.api.streaming import StreamResponse
+from voxserve.audio.encode import StreamEncoder, content_type, make_encoder
+from voxserve.engine.stream import StreamFailed
+from voxserve.engine.tts import StreamHandle
+from voxserve.errors import ClientClosed, NotFound, PayloadTooLarge, VoxError
+
+if TYPE_CHECKING:
+    from voxserve.api.app import AppState
+
+__all__ = ["speech", "read_body"]
+
+log = logging.getLogger(__name__)
+
+MAX_JSON_BYTES = 256 * 1024
+_CHEAP_FORMATS = ("pcm", "wav")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """Read the body, refusing with 413 as soon as it passes `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _until_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def speech(request: Request) -> StreamResponse:
+    state: AppState = request.app.state.vox
+    started = time.perf_counter()
+    body = validate(SpeechRequest, parse_json_body(await read_body(request, MAX_JSON_BYTES)))
+    engine = state.engine
+    if body.model not in SPEECH_MODELS and body.model != engine.model.name:
+        raise NotFound(
+            f"model {body.model!r} does not exist; use one of: "
+            f"{', '.join((*SPEECH_MODELS, engine.model.name))}",
+            param="model",
+            code="model_not_found",
+        )
+    voice = engine.resolve_voice(body.voice_name)
+    rate = body.sample_rate or state.config.default_sample_rate
+
+    loop = asyncio.get_running_loop()
+    prepared = await loop.run_in_executor(
+        state.text_pool, engine.prepare, body.input, voice, body.speed
+    )
+    request_id = request.headers.get("x-request-id") or state.new_request_id()
+
+    # Wait for a stream slot; a client that leaves while queued drops out of the line.
+    acquire = asyncio.ensure_future(state.admission.acquire())
+    gone = asyncio.ensure_future(_until_disconnect(request))
+    try:
+        await asyncio.wait({acquire, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not acquire.done():
+        acquire.cancel()
+        raise ClientClosed("client disconnected while queued")
+    acquire.result()  # raises Overloaded (429)
+
+    try:
+        handle = engine.submit(prepared, rate, loop, request_id)
+        encoder = make_encoder(body.response_format, rate)
+    except BaseException:
+        state.admission.release()
+        raise
+    state.metrics.streams_started.inc()
+
+    def on_close(completed: bool) -> None:
+        engine.abort(handle.id)
+        state.admission.release()
+        if not completed:
+            state.metrics.streams_aborted.inc()
+
+    headers = {"x-sample-rate": str(rate), "x-request-id": request_id}
+    if body.stream_format == "sse":
+        source = _sse_events(state, handle, encoder, body.response_format, started, prepared.characters)
+        return StreamResponse(source, "text/event-stream", headers, on_close)
+    source = _audio_bytes(state, handle, encoder, body.response_format, started)
+    return StreamResponse(source, content_type(body.response_format), headers, on_close)
+
+
+async def _encoded(
+    state: AppState, handle: StreamHandle, encoder: StreamEncoder, fmt: str, started: float
+) -> AsyncIterator[tuple[bytes, int]]:
+    """Encoded bytes as chunks arrive, with the samples each one carried."""
+    loop = asyncio.get_running_loop()
+    engine = state.engine
+    inline = fmt in _CHEAP_FORMATS
+    first = True
+    total = 0
+    while True:
+        item = await handle.stream.get()
+        engine.taken(handle.id)
+        if inline:
+            data = encoder.feed(item.pcm) if len(item.pcm) else b""
+            if item.last:
+                data += encoder.flush()
+        else:
+            data = await loop.run_in_executor(state.audio_pool, _encode_step, encoder, item.pcm, item.last)
+        total += len(item.pcm)
+        if first and len(item.pcm):
+            first = False
+            state.metrics.ttfp.observe(time.perf_counter() - started)
+        yield data, len(item.pcm)
+        if item.last:
+            elapsed = time.perf_counter() - started
+            if total:
+                state.metrics.rtf.observe(elapsed / (total / handle.sample_rate))
+            state.metrics.audio_seconds.inc(total / handle.sample_rate)
+            return
+
+
+def _encode_step(encoder: StreamEncoder, pcm: object, last: bool) -> bytes:
+    import numpy as np
+
+    assert isinstance(pcm, np.ndarray)
+    data = encoder.feed(pcm) if len(pcm) else b""
+    if last:
+        data += encoder.flush()
+    return data
+
+
+async def _audio_bytes(
+    state: AppState, handle: StreamHandle, encoder: StreamEncoder, fmt: str, started: float
+) -> AsyncIterator[bytes]:
+    try:
+        async for data, _ in _encoded(state, handle, encoder, fmt, started):
+            yield data
+    except StreamFailed as exc:
+        log.error("stream %s failed after start: %s", handle.request_id, exc)
+        state.metrics.stream_errors.inc()
+
+
+async def _sse_events(
+    state: AppState,
+    handle: StreamHandle,
+    encoder: StreamEncoder,
+    fmt: str,
+    started: float,
+    characters: int,
+) -> AsyncIterator[bytes]:
+    samples = 0
+    try:
+        async for data, n in _encoded(state, handle, encoder, fmt, started):
+            samples += n
+            if data:
+                event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+                yield _sse(event)
+    except StreamFailed as exc:
+        log.error("stream %s failed after start: %s", handle.request_id, exc)
+        state.metrics.stream_errors.inc()
+        error = exc.__cause__ if isinstance(exc.__cause__, VoxError) else None
+        body = error.body()["error"] if error else {"message": str(exc), "type": "server_error"}
+        yield _sse({"type": "error", "error": body})
+        return
+    # Usage in the shape OpenAI reports: characters in, audio out (as 20 ms "tokens").
+    out_tokens = int(samples / handle.sample_rate * 50)
+    usage = {"input_tokens": characters, "output_tokens": out_tokens, "total_tokens": characters + out_tokens}
+    yield _sse({"type": "speech.audio.done", "usage": usage})
+
+
+def _sse(event: dict[str, object]) -> bytes:
+    return f"data: {json.dumps(event, separators=(',', ':'))}\n\n".encode()

@@ -1,0 +1,89 @@
+"""Frozen configuration for every component.
+
+Each component receives only its own slice. Environment variables are read once, in
+`ServerConfig.from_env_and_args`, never deep inside the engine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def default_cores() -> int:
+    """CPU cores this process may use (respects affinity masks and cgroup pinning)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class VocoderChunking:
+    """How stage B (the vocoder) cuts a segment's latent frames into streamed chunks."""
+
+    first_chunk_frames: int = 16
+    """Core frames in a stream's first chunk; small, so the first audio leaves early."""
+    chunk_frames: int = 32
+    """Core frames in every later chunk (256 samples each, so 32 frames = 372 ms at 22 kHz)."""
+    left_context: int = 10
+    """Frames decoded before a chunk and cropped away, so joins are seamless."""
+    right_context: int = 10
+    """Frames decoded after a chunk and cropped away."""
+
+    def __post_init__(self) -> None:
+        if self.first_chunk_frames < 1 or self.chunk_frames < 1:
+            raise ValueError("chunk sizes must be at least 1 frame")
+        if self.left_context < 0 or self.right_context < 0:
+            raise ValueError("context frames must be >= 0")
+
+
+@dataclass(frozen=True)
+class TTSConfig:
+    """The TTS model and how its two stages are served."""
+
+    voice_dir: Path | None = None
+    """Folder with a Piper `.onnx` + `.onnx.json` pair; None uses the bundled joe voice."""
+    cache_dir: Path | None = None
+    """Where the split stage A / stage B graphs are cached; None uses the user cache dir."""
+    workers: int = field(default_factory=default_cores)
+    """Inference threads; each owns single-threaded ONNX sessions."""
+    chunking: VocoderChunking = field(default_factory=VocoderChunking)
+    """Vocoder chunk sizes and context."""
+    output_gain: float = 0.9
+    """Fixed gain applied to the raw vocoder output for every sentence of every stream."""
+    credits: int = 4
+    """Chunks a stream may have decoded but not yet taken by its HTTP writer."""
+    max_streams: int = 24
+    """Streams decoded at once; more wait in the admission queue."""
+    max_queue: int = 64
+    """Streams that may wait for admission; past it, new requests get 429."""
+    queue_timeout_s: float = 30.0
+    """Longest wait in the admission queue before answering 429."""
+    text_workers: int = 1
+    """Threads for text preprocessing (the phonemizer is serialized anyway)."""
+    audio_workers: int = field(default_factory=lambda: min(default_cores(), 2))
+    """Threads that encode compressed formats (mp3, opus, aac, flac)."""
+    max_input_chars: int = 4096
+    """Longest accepted `input`."""
+    first_segment_chars: int = 60
+    """A first sentence longer than this is split at clause boundaries for a fast start."""
+    urgent_slack_s: float = 0.15
+    """A live stream whose playback runs dry within this much time outranks new requests."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """HTTP server settings."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind."""
+    port: int = 8000
+    """TCP port to bind."""
+    log_level: str = "info"
+    """uvicorn log level."""
+    default_sample_rate: int = 24000
+    """Rate of `pcm` and every other format unless the request names `sample_rate`."""
+    tts: TTSConfig = field(default_factory=TTSConfig)
+    """The TTS engine's slice."""

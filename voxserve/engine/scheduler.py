@@ -1,0 +1,281 @@
+"""The TTS scheduling policy: which unit of work runs next. Pure and synchronous.
+
+The scheduler owns per-stream state and answers `next_work(now)`. It does no I/O, takes
+no locks and never reads a clock: the caller passes `now`. Policy in one place:
+
+- every stream has a playback deadline: the moment its client's player runs dry, counted
+  from its first packet and the audio produced so far;
+- a live stream whose deadline is within `urgent_slack` outranks everything (earliest
+  deadline first);
+- otherwise a new stream's work goes first (oldest arrival first), so time to first
+  packet stays short;
+- otherwise live streams are served earliest deadline first, which keeps the work
+  conserving: streams run ahead of playback until their credits are spent;
+- a stream holding `credits` chunks that its client has not taken (in flight counts) is
+  skipped until it reads, so a slow client never stalls anyone else;
+- stage A of a stream's next sentence may run while its current sentence is vocoded, one
+  sentence ahead at most, with the deadline at which the current sentence runs out.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from voxserve.config import VocoderChunking
+
+__all__ = [
+    "AcousticWork",
+    "Chunk",
+    "Scheduler",
+    "SegmentInput",
+    "VocoderWork",
+    "Work",
+]
+
+
+@dataclass(frozen=True)
+class SegmentInput:
+    """One stage A input of a stream: a sentence's phoneme ids and its scales."""
+
+    ids: np.ndarray
+    noise_scale: float
+    length_scale: float
+    noise_w: float
+    speaker_id: int | None = None
+
+
+@dataclass(frozen=True)
+class AcousticWork:
+    stream_id: int
+    segment: int
+    input: SegmentInput
+
+
+@dataclass(frozen=True)
+class VocoderWork:
+    """Decode frames [lo, hi) of a latent and keep samples of frames [start, end)."""
+
+    stream_id: int
+    segment: int
+    latent: np.ndarray
+    lo: int
+    hi: int
+    start: int
+    end: int
+    last: bool
+    """Last chunk of the whole stream."""
+
+    @property
+    def crop(self) -> tuple[int, int]:
+        """Frame offsets of the kept part inside the decoded window."""
+        return self.start - self.lo, self.end - self.lo
+
+
+Work = AcousticWork | VocoderWork
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """What `complete` reports for a finished vocoder chunk."""
+
+    stream_id: int
+    samples: int
+    first: bool
+    last: bool
+
+
+@dataclass
+class _Latent:
+    segment: int
+    z: np.ndarray
+    pos: int = 0
+
+    @property
+    def frames(self) -> int:
+        return int(self.z.shape[-1])
+
+
+@dataclass
+class _Stream:
+    id: int
+    arrival: float
+    segments: Sequence[SegmentInput]
+    rate: int
+    next_segment: int = 0
+    latents: deque[_Latent] = field(default_factory=deque)
+    acoustic_busy: bool = False
+    vocoder_busy: bool = False
+    first_packet_at: float | None = None
+    produced: int = 0
+    untaken: int = 0
+    chunks: int = 0
+
+    def dry_at(self) -> float:
+        assert self.first_packet_at is not None
+        return self.first_packet_at + self.produced / self.rate
+
+
+class Scheduler:
+    """Deadline scheduler over stage A segments and stage B chunks of all live streams."""
+
+    def __init__(
+        self,
+        chunking: VocoderChunking,
+        hop: int,
+        sample_rate: int,
+        credits: int = 4,
+        urgent_slack: float = 0.15,
+    ):
+        self.chunking = chunking
+        self.hop = hop
+        self.rate = sample_rate
+        self.credits = credits
+        self.urgent_slack = urgent_slack
+        self._streams: dict[int, _Stream] = {}
+
+    # -- requests --------------------------------------------------------------------
+    def add(self, stream_id: int, segments: Sequence[SegmentInput], now: float) -> None:
+        if not segments:
+            raise ValueError("a stream needs at least one segment")
+        if stream_id in self._streams:
+            raise ValueError(f"stream {stream_id} exists")
+        self._streams[stream_id] = _Stream(stream_id, now, segments, self.rate)
+
+    def abort(self, stream_id: int) -> bool:
+        """Forget a stream; its in-flight work is discarded on completion."""
+        return self._streams.pop(stream_id, None) is not None
+
+    def taken(self, stream_id: int) -> None:
+        """The stream's writer took one chunk: one credit back."""
+        stream = self._streams.get(stream_id)
+        if stream is not None and stream.untaken > 0:
+            stream.untaken -= 1
+
+    def has(self, stream_id: int) -> bool:
+        return stream_id in self._streams
+
+    def pending_work(self, stream_id: int) -> bool:
+        """Whether the stream has anything left to compute (queued or in flight)."""
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return False
+        return bool(
+            stream.latents
+            or stream.next_segment < len(stream.segments)
+            or stream.acoustic_busy
+            or stream.vocoder_busy
+        )
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    # -- choosing work ---------------------------------------------------------------
+    def _vocoder_candidate(self, stream: _Stream) -> bool:
+        return bool(stream.latents) and not stream.vocoder_busy and stream.untaken < self.credits
+
+    def _acoustic_candidate(self, stream: _Stream) -> bool:
+        if stream.acoustic_busy or stream.next_segment >= len(stream.segments):
+            return False
+        return len(stream.latents) < 2 and not (
+            len(stream.latents) == 1 and stream.first_packet_at is None
+        )
+
+    def _deadline(self, stream: _Stream, acoustic: bool) -> float:
+        if stream.first_packet_at is None:
+            return stream.arrival
+        dry = stream.dry_at()
+        if acoustic:
+            # Needed once every latent already computed has been played.
+            frames = sum(lat.frames - lat.pos for lat in stream.latents)
+            dry += frames * self.hop / self.rate
+        return dry
+
+    def next_work(self, now: float) -> Work | None:
+        """Pick and claim the next unit of work, or None if nothing can run now."""
+        best: tuple[int, float, int] | None = None  # (class, key, stream id)
+        best_is_acoustic = False
+        for stream in self._streams.values():
+            for acoustic in (False, True):
+                ok = self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(
+                    stream
+                )
+                if not ok:
+                    continue
+                deadline = self._deadline(stream, acoustic)
+                if stream.first_packet_at is None:
+                    rank = (1, deadline, stream.id)
+                elif deadline - now <= self.urgent_slack:
+                    rank = (0, deadline, stream.id)
+                else:
+                    rank = (2, deadline, stream.id)
+                if best is None or rank < best:
+                    best, best_is_acoustic = rank, acoustic
+        if best is None:
+            return None
+        stream = self._streams[best[2]]
+        return self._claim_acoustic(stream) if best_is_acoustic else self._claim_vocoder(stream)
+
+    def _claim_acoustic(self, stream: _Stream) -> AcousticWork:
+        stream.acoustic_busy = True
+        index = stream.next_segment
+        return AcousticWork(stream.id, index, stream.segments[index])
+
+    def _claim_vocoder(self, stream: _Stream) -> VocoderWork:
+        stream.vocoder_busy = True
+        stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
+        latent = stream.latents[0]
+        c = self.chunking
+        size = c.first_chunk_frames if stream.chunks == 0 else c.chunk_frames
+        start = latent.pos
+        end = min(latent.frames, start + size)
+        if stream.chunks > 0 and latent.frames - end < c.chunk_frames // 2:
+            end = latent.frames  # no tiny tail chunk
+        lo = max(0, start - c.left_context)
+        hi = min(latent.frames, end + c.right_context)
+        last = (
+            end == latent.frames
+            and len(stream.latents) == 1
+            and stream.next_segment >= len(stream.segments)
+            and not stream.acoustic_busy
+        )
+        return VocoderWork(stream.id, latent.segment, latent.z, lo, hi, start, end, last)
+
+    # -- results ---------------------------------------------------------------------
+    def complete_acoustic(self, work: AcousticWork, z: np.ndarray) -> None:
+        stream = self._streams.get(work.stream_id)
+        if stream is None:
+            return
+        stream.acoustic_busy = False
+        stream.next_segment = work.segment + 1
+        if z.shape[-1] > 0 or stream.next_segment >= len(stream.segments):
+            # An empty last segment still yields one (empty) final chunk to end the stream.
+            stream.latents.append(_Latent(work.segment, z))
+
+    def complete_vocoder(self, work: VocoderWork, samples: int, now: float) -> Chunk | None:
+        """Record a decoded chunk; returns what the stream's writer must be told."""
+        stream = self._streams.get(work.stream_id)
+        if stream is None:
+            return None
+        stream.vocoder_busy = False
+        latent = stream.latents[0]
+        latent.pos = work.end
+        if latent.pos >= latent.frames:
+            stream.latents.popleft()
+        first = stream.first_packet_at is None
+        if first:
+            stream.first_packet_at = now
+        stream.produced += samples
+        stream.chunks += 1
+        last = not stream.latents and stream.next_segment >= len(stream.segments)
+        last = last and not stream.acoustic_busy
+        if last:
+            del self._streams[stream.id]
+        return Chunk(stream.id, samples, first, last)
+
+    def fail(self, stream_id: int) -> None:
+        """The stream's work raised: drop the stream."""
+        self._streams.pop(stream_id, None)

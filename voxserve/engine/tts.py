@@ -1,0 +1,323 @@
+"""The TTS engine: text preparation, inference worker threads and per-stream output.
+
+It wires the pure scheduler to the runners. Workers block on one condition variable and
+run whatever `Scheduler.next_work` hands them; ONNX Runtime releases the GIL, so N workers
+decode N chunks at once. This module knows nothing of HTTP or asyncio beyond handing a
+loop to the output streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import soxr
+
+from voxserve.config import TTSConfig
+from voxserve.engine.scheduler import AcousticWork, Scheduler, SegmentInput, VocoderWork, Work
+from voxserve.engine.stream import ChunkStream, StreamItem
+from voxserve.errors import InvalidRequest, NotFound, ServerError
+from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice, find_voice
+from voxserve.text.phonemize import Phonemizer
+from voxserve.text.split import normalize, segment
+
+__all__ = ["OPENAI_VOICES", "PreparedText", "StreamHandle", "TTSEngine", "Voice"]
+
+log = logging.getLogger(__name__)
+
+OPENAI_VOICES = (
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
+    "verse", "marin", "cedar",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Voice:
+    name: str
+    speaker_id: int | None
+
+
+@dataclass(frozen=True)
+class PreparedText:
+    """Text after normalization, segmentation and phonemization."""
+
+    texts: list[str]
+    segments: list[SegmentInput]
+    characters: int
+
+
+@dataclass
+class StreamHandle:
+    id: int
+    stream: ChunkStream
+    sample_rate: int
+    request_id: str
+
+
+@dataclass
+class _Output:
+    """Per-stream post-processing state, touched only by the worker decoding its chunk."""
+
+    handle: StreamHandle
+    resampler: soxr.ResampleStream | None
+    gain: float
+    samples_out: int = 0
+
+    def finish(self, pcm: np.ndarray, last: bool) -> np.ndarray:
+        audio = pcm * self.gain
+        if self.resampler is not None:
+            audio = self.resampler.resample_chunk(audio.astype(np.float32), last=last)
+        np.clip(audio, -1.0, 1.0, out=audio)
+        out = (audio * 32767.0).astype(np.int16)
+        self.samples_out += len(out)
+        return out
+
+
+@dataclass
+class EngineStats:
+    """Counters read by the metrics endpoint; written under the engine lock."""
+
+    chunks: int = 0
+    acoustic_runs: int = 0
+    audio_seconds: float = 0.0
+    failures: int = 0
+    busy_s: dict[int, float] = field(default_factory=dict)
+
+
+class TTSEngine:
+    def __init__(
+        self,
+        config: TTSConfig,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.config = config
+        files = find_voice(config.voice_dir) if config.voice_dir else bundled_voice()
+        self.model = PiperModel(files, config.cache_dir)
+        self.phonemizer = Phonemizer(self.model.config)
+        self.voices = [Voice(s.name, s.speaker_id) for s in self.model.speakers]
+        self._aliases = {
+            name: self.voices[i % len(self.voices)] for i, name in enumerate(OPENAI_VOICES)
+        }
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._sched = Scheduler(
+            config.chunking,
+            self.model.hop,
+            self.model.sample_rate,
+            credits=config.credits,
+            urgent_slack=config.urgent_slack_s,
+        )
+        self._outputs: dict[int, _Output] = {}
+        self._ids = itertools.count(1)
+        self._threads: list[threading.Thread] = []
+        self._stopping = False
+        self.dead_workers: list[str] = []
+        self.stats = EngineStats()
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        for i in range(self.config.workers):
+            t = threading.Thread(target=self._worker, args=(i,), name=f"tts-worker-{i}")
+            t.daemon = True
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        with self._cond:
+            self._stopping = True
+            for out in self._outputs.values():
+                out.handle.stream.fail(ServerError("server is shutting down"))
+            self._outputs.clear()
+            self._cond.notify_all()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def synthesize(self, text: str, voice: Voice, speed: float = 1.0, sample_rate: int | None = None,
+                   timeout: float = 60.0) -> np.ndarray:
+        """Whole utterance as int16 PCM, from a plain thread (CLI, warm-up, tests)."""
+        handle = self.submit(self.prepare(text, voice, speed), sample_rate or self.sample_rate)
+        parts: list[np.ndarray] = []
+        try:
+            while True:
+                item = handle.stream.get_blocking(timeout)
+                self.taken(handle.id)
+                parts.append(item.pcm)
+                if item.last:
+                    return np.concatenate(parts)
+        finally:
+            self.abort(handle.id)
+
+    def warmup(self) -> None:
+        """One short synthesis so that ONNX Runtime's first-run costs are not a client's."""
+        started = time.perf_counter()
+        self.synthesize("Warming up the voice, one two three.", self.voices[0])
+        log.info("warm-up took %.0f ms", (time.perf_counter() - started) * 1e3)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.dead_workers and all(t.is_alive() for t in self._threads)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.model.sample_rate
+
+    @property
+    def active_streams(self) -> int:
+        with self._cond:
+            return len(self._sched)
+
+    # -- requests --------------------------------------------------------------------
+    def resolve_voice(self, name: str) -> Voice:
+        for voice in self.voices:
+            if voice.name == name:
+                return voice
+        alias = self._aliases.get(name.lower())
+        if alias is not None:
+            return alias
+        known = ", ".join([v.name for v in self.voices] + list(OPENAI_VOICES))
+        raise NotFound(f"voice {name!r} does not exist; use one of: {known}", param="voice")
+
+    def prepare(self, text: str, voice: Voice, speed: float = 1.0) -> PreparedText:
+        """Normalize, segment and phonemize. CPU work: call it from the text pool."""
+        clean = normalize(text)
+        texts: list[str] = []
+        segments: list[SegmentInput] = []
+        for piece in segment(clean, first_max_chars=self.config.first_segment_chars):
+            for ids in self.phonemizer.ids(piece):
+                texts.append(piece)
+                segments.append(
+                    SegmentInput(
+                        ids,
+                        noise_scale=self.model.noise_scale,
+                        length_scale=self.model.length_scale / speed,
+                        noise_w=self.model.noise_w,
+                        speaker_id=voice.speaker_id,
+                    )
+                )
+        if not segments:
+            raise InvalidRequest(
+                "input has nothing that can be spoken; send words or numbers", param="input"
+            )
+        return PreparedText(texts, segments, len(text))
+
+    def submit(
+        self,
+        prepared: PreparedText,
+        sample_rate: int,
+        loop: asyncio.AbstractEventLoop | None = None,
+        request_id: str = "",
+    ) -> StreamHandle:
+        """Start decoding; audio arrives on the returned handle's stream."""
+        stream_id = next(self._ids)
+        handle = StreamHandle(stream_id, ChunkStream(loop), sample_rate, request_id)
+        resampler = None
+        if sample_rate != self.model.sample_rate:
+            resampler = soxr.ResampleStream(
+                self.model.sample_rate, sample_rate, 1, dtype="float32", quality="HQ"
+            )
+        with self._cond:
+            if self._stopping:
+                raise ServerError("server is shutting down")
+            self._outputs[stream_id] = _Output(handle, resampler, self.config.output_gain)
+            self._sched.add(stream_id, prepared.segments, self._clock())
+            self._cond.notify_all()
+        return handle
+
+    def taken(self, stream_id: int) -> None:
+        """The writer consumed one chunk of this stream."""
+        with self._cond:
+            self._sched.taken(stream_id)
+            self._cond.notify()
+
+    def abort(self, stream_id: int) -> None:
+        """Drop a stream and all its queued work; in-flight results are discarded."""
+        with self._cond:
+            self._sched.abort(stream_id)
+            out = self._outputs.pop(stream_id, None)
+        if out is not None:
+            out.handle.stream.close()
+
+    def has_work(self, stream_id: int) -> bool:
+        with self._cond:
+            return self._sched.pending_work(stream_id) or stream_id in self._outputs
+
+    # -- workers ---------------------------------------------------------------------
+    def _worker(self, index: int) -> None:
+        try:
+            while True:
+                with self._cond:
+                    work = None
+                    while not self._stopping:
+                        work = self._sched.next_work(self._clock())
+                        if work is not None:
+                            break
+                        self._cond.wait()
+                    if work is None:
+                        return
+                started = time.perf_counter()
+                self._run(work)
+                with self._cond:
+                    busy = self.stats.busy_s
+                    busy[index] = busy.get(index, 0.0) + time.perf_counter() - started
+        except BaseException:
+            log.exception("TTS worker %d died", index)
+            self.dead_workers.append(threading.current_thread().name)
+            raise
+
+    def _run(self, work: Work) -> None:
+        try:
+            if isinstance(work, AcousticWork):
+                self._run_acoustic(work)
+            else:
+                self._run_vocoder(work)
+        except Exception as exc:
+            self._fail(work.stream_id, exc)
+
+    def _run_acoustic(self, work: AcousticWork) -> None:
+        seg = work.input
+        z = self.model.acoustic.run(
+            [AcousticInput(seg.ids, seg.noise_scale, seg.length_scale, seg.noise_w, seg.speaker_id)]
+        )[0]
+        with self._cond:
+            self._sched.complete_acoustic(work, z)
+            self.stats.acoustic_runs += 1
+            self._cond.notify_all()
+
+    def _run_vocoder(self, work: VocoderWork) -> None:
+        hop = self.model.hop
+        if work.hi > work.lo:
+            pcm = self.model.vocoder.run([work.latent[:, work.lo : work.hi]])[0]
+            a, b = work.crop
+            pcm = pcm[a * hop : b * hop]
+        else:
+            pcm = np.zeros(0, dtype=np.float32)
+        with self._cond:
+            out = self._outputs.get(work.stream_id)
+        if out is not None:
+            # Only one chunk per stream is in flight, so the resampler sees chunks in order.
+            out.handle.stream.put(StreamItem(out.finish(pcm, work.last), work.last))
+        with self._cond:
+            chunk = self._sched.complete_vocoder(work, len(pcm), self._clock())
+            self.stats.chunks += 1
+            self.stats.audio_seconds += len(pcm) / self.model.sample_rate
+            if chunk is not None and chunk.last:
+                self._outputs.pop(work.stream_id, None)
+            self._cond.notify_all()
+
+    def _fail(self, stream_id: int, exc: Exception) -> None:
+        with self._cond:
+            self._sched.fail(stream_id)
+            out = self._outputs.pop(stream_id, None)
+            self.stats.failures += 1
+            self._cond.notify_all()
+        rid = out.handle.request_id if out else "?"
+        log.error("inference failed for request %s: %r", rid, exc, exc_info=exc)
+        if out is not None:
+            out.handle.stream.fail(ServerError(f"synthesis failed (request {rid})"))

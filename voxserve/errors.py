@@ -1,0 +1,94 @@
+"""Typed errors. Anything a client did wrong is a `ClientError` (4xx); the HTTP layer
+renders every `VoxError` in one place, in the OpenAI error shape."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClientClosed",
+    "ClientError",
+    "InvalidRequest",
+    "NotFound",
+    "Overloaded",
+    "PayloadTooLarge",
+    "ServerError",
+    "Unauthorized",
+    "Unavailable",
+    "VoxError",
+]
+
+
+class VoxError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class ClientError(VoxError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class InvalidRequest(ClientError):
+    code = "invalid_value"
+
+
+class Unauthorized(ClientError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class NotFound(ClientError):
+    status = 404
+    code = "not_found"
+
+
+class PayloadTooLarge(ClientError):
+    status = 413
+    code = "payload_too_large"
+
+
+class Overloaded(ClientError):
+    status = 429
+    type = "rate_limit_error"
+    code = "server_overloaded"
+
+    def __init__(self, message: str, retry_after: float = 1.0):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ClientClosed(ClientError):
+    """The client went away before a response could start (nginx's 499)."""
+
+    status = 499
+    code = "client_closed_request"
+
+
+class ServerError(VoxError):
+    status = 500
+    type = "server_error"
+    code = "internal_error"
+
+
+class Unavailable(VoxError):
+    status = 503
+    type = "server_error"
+    code = "unavailable"

