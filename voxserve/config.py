@@ -53,6 +53,10 @@ class TTSConfig:
     """Vocoder chunk sizes and context."""
     output_gain: float = 0.9
     """Fixed gain applied to the raw vocoder output for every sentence of every stream."""
+    noise_scale: float | None = None
+    """Stage A noise scale; None uses the voice's own (0 makes synthesis deterministic)."""
+    noise_w: float | None = None
+    """Duration-predictor noise; None uses the voice's own."""
     credits: int = 4
     """Chunks a stream may have decoded but not yet taken by its HTTP writer."""
     max_streams: int = 24

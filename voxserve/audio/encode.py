@@ -32,17 +32,17 @@ _CONTENT_TYPES: dict[str, str] = {
     "pcm": "audio/pcm",
 }
 
-MIN_SAMPLE_RATE = 8000
-MAX_SAMPLE_RATE = 48000
+_MIN_RATE = 8000
+_MAX_RATE = 48000
 
 # WAV RIFF and data chunk sizes while streaming: the length is not known yet.
 _UNKNOWN_SIZE = 0xFFFFFFFF
 
-# Sample rates each codec accepts, within MIN_SAMPLE_RATE..MAX_SAMPLE_RATE.
+# Sample rates each codec accepts, within _MIN_RATE.._MAX_RATE.
 _MPEG_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
 _OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 
-# One Opus packet (20 ms) per Ogg page: ~28 bytes of page header per packet (about +10 kbps
+# One Opus packet (20 ms) per Ogg page: ~28 bytes of page header per packet (about +11 kbps
 # at 32 kbps) buys the lowest latency; the default page of 1 s would hold audio back.
 _OGG_PAGE_US = "20000"
 
@@ -56,6 +56,7 @@ class _Codec:
     bit_rate: int | None
     mux_options: tuple[tuple[str, str], ...] = ()
     block_ms: int | None = None  # None: the codec's own frame size
+    max_bits_per_sample: int | None = None  # caps bit_rate at low sample rates
 
 
 _CODECS: dict[str, _Codec] = {
@@ -64,7 +65,8 @@ _CODECS: dict[str, _Codec] = {
     "opus": _Codec(
         "ogg", "libopus", "s16", _OPUS_RATES, 32_000, (("page_duration", _OGG_PAGE_US),)
     ),
-    "aac": _Codec("adts", "aac", "fltp", _MPEG_RATES, 64_000),
+    # AAC-LC allows at most 6144 bits per 1024-sample frame per channel.
+    "aac": _Codec("adts", "aac", "fltp", _MPEG_RATES, 64_000, max_bits_per_sample=6),
     # 40 ms blocks instead of ~100 ms halve the latency for ~0.3% more bytes. The muxer
     # would reserve 8 KiB of padding for a header rewrite it cannot do here.
     "flac": _Codec("flac", "flac", "s16", None, None, (("metadata_header_padding", "0"),), 40),
@@ -90,10 +92,9 @@ def content_type(fmt: str) -> str:
 def make_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
     """Create an encoder for mono int16 PCM at ``sample_rate`` Hz (8000..48000)."""
     content_type(fmt)
-    if not MIN_SAMPLE_RATE <= sample_rate <= MAX_SAMPLE_RATE:
+    if not _MIN_RATE <= sample_rate <= _MAX_RATE:
         raise ValueError(
-            f"sample rate {sample_rate} Hz is out of range; "
-            f"use {MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE} Hz"
+            f"sample rate {sample_rate} Hz is out of range; use {_MIN_RATE}..{_MAX_RATE} Hz"
         )
     if fmt == "pcm":
         return _RawEncoder(b"")
@@ -167,10 +168,12 @@ class _AvEncoder:
         rate = _codec_rate(sample_rate, spec.rates)
         self._rate = rate
         self._time_base = Fraction(1, rate)
+        # soxr's LQ holds ~1 ms; HQ/MQ process ~1000-sample blocks and would add up to
+        # ~40 ms. 16-bit precision is plenty ahead of a lossy codec, and upsampling cannot alias.
         self._resampler = (
             None
             if rate == sample_rate
-            else soxr.ResampleStream(sample_rate, rate, 1, dtype="int16")
+            else soxr.ResampleStream(sample_rate, rate, 1, dtype="int16", quality="LQ")
         )
         self._sink = _Sink()
         options = {"flush_packets": "1", **dict(spec.mux_options)}
@@ -187,6 +190,8 @@ class _AvEncoder:
         stream.format = spec.sample_fmt
         if spec.bit_rate is not None:
             stream.bit_rate = spec.bit_rate
+            if spec.max_bits_per_sample is not None:
+                stream.bit_rate = min(spec.bit_rate, rate * spec.max_bits_per_sample)
         self._stream = stream
         # Write the container header now, so even an empty stream is well formed.
         self._container.start_encoding()

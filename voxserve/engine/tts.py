@@ -23,11 +23,17 @@ from voxserve.config import TTSConfig
 from voxserve.engine.scheduler import AcousticWork, Scheduler, SegmentInput, VocoderWork, Work
 from voxserve.engine.stream import ChunkStream, StreamItem
 from voxserve.errors import InvalidRequest, NotFound, ServerError
-from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice, find_voice
+from voxserve.runners.piper import (
+    AcousticInput,
+    PiperModel,
+    VocoderRunner,
+    bundled_voice,
+    find_voice,
+)
 from voxserve.text.phonemize import Phonemizer
 from voxserve.text.split import normalize, segment
 
-__all__ = ["OPENAI_VOICES", "PreparedText", "StreamHandle", "TTSEngine", "Voice"]
+__all__ = ["OPENAI_VOICES", "decode_chunk", "PreparedText", "StreamHandle", "TTSEngine", "Voice"]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +96,15 @@ class EngineStats:
     busy_s: dict[int, float] = field(default_factory=dict)
 
 
+def decode_chunk(vocoder: VocoderRunner, work: VocoderWork) -> np.ndarray:
+    """Decode a chunk with its context frames, then crop the context samples away."""
+    if work.hi <= work.lo:
+        return np.zeros(0, dtype=np.float32)
+    pcm = vocoder.run([work.latent[:, work.lo : work.hi]])[0]
+    a, b = work.crop
+    return pcm[a * vocoder.hop : b * vocoder.hop]
+
+
 class TTSEngine:
     def __init__(
         self,
@@ -101,6 +116,10 @@ class TTSEngine:
         self.model = PiperModel(files, config.cache_dir)
         self.phonemizer = Phonemizer(self.model.config)
         self.voices = [Voice(s.name, s.speaker_id) for s in self.model.speakers]
+        self._noise_scale = (
+            self.model.noise_scale if config.noise_scale is None else config.noise_scale
+        )
+        self._noise_w = self.model.noise_w if config.noise_w is None else config.noise_w
         self._aliases = {
             name: self.voices[i % len(self.voices)] for i, name in enumerate(OPENAI_VOICES)
         }
@@ -195,9 +214,9 @@ class TTSEngine:
                 segments.append(
                     SegmentInput(
                         ids,
-                        noise_scale=self.model.noise_scale,
+                        noise_scale=self._noise_scale,
                         length_scale=self.model.length_scale / speed,
-                        noise_w=self.model.noise_w,
+                        noise_w=self._noise_w,
                         speaker_id=voice.speaker_id,
                     )
                 )
@@ -291,13 +310,7 @@ class TTSEngine:
             self._cond.notify_all()
 
     def _run_vocoder(self, work: VocoderWork) -> None:
-        hop = self.model.hop
-        if work.hi > work.lo:
-            pcm = self.model.vocoder.run([work.latent[:, work.lo : work.hi]])[0]
-            a, b = work.crop
-            pcm = pcm[a * hop : b * hop]
-        else:
-            pcm = np.zeros(0, dtype=np.float32)
+        pcm = decode_chunk(self.model.vocoder, work)
         with self._cond:
             out = self._outputs.get(work.stream_id)
         if out is not None:

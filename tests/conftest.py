@@ -1,0 +1,89 @@
+"""Shared fixtures: real voxserve servers on loopback, run by uvicorn in a thread.
+
+The session-wide `server` uses default settings. `make_server` starts one with a custom
+config (small admission limits, fault hooks...) and stops it when the block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import httpx
+import pytest
+import uvicorn
+
+from voxserve.api.app import create_app
+from voxserve.config import ServerConfig, TTSConfig
+
+
+@dataclass
+class RunningServer:
+    base_url: str
+    app: object
+    server: uvicorn.Server
+
+    @property
+    def state(self):  # the AppState, once started
+        return self.app.state.vox  # type: ignore[attr-defined]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def run_server(config: ServerConfig | None = None, engine: object | None = None) -> Iterator[RunningServer]:
+    port = _free_port()
+    config = replace(config or ServerConfig(), host="127.0.0.1", port=port)
+    app = create_app(config, engine)  # type: ignore[arg-type]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                       loop="uvloop", http="httptools", timeout_graceful_shutdown=2)
+    )
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("test server did not start")
+        time.sleep(0.02)
+    try:
+        yield RunningServer(f"http://127.0.0.1:{port}", app, server)
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[RunningServer]:
+    # Default settings, except that durations are made deterministic (noise_w=0), so that
+    # tests can compare the lengths of separate requests for the same text.
+    with run_server(tts_config(noise_w=0.0)) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def base_url(server: RunningServer) -> str:
+    return server.base_url
+
+
+@pytest.fixture()
+def client(base_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture()
+def make_server():
+    return run_server
+
+
+def tts_config(**kwargs: object) -> ServerConfig:
+    return ServerConfig(tts=replace(TTSConfig(), **kwargs))  # type: ignore[arg-type]
