@@ -173,6 +173,19 @@ class Scheduler:
     def __len__(self) -> int:
         return len(self._streams)
 
+    def ids(self) -> list[int]:
+        return list(self._streams)
+
+    def untaken(self, stream_id: int) -> int:
+        """Chunks claimed or decoded for the stream and not yet taken by its writer."""
+        stream = self._streams.get(stream_id)
+        return 0 if stream is None else stream.untaken
+
+    def produced(self, stream_id: int) -> int:
+        """Samples decoded so far for the stream (at the voice's rate)."""
+        stream = self._streams.get(stream_id)
+        return 0 if stream is None else stream.produced
+
     # -- choosing work ---------------------------------------------------------------
     def _vocoder_candidate(self, stream: _Stream) -> bool:
         return bool(stream.latents) and not stream.vocoder_busy and stream.untaken < self.credits

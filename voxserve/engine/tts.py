@@ -263,6 +263,20 @@ class TTSEngine:
         if out is not None:
             out.handle.stream.close()
 
+    def stream_ids(self) -> list[int]:
+        with self._cond:
+            return self._sched.ids()
+
+    def stream_debug(self, stream_id: int) -> dict[str, int]:
+        """Introspection for tests and debugging: what a stream holds right now."""
+        with self._cond:
+            out = self._outputs.get(stream_id)
+            return {
+                "untaken": self._sched.untaken(stream_id),
+                "produced": self._sched.produced(stream_id),
+                "buffered": len(out.handle.stream) if out else 0,
+            }
+
     def has_work(self, stream_id: int) -> bool:
         with self._cond:
             return self._sched.pending_work(stream_id) or stream_id in self._outputs

@@ -1,0 +1,176 @@
+"""Engine mechanisms under load, through a real server: idle CPU, aborts on disconnect,
+admission (queue and 429), per-stream credits, and /health latency while streams run."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import statistics
+import time
+
+import aiohttp
+import httpx
+import pytest
+
+from tests.conftest import tts_config
+
+LONG = " ".join(
+    f"This is sentence number {i} of a long story that keeps the engine busy for a while."
+    for i in range(40)
+)
+
+
+def _post(text: str, fmt: str = "pcm") -> dict:
+    return {"model": "tts-1", "voice": "alloy", "input": text, "response_format": fmt}
+
+
+def test_idle_server_uses_no_cpu(server) -> None:
+    httpx.get(f"{server.base_url}/health")
+    time.sleep(0.3)
+    before = time.process_time()
+    time.sleep(2.0)
+    used = time.process_time() - before
+    assert used < 0.1, f"idle process used {used:.3f} s of CPU in 2 s"
+
+
+def _wait_for(predicate, timeout: float) -> float:
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.002)
+    return time.monotonic() - start
+
+
+def test_disconnect_drops_the_stream_within_100ms(server) -> None:
+    engine = server.state.engine
+    before = set(engine.stream_ids())
+    with httpx.Client(timeout=30) as c:
+        with c.stream("POST", f"{server.base_url}/v1/audio/speech", json=_post(LONG)) as r:
+            assert r.status_code == 200
+            chunks = r.iter_raw()  # keep a reference: a collected iterator closes the stream
+            next(chunks)
+            new = set(engine.stream_ids()) - before
+            assert len(new) == 1
+            stream_id = new.pop()
+            assert engine.has_work(stream_id)
+            closed_at = time.monotonic()
+    # Leaving the block closes the connection mid-stream.
+    _wait_for(lambda: not engine.has_work(stream_id), timeout=2.0)
+    assert time.monotonic() - closed_at < 0.1
+
+
+def test_admission_queue_then_429(make_server) -> None:
+    config = tts_config(max_streams=1, max_queue=1, queue_timeout_s=20.0)
+
+    async def run(base: str) -> list[tuple[int, str | None, int]]:
+        async with aiohttp.ClientSession() as s:
+
+            async def one(delay: float) -> tuple[int, str | None, int]:
+                await asyncio.sleep(delay)
+                async with s.post(f"{base}/v1/audio/speech", json=_post(LONG[:250])) as r:
+                    body = await r.read()
+                    return r.status, r.headers.get("retry-after"), len(body)
+
+            return await asyncio.gather(one(0), one(0.3), one(0.6))
+
+    with make_server(config) as srv:
+        results = asyncio.run(run(srv.base_url))
+    statuses = [r[0] for r in results]
+    assert statuses[:2] == [200, 200]  # the second waited in the queue, then streamed
+    assert statuses[2] == 429
+    assert results[2][1] is not None and int(results[2][1]) >= 1
+    assert results[1][2] > 48000  # real audio after queueing
+
+
+def test_client_leaving_the_queue_frees_its_place(make_server) -> None:
+    config = tts_config(max_streams=1, max_queue=4)
+    with make_server(config) as srv:
+        with httpx.Client(timeout=30) as c:
+            with c.stream("POST", f"{srv.base_url}/v1/audio/speech", json=_post(LONG)) as r:
+                chunks = r.iter_raw()
+                next(chunks)
+                sock = socket.create_connection(("127.0.0.1", int(srv.base_url.rsplit(":", 1)[1])))
+                body = httpx.Request("POST", "http://x/", json=_post("Queued request.")).content
+                sock.sendall(
+                    b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                    + f"content-length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                _wait_for(lambda: srv.state.admission.queued == 1, timeout=5)
+                sock.close()
+                _wait_for(lambda: srv.state.admission.queued == 0, timeout=1)
+
+
+def test_slow_reader_holds_at_most_its_credits(server) -> None:
+    engine = server.state.engine
+    credits = engine.config.credits
+    before = set(engine.stream_ids())
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", int(server.base_url.rsplit(":", 1)[1])))
+    body = httpx.Request("POST", "http://x/", json=_post(LONG)).content
+    sock.sendall(
+        b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    try:
+        _wait_for(lambda: len(set(engine.stream_ids()) - before) == 1, timeout=5)
+        (stream_id,) = set(engine.stream_ids()) - before
+        # The client reads nothing: decoding stops once socket buffers and credits are full.
+        last, stalled_since = -1, time.monotonic()
+        while time.monotonic() - stalled_since < 1.0:
+            produced = engine.stream_debug(stream_id)["produced"]
+            if produced != last:
+                last, stalled_since = produced, time.monotonic()
+            time.sleep(0.05)
+        info = engine.stream_debug(stream_id)
+        assert info["untaken"] <= credits and info["buffered"] <= credits
+        assert engine.has_work(stream_id)  # stalled well before the end of the text
+
+        # Meanwhile another client is served promptly.
+        started = time.perf_counter()
+        with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=_post("Still fast?"), timeout=30) as r:
+            first = next(b for b in r.iter_raw() if b)
+            ttfp = time.perf_counter() - started
+        assert first and ttfp < 1.0
+    finally:
+        sock.close()
+
+
+def test_health_stays_fast_while_32_streams_run(server) -> None:
+    text = "This sentence keeps one of thirty two streams busy, while health is probed."
+
+    async def run(base: str) -> tuple[list[float], list[int]]:
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as s:
+            done = asyncio.Event()
+            probes: list[float] = []
+
+            async def probe() -> None:
+                while not done.is_set():
+                    t = time.perf_counter()
+                    async with s.get(f"{base}/health") as r:
+                        await r.read()
+                        assert r.status == 200
+                    probes.append(time.perf_counter() - t)
+                    await asyncio.sleep(0.05)
+
+            async def stream() -> int:
+                async with s.post(f"{base}/v1/audio/speech", json=_post(text)) as r:
+                    async for _ in r.content.iter_any():
+                        pass
+                    return r.status
+
+            prober = asyncio.create_task(probe())
+            statuses = await asyncio.gather(*(stream() for _ in range(32)))
+            done.set()
+            await prober
+            return probes, list(statuses)
+
+    probes, statuses = asyncio.run(run(server.base_url))
+    assert statuses == [200] * 32, statuses
+    assert len(probes) >= 20
+    p99 = statistics.quantiles(probes, n=100)[98]
+    assert p99 < 0.1, f"/health p99 {p99 * 1e3:.1f} ms under 32 streams"

@@ -1,0 +1,380 @@
+"""The ASR engine: decoding worker threads around the pure batcher and the Whisper runner.
+
+Requests arrive as pieces of at most 30 s whose features are ready. Workers block on one
+condition variable, take whatever `Batcher.next_batch` hands them (segments of any request
+that share decoding options), run the runner on it, turn tokens into timed segments and
+put them on each request's in-order result stream. A piece that fails Whisper's quality
+checks goes back to the batcher with the next temperature. Aborting a request drops its
+queued pieces at once; pieces already being decoded are discarded when they finish.
+
+Audio work (decode, cut, log-mel) is not done here: `prepare` and `features` are pure
+steps that callers run in their audio pool. This module knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from voxserve.audio.cut import Span, plan_spans
+from voxserve.audio.decode import SAMPLE_RATE, decode_audio
+from voxserve.audio.mel import LogMel
+from voxserve.config import ASRConfig
+from voxserve.engine.batcher import Batcher, Pending
+from voxserve.engine.results import ResultStream
+from voxserve.engine.segments import (
+    COMPRESSION_RATIO_THRESHOLD,
+    TimedSegment,
+    compression_ratio,
+    needs_fallback,
+    window_segments,
+)
+from voxserve.errors import InvalidRequest, ServerError
+from voxserve.runners.whisper import DecodeInput, DecodeOptions, DecodeOutput, WhisperRunner
+
+__all__ = [
+    "ASREngine",
+    "ASRHandle",
+    "PreparedAudio",
+    "TranscribeOptions",
+    "WindowResult",
+]
+
+log = logging.getLogger(__name__)
+
+FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """What one request asks for, before it is turned into decoding options."""
+
+    task: str = "transcribe"
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    """0 decodes greedily/beam first and raises the temperature when a piece fails the
+    checks (as OpenAI documents); a value > 0 samples at exactly that temperature."""
+    word_timestamps: bool = False
+
+
+@dataclass(frozen=True)
+class PreparedAudio:
+    audio: np.ndarray
+    """16 kHz mono float32."""
+    spans: list[Span]
+
+    @property
+    def duration(self) -> float:
+        return len(self.audio) / SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """One decoded piece of a request."""
+
+    index: int
+    start: float
+    end: float
+    segments: list[TimedSegment]
+    language: str | None
+
+
+@dataclass
+class ASRHandle:
+    id: int
+    request_id: str
+    pieces: int
+    duration: float
+    results: ResultStream[WindowResult]
+
+
+@dataclass
+class _Job:
+    handle: ASRHandle
+    ladder: list[DecodeOptions]
+    task: str
+    language: str | None
+    left: int
+
+
+@dataclass
+class _Piece:
+    job: int
+    index: int
+    offset: float
+    duration: float
+    input: DecodeInput
+    attempt: int = 0
+    tried: list[tuple[DecodeOutput, str, float]] = field(default_factory=list)
+
+
+@dataclass
+class ASRStats:
+    """Counters read by the metrics endpoint; written under the engine lock."""
+
+    batches: int = 0
+    pieces: int = 0
+    fallbacks: int = 0
+    failures: int = 0
+    audio_seconds: float = 0.0
+    batch_sizes: Counter[int] = field(default_factory=Counter)
+    busy_s: dict[int, float] = field(default_factory=dict)
+
+
+class ASREngine:
+    def __init__(self, config: ASRConfig, clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self.runner = WhisperRunner(config.model_dir, config.compute_type, config.workers)
+        self.mel = LogMel(self.runner.n_mels)
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._batcher: Batcher[_Piece] = Batcher(config.max_batch, config.batch_wait_ms / 1000)
+        self._jobs: dict[int, _Job] = {}
+        self._ids = itertools.count(1)
+        self._threads: list[threading.Thread] = []
+        self._stopping = False
+        self._in_flight = 0
+        self.dead_workers: list[str] = []
+        self.stats = ASRStats()
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        for i in range(self.config.workers):
+            t = threading.Thread(target=self._worker, args=(i,), name=f"asr-worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stopping = True
+            for job in self._jobs.values():
+                job.handle.results.fail(ServerError("server is shutting down"))
+            self._jobs.clear()
+            self._cond.notify_all()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def warmup(self) -> None:
+        """Decode one second of silence so that first-call costs are not a client's."""
+        started = time.perf_counter()
+        features, frames = self.mel(np.zeros(SAMPLE_RATE, dtype=np.float32))
+        opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0, False)
+        self.runner.run([DecodeInput(features, frames)], opts)
+        log.info("ASR warm-up took %.0f ms", (time.perf_counter() - started) * 1e3)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.dead_workers and all(t.is_alive() for t in self._threads)
+
+    @property
+    def name(self) -> str:
+        return self.runner.name
+
+    @property
+    def multilingual(self) -> bool:
+        return self.runner.multilingual
+
+    def snapshot(self) -> dict[str, object]:
+        with self._cond:
+            s = self.stats
+            return {
+                "requests": len(self._jobs),
+                "queued": len(self._batcher),
+                "in_flight": self._in_flight,
+                "batches": s.batches,
+                "pieces": s.pieces,
+                "fallbacks": s.fallbacks,
+                "failures": s.failures,
+                "audio_seconds": s.audio_seconds,
+                "batch_sizes": dict(s.batch_sizes),
+                "busy": dict(s.busy_s),
+                "healthy": self.healthy,
+            }
+
+    # -- request side ------------------------------------------------------------------
+    def check(self, options: TranscribeOptions) -> None:
+        """Reject what this model cannot do, saying what to send instead."""
+        if options.task == "translate" and not self.multilingual:
+            raise InvalidRequest(
+                f"model {self.name} is English-only, so it cannot translate: it only "
+                "transcribes English. Use /v1/audio/transcriptions, or start the server with a "
+                "multilingual model (--asr-model DIR)",
+                param="model",
+                code="unsupported_task",
+            )
+        lang = options.language
+        if lang is not None and lang not in self.runner.languages:
+            if not self.multilingual:
+                msg = (
+                    f"model {self.name} is English-only; send language 'en' or leave it out, "
+                    "or start the server with a multilingual model"
+                )
+            else:
+                msg = f"unknown language {lang!r}; send an ISO-639-1 code such as 'en', 'de' or 'fr'"
+            raise InvalidRequest(msg, param="language", code="unsupported_language")
+
+    def prepare(self, data: bytes) -> PreparedAudio:
+        """Decode and cut. CPU work: run it in the audio pool."""
+        audio = decode_audio(data, self.config.max_audio_seconds)
+        return PreparedAudio(audio, plan_spans(audio, SAMPLE_RATE))
+
+    def features(self, prepared: PreparedAudio, index: int) -> DecodeInput:
+        """Log-mel of one piece. CPU work: run it in the audio pool."""
+        span = prepared.spans[index]
+        features, frames = self.mel(prepared.audio[span.start : span.end])
+        return DecodeInput(features, frames)
+
+    def open(
+        self,
+        options: TranscribeOptions,
+        prepared: PreparedAudio,
+        loop: asyncio.AbstractEventLoop | None = None,
+        request_id: str = "",
+    ) -> ASRHandle:
+        """Register a request; its pieces follow through `submit`."""
+        self.check(options)
+        if options.temperature > 0:
+            temperatures: tuple[float, ...] = (options.temperature,)
+        else:
+            temperatures = FALLBACK_TEMPERATURES
+        ladder = [
+            self.runner.options(
+                options.task, options.language, options.prompt, self.config.beam_size, t,
+                options.word_timestamps,
+            )
+            for t in temperatures
+        ]
+        job_id = next(self._ids)
+        pieces = len(prepared.spans)
+        handle = ASRHandle(job_id, request_id, pieces, prepared.duration, ResultStream(pieces, loop))
+        with self._cond:
+            if self._stopping:
+                raise ServerError("server is shutting down")
+            self._jobs[job_id] = _Job(handle, ladder, options.task, options.language, pieces)
+        return handle
+
+    def submit(self, handle: ASRHandle, prepared: PreparedAudio, index: int, decode_input: DecodeInput) -> bool:
+        """Queue one piece whose features are ready; False if the request is gone."""
+        span = prepared.spans[index]
+        piece = _Piece(handle.id, index, span.start / SAMPLE_RATE, len(span) / SAMPLE_RATE, decode_input)
+        with self._cond:
+            job = self._jobs.get(handle.id)
+            if job is None:
+                return False
+            self._batcher.add(Pending(handle.id, index, job.ladder[0], piece), self._clock())
+            self._cond.notify()
+        return True
+
+    def abort(self, handle: ASRHandle) -> None:
+        """Drop a request and its queued pieces; pieces in flight are discarded later."""
+        with self._cond:
+            self._batcher.abort(handle.id)
+            self._jobs.pop(handle.id, None)
+            self._cond.notify_all()
+        handle.results.close()
+
+    # -- workers -----------------------------------------------------------------------
+    def _worker(self, index: int) -> None:
+        try:
+            while True:
+                with self._cond:
+                    batch = None
+                    while not self._stopping:
+                        batch = self._batcher.next_batch(self._clock())
+                        if batch is not None:
+                            break
+                        deadline = self._batcher.deadline()
+                        self._cond.wait(None if deadline is None else max(0.0, deadline - self._clock()))
+                    if batch is None:
+                        return
+                    self._in_flight += len(batch)
+                    self.stats.batches += 1
+                    self.stats.batch_sizes[len(batch)] += 1
+                started = time.perf_counter()
+                self._run(batch)
+                with self._cond:
+                    self._in_flight -= len(batch)
+                    busy = self.stats.busy_s
+                    busy[index] = busy.get(index, 0.0) + time.perf_counter() - started
+                    self._cond.notify_all()
+        except BaseException:
+            log.exception("ASR worker %d died", index)
+            self.dead_workers.append(threading.current_thread().name)
+            raise
+
+    def _run(self, batch: list[Pending[_Piece]]) -> None:
+        opts = batch[0].key
+        assert isinstance(opts, DecodeOptions)
+        try:
+            outputs = self.runner.run([p.payload.input for p in batch], opts)
+        except Exception as exc:
+            self._fail({p.request for p in batch}, exc)
+            return
+        for pending, out in zip(batch, outputs, strict=True):
+            try:
+                self._finish(pending.payload, opts, out)
+            except Exception as exc:
+                self._fail({pending.request}, exc)
+
+    def _finish(self, piece: _Piece, opts: DecodeOptions, out: DecodeOutput) -> None:
+        with self._cond:
+            job = self._jobs.get(piece.job)
+        if job is None:
+            return  # aborted while decoding
+        tok = self.runner.tokenizer(job.task, out.language or job.language)
+        text = tok.decode([t for t in out.tokens if t < tok.eot])
+        piece.tried.append((out, text, opts.temperature))
+        if needs_fallback(out, text) and piece.attempt + 1 < len(job.ladder):
+            piece.attempt += 1
+            with self._cond:
+                if piece.job in self._jobs:
+                    self.stats.fallbacks += 1
+                    key = job.ladder[piece.attempt]
+                    self._batcher.add(Pending(piece.job, piece.index, key, piece), self._clock())
+                    self._cond.notify()
+            return
+        out, text, temperature = _best(piece.tried)
+        segments = window_segments(out, tok, piece.offset, piece.duration, temperature)
+        result = WindowResult(
+            piece.index, piece.offset, piece.offset + piece.duration, segments, out.language
+        )
+        with self._cond:
+            if self._jobs.get(piece.job) is not job:
+                return
+            self.stats.pieces += 1
+            self.stats.audio_seconds += piece.duration
+            job.left -= 1
+            if job.left == 0:
+                del self._jobs[piece.job]
+        job.handle.results.put(piece.index, result)
+
+    def _fail(self, job_ids: set[int], exc: Exception) -> None:
+        with self._cond:
+            jobs = [self._jobs.pop(j) for j in job_ids if j in self._jobs]
+            for j in job_ids:
+                self._batcher.abort(j)
+            self.stats.failures += 1
+            self._cond.notify_all()
+        for job in jobs:
+            rid = job.handle.request_id or str(job.handle.id)
+            log.error("transcription failed for request %s: %r", rid, exc, exc_info=exc)
+            job.handle.results.fail(ServerError(f"transcription failed (request {rid})"))
+
+
+def _best(tried: list[tuple[DecodeOutput, str, float]]) -> tuple[DecodeOutput, str, float]:
+    """The last attempt if it passed; otherwise Whisper's pick among all attempts."""
+    out, text, temperature = tried[-1]
+    if len(tried) == 1 or not needs_fallback(out, text):
+        return tried[-1]
+    readable = [t for t in tried if compression_ratio(t[1]) <= COMPRESSION_RATIO_THRESHOLD]
+    return max(readable or tried, key=lambda t: t[0].avg_logprob)

@@ -1,0 +1,100 @@
+"""Which ASR segments decode together, and when. Pure and synchronous.
+
+The batcher holds ready segments (features computed) from all requests and answers
+`next_batch(now)`. It takes no locks and reads no clock: the caller passes `now`. Policy,
+in one place:
+
+- only segments with equal decoding options (the `key`) share a batch;
+- a group goes as soon as it holds `max_batch` segments, or once its oldest segment has
+  waited `wait_s`; a worker that finds nothing due sleeps until `deadline()`;
+- among due groups, the one holding the most urgent segment goes first. Urgency is the
+  segment's index within its request, then arrival: a short request's first segment
+  overtakes segment 40 of a three-hour file, so one long upload cannot starve the rest;
+- inside a group the same order picks which segments fill the batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+__all__ = ["Batcher", "Pending"]
+
+P = TypeVar("P")
+
+
+@dataclass
+class Pending(Generic[P]):
+    """One ready segment waiting for a batch."""
+
+    request: int
+    index: int
+    """Position within its request (0 = first piece of audio)."""
+    key: Hashable
+    payload: P
+    ready_at: float = 0.0
+    seq: int = field(default=0, compare=False)
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        return (self.index, self.seq)
+
+
+class Batcher(Generic[P]):
+    def __init__(self, max_batch: int, wait_s: float):
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self.max_batch = max_batch
+        self.wait_s = wait_s
+        self._groups: dict[Hashable, list[Pending[P]]] = {}
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return sum(len(g) for g in self._groups.values())
+
+    def add(self, item: Pending[P], now: float) -> None:
+        item.ready_at = now
+        item.seq = next(self._seq)
+        self._groups.setdefault(item.key, []).append(item)
+
+    def abort(self, request: int) -> int:
+        """Drop a request's queued segments; returns how many were dropped."""
+        dropped = 0
+        for key in list(self._groups):
+            group = self._groups[key]
+            kept = [p for p in group if p.request != request]
+            dropped += len(group) - len(kept)
+            if kept:
+                self._groups[key] = kept
+            else:
+                del self._groups[key]
+        return dropped
+
+    def queued(self, request: int) -> int:
+        return sum(1 for g in self._groups.values() for p in g if p.request == request)
+
+    def _due(self, group: list[Pending[P]], now: float) -> bool:
+        oldest = min(p.ready_at for p in group)
+        return len(group) >= self.max_batch or now >= oldest + self.wait_s
+
+    def next_batch(self, now: float) -> list[Pending[P]] | None:
+        """The batch to decode now, or None if no group is due yet."""
+        due = [(min(p.rank for p in g), k) for k, g in self._groups.items() if self._due(g, now)]
+        if not due:
+            return None
+        _, key = min(due, key=lambda d: d[0])
+        group = sorted(self._groups[key], key=lambda p: p.rank)
+        batch, rest = group[: self.max_batch], group[self.max_batch :]
+        if rest:
+            self._groups[key] = rest
+        else:
+            del self._groups[key]
+        return batch
+
+    def deadline(self) -> float | None:
+        """When the next partial batch falls due; None when nothing waits."""
+        if not self._groups:
+            return None
+        return min(min(p.ready_at for p in g) for g in self._groups.values()) + self.wait_s

@@ -1,0 +1,117 @@
+"""One transcription request from upload bytes to an ordered transcript, on asyncio.
+
+Decoding and cutting run in the audio pool; a feeder task then computes each piece's
+log-mel in the pool and submits it to the engine, staying at most
+`segments_ahead` pieces ahead of the results so a long file never holds all its features
+at once. The HTTP handler and `voxserve transcribe` share this path. No HTTP here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from voxserve.engine.asr import ASREngine, ASRHandle, PreparedAudio, TranscribeOptions, WindowResult
+from voxserve.engine.segments import TimedSegment
+from voxserve.errors import ServerError
+
+__all__ = ["Transcript", "Transcription", "build_transcript", "start_transcription"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    language: str
+    """ISO-639-1 code: the one asked for, or the one detected in most pieces."""
+    duration: float
+    segments: list[TimedSegment]
+
+
+def build_transcript(windows: list[WindowResult], duration: float, language: str) -> Transcript:
+    segments = [s for w in windows for s in w.segments]
+    return Transcript("".join(s.text for s in segments).strip(), language, duration, segments)
+
+
+class Transcription:
+    """A request in progress. Read its pieces in order, or cancel it."""
+
+    def __init__(
+        self, engine: ASREngine, handle: ASRHandle, feeder: asyncio.Future[None], language: str | None
+    ):
+        self.engine = engine
+        self.handle = handle
+        self._feeder = feeder
+        self._language = language
+        self._detected: Counter[str] = Counter()
+
+    @property
+    def duration(self) -> float:
+        return self.handle.duration
+
+    async def windows(self) -> AsyncIterator[WindowResult]:
+        """Decoded pieces in order; raises StreamFailed if the engine failed the request."""
+        while True:
+            window = await self.handle.results.get()
+            if window is None:
+                return
+            if window.language and window.segments:
+                self._detected[window.language] += 1
+            yield window
+
+    @property
+    def language(self) -> str:
+        if self._language:
+            return self._language
+        if self._detected:
+            return self._detected.most_common(1)[0][0]
+        return "en" if not self.engine.multilingual else "unknown"
+
+    async def collect(self) -> Transcript:
+        windows = [w async for w in self.windows()]
+        return build_transcript(windows, self.duration, self.language)
+
+    def cancel(self) -> None:
+        """Stop feeding and drop everything queued for this request."""
+        self._feeder.cancel()
+        self.engine.abort(self.handle)
+
+
+async def start_transcription(
+    engine: ASREngine,
+    data: bytes,
+    options: TranscribeOptions,
+    pool: Executor,
+    request_id: str = "",
+) -> Transcription:
+    """Decode and cut `data` in `pool`, then start feeding its pieces to the engine.
+
+    Raises InvalidRequest for options the model cannot serve or audio it cannot decode.
+    """
+    engine.check(options)
+    loop = asyncio.get_running_loop()
+    prepared = await loop.run_in_executor(pool, engine.prepare, data)
+    handle = engine.open(options, prepared, loop, request_id)
+    feeder = asyncio.ensure_future(_feed(engine, handle, prepared, pool))
+    return Transcription(engine, handle, feeder, options.language)
+
+
+async def _feed(engine: ASREngine, handle: ASRHandle, prepared: PreparedAudio, pool: Executor) -> None:
+    loop = asyncio.get_running_loop()
+    ahead = engine.config.segments_ahead
+    try:
+        for index in range(len(prepared.spans)):
+            await handle.results.wait_room(index, ahead)
+            decode_input = await loop.run_in_executor(pool, engine.features, prepared, index)
+            if not engine.submit(handle, prepared, index, decode_input):
+                return  # aborted
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("feeding request %s failed", handle.request_id)
+        handle.results.fail(ServerError(f"could not prepare audio features: {exc}"))
