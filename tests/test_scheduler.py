@@ -170,3 +170,16 @@ def test_rejects_empty_and_duplicate_streams() -> None:
     s.add(1, [seg()], 0.0)
     with pytest.raises(ValueError):
         s.add(1, [seg()], 0.0)
+
+
+def test_chunks_grow_to_the_maximum() -> None:
+    s = make(credits=100)
+    s.add(1, [seg()], 0.0)
+    a = s.next_work(0.0)
+    s.complete_acoustic(a, latent(200))  # type: ignore[arg-type]
+    spans = []
+    while (w := s.next_work(0.0)) is not None:
+        assert isinstance(w, VocoderWork)
+        spans.append((w.start, w.end))
+        s.complete_vocoder(w, (w.end - w.start) * HOP, 0.0)
+    assert spans == [(0, 16), (16, 48), (48, 112), (112, 176), (176, 200)]

@@ -1,4 +1,4 @@
-"""`voxserve serve | speak | voices | bench`: the command line, mirroring the config
+"""`voxserve serve | speak | transcribe | voices | bench`: the command line, mirroring the config
 dataclasses. Environment variables are read here, once."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import wave
 from dataclasses import replace
 from pathlib import Path
 
-from voxserve.config import ServerConfig, TTSConfig, VocoderChunking, default_cores
+from voxserve.config import ASRConfig, ServerConfig, TTSConfig, VocoderChunking, default_cores
 
 __all__ = ["main"]
 
@@ -25,6 +25,7 @@ def _add_tts_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workers", type=int, default=default_cores(), help="inference threads (default: CPU cores)")
     g.add_argument("--first-chunk-frames", type=int, default=c.first_chunk_frames, help="frames in a stream's first chunk")
     g.add_argument("--chunk-frames", type=int, default=c.chunk_frames, help="frames in later chunks (256 samples each)")
+    g.add_argument("--max-chunk-frames", type=int, default=c.max_chunk_frames, help="later chunks double up to this many frames")
     g.add_argument("--context-frames", type=int, default=c.left_context, help="vocoder context frames on each side")
     g.add_argument("--output-gain", type=float, default=d.output_gain, help="fixed gain on vocoder output")
     g.add_argument("--credits", type=int, default=d.credits, help="chunks a stream may hold untaken")
@@ -37,6 +38,7 @@ def _tts_config(args: argparse.Namespace) -> TTSConfig:
     chunking = VocoderChunking(
         first_chunk_frames=args.first_chunk_frames,
         chunk_frames=args.chunk_frames,
+        max_chunk_frames=args.max_chunk_frames,
         left_context=args.context_frames,
         right_context=args.context_frames,
     )
@@ -54,12 +56,47 @@ def _tts_config(args: argparse.Namespace) -> TTSConfig:
     )
 
 
+def _add_asr_args(p: argparse.ArgumentParser, serving: bool = True) -> None:
+    d = ASRConfig()
+    g = p.add_argument_group("ASR engine")
+    if serving:
+        g.add_argument("--no-asr", action="store_true", help="do not load the speech-to-text model")
+    g.add_argument("--asr-model", type=Path, help="a CTranslate2 Whisper folder (default: bundled tiny.en)")
+    g.add_argument("--asr-compute-type", default=d.compute_type, help="CTranslate2 compute type")
+    g.add_argument("--asr-workers", type=int, default=d.workers, help="decoding threads (default: CPU cores)")
+    g.add_argument("--asr-max-batch", type=int, default=d.max_batch, help="most 30 s pieces per batch")
+    g.add_argument("--asr-batch-wait-ms", type=float, default=d.batch_wait_ms, help="how long a piece waits for company")
+    g.add_argument("--asr-beam-size", type=int, default=d.beam_size, help="beam width (1 = greedy)")
+    g.add_argument("--audio-workers", type=int, default=d.audio_workers, help="threads that decode, cut and featurize uploads")
+    if serving:
+        g.add_argument("--max-upload-mb", type=float, default=d.max_upload_mb, help="largest upload in MiB (413 past it)")
+    g.add_argument("--max-audio-seconds", type=float, default=d.max_audio_seconds, help="longest accepted audio")
+
+
+def _asr_config(args: argparse.Namespace) -> ASRConfig:
+    return replace(
+        ASRConfig(),
+        enabled=not getattr(args, "no_asr", False),
+        model_dir=args.asr_model,
+        compute_type=args.asr_compute_type,
+        workers=args.asr_workers,
+        max_batch=args.asr_max_batch,
+        batch_wait_ms=args.asr_batch_wait_ms,
+        beam_size=args.asr_beam_size,
+        audio_workers=args.audio_workers,
+        max_upload_mb=getattr(args, "max_upload_mb", ASRConfig.max_upload_mb),
+        max_audio_seconds=args.max_audio_seconds,
+    )
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from voxserve.api.app import create_app
 
-    config = ServerConfig(host=args.host, port=args.port, log_level=args.log_level, tts=_tts_config(args))
+    config = ServerConfig(
+        host=args.host, port=args.port, log_level=args.log_level, tts=_tts_config(args), asr=_asr_config(args)
+    )
     app = create_app(config)
     uvicorn.run(
         app,
@@ -94,6 +131,56 @@ def _speak(args: argparse.Namespace) -> int:
     return 0
 
 
+def _transcribe(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from voxserve.api.formats import as_json, as_srt, as_text, as_verbose_json, as_vtt
+    from voxserve.engine.asr import ASREngine, TranscribeOptions
+    from voxserve.engine.transcribe import Transcript, start_transcription
+
+    config = _asr_config(args)
+    engine = ASREngine(config)
+    options = TranscribeOptions(
+        task=args.task,
+        language=args.language,
+        prompt=args.prompt,
+        temperature=args.temperature,
+        word_timestamps=args.word_timestamps,
+    )
+    data = Path(args.file).read_bytes()
+
+    async def run() -> Transcript:
+        with ThreadPoolExecutor(config.audio_workers, thread_name_prefix="asr-audio") as pool:
+            transcription = await start_transcription(engine, data, options, pool)
+            return await transcription.collect()
+
+    engine.start()
+    try:
+        started = time.perf_counter()
+        transcript = asyncio.run(run())
+        elapsed = time.perf_counter() - started
+    finally:
+        engine.stop()
+    fmt = args.response_format
+    if fmt in ("json", "verbose_json"):
+        body = as_json(transcript) if fmt == "json" else as_verbose_json(
+            transcript, args.word_timestamps, True, args.task
+        )
+        out = json.dumps(body, ensure_ascii=False, indent=2) + "\n"
+    else:
+        out = {"text": as_text, "srt": as_srt, "vtt": as_vtt}[fmt](transcript)
+    if args.output:
+        Path(args.output).write_text(out, encoding="utf-8")
+    else:
+        sys.stdout.write(out)
+    rtfx = transcript.duration / elapsed if elapsed > 0 else 0.0
+    print(f"{transcript.duration:.1f} s of audio in {elapsed:.2f} s (RTFx {rtfx:.1f})", file=sys.stderr)
+    return 0
+
+
 def _voices(args: argparse.Namespace) -> int:
     from voxserve.engine.tts import OPENAI_VOICES
     from voxserve.runners.piper import PiperModel, bundled_voice, find_voice
@@ -119,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info")
     serve.add_argument("--access-log", action="store_true", help="log every request")
     _add_tts_args(serve)
+    _add_asr_args(serve)
     serve.set_defaults(func=_serve)
 
     speak = sub.add_parser("speak", help="synthesize text to a WAV file, no server")
@@ -129,6 +217,20 @@ def build_parser() -> argparse.ArgumentParser:
     speak.add_argument("--sample-rate", type=int, default=None, help="default: the voice's own rate")
     _add_tts_args(speak)
     speak.set_defaults(func=_speak)
+
+    transcribe = sub.add_parser("transcribe", help="transcribe an audio file, no server")
+    transcribe.add_argument("file", type=Path, help="any audio or video file that FFmpeg reads")
+    transcribe.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    transcribe.add_argument(
+        "-f", "--response-format", default="text", choices=("json", "text", "srt", "verbose_json", "vtt")
+    )
+    transcribe.add_argument("--language", help="ISO-639-1 code of the audio (default: detect, or en)")
+    transcribe.add_argument("--prompt", help="text that primes every 30 s piece")
+    transcribe.add_argument("--temperature", type=float, default=0.0)
+    transcribe.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    transcribe.add_argument("--word-timestamps", action="store_true", help="add word timings (verbose_json)")
+    _add_asr_args(transcribe, serving=False)
+    transcribe.set_defaults(func=_transcribe)
 
     voices = sub.add_parser("voices", help="list voices")
     voices.add_argument("--voice-dir", type=Path)

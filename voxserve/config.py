@@ -26,7 +26,11 @@ class VocoderChunking:
     first_chunk_frames: int = 16
     """Core frames in a stream's first chunk; small, so the first audio leaves early."""
     chunk_frames: int = 32
-    """Core frames in every later chunk (256 samples each, so 32 frames = 372 ms at 22 kHz)."""
+    """Core frames in the second chunk (256 samples each, so 32 frames = 372 ms at 22 kHz)."""
+    max_chunk_frames: int = 64
+    """Later chunks double in size up to this. Context costs the same per chunk, so
+    larger chunks cut decoder work: 52 frames decoded per 32 kept (1.63x), 84 per 64
+    (1.31x). Set it equal to `chunk_frames` for fixed-size chunks."""
     left_context: int = 10
     """Frames decoded before a chunk and cropped away, so joins are seamless."""
     right_context: int = 10
@@ -35,6 +39,8 @@ class VocoderChunking:
     def __post_init__(self) -> None:
         if self.first_chunk_frames < 1 or self.chunk_frames < 1:
             raise ValueError("chunk sizes must be at least 1 frame")
+        if self.max_chunk_frames < self.chunk_frames:
+            raise ValueError("max_chunk_frames must be >= chunk_frames")
         if self.left_context < 0 or self.right_context < 0:
             raise ValueError("context frames must be >= 0")
 

@@ -242,7 +242,10 @@ class Scheduler:
         stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
         latent = stream.latents[0]
         c = self.chunking
-        size = c.first_chunk_frames if stream.chunks == 0 else c.chunk_frames
+        if stream.chunks == 0:
+            size = c.first_chunk_frames
+        else:
+            size = min(c.max_chunk_frames, c.chunk_frames << min(stream.chunks - 1, 8))
         start = latent.pos
         end = min(latent.frames, start + size)
         if stream.chunks > 0 and latent.frames - end < c.chunk_frames // 2:
