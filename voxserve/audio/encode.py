@@ -49,6 +49,8 @@ _OGG_PAGE_US = "20000"
 
 @dataclass(frozen=True)
 class _Codec:
+    """How one compressed format is produced: PyAV muxer, codec and their settings."""
+
     muxer: str
     codec: str
     sample_fmt: str
