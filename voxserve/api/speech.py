@@ -23,7 +23,7 @@ from voxserve.api.streaming import StreamResponse
 from voxserve.audio.encode import StreamEncoder, content_type, make_encoder
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.tts import StreamHandle
-from voxserve.errors import ClientClosed, NotFound, PayloadTooLarge, VoxError
+from voxserve.errors import ClientClosed, NotFound, PayloadTooLarge, ServerError, VoxError
 
 if TYPE_CHECKING:
     from voxserve.api.app import AppState
@@ -74,9 +74,7 @@ async def speech(request: Request) -> StreamResponse:
     rate = body.sample_rate or state.config.default_sample_rate
 
     loop = asyncio.get_running_loop()
-    prepared = await loop.run_in_executor(
-        state.text_pool, engine.prepare, body.input, voice, body.speed
-    )
+    prepared = await state.text_pool.run(engine.prepare, body.input, voice, body.speed)
     request_id = request.headers.get("x-request-id") or state.new_request_id()
 
     # Wait for a stream slot; a client that leaves while queued drops out of the line.
@@ -117,7 +115,6 @@ async def _encoded(
     state: AppState, handle: StreamHandle, encoder: StreamEncoder, fmt: str, started: float
 ) -> AsyncIterator[tuple[bytes, int]]:
     """Encoded bytes as chunks arrive, with the samples each one carried."""
-    loop = asyncio.get_running_loop()
     engine = state.engine
     inline = fmt in _CHEAP_FORMATS
     first = True
@@ -130,7 +127,7 @@ async def _encoded(
             if item.last:
                 data += encoder.flush()
         else:
-            data = await loop.run_in_executor(state.audio_pool, _encode_step, encoder, item.pcm, item.last)
+            data = await state.audio_pool.run(_encode_step, encoder, item.pcm, item.last)
         total += len(item.pcm)
         if first and len(item.pcm):
             first = False
@@ -161,8 +158,12 @@ async def _audio_bytes(
         async for data, _ in _encoded(state, handle, encoder, fmt, started):
             yield data
     except StreamFailed as exc:
-        log.error("stream %s failed after start: %s", handle.request_id, exc)
+        # Before the first byte this becomes a 500 in the OpenAI shape; after it, the
+        # response ends without its final chunk, so the client sees a truncated body.
+        log.error("stream %s failed: %s", handle.request_id, exc)
         state.metrics.stream_errors.inc()
+        cause = exc.__cause__
+        raise cause if isinstance(cause, VoxError) else ServerError(str(exc)) from exc
 
 
 async def _sse_events(

@@ -1,24 +1,31 @@
 """A streaming ASGI response that notices a vanished client at once.
 
-Starlette's StreamingResponse is not enough here: a stream that is waiting for audio
-must learn about a disconnect while it waits, so that its engine work is dropped within
-milliseconds. This response watches `receive()` beside the producer and cancels the
-producer on `http.disconnect`. `on_close` always runs exactly once.
+Starlette's StreamingResponse is not enough here:
+- a stream that is waiting for audio must learn about a disconnect while it waits, so
+  that its engine work is dropped within milliseconds. This response watches `receive()`
+  beside the producer and cancels the producer on `http.disconnect`;
+- the status line waits for the body's first bytes, so a failure before any audio is
+  still a proper JSON error (a `VoxError` rendered in the OpenAI shape);
+- a failure after bytes went out ends the body without its final chunk: the client sees
+  a truncated response, never a clean end of a broken stream.
+
+`on_close(completed)` always runs exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from voxserve.errors import Overloaded, VoxError
+
 __all__ = ["StreamResponse"]
 
 log = logging.getLogger(__name__)
-
-Scope = dict[str, Any]
 
 
 class StreamResponse:
@@ -35,7 +42,21 @@ class StreamResponse:
         self.headers = {"content-type": media_type, "cache-control": "no-store", **(headers or {})}
         self.on_close = on_close
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def _first_bytes(self) -> bytes | None:
+        """The first non-empty piece of the body, or None if it ends empty."""
+        async for data in self.body:
+            if data:
+                return data
+        return None
+
+    async def _send_error(self, send: Any, exc: VoxError) -> None:
+        headers = [(b"content-type", b"application/json")]
+        if isinstance(exc, Overloaded):
+            headers.append((b"retry-after", str(int(exc.retry_after)).encode()))
+        await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+        await send({"type": "http.response.body", "body": json.dumps(exc.body()).encode()})
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         disconnected = asyncio.Event()
 
         async def watch() -> None:
@@ -46,25 +67,31 @@ class StreamResponse:
                     producer.cancel()
                     return
 
-        async def produce() -> None:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self.status,
-                    "headers": [(k.encode(), v.encode()) for k, v in self.headers.items()],
-                }
-            )
-            async for data in self.body:
-                if data:
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
+        async def produce() -> bool:
+            try:
+                first = await self._first_bytes()
+            except VoxError as exc:
+                await self._send_error(send, exc)
+                return False
+            start = [(k.encode(), v.encode()) for k, v in self.headers.items()]
+            await send({"type": "http.response.start", "status": self.status, "headers": start})
+            if first is not None:
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+                try:
+                    async for data in self.body:
+                        if data:
+                            await send({"type": "http.response.body", "body": data, "more_body": True})
+                except VoxError as exc:
+                    log.error("stream truncated after it started: %s", exc.message)
+                    return False  # no final chunk: the server closes the connection
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return True
 
         producer = asyncio.ensure_future(produce())
         watcher = asyncio.ensure_future(watch())
         completed = False
         try:
-            await producer
-            completed = True
+            completed = await producer
         except asyncio.CancelledError:
             if not disconnected.is_set():
                 raise  # the server is cancelling us, not the client

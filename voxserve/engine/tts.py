@@ -22,7 +22,7 @@ import soxr
 from voxserve.config import TTSConfig
 from voxserve.engine.scheduler import AcousticWork, Scheduler, SegmentInput, VocoderWork, Work
 from voxserve.engine.stream import ChunkStream, StreamItem
-from voxserve.errors import InvalidRequest, NotFound, ServerError
+from voxserve.errors import InvalidRequest, NotFound, ServerError, Unavailable
 from voxserve.runners.piper import (
     AcousticInput,
     PiperModel,
@@ -243,7 +243,9 @@ class TTSEngine:
             )
         with self._cond:
             if self._stopping:
-                raise ServerError("server is shutting down")
+                raise Unavailable("server is shutting down")
+            if not any(t.is_alive() for t in self._threads):
+                raise Unavailable("no TTS worker is alive; see /health")
             self._outputs[stream_id] = _Output(handle, resampler, self.config.output_gain)
             self._sched.add(stream_id, prepared.segments, self._clock())
             self._cond.notify_all()
@@ -283,6 +285,7 @@ class TTSEngine:
 
     # -- workers ---------------------------------------------------------------------
     def _worker(self, index: int) -> None:
+        work: Work | None = None
         try:
             while True:
                 with self._cond:
@@ -299,10 +302,13 @@ class TTSEngine:
                 with self._cond:
                     busy = self.stats.busy_s
                     busy[index] = busy.get(index, 0.0) + time.perf_counter() - started
-        except BaseException:
-            log.exception("TTS worker %d died", index)
-            self.dead_workers.append(threading.current_thread().name)
-            raise
+        except BaseException as exc:  # the thread ends here; /health reports it
+            name = threading.current_thread().name
+            log.critical("TTS worker %s died: %r", name, exc, exc_info=exc)
+            with self._cond:
+                self.dead_workers.append(name)
+            if work is not None:
+                self._fail(work.stream_id, RuntimeError(f"worker {name} died"))
 
     def _run(self, work: Work) -> None:
         try:
@@ -338,7 +344,7 @@ class TTSEngine:
                 self._outputs.pop(work.stream_id, None)
             self._cond.notify_all()
 
-    def _fail(self, stream_id: int, exc: Exception) -> None:
+    def _fail(self, stream_id: int, exc: BaseException) -> None:
         with self._cond:
             self._sched.fail(stream_id)
             out = self._outputs.pop(stream_id, None)
