@@ -18,8 +18,8 @@ __all__ = [
     "normalize_text",
     "percentile",
     "summarize",
-    "word_errors",
     "word_error_rate",
+    "word_errors",
 ]
 
 SUMMARY_KEYS = ("mean", "p50", "p95", "p99", "max")

@@ -1,0 +1,281 @@
+"""`voxserve bench speech | transcribe | make-asr-set | compare | plot | offline`.
+
+Parses flags, builds the run settings, calls the measuring module and writes the report.
+Only `offline` touches the engine, and it is imported lazily so that the HTTP benches stay
+free of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from voxserve.bench.levels import BenchError
+
+__all__ = ["add_bench_parser"]
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers like 1,4,16, got {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError("every concurrency level must be at least 1")
+    return levels
+
+
+def _add_load_args(p: argparse.ArgumentParser, levels: str) -> None:
+    p.add_argument("--base-url", default=DEFAULT_URL,
+                   help=f"server root (default {DEFAULT_URL})")
+    p.add_argument("--concurrency", type=_levels, default=_levels(levels),
+                   help=f"comma-separated levels, each a closed loop of C workers "
+                        f"(default {levels})")
+    p.add_argument("--request-rate", type=float, default=None,
+                   help="Poisson arrivals at this many requests/s, at most C in flight")
+    p.add_argument("--warmup", type=int, default=2, help="untimed requests before the first level")
+    p.add_argument("--probe-health", action=argparse.BooleanOptionalAction, default=True,
+                   help="probe GET /health during the run (default on)")
+    p.add_argument("--health-interval-ms", type=float, default=50.0)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", "-o", type=Path, default=None,
+                   help="result JSON (default bench-KIND-YYYYmmdd-HHMMSS.json)")
+    p.add_argument("--plot", type=Path, default=None, help="also draw the run into this PNG")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    from voxserve.bench.report import command_line, git_revision, host_info, now_iso
+
+    return {
+        "base_url": args.base_url,
+        "git_revision": git_revision(),
+        "started_at": now_iso(),
+        "concurrency": args.concurrency,
+        "request_rate": args.request_rate,
+        "warmup": args.warmup,
+        "probe_health": args.probe_health,
+        "health_interval_s": args.health_interval_ms / 1e3,
+        "seed": args.seed,
+        "host": host_info(),
+        "argv": command_line(),
+        **extra,
+    }
+
+
+def _finish(kind: str, args: argparse.Namespace, settings: dict[str, Any],
+            measured: dict[str, Any], started: float) -> int:
+    from voxserve.bench.report import format_table, load_average, write_json
+
+    settings["duration_s"] = time.perf_counter() - started
+    settings["loadavg_at_end"] = load_average()
+    result = {"kind": kind, "settings": settings, **measured}
+    out = args.output or Path(f"bench-{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    write_json(result, out)
+    print(format_table(result))
+    print(f"wrote {out}")
+    if args.plot is not None:
+        from voxserve.bench.plot import plot_results
+
+        plot_results([(str(args.base_url), result)], args.plot)
+        print(f"wrote {args.plot}")
+    failed = sum(level["summary"]["failed"] for level in result["levels"])
+    return 1 if failed and args.fail_on_error else 0
+
+
+def _speech(args: argparse.Namespace) -> int:
+    from voxserve.bench.prompts import BUILTIN_PROMPTS, load_prompts, pick
+    from voxserve.bench.speech import SpeechTarget, bench_speech
+
+    source = str(args.prompts) if args.prompts else "builtin"
+    pool = load_prompts(args.prompts) if args.prompts else list(BUILTIN_PROMPTS)
+    prompts = pick(pool, args.num_prompts, args.seed)
+    target = SpeechTarget(args.base_url, args.model, args.voice, args.sample_rate,
+                          args.request_sample_rate, args.timeout)
+    settings = _settings(args, model=args.model, voice=args.voice, num_prompts=args.num_prompts,
+                         prompts_source=source, sample_rate_flag=args.sample_rate,
+                         request_sample_rate=args.request_sample_rate,
+                         underrun_threshold_s=args.underrun_threshold_ms / 1e3, prompts=prompts)
+    started = time.perf_counter()
+    measured = asyncio.run(bench_speech(
+        target, prompts, args.concurrency, args.request_rate, args.warmup,
+        args.underrun_threshold_ms / 1e3, args.probe_health, args.health_interval_ms / 1e3,
+        args.progress, args.seed))
+    return _finish("speech", args, settings, measured, started)
+
+
+def _transcribe(args: argparse.Namespace) -> int:
+    from voxserve.bench.transcribe import (
+        TranscribeTarget,
+        bench_transcribe,
+        load_audio_dir,
+        load_manifest,
+    )
+
+    clips = load_manifest(args.manifest) if args.manifest else load_audio_dir(args.audio_dir)
+    count = args.num_requests or len(clips)
+    clips = [clips[i % len(clips)] for i in range(count)]
+    target = TranscribeTarget(args.base_url, args.model, args.language, args.timeout)
+    settings = _settings(args, model=args.model, language=args.language,
+                         input=str(args.manifest or args.audio_dir), num_requests=count,
+                         clips=[c.path.name for c in clips])
+    started = time.perf_counter()
+    measured = asyncio.run(bench_transcribe(
+        target, clips, args.concurrency, args.request_rate, args.warmup, args.probe_health,
+        args.health_interval_ms / 1e3, args.progress, args.seed))
+    return _finish("transcribe", args, settings, measured, started)
+
+
+def _make_asr_set(args: argparse.Namespace) -> int:
+    from voxserve.bench.asrset import make_asr_set
+    from voxserve.bench.prompts import BUILTIN_PROMPTS, load_prompts
+    from voxserve.bench.speech import SpeechTarget
+
+    prompts = load_prompts(args.prompts) if args.prompts else list(BUILTIN_PROMPTS)
+    if args.num_clips:
+        prompts = prompts[: args.num_clips]
+    target = SpeechTarget(args.base_url, args.model, args.voice, args.sample_rate,
+                          args.request_sample_rate, args.timeout)
+    paths = asyncio.run(make_asr_set(target, prompts, args.out, args.concurrency))
+    print(f"wrote {len(paths)} clips with references and manifest.jsonl to {args.out}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from voxserve.bench.compare import format_comparison
+    from voxserve.bench.report import load_result
+
+    a, b = load_result(args.a), load_result(args.b)
+    print(format_comparison(a, b, str(args.a), str(args.b)))
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from voxserve.bench.plot import plot_results
+    from voxserve.bench.report import load_result
+
+    labels = args.label or []
+    runs = [(labels[i] if i < len(labels) else path.stem, load_result(path))
+            for i, path in enumerate(args.results)]
+    plot_results(runs, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _offline(args: argparse.Namespace) -> int:
+    from voxserve.bench.offline import MODES, run_offline
+    from voxserve.bench.prompts import BUILTIN_PROMPTS, load_prompts
+    from voxserve.bench.report import git_revision, host_info, now_iso, write_json
+    from voxserve.config import default_cores
+
+    prompts = load_prompts(args.prompts) if args.prompts else list(BUILTIN_PROMPTS)
+    threads = args.threads or list(range(1, default_cores() + 1))
+    modes = tuple(args.mode) if args.mode else MODES
+    points = run_offline(prompts, threads, args.seconds, modes)
+    if args.output is not None:
+        write_json({
+            "kind": "offline",
+            "settings": {"git_revision": git_revision(), "started_at": now_iso(),
+                         "threads": threads, "seconds": args.seconds, "host": host_info(),
+                         "prompts_source": str(args.prompts or "builtin")},
+            "points": [{"mode": p.mode, "threads": p.threads, "audio_s": p.audio_s,
+                        "wall_s": p.wall_s, "segments": p.segments,
+                        "audio_per_s": p.audio_per_s} for p in points],
+        }, args.output)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _guarded(func: Any) -> Any:
+    """Turn expected failures (server down, bad input) into a message and exit code 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(func(args))
+        except (BenchError, ValueError, FileNotFoundError, IsADirectoryError,
+                NotADirectoryError, PermissionError) as exc:
+            print(f"voxserve bench: error: {exc}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+def add_bench_parser(subparsers: Any) -> None:
+    """Register `bench` and its sub-commands on the `voxserve` sub-parsers object."""
+    bench = subparsers.add_parser("bench", help="load-test a speech server and report")
+    sub = bench.add_subparsers(dest="bench_command", required=True)
+
+    speech = sub.add_parser("speech", help="streaming TTS load: TTFP, RTF, continuity")
+    _add_load_args(speech, "1,4,16,32")
+    speech.add_argument("--num-prompts", type=int, default=32,
+                        help="requests per level, drawn from the prompts with --seed "
+                        "(the same list at every level)")
+    speech.add_argument("--prompts", type=Path, help="text file, one prompt per line")
+    speech.add_argument("--model", default="tts-1")
+    speech.add_argument("--voice", default="alloy")
+    speech.add_argument("--sample-rate", type=int, default=None,
+                        help="PCM rate to assume when the response has no x-sample-rate header")
+    speech.add_argument("--request-sample-rate", type=int, default=None,
+                        help="ask the server for this rate (sends sample_rate in the body)")
+    speech.add_argument("--underrun-threshold-ms", type=float, default=100.0,
+                        help="a stream is continuous if its max underrun is at most this")
+    speech.add_argument("--fail-on-error", action="store_true",
+                        help="exit 1 if any request failed")
+    speech.set_defaults(func=_guarded(_speech))
+
+    asr = sub.add_parser("transcribe", help="ASR load: RTFx, latency, WER")
+    _add_load_args(asr, "1,4")
+    source = asr.add_mutually_exclusive_group(required=True)
+    source.add_argument("--audio-dir", type=Path, help="audio files with NAME.txt references")
+    source.add_argument("--manifest", type=Path,
+                        help='JSON lines: {"audio": path, "text": reference}')
+    asr.add_argument("--num-requests", type=int, default=None,
+                     help="requests per level, cycling the clips (default: each clip once)")
+    asr.add_argument("--model", default="whisper-1")
+    asr.add_argument("--language", default=None)
+    asr.add_argument("--fail-on-error", action="store_true")
+    asr.set_defaults(func=_guarded(_transcribe))
+
+    make = sub.add_parser("make-asr-set", help="speak the built-in prompts into an ASR set")
+    make.add_argument("--base-url", default=DEFAULT_URL)
+    make.add_argument("--out", type=Path, required=True, help="folder to write into")
+    make.add_argument("--prompts", type=Path, help="text file, one prompt per line")
+    make.add_argument("--num-clips", type=int, default=None, help="only the first N prompts")
+    make.add_argument("--model", default="tts-1")
+    make.add_argument("--voice", default="alloy")
+    make.add_argument("--sample-rate", type=int, default=None,
+                      help="PCM rate to assume when the response has no x-sample-rate header")
+    make.add_argument("--request-sample-rate", type=int, default=None,
+                      help="ask the server for this rate, e.g. 16000 (sends sample_rate)")
+    make.add_argument("--concurrency", type=int, default=2)
+    make.add_argument("--timeout", type=float, default=600.0)
+    make.set_defaults(func=_guarded(_make_asr_set))
+
+    compare = sub.add_parser("compare", help="two result files side by side, with ratios")
+    compare.add_argument("a", type=Path)
+    compare.add_argument("b", type=Path)
+    compare.set_defaults(func=_guarded(_compare))
+
+    plot = sub.add_parser("plot", help="draw one or more result files into one PNG")
+    plot.add_argument("results", type=Path, nargs="+")
+    plot.add_argument("--out", "-o", type=Path, required=True)
+    plot.add_argument("--label", action="append", help="legend label per result, in order")
+    plot.set_defaults(func=_guarded(_plot))
+
+    offline = sub.add_parser("offline", help="the runners at full load, no HTTP: the limit")
+    offline.add_argument("--threads", type=_levels, default=None,
+                         help="comma-separated thread counts (default 1..cores)")
+    offline.add_argument("--seconds", type=float, default=8.0, help="time per point")
+    offline.add_argument("--mode", action="append", choices=("full", "chunked"),
+                         help="measure only this mode (repeatable; default both)")
+    offline.add_argument("--prompts", type=Path, help="text file, one prompt per line")
+    offline.add_argument("--output", "-o", type=Path, default=None, help="also write JSON")
+    offline.set_defaults(func=_guarded(_offline))

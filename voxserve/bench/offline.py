@@ -1,0 +1,156 @@
+"""`bench offline`: the TTS runners at full load with no HTTP, the physical limit.
+
+The only bench module that imports the engine's pieces (runners, text). N threads share
+one `PiperModel` (each ONNX call runs single-threaded on its caller's thread, as in the
+server) and together they synthesize the built-in prompts, segment by segment in one
+shared seeded order, for a fixed time, in two modes:
+- `full`: stage A on a segment, then stage B on its whole latent;
+- `chunked`: stage A, then stage B chunk by chunk with the engine's default chunking
+  (first chunk of a prompt 16 frames, later 32, 10 frames of context each side, no tiny
+  tail), exactly the windows `Scheduler._claim_vocoder` cuts.
+Text goes through the engine's own normalize/segment/phonemize before timing starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from voxserve.config import TTSConfig, VocoderChunking
+from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice
+from voxserve.text.phonemize import Phonemizer
+from voxserve.text.split import normalize, segment
+
+__all__ = ["OfflinePoint", "Unit", "chunk_windows", "load_workload", "measure", "run_offline"]
+
+MODES = ("full", "chunked")
+
+
+def chunk_windows(frames: int, chunking: VocoderChunking,
+                  first: bool) -> list[tuple[int, int, int, int]]:
+    """(lo, hi, start, end) per chunk of a latent: decode [lo, hi), keep [start, end)."""
+    out: list[tuple[int, int, int, int]] = []
+    start = 0
+    while start < frames:
+        size = chunking.first_chunk_frames if first and not out else chunking.chunk_frames
+        end = min(frames, start + size)
+        if (out or not first) and frames - end < chunking.chunk_frames // 2:
+            end = frames  # no tiny tail chunk
+        lo = max(0, start - chunking.left_context)
+        hi = min(frames, end + chunking.right_context)
+        out.append((lo, hi, start, end))
+        start = end
+    return out
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One segment of a prompt: stage A input, and whether it opens its prompt (stream)."""
+
+    item: AcousticInput
+    first: bool
+
+
+@dataclass(frozen=True)
+class OfflinePoint:
+    mode: str
+    threads: int
+    audio_s: float
+    wall_s: float
+    segments: int
+
+    @property
+    def audio_per_s(self) -> float:
+        return self.audio_s / self.wall_s
+
+
+def load_workload(model: PiperModel, prompts: list[str], seed: int = 0) -> list[Unit]:
+    """The prompts in a seeded shuffled order, cut into segments the way the engine does.
+
+    Segments are short units of work, so that every thread stops soon after the deadline,
+    and the shuffle gives any stretch of the list the same mix of short and long prompts.
+    """
+    phonemizer = Phonemizer(model.config)
+    first_chars = TTSConfig().first_segment_chars
+    order = list(prompts)
+    random.Random(seed).shuffle(order)
+    out = []
+    for text in order:
+        pieces = [ids for piece in segment(normalize(text), first_max_chars=first_chars)
+                  for ids in phonemizer.ids(piece)]
+        for i, ids in enumerate(pieces):
+            item = AcousticInput(ids, model.noise_scale, model.length_scale, model.noise_w)
+            out.append(Unit(item, i == 0))
+    return out
+
+
+def synthesize(model: PiperModel, unit: Unit, mode: str, chunking: VocoderChunking) -> int:
+    """Samples produced for one segment."""
+    hop = model.hop
+    z = model.acoustic.run([unit.item])[0]
+    frames = z.shape[-1]
+    if frames == 0:
+        return 0
+    if mode == "full":
+        return len(model.vocoder.run([z])[0])
+    samples = 0
+    for lo, hi, start, end in chunk_windows(frames, chunking, unit.first):
+        pcm = model.vocoder.run([np.ascontiguousarray(z[:, lo:hi])])[0]
+        samples += len(pcm[(start - lo) * hop : (end - lo) * hop])
+    return samples
+
+
+def measure(model: PiperModel, workload: list[Unit], threads: int, mode: str,
+            seconds: float, chunking: VocoderChunking) -> OfflinePoint:
+    """`threads` threads take segments in workload order (cycling) until `seconds` pass;
+    the wall time runs to the end of the last segment started."""
+    totals = [0] * threads
+    counts = [0] * threads
+    shared = itertools.count()  # next() is atomic under the GIL
+    barrier = threading.Barrier(threads + 1)
+    deadline = [0.0]
+
+    def work(index: int) -> None:
+        barrier.wait()
+        while time.perf_counter() < deadline[0]:
+            unit = workload[next(shared) % len(workload)]
+            totals[index] += synthesize(model, unit, mode, chunking)
+            counts[index] += 1
+
+    pool = [threading.Thread(target=work, args=(i,), name=f"offline-{i}") for i in range(threads)]
+    for t in pool:
+        t.start()
+    started = time.perf_counter()
+    deadline[0] = started + seconds
+    barrier.wait()
+    for t in pool:
+        t.join()
+    wall = time.perf_counter() - started
+    return OfflinePoint(mode, threads, sum(totals) / model.sample_rate, wall, sum(counts))
+
+
+def run_offline(prompts: list[str], thread_counts: list[int], seconds: float,
+                modes: tuple[str, ...] = MODES,
+                report: Any = print) -> list[OfflinePoint]:
+    """Load the bundled voice, warm it up, and measure every (mode, threads) point."""
+    model = PiperModel(bundled_voice())
+    chunking = VocoderChunking()
+    workload = load_workload(model, prompts)
+    for mode in modes:
+        for unit in workload[:2]:
+            synthesize(model, unit, mode, chunking)  # first-run costs out of the timing
+    points = []
+    for mode in modes:
+        for threads in thread_counts:
+            point = measure(model, workload, threads, mode, seconds, chunking)
+            report(f"{mode:>8} threads={threads}: {point.audio_per_s:6.1f} audio-s/s "
+                   f"({point.audio_s:.1f} s of audio in {point.wall_s:.2f} s, "
+                   f"{point.segments} segments)")
+            points.append(point)
+    return points

@@ -1,0 +1,182 @@
+"""Run settings, the JSON result file, and the terminal summary table.
+
+A result is a plain dict: {"kind", "settings", "levels": [{"concurrency", "summary",
+"health", "client_lag_s", "records"}], "health"}. `METRICS` names the figures of each kind
+once, and the table, `compare` and the plot all read them from there.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "METRICS",
+    "Metric",
+    "format_table",
+    "git_revision",
+    "host_info",
+    "load_average",
+    "load_result",
+    "metric_value",
+    "write_json",
+]
+
+
+@dataclass(frozen=True)
+class Metric:
+    label: str
+    path: tuple[str, ...]
+    """Keys from a level dict down to the number."""
+    scale: float = 1.0
+    fmt: str = ".1f"
+    higher_is_better: bool = False
+
+
+METRICS: dict[str, tuple[Metric, ...]] = {
+    "speech": (
+        Metric("TTFP p50 ms", ("summary", "ttfp_s", "p50"), 1e3, ".0f"),
+        Metric("TTFP p99 ms", ("summary", "ttfp_s", "p99"), 1e3, ".0f"),
+        Metric("E2EL p50 s", ("summary", "e2el_s", "p50"), 1, ".2f"),
+        Metric("RTF p50", ("summary", "rtf", "p50"), 1, ".3f"),
+        Metric("RTF p99", ("summary", "rtf", "p99"), 1, ".3f"),
+        Metric("underrun p99 ms", ("summary", "underrun_s", "p99"), 1e3, ".0f"),
+        Metric("cont OK %", ("summary", "continuity_ok_rate"), 100, ".0f", True),
+        Metric("audio-s/s", ("summary", "audio_throughput"), 1, ".1f", True),
+        Metric("req/s", ("summary", "request_throughput"), 1, ".2f", True),
+        Metric("health p99 ms", ("health", "p99"), 1e3, ".1f"),
+        Metric("health max ms", ("health", "max"), 1e3, ".1f"),
+    ),
+    "transcribe": (
+        Metric("latency p50 s", ("summary", "latency_s", "p50"), 1, ".2f"),
+        Metric("latency p99 s", ("summary", "latency_s", "p99"), 1, ".2f"),
+        Metric("RTFx", ("summary", "rtfx"), 1, ".1f", True),
+        Metric("req/s", ("summary", "request_throughput"), 1, ".2f", True),
+        Metric("WER %", ("summary", "wer"), 100, ".1f"),
+        Metric("health p99 ms", ("health", "p99"), 1e3, ".1f"),
+        Metric("health max ms", ("health", "max"), 1e3, ".1f"),
+    ),
+}
+
+
+def metric_value(level: dict[str, Any], metric: Metric) -> float | None:
+    """The metric's value in display units, or None when absent (no probes, no WER...)."""
+    node: Any = level
+    for key in metric.path:
+        if not isinstance(node, dict) or node.get(key) is None:
+            return None
+        node = node[key]
+    value = float(node)
+    return None if math.isnan(value) else value * metric.scale
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """One row per level: requests ok/failed, then every metric of the result's kind."""
+    metrics = METRICS[result["kind"]]
+    header = ["c", "ok/fail", *(m.label for m in metrics)]
+    rows = [header]
+    for level in result["levels"]:
+        s = level["summary"]
+        row = [str(level["concurrency"]), f"{s['completed']}/{s['failed']}"]
+        row += [_cell(metric_value(level, m), m.fmt) for m in metrics]
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for level in result["levels"]:
+        failures = level["summary"]["failures_by_status"]
+        if failures:
+            shown = ", ".join(f"{'no response' if code == '0' else code}: {n}"
+                              for code, n in failures.items())
+            lines.append(f"c={level['concurrency']} failures by status: {shown}")
+    health = result.get("health")
+    if health and health.get("n"):
+        lines.append(f"/health over the run: {int(health['n'])} probes, p50 "
+                     f"{health['p50'] * 1e3:.1f} ms, p99 {health['p99'] * 1e3:.1f} ms, max "
+                     f"{health['max'] * 1e3:.1f} ms, {int(health['failures'])} failed")
+    return "\n".join(lines)
+
+
+def git_revision(start: Path | None = None) -> str | None:
+    """The commit checked out where voxserve lives, read from .git files (no git process)."""
+    here = (start or Path(__file__)).resolve()
+    for folder in (here, *here.parents):
+        git = folder / ".git"
+        if not git.is_dir():
+            continue
+        try:
+            head = (git / "HEAD").read_text().strip()
+            if not head.startswith("ref: "):
+                return head
+            ref = head[5:]
+            if (git / ref).exists():
+                return (git / ref).read_text().strip()
+            packed = git / "packed-refs"
+            if packed.exists():
+                for line in packed.read_text().splitlines():
+                    if line.endswith(" " + ref):
+                        return line.split()[0]
+        except OSError:
+            return None
+        return None
+    return None
+
+
+def host_info() -> dict[str, Any]:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        cores = os.cpu_count() or 0
+    return {"platform": platform.platform(), "python": platform.python_version(),
+            "cores": cores, "hostname": platform.node(), "loadavg_at_start": load_average()}
+
+
+def load_average() -> list[float] | None:
+    """1, 5 and 15 minute load averages: a shared machine's noise, recorded with the run."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - unavailable
+        return None
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _clean(value: Any) -> Any:
+    """NaN and infinities become null, so the file is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_json(result: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_clean(result), indent=1, allow_nan=False)
+    path.write_text(text + "\n", encoding="utf-8")
+
+
+def load_result(path: Path) -> dict[str, Any]:
+    result = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(result, dict) or result.get("kind") not in METRICS:
+        raise ValueError(f"{path} is not a voxserve bench result (speech or transcribe)")
+    return result
+
+
+def command_line() -> list[str]:
+    return list(sys.argv)

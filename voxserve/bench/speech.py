@@ -1,0 +1,194 @@
+"""`bench speech`: streaming `POST /v1/audio/speech` load, timed chunk by chunk.
+
+Speaks HTTP only, so it measures any OpenAI-compatible server. Every request is sent with
+`response_format=pcm` and `stream_format=audio`; the arrival time and size of every body
+chunk are kept, and the metrics of DESIGN.md section 3 are computed from them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from voxserve.bench.levels import BenchError, measure_levels
+from voxserve.bench.load import LevelRun, run_level
+from voxserve.bench.metrics import continuity_ok_rate, max_underrun, summarize
+
+__all__ = ["SpeechRecord", "SpeechTarget", "bench_speech", "summarize_speech"]
+
+_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True)
+class SpeechTarget:
+    """Where and how to ask for speech."""
+
+    base_url: str
+    model: str = "tts-1"
+    voice: str = "alloy"
+    sample_rate: int | None = None
+    """Rate of the PCM when the response carries no `x-sample-rate` header."""
+    request_sample_rate: int | None = None
+    """Sent as `sample_rate` in the request body when set (a voxserve extension)."""
+    timeout_s: float = 600.0
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + "/v1/audio/speech"
+
+    def body(self, text: str) -> bytes:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "voice": self.voice,
+            "input": text,
+            "response_format": "pcm",
+            "stream_format": "audio",
+        }
+        if self.request_sample_rate is not None:
+            payload["sample_rate"] = self.request_sample_rate
+        return json.dumps(payload).encode()
+
+
+@dataclass
+class SpeechRecord:
+    """One request. Times are seconds; `*_at_s` are from the start of the level."""
+
+    index: int
+    chars: int
+    scheduled_at_s: float
+    sent_at_s: float
+    status: int = 0
+    """HTTP status; 0 when no response came (connection error, timeout)."""
+    error: str | None = None
+    retry_after: str | None = None
+    sample_rate: int | None = None
+    chunk_times_s: list[float] = field(default_factory=list)
+    """Arrival of each non-empty body chunk, from just before the request was sent."""
+    chunk_bytes: list[int] = field(default_factory=list)
+    ttfp_s: float | None = None
+    e2el_s: float | None = None
+    audio_s: float | None = None
+    rtf: float | None = None
+    max_underrun_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.error is None
+
+
+def _chunk_samples(chunk_bytes: list[int]) -> list[int]:
+    """Whole s16 samples per chunk; a sample split across two chunks counts in the second."""
+    out, total = [], 0
+    for size in chunk_bytes:
+        out.append((total + size) // 2 - total // 2)
+        total += size
+    return out
+
+
+def finish_record(record: SpeechRecord) -> SpeechRecord:
+    """Fill TTFP, audio length, RTF and max underrun from the chunk trace."""
+    if not record.ok:
+        return record
+    if not record.chunk_times_s or record.sample_rate is None:
+        record.error = record.error or "the response carried no audio"
+        return record
+    rate = record.sample_rate
+    samples = _chunk_samples(record.chunk_bytes)
+    record.ttfp_s = record.chunk_times_s[0]
+    record.audio_s = sum(samples) / rate
+    assert record.e2el_s is not None
+    record.rtf = record.e2el_s / record.audio_s if record.audio_s > 0 else None
+    record.max_underrun_s = max_underrun(record.chunk_times_s, samples, rate)
+    return record
+
+
+async def speak(session: aiohttp.ClientSession, target: SpeechTarget, text: str,
+                record: SpeechRecord) -> SpeechRecord:
+    body = target.body(text)
+    headers = {"content-type": "application/json"}
+    sent = time.perf_counter()
+    try:
+        async with session.post(target.url, data=body, headers=headers) as resp:
+            record.status = resp.status
+            if resp.status != 200:
+                record.retry_after = resp.headers.get("retry-after")
+                record.error = (await resp.text(errors="replace"))[:_ERROR_CHARS]
+                record.e2el_s = time.perf_counter() - sent
+                return record
+            header = resp.headers.get("x-sample-rate")
+            record.sample_rate = int(header) if header else target.sample_rate
+            if record.sample_rate is None:
+                record.error = "the response has no x-sample-rate header; pass --sample-rate"
+            async for data in resp.content.iter_any():
+                record.chunk_times_s.append(time.perf_counter() - sent)
+                record.chunk_bytes.append(len(data))
+        record.e2el_s = time.perf_counter() - sent
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        record.e2el_s = time.perf_counter() - sent
+        record.error = f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]
+    return finish_record(record)
+
+
+def summarize_speech(records: list[SpeechRecord], wall_s: float,
+                     threshold_s: float) -> dict[str, Any]:
+    """The level's figures: latency stats, throughput, continuity, failures by status."""
+    ok = [r for r in records if r.ok]
+    failed = [r for r in records if not r.ok]
+    by_status: dict[str, int] = {}
+    for r in failed:
+        by_status[str(r.status)] = by_status.get(str(r.status), 0) + 1
+    underruns = [r.max_underrun_s for r in ok if r.max_underrun_s is not None]
+    audio = sum(r.audio_s or 0.0 for r in ok)
+    return {
+        "requests": len(records),
+        "completed": len(ok),
+        "failed": len(failed),
+        "failures_by_status": by_status,
+        "wall_s": wall_s,
+        "request_throughput": len(ok) / wall_s if wall_s > 0 else 0.0,
+        "audio_s": audio,
+        "audio_throughput": audio / wall_s if wall_s > 0 else 0.0,
+        "ttfp_s": summarize([r.ttfp_s for r in ok if r.ttfp_s is not None]),
+        "e2el_s": summarize([r.e2el_s for r in ok if r.e2el_s is not None]),
+        "rtf": summarize([r.rtf for r in ok if r.rtf is not None]),
+        "underrun_s": summarize(underruns),
+        "continuity_ok_rate": continuity_ok_rate(underruns, threshold_s),
+        "sample_rates": sorted({r.sample_rate for r in ok if r.sample_rate}),
+    }
+
+
+async def bench_speech(target: SpeechTarget, prompts: list[str], levels: list[int],
+                       request_rate: float | None = None, warmup: int = 2,
+                       threshold_s: float = 0.1, probe_health: bool = True,
+                       health_interval_s: float = 0.05, progress: bool = True,
+                       seed: int = 0) -> dict[str, Any]:
+    """Warm up, then run every level: {"levels": [...], "health": {...}}."""
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)  # 0: no pool limit
+    timeout = aiohttp.ClientTimeout(total=target.timeout_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        for i in range(warmup):
+            text = prompts[i % len(prompts)]
+            rec = await speak(session, target, text, SpeechRecord(-1 - i, len(text), 0.0, 0.0))
+            if not rec.ok:
+                raise BenchError(f"warm-up request to {target.url} failed "
+                                 f"(status {rec.status}): {rec.error}")
+
+        async def level(concurrency: int) -> tuple[LevelRun[SpeechRecord], dict[str, Any]]:
+            start = time.perf_counter()
+
+            async def request(index: int, scheduled: float) -> SpeechRecord:
+                text = prompts[index]
+                record = SpeechRecord(index, len(text), scheduled - start,
+                                      time.perf_counter() - start)
+                return await speak(session, target, text, record)
+
+            run = await run_level(request, len(prompts), concurrency, request_rate, seed,
+                                  progress, desc=f"speech c={concurrency}")
+            return run, summarize_speech(run.results, run.wall_s, threshold_s)
+
+        return await measure_levels(levels, level, target.base_url, probe_health,
+                                    health_interval_s)
