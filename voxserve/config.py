@@ -69,6 +69,10 @@ class TTSConfig:
     """Chunks a stream may have decoded but not yet taken by its HTTP writer."""
     max_streams: int = 24
     """Streams decoded at once; more wait in the admission queue."""
+    admit_min_slack_s: float = 0.1
+    """A new stream is admitted only while every live stream has at least this much audio
+    ahead of its player (streams out of credit excepted); otherwise it waits in the
+    queue. This adapts the stream count to what the CPU sustains right now."""
     max_queue: int = 64
     """Streams that may wait for admission; past it, new requests get 429."""
     queue_timeout_s: float = 30.0

@@ -13,7 +13,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
@@ -28,7 +28,7 @@ from voxserve.errors import ClientClosed, NotFound, PayloadTooLarge, ServerError
 if TYPE_CHECKING:
     from voxserve.api.app import AppState
 
-__all__ = ["speech", "read_body"]
+__all__ = ["read_body", "speech"]
 
 log = logging.getLogger(__name__)
 
@@ -194,5 +194,5 @@ async def _sse_events(
     yield _sse({"type": "speech.audio.done", "usage": usage})
 
 
-def _sse(event: dict[str, object]) -> bytes:
+def _sse(event: Mapping[str, object]) -> bytes:
     return f"data: {json.dumps(event, separators=(',', ':'))}\n\n".encode()

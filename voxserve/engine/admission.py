@@ -1,11 +1,19 @@
 """Admission control on the event loop: at most `limit` active streams, a bounded FIFO of
-waiters behind them, and 429 past the queue or after the wait times out. Every wait is
-cancellable: a client that leaves while queued simply drops out of the line."""
+waiters behind them, and 429 past the queue or after the wait times out.
+
+An optional `gate` says whether the engine can take one more stream right now (no live
+stream is about to underrun). While it says no, newcomers wait even below `limit`; a
+timer re-asks it every `recheck_s` while anyone waits. With nothing active, the gate is
+not asked: one stream always runs. Every wait is cancellable: a client that leaves while
+queued simply drops out of the line.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
+from collections.abc import Callable
 
 from voxserve.errors import Overloaded
 
@@ -13,15 +21,26 @@ __all__ = ["Admission"]
 
 
 class Admission:
-    def __init__(self, limit: int, max_queue: int, timeout_s: float):
+    def __init__(
+        self,
+        limit: int,
+        max_queue: int,
+        timeout_s: float,
+        gate: Callable[[], bool] | None = None,
+        recheck_s: float = 0.05,
+    ):
         if limit < 1 or max_queue < 0:
             raise ValueError("limit must be >= 1 and max_queue >= 0")
         self.limit = limit
         self.max_queue = max_queue
         self.timeout_s = timeout_s
+        self.gate = gate
+        self.recheck_s = recheck_s
         self.active = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
         self.rejected = 0
+        self.gated = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._timer: asyncio.Task[None] | None = None
 
     @property
     def queued(self) -> int:
@@ -30,19 +49,30 @@ class Admission:
     def _retry_after(self) -> float:
         return max(1.0, round(1.0 + self.queued / max(1, self.limit)))
 
+    def _room(self) -> bool:
+        if self.active >= self.limit:
+            return False
+        if self.active == 0 or self.gate is None:
+            return True
+        if self.gate():
+            return True
+        self.gated += 1
+        return False
+
     async def acquire(self) -> None:
-        if self.active < self.limit and not self._waiters:
+        if not self._waiters and self._room():
             self.active += 1
             return
         if len(self._waiters) >= self.max_queue:
             self.rejected += 1
             raise Overloaded(
-                f"server is at capacity ({self.limit} streams, {self.max_queue} queued); "
+                f"server is at capacity ({self.active} streams, {self.queued} queued); "
                 "retry later",
                 retry_after=self._retry_after(),
             )
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        self._arm_timer()
         try:
             await asyncio.wait_for(asyncio.shield(waiter), self.timeout_s)
         except TimeoutError:
@@ -62,17 +92,31 @@ class Admission:
             raise
 
     def _drop(self, waiter: asyncio.Future[None]) -> None:
-        try:
+        with contextlib.suppress(ValueError):
             self._waiters.remove(waiter)
-        except ValueError:
-            pass
         waiter.cancel()
 
-    def release(self) -> None:
-        """Free a slot: hand it straight to the oldest waiter, if any."""
-        while self._waiters:
+    def _grant(self) -> None:
+        """Admit waiters, oldest first, while there is room."""
+        while self._waiters and self._room():
             waiter = self._waiters.popleft()
             if not waiter.done():
+                self.active += 1
                 waiter.set_result(None)
-                return  # the slot moves to the waiter; `active` is unchanged
+
+    def release(self) -> None:
         self.active -= 1
+        self._grant()
+
+    def _arm_timer(self) -> None:
+        if self.gate is not None and (self._timer is None or self._timer.done()):
+            self._timer = asyncio.get_running_loop().create_task(self._recheck())
+
+    async def _recheck(self) -> None:
+        while self._waiters:
+            await asyncio.sleep(self.recheck_s)
+            self._grant()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()

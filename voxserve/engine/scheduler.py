@@ -173,6 +173,23 @@ class Scheduler:
     def __len__(self) -> int:
         return len(self._streams)
 
+    def lagging(self, now: float, min_slack: float) -> int:
+        """Streams past start-up whose playback runs dry within `min_slack` seconds.
+
+        Streams out of credit are not counted: their client is the slow part, not us.
+        Admission holds new streams while this is non-zero, so an overloaded machine
+        queues newcomers instead of degrading every live stream at once.
+        """
+        count = 0
+        for stream in self._streams.values():
+            if stream.first_packet_at is None or stream.chunks < 2:
+                continue
+            if stream.untaken >= self.credits:
+                continue
+            if stream.dry_at() - now < min_slack:
+                count += 1
+        return count
+
     def ids(self) -> list[int]:
         return list(self._streams)
 

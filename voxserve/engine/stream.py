@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ChunkStream", "StreamItem", "StreamFailed"]
+__all__ = ["ChunkStream", "StreamFailed", "StreamItem"]
 
 
 class StreamFailed(RuntimeError):

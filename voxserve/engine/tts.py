@@ -33,7 +33,7 @@ from voxserve.runners.piper import (
 from voxserve.text.phonemize import Phonemizer
 from voxserve.text.split import normalize, segment
 
-__all__ = ["OPENAI_VOICES", "decode_chunk", "PreparedText", "StreamHandle", "TTSEngine", "Voice"]
+__all__ = ["OPENAI_VOICES", "PreparedText", "StreamHandle", "TTSEngine", "Voice", "decode_chunk"]
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +265,11 @@ class TTSEngine:
         if out is not None:
             out.handle.stream.close()
 
+    def keeping_up(self) -> bool:
+        """False while some live stream is about to run dry (the machine is saturated)."""
+        with self._cond:
+            return self._sched.lagging(self._clock(), self.config.admit_min_slack_s) == 0
+
     def stream_ids(self) -> list[int]:
         with self._cond:
             return self._sched.ids()
@@ -316,7 +321,7 @@ class TTSEngine:
                 self._run_acoustic(work)
             else:
                 self._run_vocoder(work)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any inference error fails only this stream
             self._fail(work.stream_id, exc)
 
     def _run_acoustic(self, work: AcousticWork) -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["normalize", "split_sentences", "split_clauses", "segment"]
+__all__ = ["normalize", "segment", "split_clauses", "split_sentences"]
 
 _SPACE = re.compile(r"\s+")
 # End of sentence: terminal punctuation, optional closing quotes/brackets, then space.
 _SENTENCE_END = re.compile(r"[.!?\u2026]+[\"'\u201d\u2019)\]]*(?=\s)|\n\s*\n")
 _ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof st jr sr vs etc e.g i.e no fig approx dept est inc ltd co mt".split()
+    ["mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "no", "fig", "approx", "dept", "est", "inc", "ltd", "co", "mt"]
 )
 # Clause boundary: comma, semicolon, colon or dash followed by space.
 _CLAUSE_END = re.compile(r"(?<=[,;:\u2014\u2013])\s+|\s+(?=[\u2014\u2013-]\s)")

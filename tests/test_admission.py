@@ -1,0 +1,73 @@
+"""Admission control on its own: limit, bounded queue, 429, the capacity gate, and
+cancellation of queued waiters."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from voxserve.engine.admission import Admission
+from voxserve.errors import Overloaded
+
+
+def test_limit_queue_and_429() -> None:
+    async def run() -> None:
+        adm = Admission(limit=1, max_queue=1, timeout_s=5)
+        await adm.acquire()
+        waiting = asyncio.create_task(adm.acquire())
+        await asyncio.sleep(0)
+        assert adm.queued == 1
+        with pytest.raises(Overloaded) as info:
+            await adm.acquire()
+        assert info.value.status == 429 and info.value.retry_after >= 1
+        adm.release()
+        await asyncio.wait_for(waiting, 1)
+        assert adm.active == 1 and adm.queued == 0
+        adm.release()
+        assert adm.active == 0
+
+    asyncio.run(run())
+
+
+def test_queue_timeout_is_a_429() -> None:
+    async def run() -> None:
+        adm = Admission(limit=1, max_queue=4, timeout_s=0.05)
+        await adm.acquire()
+        with pytest.raises(Overloaded):
+            await adm.acquire()
+        assert adm.queued == 0 and adm.rejected == 1
+
+    asyncio.run(run())
+
+
+def test_cancelled_waiter_leaves_the_line() -> None:
+    async def run() -> None:
+        adm = Admission(limit=1, max_queue=4, timeout_s=5)
+        await adm.acquire()
+        waiting = asyncio.create_task(adm.acquire())
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert adm.queued == 0
+        adm.release()
+        assert adm.active == 0
+
+    asyncio.run(run())
+
+
+def test_gate_holds_newcomers_until_the_engine_keeps_up() -> None:
+    async def run() -> None:
+        keeping_up = False
+        adm = Admission(limit=10, max_queue=4, timeout_s=5, gate=lambda: keeping_up, recheck_s=0.01)
+        await adm.acquire()  # nothing active: the gate is not asked
+        second = asyncio.create_task(adm.acquire())
+        await asyncio.sleep(0.05)
+        assert not second.done() and adm.queued == 1 and adm.gated > 0
+        keeping_up = True
+        await asyncio.wait_for(second, 1)  # the timer re-asked the gate
+        assert adm.active == 2
+        adm.close()
+
+    asyncio.run(run())
