@@ -148,7 +148,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         language=args.language,
         prompt=args.prompt,
         temperature=args.temperature,
-        word_timestamps=args.word_timestamps,
+        timings=args.response_format in ("srt", "vtt", "verbose_json"),
     )
     data = Path(args.file).read_bytes()
 

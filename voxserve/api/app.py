@@ -27,8 +27,11 @@ from starlette.routing import Route
 from voxserve.api.metrics import Metrics, RequestCounter
 from voxserve.api.schemas import SPEECH_MODELS
 from voxserve.api.speech import speech
+from voxserve.api.transcriptions import ASR_MODELS, transcriptions, translations
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
+from voxserve.engine.pool import BoundedPool
+from voxserve.engine.asr import ASREngine
 from voxserve.engine.tts import OPENAI_VOICES, TTSEngine
 from voxserve.errors import ClientError, Overloaded, VoxError
 
@@ -43,9 +46,13 @@ class AppState:
     engine: TTSEngine
     admission: Admission
     metrics: Metrics
-    text_pool: ThreadPoolExecutor
-    audio_pool: ThreadPoolExecutor
+    text_pool: BoundedPool
+    audio_pool: BoundedPool
     started_at: float = field(default_factory=time.time)
+    asr: ASREngine | None = None
+    """The speech-to-text engine; None when started with ASR off."""
+    asr_pool: ThreadPoolExecutor | None = None
+    """Threads that decode, cut and featurize uploads for the ASR engine."""
 
     def new_request_id(self) -> str:
         return f"req_{uuid.uuid4().hex[:20]}"
@@ -94,17 +101,19 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 async def health(request: Request) -> Response:
     state: AppState = request.app.state.vox
-    if state.engine.healthy:
+    asr_ok = state.asr is None or state.asr.healthy
+    if state.engine.healthy and asr_ok:
         return JSONResponse({"status": "ok"})
-    return JSONResponse(
-        {"status": "unhealthy", "dead_workers": list(state.engine.dead_workers)}, status_code=503
-    )
+    dead = list(state.engine.dead_workers) + (list(state.asr.dead_workers) if state.asr else [])
+    return JSONResponse({"status": "unhealthy", "dead_workers": dead}, status_code=503)
 
 
 async def models(request: Request) -> Response:
     state: AppState = request.app.state.vox
     created = int(state.started_at)
     ids = [*SPEECH_MODELS, state.engine.model.name]
+    if state.asr is not None:
+        ids += [*ASR_MODELS, state.asr.name]
     data = [{"id": i, "object": "model", "created": created, "owned_by": "voxserve"} for i in ids]
     return JSONResponse({"object": "list", "data": data})
 
@@ -128,6 +137,7 @@ def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlet
     """Build the app. The engine loads now (seconds); its threads start with the server."""
     tts = config.tts
     engine = engine or TTSEngine(tts)
+    asr = ASREngine(config.asr) if config.asr.enabled else None
     holder: dict[str, AppState] = {}
 
     @contextlib.asynccontextmanager
@@ -135,24 +145,37 @@ def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlet
         state = AppState(
             config=config,
             engine=engine,
-            admission=Admission(tts.max_streams, tts.max_queue, tts.queue_timeout_s),
+            admission=Admission(
+                tts.max_streams, tts.max_queue, tts.queue_timeout_s, gate=engine.keeping_up
+            ),
             metrics=Metrics(lambda: holder["state"].engine_snapshot()),
-            text_pool=ThreadPoolExecutor(tts.text_workers, thread_name_prefix="text"),
-            audio_pool=ThreadPoolExecutor(tts.audio_workers, thread_name_prefix="audio"),
+            text_pool=BoundedPool(tts.text_workers, tts.max_streams + tts.max_queue, "text"),
+            audio_pool=BoundedPool(tts.audio_workers, 4 * (tts.max_streams + tts.max_queue), "audio"),
         )
         holder["state"] = state
         app.state.vox = state
         engine.start()
-        await asyncio.get_running_loop().run_in_executor(None, engine.warmup)
+        warmups = [asyncio.get_running_loop().run_in_executor(None, engine.warmup)]
+        if asr is not None:
+            state.asr = asr
+            state.asr_pool = ThreadPoolExecutor(config.asr.audio_workers, thread_name_prefix="asr-audio")
+            state.metrics.attach_asr(asr.snapshot)
+            asr.start()
+            warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
+        await asyncio.gather(*warmups)
         lag = asyncio.create_task(state.metrics.watch_loop_lag())
         log.info("voxserve ready: voice %s, %d workers", engine.model.name, tts.workers)
         try:
             yield
         finally:
             lag.cancel()
+            state.admission.close()
             engine.stop()
-            state.text_pool.shutdown(wait=False, cancel_futures=True)
-            state.audio_pool.shutdown(wait=False, cancel_futures=True)
+            state.text_pool.shutdown()
+            state.audio_pool.shutdown()
+            if asr is not None and state.asr_pool is not None:
+                asr.stop()
+                state.asr_pool.shutdown(wait=False, cancel_futures=True)
 
     routes = [
         Route("/health", health, methods=["GET"]),
@@ -160,6 +183,8 @@ def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlet
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/audio/voices", voices, methods=["GET"]),
         Route("/v1/audio/speech", speech, methods=["POST"]),
+        Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
+        Route("/v1/audio/translations", translations, methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,

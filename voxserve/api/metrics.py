@@ -14,7 +14,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 __all__ = ["Metrics", "RequestCounter"]
@@ -22,6 +27,9 @@ __all__ = ["Metrics", "RequestCounter"]
 _LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10)
 _RTF_BUCKETS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
 _LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+_RTFX_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 50, 75, 100, 200)
+_ASR_LATENCY_BUCKETS = (0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60, 120)
+_BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 
 
 class _EngineCollector(Collector):
@@ -43,6 +51,47 @@ class _EngineCollector(Collector):
             busy.add_metric([str(worker)], seconds)
         yield busy
         yield GaugeMetricFamily("voxserve_healthy", "1 while every worker is alive", 1 if s["healthy"] else 0)
+
+
+class _ASRCollector(Collector):
+    """Reads the ASR engine's counters at scrape time; batch sizes become a histogram."""
+
+    def __init__(self, read: Callable[[], dict[str, Any]]):
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._read()
+        yield GaugeMetricFamily("voxserve_asr_active_requests", "Requests being transcribed", s["requests"])
+        yield GaugeMetricFamily("voxserve_asr_queue_depth", "Pieces waiting for a batch", s["queued"])
+        yield GaugeMetricFamily("voxserve_asr_segments_in_flight", "Pieces being decoded", s["in_flight"])
+        yield CounterMetricFamily("voxserve_asr_batches", "Decoder batches run", s["batches"])
+        yield CounterMetricFamily("voxserve_asr_segments_decoded", "30 s pieces decoded", s["pieces"])
+        yield CounterMetricFamily(
+            "voxserve_asr_fallbacks", "Pieces decoded again at a higher temperature", s["fallbacks"]
+        )
+        yield CounterMetricFamily("voxserve_asr_inference_failures", "Failed decoder calls", s["failures"])
+        yield CounterMetricFamily(
+            "voxserve_asr_decoded_audio_seconds", "Audio seconds decoded by the engine", s["audio_seconds"]
+        )
+        sizes: dict[int, int] = s["batch_sizes"]
+        buckets: list[tuple[str, float]] = []
+        for bound in _BATCH_BUCKETS:
+            buckets.append((str(bound), sum(n for size, n in sizes.items() if size <= bound)))
+        total = sum(sizes.values())
+        buckets.append(("+Inf", total))
+        yield HistogramMetricFamily(
+            "voxserve_asr_batch_size",
+            "Pieces per decoder batch",
+            buckets=buckets,
+            sum_value=sum(size * n for size, n in sizes.items()),
+        )
+        busy = CounterMetricFamily(
+            "voxserve_asr_worker_busy_seconds", "Time each ASR worker spent decoding", labels=["worker"]
+        )
+        for worker, seconds in sorted(s["busy"].items()):
+            busy.add_metric([str(worker)], seconds)
+        yield busy
+        yield GaugeMetricFamily("voxserve_asr_healthy", "1 while every ASR worker is alive", 1 if s["healthy"] else 0)
 
 
 class Metrics:
@@ -70,6 +119,23 @@ class Metrics:
             "voxserve_event_loop_lag_seconds", "Event loop scheduling delay", buckets=_LAG_BUCKETS, registry=r
         )
         r.register(_EngineCollector(read_engine))
+        self.asr_requests = Counter(
+            "voxserve_asr_requests", "Transcriptions and translations answered", ["task", "format"], registry=r
+        )
+        self.asr_audio_seconds = Counter(
+            "voxserve_asr_audio_seconds", "Input audio seconds transcribed", registry=r
+        )
+        self.asr_rtfx = Histogram(
+            "voxserve_asr_rtfx", "Audio seconds / request wall time", buckets=_RTFX_BUCKETS, registry=r
+        )
+        self.asr_latency = Histogram(
+            "voxserve_asr_latency_seconds", "Time from request to full transcript",
+            buckets=_ASR_LATENCY_BUCKETS, registry=r,
+        )
+
+    def attach_asr(self, read_asr: Callable[[], dict[str, Any]]) -> None:
+        """Export the ASR engine's counters (only when the server runs one)."""
+        self.registry.register(_ASRCollector(read_asr))
 
     async def watch_loop_lag(self, interval: float = 0.25) -> None:
         """Measure how late the loop wakes a sleeping task; runs until cancelled."""

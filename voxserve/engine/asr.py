@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -51,6 +51,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+SILENCE_PEAK = 10 ** (-60 / 20)
+"""A piece whose loudest sample stays under -60 dBFS is not decoded: Whisper would only
+hallucinate on it ("you", "Thank you.")."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,9 @@ class TranscribeOptions:
     temperature: float = 0.0
     """0 decodes greedily/beam first and raises the temperature when a piece fails the
     checks (as OpenAI documents); a value > 0 samples at exactly that temperature."""
-    word_timestamps: bool = False
+    timings: bool = False
+    """Align words to the audio: sentence-sized segments with real times, and word
+    timestamps. Without it a piece is one segment spanning its audio."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,7 @@ class _Job:
     ladder: list[DecodeOptions]
     task: str
     language: str | None
+    timings: bool
     left: int
 
 
@@ -137,7 +143,9 @@ class ASREngine:
         self.mel = LogMel(self.runner.n_mels)
         self._clock = clock
         self._cond = threading.Condition()
-        self._batcher: Batcher[_Piece] = Batcher(config.max_batch, config.batch_wait_ms / 1000)
+        self._batcher: Batcher[_Piece] = Batcher(
+            config.max_batch, config.batch_wait_ms / 1000, workers=config.workers
+        )
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
         self._threads: list[threading.Thread] = []
@@ -168,8 +176,8 @@ class ASREngine:
         """Decode one second of silence so that first-call costs are not a client's."""
         started = time.perf_counter()
         features, frames = self.mel(np.zeros(SAMPLE_RATE, dtype=np.float32))
-        opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0, False)
-        self.runner.run([DecodeInput(features, frames)], opts)
+        opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0)
+        self.runner.run([DecodeInput(features, frames, align=True)], opts)
         log.info("ASR warm-up took %.0f ms", (time.perf_counter() - started) * 1e3)
 
     @property
@@ -228,10 +236,13 @@ class ASREngine:
         audio = decode_audio(data, self.config.max_audio_seconds)
         return PreparedAudio(audio, plan_spans(audio, SAMPLE_RATE))
 
-    def features(self, prepared: PreparedAudio, index: int) -> DecodeInput:
-        """Log-mel of one piece. CPU work: run it in the audio pool."""
+    def features(self, prepared: PreparedAudio, index: int) -> DecodeInput | None:
+        """Log-mel of one piece, or None when it is silent. CPU work: run it in the audio pool."""
         span = prepared.spans[index]
-        features, frames = self.mel(prepared.audio[span.start : span.end])
+        samples = prepared.audio[span.start : span.end]
+        if not len(samples) or float(np.max(np.abs(samples))) < SILENCE_PEAK:
+            return None
+        features, frames = self.mel(samples)
         return DecodeInput(features, frames)
 
     def open(
@@ -248,10 +259,7 @@ class ASREngine:
         else:
             temperatures = FALLBACK_TEMPERATURES
         ladder = [
-            self.runner.options(
-                options.task, options.language, options.prompt, self.config.beam_size, t,
-                options.word_timestamps,
-            )
+            self.runner.options(options.task, options.language, options.prompt, self.config.beam_size, t)
             for t in temperatures
         ]
         job_id = next(self._ids)
@@ -260,19 +268,27 @@ class ASREngine:
         with self._cond:
             if self._stopping:
                 raise ServerError("server is shutting down")
-            self._jobs[job_id] = _Job(handle, ladder, options.task, options.language, pieces)
+            self._jobs[job_id] = _Job(handle, ladder, options.task, options.language, options.timings, pieces)
         return handle
 
-    def submit(self, handle: ASRHandle, prepared: PreparedAudio, index: int, decode_input: DecodeInput) -> bool:
-        """Queue one piece whose features are ready; False if the request is gone."""
+    def submit(
+        self, handle: ASRHandle, prepared: PreparedAudio, index: int, decode_input: DecodeInput | None
+    ) -> bool:
+        """Queue one piece whose features are ready (None: silent, no text); False if the
+        request is gone."""
         span = prepared.spans[index]
-        piece = _Piece(handle.id, index, span.start / SAMPLE_RATE, len(span) / SAMPLE_RATE, decode_input)
+        offset, duration = span.start / SAMPLE_RATE, len(span) / SAMPLE_RATE
         with self._cond:
             job = self._jobs.get(handle.id)
             if job is None:
                 return False
-            self._batcher.add(Pending(handle.id, index, job.ladder[0], piece), self._clock())
-            self._cond.notify()
+            if decode_input is not None:
+                decode_input = replace(decode_input, align=job.timings)
+                piece = _Piece(handle.id, index, offset, duration, decode_input)
+                self._batcher.add(Pending(handle.id, index, job.ladder[0], piece), self._clock())
+                self._cond.notify()
+                return True
+        self._complete(job, WindowResult(index, offset, offset + duration, [], None), duration)
         return True
 
     def abort(self, handle: ASRHandle) -> None:
@@ -348,15 +364,18 @@ class ASREngine:
         result = WindowResult(
             piece.index, piece.offset, piece.offset + piece.duration, segments, out.language
         )
+        self._complete(job, result, piece.duration)
+
+    def _complete(self, job: _Job, result: WindowResult, duration: float) -> None:
         with self._cond:
-            if self._jobs.get(piece.job) is not job:
+            if self._jobs.get(job.handle.id) is not job:
                 return
             self.stats.pieces += 1
-            self.stats.audio_seconds += piece.duration
+            self.stats.audio_seconds += duration
             job.left -= 1
             if job.left == 0:
-                del self._jobs[piece.job]
-        job.handle.results.put(piece.index, result)
+                del self._jobs[job.handle.id]
+        job.handle.results.put(result.index, result)
 
     def _fail(self, job_ids: set[int], exc: Exception) -> None:
         with self._cond:

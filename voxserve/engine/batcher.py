@@ -10,12 +10,17 @@ in one place:
 - among due groups, the one holding the most urgent segment goes first. Urgency is the
   segment's index within its request, then arrival: a short request's first segment
   overtakes segment 40 of a three-hour file, so one long upload cannot starve the rest;
-- inside a group the same order picks which segments fill the batch.
+- inside a group the same order picks which segments fill the batch;
+- a batch takes at most its group's share per worker (ceil(len / workers)), so five
+  waiting pieces become batches of three and two on two workers instead of one batch
+  of five while the other worker idles. On CPU a batch costs about the sum of its items,
+  so spreading beats stacking; on a GPU, set `workers` to 1 and batches fill up.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -43,11 +48,12 @@ class Pending(Generic[P]):
 
 
 class Batcher(Generic[P]):
-    def __init__(self, max_batch: int, wait_s: float):
-        if max_batch < 1:
-            raise ValueError("max_batch must be at least 1")
+    def __init__(self, max_batch: int, wait_s: float, workers: int = 1):
+        if max_batch < 1 or workers < 1:
+            raise ValueError("max_batch and workers must be at least 1")
         self.max_batch = max_batch
         self.wait_s = wait_s
+        self.workers = workers
         self._groups: dict[Hashable, list[Pending[P]]] = {}
         self._seq = itertools.count()
 
@@ -86,7 +92,8 @@ class Batcher(Generic[P]):
             return None
         _, key = min(due, key=lambda d: d[0])
         group = sorted(self._groups[key], key=lambda p: p.rank)
-        batch, rest = group[: self.max_batch], group[self.max_batch :]
+        size = min(self.max_batch, math.ceil(len(group) / self.workers))
+        batch, rest = group[:size], group[size:]
         if rest:
             self._groups[key] = rest
         else:

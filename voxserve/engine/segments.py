@@ -1,9 +1,10 @@
 """Turn one decoded window (a cut piece of at most 30 s) into timed segments and words.
 
-Pure: tokens, alignment and a tokenizer in; dataclasses out. Times are made absolute by
-adding the piece's true start, and clamped to the piece, so segments stay monotonic across
-cuts. Unlike faster-whisper's batched path, text after the last timestamp is kept (it ends
-at the end of the piece) rather than dropped.
+Pieces are decoded as text only (see `DecodeOptions.without_timestamps`). When timings are
+asked for, the alignment heads give each word its time, and the words are grouped into
+sentence-sized segments; otherwise a piece is one segment spanning it. Times are made
+absolute by adding the piece's true start and are clamped to the piece, so segments stay
+monotonic across cuts. Pure: tokens, alignment and a tokenizer in; dataclasses out.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from typing import Protocol
 
 import numpy as np
 
-from voxserve.runners.whisper import TIME_PRECISION, Alignment, DecodeOutput
+from voxserve.runners.whisper import Alignment, DecodeOutput
 
 __all__ = [
     "TimedSegment",
     "Word",
     "compression_ratio",
     "is_silence",
+    "group_sentences",
     "needs_fallback",
-    "split_pieces",
     "window_segments",
 ]
 
@@ -32,6 +33,11 @@ NO_SPEECH_THRESHOLD = 0.6
 PREPEND_PUNCTUATION = "\"'“¿([{-"
 APPEND_PUNCTUATION = "\"'.。,，!！?？:：”)]}、"
 SENTENCE_END = ".。!！?？"
+CLAUSE_END = ",，;；:："
+SOFT_SPLIT_S = 8.0
+"""A segment this long ends at the next clause mark."""
+HARD_SPLIT_S = 15.0
+"""A segment this long ends at the next word."""
 TOKENS_PER_SECOND = 50  # one encoder frame per 20 ms
 
 
@@ -82,38 +88,6 @@ def needs_fallback(out: DecodeOutput, text: str) -> bool:
     if is_silence(out):
         return False
     return compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD or out.avg_logprob < LOGPROB_THRESHOLD
-
-
-def split_pieces(
-    tokens: list[int], timestamp_begin: int, duration: float
-) -> list[tuple[float, float, list[int]]]:
-    """(start, end, text tokens) per timestamped piece, relative to the window.
-
-    A timestamp after text closes a piece; one before text opens it. Text without an
-    opening timestamp starts where the previous piece ended; text without a closing one
-    ends at `duration`.
-    """
-    pieces: list[tuple[float, float, list[int]]] = []
-    text: list[int] = []
-    opened: float | None = None
-    last_end = 0.0
-    for token in tokens:
-        if token < timestamp_begin:
-            text.append(token)
-            continue
-        time = min(duration, (token - timestamp_begin) * TIME_PRECISION)
-        if text:
-            start = last_end if opened is None else opened
-            pieces.append((start, max(start, time), text))
-            last_end = max(start, time)
-            text = []
-            opened = None
-        else:
-            opened = time
-    if text:
-        start = last_end if opened is None else opened
-        pieces.append((start, max(start, duration), text))
-    return pieces
 
 
 @dataclass
@@ -191,6 +165,44 @@ def _merge_punctuation(timings: list[_Timing]) -> None:
         j += 1
 
 
+def group_sentences(words: list[Word]) -> list[list[Word]]:
+    """Subtitle-sized groups: end at a sentence mark, at a clause mark after
+    `SOFT_SPLIT_S`, or anywhere after `HARD_SPLIT_S`."""
+    groups: list[list[Word]] = []
+    current: list[Word] = []
+    for word in words:
+        current.append(word)
+        text = word.word.strip()
+        length = word.end - current[0].start
+        if (
+            text[-1:] in tuple(SENTENCE_END)
+            or (length >= SOFT_SPLIT_S and text[-1:] in tuple(CLAUSE_END))
+            or length >= HARD_SPLIT_S
+        ):
+            groups.append(current)
+            current = []
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _words(timings: list[_Timing], offset: float, duration: float) -> list[tuple[Word, list[int]]]:
+    """Absolute, clamped, monotonic words with the tokens each one carries."""
+    out: list[tuple[Word, list[int]]] = []
+    floor = 0.0
+    for t in timings:
+        if not t.word.strip():
+            if t.tokens and out:  # keep every token with some word
+                out[-1][1].extend(t.tokens)
+            continue
+        start = min(max(t.start, floor), duration)
+        end = min(max(t.end, start), duration)
+        floor = start
+        word = Word(t.word, round(offset + start, 3), round(offset + end, 3), t.probability)
+        out.append((word, list(t.tokens)))
+    return out
+
+
 def window_segments(
     out: DecodeOutput,
     tok: WhisperTokenizer,
@@ -201,44 +213,35 @@ def window_segments(
     """Absolute-timed segments of one window; none when the window is silence."""
     if is_silence(out):
         return []
-    pieces = split_pieces(out.tokens, tok.timestamp_begin, duration)
-    timings = None
+    text_tokens = [t for t in out.tokens if t < tok.eot]
+    text = tok.decode(text_tokens)
+    if not text.strip():
+        return []
+
+    def segment(start: float, end: float, text: str, tokens: list[int], words: tuple[Word, ...] | None) -> TimedSegment:
+        return TimedSegment(
+            start=round(start, 3),
+            end=round(end, 3),
+            text=text,
+            tokens=tuple(tokens),
+            avg_logprob=out.avg_logprob,
+            compression_ratio=compression_ratio(text),
+            no_speech_prob=out.no_speech_prob,
+            temperature=temperature,
+            seek=int(round(offset * 100)),
+            words=words,
+        )
+
+    words = []
     if out.alignment is not None:
-        text_tokens = [t for t in out.tokens if t < tok.eot]
-        timings = _word_timings(tok, text_tokens, out.alignment) if text_tokens else []
-    seek = int(round(offset * 100))
-    segments: list[TimedSegment] = []
-    w = 0
-    for start, end, text_tokens in pieces:
-        text = tok.decode(text_tokens)
-        if not text.strip():
-            continue
-        words: tuple[Word, ...] | None = None
-        if timings is not None:
-            mine = []
-            taken = 0
-            while w < len(timings) and taken < len(text_tokens):
-                t = timings[w]
-                taken += len(t.tokens)
-                w += 1
-                if t.word.strip():
-                    ws, we = min(max(t.start, 0.0), duration), min(max(t.end, 0.0), duration)
-                    mine.append(
-                        Word(t.word, round(offset + ws, 3), round(offset + max(ws, we), 3), t.probability)
-                    )
-            words = tuple(mine)
+        words = _words(_word_timings(tok, text_tokens, out.alignment), offset, duration)
+    if not words:
+        return [segment(offset, offset + duration, text, text_tokens, None)]
+    by_word = {id(w): tokens for w, tokens in words}
+    segments = []
+    for group in group_sentences([w for w, _ in words]):
+        tokens = [t for w in group for t in by_word[id(w)]]
         segments.append(
-            TimedSegment(
-                start=round(offset + start, 3),
-                end=round(offset + end, 3),
-                text=text,
-                tokens=tuple(text_tokens),
-                avg_logprob=out.avg_logprob,
-                compression_ratio=compression_ratio(text),
-                no_speech_prob=out.no_speech_prob,
-                temperature=temperature,
-                seek=seek,
-                words=words,
-            )
+            segment(group[0].start, group[-1].end, "".join(w.word for w in group), tokens, tuple(group))
         )
     return segments

@@ -1,0 +1,176 @@
+"""Long audio through the real server: cuts at quiet points, exact timestamps across
+cuts, WER, disconnects that drop queued pieces, and /health under ASR load."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import statistics
+import threading
+import time
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.asr_support import LONG, RATE, normalize, wav_bytes, wer, with_gaps
+from voxserve.audio.cut import plan_spans
+from voxserve.audio.decode import decode_audio
+
+pytestmark = pytest.mark.timeout(180)
+
+URL = "/v1/audio/transcriptions"
+
+
+def _synthesize(base_url: str, texts: list[str]) -> list[np.ndarray]:
+    async def run() -> list[bytes]:
+        async with httpx.AsyncClient(base_url=base_url, timeout=120) as c:
+            async def one(text: str) -> bytes:
+                r = await c.post(
+                    "/v1/audio/speech",
+                    json={"model": "tts-1", "input": text, "voice": "alloy", "response_format": "pcm",
+                          "sample_rate": RATE},
+                )
+                assert r.status_code == 200, r.text
+                return r.content
+
+            return list(await asyncio.gather(*(one(t) for t in texts)))
+
+    return [np.frombuffer(b, dtype=np.int16) for b in asyncio.run(run())]
+
+
+SENTENCES = LONG + LONG[:8]
+"""Twenty TTS sentences, then the first eight again: about three minutes."""
+
+
+@pytest.fixture(scope="module")
+def long_clip(base_url: str) -> dict[str, Any]:
+    """The sentences with one second of silence between them, as a 24 kHz WAV."""
+    spoken = _synthesize(base_url, LONG)
+    samples, onsets = with_gaps(spoken + spoken[:8], gap_s=1.0)
+    return {"wav": wav_bytes(samples), "onsets": onsets, "seconds": len(samples) / RATE}
+
+
+def test_long_audio_cuts_quietly_and_keeps_exact_timestamps(client: httpx.Client, long_clip: dict[str, Any]) -> None:
+    assert 170 < long_clip["seconds"] < 200
+    r = client.post(
+        URL,
+        files={"file": ("long.wav", long_clip["wav"])},
+        data={"model": "whisper-1", "response_format": "verbose_json",
+              "timestamp_granularities[]": ["word", "segment"]},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["duration"] == pytest.approx(long_clip["seconds"], abs=0.01)
+    assert wer(" ".join(SENTENCES), body["text"]) < 0.10, body["text"]
+
+    # The pieces the server decoded are exactly the planned cuts, and each cut is quiet.
+    audio = decode_audio(long_clip["wav"], max_seconds=3600)
+    spans = plan_spans(audio, 16000)
+    assert len(spans) >= 6
+    assert sorted({s["seek"] for s in body["segments"]}) == [round(sp.start / 160) for sp in spans]
+    frame = 1600
+    rms = np.sqrt(np.mean(audio[: len(audio) // frame * frame].reshape(-1, frame) ** 2, axis=1))
+    speech_level = float(np.median(rms[rms > 1e-3]))
+    levels = []
+    for span in spans[1:]:
+        window = audio[span.start - frame // 2 : span.start + frame // 2]
+        levels.append(float(np.sqrt(np.mean(window**2))) / speech_level)
+    print("cuts at", [round(sp.start / 16000, 2) for sp in spans[1:]], "relative level", np.round(levels, 3))
+    # Most cuts fall in a pause (-20 dB); where no pause was near the limit, the cut is
+    # still in the quietest stretch, well under the speech level.
+    assert sum(level < 0.1 for level in levels) >= len(levels) / 2
+    assert max(levels) < 0.5
+
+    # Timestamps are monotonic across cuts...
+    segments = body["segments"]
+    for a, b in zip(segments, segments[1:]):
+        assert a["start"] <= a["end"] <= b["start"] + 0.01
+    words = body["words"]
+    assert all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
+    # ...and exact: each sentence's first word is found within 1 s of where it was placed.
+    def stem(word: str) -> str:
+        return normalize(word).replace("'", "")[:5]
+
+    at = 0
+    for text, onset in zip(SENTENCES, long_clip["onsets"], strict=True):
+        first = stem(text.split()[0])
+        while at < len(words) and stem(words[at]["word"]) != first:
+            at += 1
+        assert at < len(words), f"sentence starting {first!r} not found"
+        assert abs(words[at]["start"] - onset) < 1.0, (first, words[at]["start"], onset)
+        at += 1
+
+
+def test_disconnect_drops_queued_pieces(base_url: str, server: Any, long_clip: dict[str, Any]) -> None:
+    engine = server.state.asr
+    before = engine.snapshot()
+    boundary = b"vox"
+    body = (
+        b"--vox\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n"
+        b"--vox\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
+        + long_clip["wav"] + b"\r\n--vox--\r\n"
+    )
+    host, port = base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(
+            b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: multipart/form-data; boundary=" + boundary + b"\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
+        deadline = time.monotonic() + 30
+        while engine.snapshot()["requests"] == before["requests"]:
+            assert time.monotonic() < deadline, "the request never reached the engine"
+            time.sleep(0.01)
+    deadline = time.monotonic() + 10
+    while True:
+        snap = engine.snapshot()
+        if snap["requests"] == 0 and snap["queued"] == 0:
+            break
+        assert time.monotonic() < deadline, snap
+        time.sleep(0.01)
+    pieces = len(plan_spans(np.zeros(int(long_clip["seconds"] * 16000)), 16000))
+    assert snap["pieces"] - before["pieces"] < pieces, "every piece was decoded anyway"
+
+
+def test_health_stays_fast_while_long_files_transcribe(base_url: str, long_clip: dict[str, Any]) -> None:
+    # Eight requests of about 45 s each: 16 pieces for the engine.
+    pcm = np.frombuffer(long_clip["wav"][44:], dtype=np.int16)
+    cut = int(long_clip["onsets"][5] * RATE)
+    wav = wav_bytes(pcm[:cut])
+    reference = " ".join(LONG[:5])
+    probes: list[float] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        with httpx.Client(base_url=base_url, timeout=10) as c:
+            while not stop.is_set():
+                started = time.perf_counter()
+                assert c.get("/health").status_code == 200
+                probes.append(time.perf_counter() - started)
+                stop.wait(0.05)
+
+    async def load() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=base_url, timeout=170) as c:
+            posts = [c.post(URL, files={"file": ("a.wav", wav)}, data={"model": "whisper-1"}) for _ in range(8)]
+            return list(await asyncio.gather(*posts))
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        responses = asyncio.run(load())
+    finally:
+        stop.set()
+        prober.join()
+    for r in responses:
+        assert r.status_code == 200, r.text
+        assert wer(reference, r.json()["text"]) < 0.10
+    probes.sort()
+    p99 = probes[min(len(probes) - 1, int(len(probes) * 0.99))]
+    print(f"/health during ASR load: {len(probes)} probes, p50 {statistics.median(probes) * 1e3:.1f} ms, "
+          f"p99 {p99 * 1e3:.1f} ms, max {probes[-1] * 1e3:.1f} ms")
+    assert len(probes) > 20
+    assert p99 < 0.1
+

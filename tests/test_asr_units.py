@@ -1,0 +1,293 @@
+"""Pure pieces of the ASR path: cutting, batching policy, token splitting, rendering,
+decoding edge cases and the in-order result stream. No model needed except where noted."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import threading
+import wave
+
+import numpy as np
+import pytest
+
+from voxserve.api.formats import as_json, as_srt, as_text, as_verbose_json, as_vtt, timestamp
+from voxserve.audio.cut import Span, plan_spans, quietest_point
+from voxserve.audio.decode import decode_audio
+from voxserve.audio.mel import N_FRAMES, LogMel
+from voxserve.engine.batcher import Batcher, Pending
+from voxserve.engine.results import ResultStream
+from voxserve.engine.segments import TimedSegment, Word, compression_ratio, group_sentences
+from voxserve.engine.transcribe import Transcript
+from voxserve.errors import InvalidRequest
+
+RATE = 16000
+
+pytestmark = pytest.mark.timeout(30)
+
+
+# -- cutting ---------------------------------------------------------------------------
+def _tone(seconds: float, amp: float = 0.3) -> np.ndarray:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (amp * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+def test_short_audio_is_one_span() -> None:
+    assert plan_spans(_tone(12.0), RATE) == [Span(0, 12 * RATE)]
+    assert plan_spans(np.zeros(0, np.float32), RATE) == [Span(0, 0)]
+
+
+def test_cut_lands_in_the_quiet_gap_before_each_limit() -> None:
+    # A tone with 200 ms gaps at 29.3 s and 58.9 s (the second limit is ~29.45 + 30 s).
+    audio = _tone(75.0)
+    for gap in (29.3, 58.9):
+        audio[int(gap * RATE) : int((gap + 0.2) * RATE)] = 0.0
+    spans = plan_spans(audio, RATE)
+    assert [s.start for s in spans][0] == 0 and spans[-1].end == len(audio)
+    assert all(a.end == b.start for a, b in zip(spans, spans[1:]))
+    assert all(len(s) <= 30 * RATE for s in spans)
+    cuts = [s.end / RATE for s in spans[:-1]]
+    assert 29.3 <= cuts[0] <= 29.5
+    assert 58.9 <= cuts[1] <= 59.1
+
+
+def test_cut_without_a_gap_still_respects_the_limit() -> None:
+    audio = _tone(65.0)
+    spans = plan_spans(audio, RATE)
+    assert len(spans) == 3
+    assert all(len(s) <= 30 * RATE for s in spans)
+
+
+def test_without_a_pause_in_the_last_second_the_latest_pause_before_it_wins() -> None:
+    audio = _tone(65.0)
+    audio[int(26.0 * RATE) : int(26.3 * RATE)] = 0.0  # 3.7 s before the limit
+    audio[int(27.0 * RATE) : int(29.5 * RATE)] *= 0.5  # quieter, but no pause
+    spans = plan_spans(audio, RATE)
+    assert 26.0 <= spans[0].end / RATE <= 26.3
+
+
+def test_quietest_point_prefers_the_latest_on_ties() -> None:
+    audio = np.zeros(RATE, np.float32)
+    point = quietest_point(audio, 0, RATE, 1600, 160)
+    assert point == RATE - 1600 + 800
+
+
+# -- batching policy -------------------------------------------------------------------
+def _pending(request: int, index: int, key: str = "a") -> Pending[str]:
+    return Pending(request, index, key, f"{request}:{index}")
+
+
+def test_batch_waits_for_company_then_goes() -> None:
+    b: Batcher[str] = Batcher(max_batch=4, wait_s=0.005)
+    b.add(_pending(1, 0), now=0.0)
+    assert b.next_batch(0.001) is None
+    assert b.deadline() == pytest.approx(0.005)
+    b.add(_pending(2, 0), now=0.002)
+    batch = b.next_batch(0.005)
+    assert batch is not None and [p.payload for p in batch] == ["1:0", "2:0"]
+    assert b.next_batch(1.0) is None and b.deadline() is None
+
+
+def test_batches_spread_over_workers() -> None:
+    b: Batcher[str] = Batcher(max_batch=8, wait_s=0.0, workers=2)
+    for i in range(5):
+        b.add(_pending(1, i), now=0.0)
+    sizes = []
+    while (batch := b.next_batch(0.0)) is not None:
+        sizes.append(len(batch))
+    assert sizes == [3, 1, 1]  # each take leaves the other worker its share
+
+
+def test_full_batch_goes_at_once_and_caps_at_max() -> None:
+    b: Batcher[str] = Batcher(max_batch=3, wait_s=10.0)
+    for i in range(5):
+        b.add(_pending(1, i), now=0.0)
+    first = b.next_batch(0.0)
+    assert first is not None and [p.index for p in first] == [0, 1, 2]
+    assert b.next_batch(0.0) is None  # two left, not full, not yet due
+    rest = b.next_batch(10.0)
+    assert rest is not None and [p.index for p in rest] == [3, 4]
+
+
+def test_only_equal_options_share_a_batch() -> None:
+    b: Batcher[str] = Batcher(max_batch=8, wait_s=0.0)
+    b.add(_pending(1, 0, "beam5"), now=0.0)
+    b.add(_pending(2, 0, "words"), now=0.0)
+    b.add(_pending(3, 0, "beam5"), now=0.0)
+    first = b.next_batch(0.0)
+    second = b.next_batch(0.0)
+    assert first is not None and second is not None
+    assert {p.key for p in first} == {"beam5"} and len(first) == 2
+    assert {p.key for p in second} == {"words"}
+
+
+def test_a_new_request_overtakes_a_long_file() -> None:
+    b: Batcher[str] = Batcher(max_batch=2, wait_s=0.0)
+    for i in range(10, 20):
+        b.add(_pending(1, i), now=0.0)
+    b.add(_pending(2, 0), now=1.0)
+    batch = b.next_batch(1.0)
+    assert batch is not None and [p.payload for p in batch] == ["2:0", "1:10"]
+
+
+def test_abort_drops_only_that_request() -> None:
+    b: Batcher[str] = Batcher(max_batch=8, wait_s=0.0)
+    for i in range(3):
+        b.add(_pending(1, i), now=0.0)
+    b.add(_pending(2, 0), now=0.0)
+    assert b.abort(1) == 3
+    assert len(b) == 1 and b.queued(2) == 1
+    batch = b.next_batch(0.0)
+    assert batch is not None and [p.request for p in batch] == [2]
+
+
+# -- words to segments -----------------------------------------------------------------
+def _words(*spec: tuple[str, float, float]) -> list[Word]:
+    return [Word(w, a, b, 1.0) for w, a, b in spec]
+
+
+def test_sentences_end_at_sentence_marks() -> None:
+    words = _words((" Hi", 0, 0.3), (" there.", 0.3, 0.8), (" How", 1.5, 1.7), (" are", 1.7, 1.9), (" you?", 1.9, 2.3))
+    groups = group_sentences(words)
+    assert ["".join(w.word for w in g) for g in groups] == [" Hi there.", " How are you?"]
+
+
+def test_long_sentences_split_at_a_clause_then_anywhere() -> None:
+    words = [Word(f" w{i}" + ("," if i == 20 else ""), i * 0.5, i * 0.5 + 0.4, 1.0) for i in range(60)]
+    groups = group_sentences(words)
+    assert groups[0][-1].word == " w20,"  # 10 s in, first comma after 8 s
+    assert all(g[-1].end - g[0].start <= 15.5 for g in groups)
+    assert [w for g in groups for w in g] == words
+
+
+def test_compression_ratio_flags_repetition() -> None:
+    assert compression_ratio("") == 0.0
+    assert compression_ratio("hello there, how are you") < 2.4
+    assert compression_ratio("the the the the " * 20) > 2.4
+
+
+# -- rendering -------------------------------------------------------------------------
+def _transcript() -> Transcript:
+    words = (Word(" Hello", 0.5, 0.9, 0.9), Word(" world.", 0.9, 1.4, 0.8))
+    segs = [
+        TimedSegment(0.5, 1.4, " Hello world.", (1, 2), -0.2, 1.1, 0.01, 0.0, 0, words),
+        TimedSegment(3661.25, 3663.0, " Second\n\nline --> here", (3,), -0.3, 1.2, 0.02, 0.0, 366100, ()),
+    ]
+    return Transcript("Hello world. Second line here", "en", 3663.5, segs)
+
+
+def test_timestamps() -> None:
+    assert timestamp(3661.2504, ",", True) == "01:01:01,250"
+    assert timestamp(5.0) == "00:05.000"
+    assert timestamp(3600.0) == "01:00:00.000"
+
+
+SRT_CUE = re.compile(r"^\d+\n\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}\n[^\n]+\n$")
+VTT_TIME = re.compile(r"^(\d\d:)?\d\d:\d\d\.\d{3} --> (\d\d:)?\d\d:\d\d\.\d{3}$")
+
+
+def test_srt_and_vtt_syntax() -> None:
+    t = _transcript()
+    srt = as_srt(t)
+    cues = srt.split("\n\n")
+    assert len(cues) == 2
+    for cue in cues:
+        assert SRT_CUE.match(cue if cue.endswith("\n") else cue + "\n"), cue
+    assert "01:01:01,250 --> 01:01:03,000" in srt
+    vtt = as_vtt(t)
+    blocks = vtt.strip("\n").split("\n\n")
+    assert blocks[0] == "WEBVTT"
+    for block in blocks[1:]:
+        timing, text = block.split("\n")
+        assert VTT_TIME.match(timing) and text and "-->" not in text
+
+
+def test_json_text_and_verbose() -> None:
+    t = _transcript()
+    assert as_json(t) == {"text": t.text, "usage": {"type": "duration", "seconds": 3663.5}}
+    assert as_text(t) == t.text + "\n"
+    v = as_verbose_json(t, words=True)
+    assert v["language"] == "english" and v["duration"] == 3663.5
+    assert [s["id"] for s in v["segments"]] == [0, 1]
+    assert set(v["segments"][0]) >= {"id", "start", "end", "text", "avg_logprob", "compression_ratio", "no_speech_prob"}
+    assert v["words"] == [{"word": "Hello", "start": 0.5, "end": 0.9}, {"word": "world.", "start": 0.9, "end": 1.4}]
+    assert "words" not in as_verbose_json(t, words=False)
+    assert "segments" not in as_verbose_json(t, words=True, segments=False)
+
+
+# -- decoding and features -------------------------------------------------------------
+def _wav(samples: np.ndarray, rate: int, channels: int = 1) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(samples.astype(np.int16).tobytes())
+    return buf.getvalue()
+
+
+def test_decode_downmixes_and_resamples() -> None:
+    t = np.arange(44100) / 44100
+    tone = 8000 * np.sin(2 * np.pi * 440 * t)
+    # The signal only in the right channel: FFmpeg's stereo-to-mono matrix keeps it at -3 dB.
+    stereo = np.stack([np.zeros_like(tone), tone], axis=1).reshape(-1)
+    audio = decode_audio(_wav(stereo, 44100, channels=2), max_seconds=60)
+    assert audio.dtype == np.float32 and abs(len(audio) - RATE) <= 2
+    assert float(np.max(np.abs(audio))) == pytest.approx(8000 / 32768 * 2**-0.5, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"\x00" * 1000, b"RIFF\x00\x00\x00\x00WAVEfmt garbage", b"hello, this is text\n" * 50]
+)
+def test_undecodable_input_is_a_client_error(data: bytes) -> None:
+    with pytest.raises(InvalidRequest, match="could not decode audio"):
+        decode_audio(data, max_seconds=60)
+
+
+def test_wav_without_samples_is_a_client_error() -> None:
+    with pytest.raises(InvalidRequest, match="could not decode audio"):
+        decode_audio(_wav(np.zeros(0), 16000), max_seconds=60)
+
+
+def test_too_long_audio_is_refused_while_decoding() -> None:
+    with pytest.raises(InvalidRequest, match="longer than the 2 s limit"):
+        decode_audio(_wav(np.zeros(16000 * 3), 16000), max_seconds=2)
+
+
+def test_log_mel_shape_for_short_and_full_pieces() -> None:
+    mel = LogMel(80)
+    for n in (10, 16000, 30 * 16000):
+        features, frames = mel(np.zeros(n, np.float32) + 0.01)
+        assert features.shape == (80, N_FRAMES) and features.dtype == np.float32
+        assert frames == max(1, min(N_FRAMES, n // 160))
+
+
+# -- in-order results ------------------------------------------------------------------
+def test_results_come_out_in_order_across_threads() -> None:
+    async def main() -> list[int]:
+        stream: ResultStream[int] = ResultStream(5, asyncio.get_running_loop())
+
+        def produce() -> None:
+            for i in (3, 1, 0, 4, 2):
+                stream.put(i, i * 10)
+
+        threading.Thread(target=produce).start()
+        out = []
+        while (item := await stream.get()) is not None:
+            out.append(item)
+        return out
+
+    assert asyncio.run(main()) == [0, 10, 20, 30, 40]
+
+
+def test_wait_room_blocks_until_pieces_finish() -> None:
+    async def main() -> None:
+        stream: ResultStream[int] = ResultStream(4, asyncio.get_running_loop())
+        waiter = asyncio.ensure_future(stream.wait_room(submitted=2, limit=2))
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        threading.Thread(target=stream.put, args=(1, 1)).start()
+        await asyncio.wait_for(waiter, 2)
+
+    asyncio.run(main())

@@ -1,0 +1,248 @@
+"""`POST /v1/audio/transcriptions` and `/v1/audio/translations` (OpenAI, multipart).
+
+The handler reads the form with a byte limit enforced while reading (413 without taking
+the rest), validates, then hands the upload to the shared transcription pipeline: decode
+and cut in the audio pool, batched decoding in the ASR engine. It only awaits. A client
+that goes away drops the request's queued pieces. Streaming (`stream=true`) sends a
+`transcript.text.delta` SSE event as each piece finishes, in order, then
+`transcript.text.done`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import FormData, UploadFile
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from voxserve.api.formats import CONTENT_TYPES, as_json, as_srt, as_text, as_verbose_json, as_vtt
+from voxserve.api.schemas import validate
+from voxserve.api.streaming import StreamResponse
+from voxserve.engine.asr import ASREngine, TranscribeOptions
+from voxserve.engine.stream import StreamFailed
+from voxserve.engine.transcribe import Transcript, Transcription, start_transcription
+from voxserve.errors import ClientClosed, InvalidRequest, NotFound, PayloadTooLarge, ServerError, VoxError
+
+if TYPE_CHECKING:
+    from voxserve.api.app import AppState
+
+__all__ = ["ASR_MODELS", "transcriptions", "translations"]
+
+log = logging.getLogger(__name__)
+
+ASR_MODELS = ("whisper-1",)
+MAX_FIELD_BYTES = 64 * 1024
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off", "")
+
+
+class TranscriptionForm(BaseModel):
+    """The non-file fields of a transcription or translation request."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1, max_length=200, description="whisper-1 or the model's own name")
+    language: str | None = Field(None, max_length=16, description="ISO-639-1 code of the audio")
+    prompt: str | None = Field(None, max_length=8192, description="Text that primes every piece")
+    temperature: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = "json"
+    timestamp_granularities: list[Literal["segment", "word"]] = Field(default_factory=list)
+    stream: bool = False
+
+
+async def transcriptions(request: Request) -> Response:
+    return await _serve(request, "transcribe")
+
+
+async def translations(request: Request) -> Response:
+    return await _serve(request, "translate")
+
+
+def _engine(state: AppState) -> ASREngine:
+    if state.asr is None:
+        raise NotFound(
+            "speech-to-text is off on this server; start it without --no-asr", code="asr_disabled"
+        )
+    return state.asr
+
+
+async def _serve(request: Request, task: str) -> Response:
+    state: AppState = request.app.state.vox
+    engine = _engine(state)
+    started = time.perf_counter()
+    form = await _read_form(request, int(state.config.asr.max_upload_mb * 1024 * 1024))
+    try:
+        body, upload = _parse(form, task)
+        data = await upload.read()
+    finally:
+        await form.close()
+    if body.model not in ASR_MODELS and body.model != engine.name:
+        raise NotFound(
+            f"model {body.model!r} does not exist; use one of: {', '.join((*ASR_MODELS, engine.name))}",
+            param="model",
+            code="model_not_found",
+        )
+    options = TranscribeOptions(
+        task=task,
+        language=body.language or None,
+        prompt=body.prompt or None,
+        temperature=body.temperature,
+        timings=body.response_format in ("srt", "vtt", "verbose_json"),
+    )
+    request_id = request.headers.get("x-request-id") or state.new_request_id()
+    pool = state.asr_pool
+    assert pool is not None
+    transcription = await start_transcription(engine, data, options, pool, request_id)
+    del data
+    headers = {"x-request-id": request_id}
+    if body.stream:
+        events = _sse_events(state, transcription, started)
+        return StreamResponse(events, "text/event-stream", headers, lambda _: transcription.cancel())
+    transcript = await _collect(request, transcription)
+    _observe(state, task, body.response_format, transcript.duration, started)
+    return _render(transcript, body, task, headers)
+
+
+async def _read_form(request: Request, limit: int) -> FormData:
+    """Parse the multipart body, answering 413 as soon as it passes `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body is larger than {limit} bytes; send a smaller file")
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "multipart/form-data":
+        raise InvalidRequest(
+            "send the audio as multipart/form-data with a 'file' field and a 'model' field"
+        )
+    received = 0
+
+    async def receive() -> Any:
+        nonlocal received
+        message = await request.receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise PayloadTooLarge(f"request body is larger than {limit} bytes; send a smaller file")
+        return message
+
+    limited = Request(request.scope, receive)
+    return await limited.form(max_files=1, max_fields=64, max_part_size=MAX_FIELD_BYTES)
+
+
+def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        if upload is None:
+            raise InvalidRequest("'file' is required; send the audio as a multipart file", param="file")
+        raise InvalidRequest("'file' must be a file part, not a text field", param="file")
+    fields: dict[str, Any] = {}
+    for name in ("model", "language", "prompt", "temperature", "response_format"):
+        value = form.get(name)
+        if isinstance(value, str):
+            fields[name] = value
+    grains = [v for k in ("timestamp_granularities[]", "timestamp_granularities") for v in form.getlist(k)]
+    fields["timestamp_granularities"] = [g for g in grains if isinstance(g, str)]
+    stream = form.get("stream")
+    if isinstance(stream, str):
+        if stream.strip().lower() not in _TRUE + _FALSE:
+            raise InvalidRequest("invalid 'stream': send true or false", param="stream")
+        fields["stream"] = stream.strip().lower() in _TRUE
+    if fields.get("temperature") == "":
+        del fields["temperature"]
+    body = validate(TranscriptionForm, fields)
+    if task == "translate" and (body.stream or body.timestamp_granularities):
+        param = "stream" if body.stream else "timestamp_granularities"
+        raise InvalidRequest(f"translations do not support '{param}'; leave it out", param=param)
+    if body.stream and body.response_format not in ("json", "text"):
+        raise InvalidRequest(
+            "stream=true sends text events; use response_format json or text with it",
+            param="response_format",
+        )
+    if "word" in body.timestamp_granularities and body.response_format != "verbose_json":
+        raise InvalidRequest(
+            "word timestamps need response_format verbose_json", param="timestamp_granularities"
+        )
+    return body, upload
+
+
+async def _until_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _collect(request: Request, transcription: Transcription) -> Transcript:
+    """The whole transcript; a client that leaves first cancels the request's work."""
+    work = asyncio.ensure_future(transcription.collect())
+    gone = asyncio.ensure_future(_until_disconnect(request))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        work.cancel()
+        transcription.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if not work.done():
+        work.cancel()
+        transcription.cancel()
+        raise ClientClosed("client disconnected while its audio was transcribed")
+    try:
+        return work.result()
+    except StreamFailed as exc:
+        raise ServerError(str(exc)) from exc
+    finally:
+        transcription.cancel()  # nothing left to drop after success; frees the stream
+
+
+def _observe(state: AppState, task: str, fmt: str, duration: float, started: float) -> None:
+    elapsed = time.perf_counter() - started
+    m = state.metrics
+    m.asr_requests.labels(task, fmt).inc()
+    m.asr_audio_seconds.inc(duration)
+    m.asr_latency.observe(elapsed)
+    if elapsed > 0:
+        m.asr_rtfx.observe(duration / elapsed)
+
+
+def _render(t: Transcript, body: TranscriptionForm, task: str, headers: dict[str, str]) -> Response:
+    fmt = body.response_format
+    if fmt == "json":
+        return JSONResponse(as_json(t), headers=headers)
+    if fmt == "verbose_json":
+        grains = body.timestamp_granularities
+        segments = not grains or "segment" in grains
+        return JSONResponse(as_verbose_json(t, "word" in grains, segments, task), headers=headers)
+    text = {"text": as_text, "srt": as_srt, "vtt": as_vtt}[fmt](t)
+    return PlainTextResponse(text, headers=headers, media_type=CONTENT_TYPES[fmt])
+
+
+async def _sse_events(state: AppState, transcription: Transcription, started: float) -> AsyncIterator[bytes]:
+    parts: list[str] = []
+    try:
+        async for window in transcription.windows():
+            delta = "".join(s.text for s in window.segments)
+            if not parts:
+                delta = delta.lstrip()
+            if delta:
+                parts.append(delta)
+                yield _sse({"type": "transcript.text.delta", "delta": delta})
+    except StreamFailed as exc:
+        log.error("transcription %s failed after start: %s", transcription.handle.request_id, exc)
+        error = exc.__cause__ if isinstance(exc.__cause__, VoxError) else None
+        body = error.body()["error"] if error else {"message": str(exc), "type": "server_error"}
+        yield _sse({"type": "error", "error": body})
+        return
+    _observe(state, "transcribe", "stream", transcription.duration, started)
+    yield _sse({"type": "transcript.text.done", "text": "".join(parts).strip()})
+
+
+def _sse(event: dict[str, object]) -> bytes:
+    return f"data: {json.dumps(event, separators=(',', ':'), ensure_ascii=False)}\n\n".encode()
