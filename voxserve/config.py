@@ -73,6 +73,8 @@ class TTSConfig:
     """A new stream is admitted only while every live stream has at least this much audio
     ahead of its player (streams out of credit excepted); otherwise it waits in the
     queue. This adapts the stream count to what the CPU sustains right now."""
+    target_utilization: float = 0.85
+    """Admission keeps the streams' measured compute below this share of the workers."""
     max_queue: int = 64
     """Streams that may wait for admission; past it, new requests get 429."""
     queue_timeout_s: float = 30.0

@@ -173,6 +173,10 @@ class Scheduler:
     def __len__(self) -> int:
         return len(self._streams)
 
+    def starting(self) -> int:
+        """Streams that have not yet sent two chunks: their cost is still unknown."""
+        return sum(1 for stream in self._streams.values() if stream.chunks < 2)
+
     def lagging(self, now: float, min_slack: float) -> int:
         """Streams past start-up whose playback runs dry within `min_slack` seconds.
 

@@ -85,6 +85,31 @@ class _Output:
         return out
 
 
+class CostMeter:
+    """Worker-seconds spent per audio-second produced, over recent work.
+
+    Both sums are halved whenever the audio sum passes `window_s`, so the figure follows
+    the machine as it is now (other processes, long or short sentences) rather than since
+    start-up. Wall time is what counts: a core shared with another process costs more.
+    """
+
+    def __init__(self, window_s: float = 30.0):
+        self.window_s = window_s
+        self.busy = 0.0
+        self.audio = 0.0
+
+    def add(self, busy_s: float, audio_s: float) -> None:
+        self.busy += busy_s
+        self.audio += audio_s
+        if self.audio > self.window_s:
+            self.busy /= 2
+            self.audio /= 2
+
+    def cost(self) -> float | None:
+        """Worker-seconds per audio-second, or None before enough audio was made."""
+        return self.busy / self.audio if self.audio >= 2.0 else None
+
+
 @dataclass
 class EngineStats:
     """Counters read by the metrics endpoint; written under the engine lock."""
@@ -94,6 +119,7 @@ class EngineStats:
     audio_seconds: float = 0.0
     failures: int = 0
     busy_s: dict[int, float] = field(default_factory=dict)
+    cost: CostMeter = field(default_factory=CostMeter)
 
 
 def decode_chunk(vocoder: VocoderRunner, work: VocoderWork) -> np.ndarray:
@@ -176,7 +202,8 @@ class TTSEngine:
     def warmup(self) -> None:
         """One short synthesis so that ONNX Runtime's first-run costs are not a client's."""
         started = time.perf_counter()
-        self.synthesize("Warming up the voice, one two three.", self.voices[0])
+        # Long enough (about 4 s of audio) to seed the cost meter that admission uses.
+        self.synthesize("Warming up the voice: one, two, three, four, five, six, seven.", self.voices[0])
         log.info("warm-up took %.0f ms", (time.perf_counter() - started) * 1e3)
 
     @property
@@ -266,9 +293,24 @@ class TTSEngine:
             out.handle.stream.close()
 
     def keeping_up(self) -> bool:
-        """False while some live stream is about to run dry (the machine is saturated)."""
+        """Whether one more stream fits now: no live stream is about to run dry, and at
+        most one stream per worker is still starting, so a burst of arrivals ramps up
+        instead of being admitted all at once before anyone can tell it is too much."""
         with self._cond:
-            return self._sched.lagging(self._clock(), self.config.admit_min_slack_s) == 0
+            if self._sched.starting() >= self.config.workers:
+                return False
+            if self._sched.lagging(self._clock(), self.config.admit_min_slack_s):
+                return False
+            capacity = self.capacity_streams()
+            return capacity is None or len(self._sched) < capacity
+
+    def capacity_streams(self) -> float | None:
+        """Real-time streams the workers sustain at the recently measured cost, at
+        `target_utilization`; None until enough audio has been made to tell."""
+        cost = self.stats.cost.cost()
+        if cost is None or cost <= 0:
+            return None
+        return self.config.workers * self.config.target_utilization / cost
 
     def stream_ids(self) -> list[int]:
         with self._cond:
@@ -303,10 +345,12 @@ class TTSEngine:
                     if work is None:
                         return
                 started = time.perf_counter()
-                self._run(work)
+                audio = self._run(work)
                 with self._cond:
+                    spent = time.perf_counter() - started
                     busy = self.stats.busy_s
-                    busy[index] = busy.get(index, 0.0) + time.perf_counter() - started
+                    busy[index] = busy.get(index, 0.0) + spent
+                    self.stats.cost.add(spent, audio)
         except BaseException as exc:  # the thread ends here; /health reports it
             name = threading.current_thread().name
             log.critical("TTS worker %s died: %r", name, exc, exc_info=exc)
@@ -315,14 +359,16 @@ class TTSEngine:
             if work is not None:
                 self._fail(work.stream_id, RuntimeError(f"worker {name} died"))
 
-    def _run(self, work: Work) -> None:
+    def _run(self, work: Work) -> float:
+        """Run one unit of work; returns the seconds of audio it produced."""
         try:
             if isinstance(work, AcousticWork):
                 self._run_acoustic(work)
-            else:
-                self._run_vocoder(work)
+                return 0.0
+            return self._run_vocoder(work)
         except Exception as exc:  # noqa: BLE001 - any inference error fails only this stream
             self._fail(work.stream_id, exc)
+            return 0.0
 
     def _run_acoustic(self, work: AcousticWork) -> None:
         seg = work.input
@@ -334,7 +380,7 @@ class TTSEngine:
             self.stats.acoustic_runs += 1
             self._cond.notify_all()
 
-    def _run_vocoder(self, work: VocoderWork) -> None:
+    def _run_vocoder(self, work: VocoderWork) -> float:
         pcm = decode_chunk(self.model.vocoder, work)
         with self._cond:
             out = self._outputs.get(work.stream_id)
@@ -348,6 +394,7 @@ class TTSEngine:
             if chunk is not None and chunk.last:
                 self._outputs.pop(work.stream_id, None)
             self._cond.notify_all()
+        return len(pcm) / self.model.sample_rate
 
     def _fail(self, stream_id: int, exc: BaseException) -> None:
         with self._cond:
