@@ -15,7 +15,9 @@ import httpx
 import numpy as np
 import openai
 import pytest
+
 from tests.asr_support import SHORT, speak, speak_pcm, wav_bytes, wer
+from voxserve.config import ASRConfig, ServerConfig
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -130,7 +132,7 @@ def test_word_only_granularity_leaves_out_segments(client: httpx.Client, clip: d
     assert "segments" not in r.json() and r.json()["words"]
 
 
-def test_sse_stream_raw(client: httpx.Client, clip: dict[str, Any]) -> None:
+def test_sse_stream_raw(client: httpx.Client, server: Any, clip: dict[str, Any]) -> None:
     events = []
     with client.stream(
         "POST", URL, files={"file": ("a.wav", clip["files"]["wav"])}, data={"model": "whisper-1", "stream": "true"}
@@ -144,6 +146,10 @@ def test_sse_stream_raw(client: httpx.Client, clip: dict[str, Any]) -> None:
     assert len(events) >= 2 and events[-1]["type"] == "transcript.text.done"
     assert "".join(e["delta"] for e in events[:-1]) == events[-1]["text"]
     assert wer(clip["text"], events[-1]["text"]) < 0.2
+    deadline = time.monotonic() + 5
+    while server.state.asr_admission.active:  # the stream gave its slot back
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_openai_sdk(base_url: str, clip: dict[str, Any]) -> None:
@@ -315,3 +321,19 @@ def _batch_histogram(text: str) -> dict[str, float]:
         if m:
             out[m.group(2) or m.group(1)] = float(m.group(3))
     return out
+
+
+def test_admission_answers_429_past_the_queue(make_server: Any, clip: dict[str, Any]) -> None:
+    config = ServerConfig(asr=ASRConfig(max_requests=1, max_queue=0, workers=1))
+    with make_server(config) as srv:
+
+        async def run() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=srv.base_url, timeout=60) as ac:
+                posts = [ac.post(URL, files={"file": ("a.wav", clip["files"]["wav"])}, data={"model": "whisper-1"})
+                         for _ in range(3)]
+                return list(await asyncio.gather(*posts))
+
+        codes = sorted(r.status_code for r in asyncio.run(run()))
+        assert codes[0] == 200 and 429 in codes
+        with httpx.Client(base_url=srv.base_url, timeout=60) as c:
+            assert _post(c, clip["files"]["wav"]).status_code == 200  # the slot was given back

@@ -4,6 +4,8 @@ cuts, WER, disconnects that drop queued pieces, and /health under ASR load."""
 from __future__ import annotations
 
 import asyncio
+import difflib
+import itertools
 import socket
 import statistics
 import threading
@@ -70,7 +72,9 @@ def test_long_audio_cuts_quietly_and_keeps_exact_timestamps(client: httpx.Client
     audio = decode_audio(long_clip["wav"], max_seconds=3600)
     spans = plan_spans(audio, 16000)
     assert len(spans) >= 6
-    assert sorted({s["seek"] for s in body["segments"]}) == [round(sp.start / 160) for sp in spans]
+    seeks = sorted({s["seek"] for s in body["segments"]})  # piece starts, in 10 ms frames
+    assert len(seeks) == len(spans)
+    assert all(abs(seek - sp.start / 160) <= 1 for seek, sp in zip(seeks, spans, strict=True))
     frame = 1600
     rms = np.sqrt(np.mean(audio[: len(audio) // frame * frame].reshape(-1, frame) ** 2, axis=1))
     speech_level = float(np.median(rms[rms > 1e-3]))
@@ -86,22 +90,27 @@ def test_long_audio_cuts_quietly_and_keeps_exact_timestamps(client: httpx.Client
 
     # Timestamps are monotonic across cuts...
     segments = body["segments"]
-    for a, b in zip(segments, segments[1:]):
+    for a, b in itertools.pairwise(segments):
         assert a["start"] <= a["end"] <= b["start"] + 0.01
     words = body["words"]
-    assert all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
-    # ...and exact: each sentence's first word is found within 1 s of where it was placed.
-    def stem(word: str) -> str:
-        return normalize(word).replace("'", "")[:5]
-
-    at = 0
-    for text, onset in zip(SENTENCES, long_clip["onsets"], strict=True):
-        first = stem(text.split()[0])
-        while at < len(words) and stem(words[at]["word"]) != first:
-            at += 1
-        assert at < len(words), f"sentence starting {first!r} not found"
-        assert abs(words[at]["start"] - onset) < 1.0, (first, words[at]["start"], onset)
-        at += 1
+    assert all(a["start"] <= b["start"] for a, b in itertools.pairwise(words))
+    # ...and exact: each sentence's first recognised word (of its first three) starts within
+    # 1 s of where the sentence was placed in the clip.
+    ref_words = [(i, w) for i, text in enumerate(SENTENCES) for w in normalize(text).split()]
+    hyp_words = [normalize(w["word"]) for w in words]
+    matcher = difflib.SequenceMatcher(a=[w for _, w in ref_words], b=hyp_words, autojunk=False)
+    found: dict[int, int] = {}
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            found[block.a + k] = block.b + k
+    first_ref = 0
+    for i, onset in enumerate(long_clip["onsets"]):
+        count = sum(1 for j, _ in ref_words if j == i)
+        hits = [found[r] for r in range(first_ref, first_ref + min(3, count)) if r in found]
+        first_ref += count
+        near = [seg["text"] for seg in segments if abs(seg["start"] - onset) < 8]
+        assert hits, f"sentence {i} at {onset:.2f} s not found in {near}"
+        assert abs(words[hits[0]]["start"] - onset) < 1.0, (i, words[hits[0]], onset)
 
 
 def test_disconnect_drops_queued_pieces(base_url: str, server: Any, long_clip: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import re
 import threading
 import wave
@@ -44,8 +45,8 @@ def test_cut_lands_in_the_quiet_gap_before_each_limit() -> None:
     for gap in (29.3, 58.9):
         audio[int(gap * RATE) : int((gap + 0.2) * RATE)] = 0.0
     spans = plan_spans(audio, RATE)
-    assert [s.start for s in spans][0] == 0 and spans[-1].end == len(audio)
-    assert all(a.end == b.start for a, b in zip(spans, spans[1:]))
+    assert spans[0].start == 0 and spans[-1].end == len(audio)
+    assert all(a.end == b.start for a, b in itertools.pairwise(spans))
     assert all(len(s) <= 30 * RATE for s in spans)
     cuts = [s.end / RATE for s in spans[:-1]]
     assert 29.3 <= cuts[0] <= 29.5

@@ -70,6 +70,8 @@ def _add_asr_args(p: argparse.ArgumentParser, serving: bool = True) -> None:
     g.add_argument("--audio-workers", type=int, default=d.audio_workers, help="threads that decode, cut and featurize uploads")
     if serving:
         g.add_argument("--max-upload-mb", type=float, default=d.max_upload_mb, help="largest upload in MiB (413 past it)")
+        g.add_argument("--asr-max-requests", type=int, default=d.max_requests, help="transcriptions in progress at once")
+        g.add_argument("--asr-max-queue", type=int, default=d.max_queue, help="transcriptions waiting for a slot before 429")
     g.add_argument("--max-audio-seconds", type=float, default=d.max_audio_seconds, help="longest accepted audio")
 
 
@@ -85,6 +87,8 @@ def _asr_config(args: argparse.Namespace) -> ASRConfig:
         beam_size=args.asr_beam_size,
         audio_workers=args.audio_workers,
         max_upload_mb=getattr(args, "max_upload_mb", ASRConfig.max_upload_mb),
+        max_requests=getattr(args, "asr_max_requests", ASRConfig.max_requests),
+        max_queue=getattr(args, "asr_max_queue", ASRConfig.max_queue),
         max_audio_seconds=args.max_audio_seconds,
     )
 
@@ -140,6 +144,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     from voxserve.api.formats import as_json, as_srt, as_text, as_verbose_json, as_vtt
     from voxserve.engine.asr import ASREngine, TranscribeOptions
     from voxserve.engine.transcribe import Transcript, start_transcription
+    from voxserve.errors import VoxError
 
     config = _asr_config(args)
     engine = ASREngine(config)
@@ -162,6 +167,9 @@ def _transcribe(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         transcript = asyncio.run(run())
         elapsed = time.perf_counter() - started
+    except VoxError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
     finally:
         engine.stop()
     fmt = args.response_format

@@ -117,12 +117,18 @@ class ASRConfig:
     """Longest accepted audio; longer uploads get 400."""
     segments_ahead: int = 16
     """Segments of one request whose features may wait in the engine (bounds memory)."""
+    max_requests: int = 32
+    """Transcriptions in progress at once, upload to response (each holds its decoded audio)."""
+    max_queue: int = 64
+    """Transcriptions that may wait for a slot, unread; past it, 429."""
+    queue_timeout_s: float = 30.0
+    """Longest wait for a slot before answering 429."""
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.audio_workers < 1:
             raise ValueError("ASR workers and audio workers must be at least 1")
-        if self.max_batch < 1 or self.beam_size < 1 or self.segments_ahead < 1:
-            raise ValueError("max_batch, beam_size and segments_ahead must be at least 1")
+        if min(self.max_batch, self.beam_size, self.segments_ahead, self.max_requests) < 1:
+            raise ValueError("max_batch, beam_size, segments_ahead and max_requests must be >= 1")
         if self.batch_wait_ms < 0 or self.max_upload_mb <= 0 or self.max_audio_seconds <= 0:
             raise ValueError("batch wait must be >= 0 and the upload and audio limits > 0")
 

@@ -30,8 +30,8 @@ from voxserve.api.speech import speech
 from voxserve.api.transcriptions import ASR_MODELS, transcriptions, translations
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
-from voxserve.engine.pool import BoundedPool
 from voxserve.engine.asr import ASREngine
+from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import OPENAI_VOICES, TTSEngine
 from voxserve.errors import ClientError, Overloaded, VoxError
 
@@ -53,6 +53,8 @@ class AppState:
     """The speech-to-text engine; None when started with ASR off."""
     asr_pool: ThreadPoolExecutor | None = None
     """Threads that decode, cut and featurize uploads for the ASR engine."""
+    asr_admission: Admission | None = None
+    """Transcriptions in progress at once; more wait, then get 429."""
 
     def new_request_id(self) -> str:
         return f"req_{uuid.uuid4().hex[:20]}"
@@ -159,6 +161,9 @@ def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlet
         if asr is not None:
             state.asr = asr
             state.asr_pool = ThreadPoolExecutor(config.asr.audio_workers, thread_name_prefix="asr-audio")
+            state.asr_admission = Admission(
+                config.asr.max_requests, config.asr.max_queue, config.asr.queue_timeout_s
+            )
             state.metrics.attach_asr(asr.snapshot)
             asr.start()
             warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))

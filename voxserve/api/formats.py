@@ -33,7 +33,7 @@ CONTENT_TYPES = {
 
 def timestamp(seconds: float, decimal: str = ".", always_hours: bool = False) -> str:
     """HH:MM:SS.mmm (SRT uses a comma and always shows hours; VTT may omit them)."""
-    ms = max(0, int(round(seconds * 1000)))
+    ms = max(0, round(seconds * 1000))
     hours, ms = divmod(ms, 3_600_000)
     minutes, ms = divmod(ms, 60_000)
     secs, ms = divmod(ms, 1000)

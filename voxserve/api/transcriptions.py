@@ -28,7 +28,14 @@ from voxserve.api.streaming import StreamResponse
 from voxserve.engine.asr import ASREngine, TranscribeOptions
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.transcribe import Transcript, Transcription, start_transcription
-from voxserve.errors import ClientClosed, InvalidRequest, NotFound, PayloadTooLarge, ServerError, VoxError
+from voxserve.errors import (
+    ClientClosed,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    ServerError,
+    VoxError,
+)
 
 if TYPE_CHECKING:
     from voxserve.api.app import AppState
@@ -57,11 +64,11 @@ class TranscriptionForm(BaseModel):
     stream: bool = False
 
 
-async def transcriptions(request: Request) -> Response:
+async def transcriptions(request: Request) -> Response | StreamResponse:
     return await _serve(request, "transcribe")
 
 
-async def translations(request: Request) -> Response:
+async def translations(request: Request) -> Response | StreamResponse:
     return await _serve(request, "translate")
 
 
@@ -73,10 +80,36 @@ def _engine(state: AppState) -> ASREngine:
     return state.asr
 
 
-async def _serve(request: Request, task: str) -> Response:
+async def _serve(request: Request, task: str) -> Response | StreamResponse:
     state: AppState = request.app.state.vox
     engine = _engine(state)
+    admission = state.asr_admission
+    assert admission is not None
     started = time.perf_counter()
+    # Admit before reading the upload: waiting requests hold no memory, only a socket.
+    await admission.acquire()
+    try:
+        response = await _transcribe(request, state, engine, task, started)
+    except BaseException:
+        admission.release()
+        raise
+    if isinstance(response, StreamResponse):
+        close = response.on_close
+
+        def on_close(completed: bool) -> None:
+            admission.release()
+            if close is not None:
+                close(completed)
+
+        response.on_close = on_close
+    else:
+        admission.release()
+    return response
+
+
+async def _transcribe(
+    request: Request, state: AppState, engine: ASREngine, task: str, started: float
+) -> Response | StreamResponse:
     form = await _read_form(request, int(state.config.asr.max_upload_mb * 1024 * 1024))
     try:
         body, upload = _parse(form, task)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from faster_whisper.feature_extractor import FeatureExtractor
 
-__all__ = ["HOP", "LogMel", "N_FRAMES"]
+__all__ = ["HOP", "N_FRAMES", "LogMel"]
 
 HOP = 160
 """Samples per feature frame at 16 kHz (10 ms)."""

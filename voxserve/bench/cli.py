@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from voxserve.bench.levels import BenchError
+
+if TYPE_CHECKING:
+    from voxserve.bench.speech import SpeechApi
 
 __all__ = ["add_bench_parser"]
 
@@ -42,7 +46,8 @@ def _add_load_args(p: argparse.ArgumentParser, levels: str) -> None:
                    help="Poisson arrivals at this many requests/s, at most C in flight")
     p.add_argument("--warmup", type=int, default=2, help="untimed requests before the first level")
     p.add_argument("--probe-health", action=argparse.BooleanOptionalAction, default=True,
-                   help="probe GET /health during the run (default on)")
+                   help="probe GET /health during the run (default on, where the server "
+                        "has one)")
     p.add_argument("--health-interval-ms", type=float, default=50.0)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     p.add_argument("--seed", type=int, default=0)
@@ -91,23 +96,59 @@ def _finish(kind: str, args: argparse.Namespace, settings: dict[str, Any],
     return 1 if failed and args.fail_on_error else 0
 
 
+def _openai_target(args: argparse.Namespace) -> SpeechApi:
+    from voxserve.bench.speech import SpeechTarget
+
+    return SpeechTarget(args.base_url, args.model or "tts-1", args.voice or "alloy",
+                        args.sample_rate, args.request_sample_rate, args.timeout)
+
+
+def _piper_target(args: argparse.Namespace) -> SpeechApi:
+    from voxserve.bench.piper_http import PiperTarget
+
+    for flag, value in (("--model", args.model), ("--sample-rate", args.sample_rate),
+                        ("--request-sample-rate", args.request_sample_rate)):
+        if value is not None:
+            raise ValueError(f"--api piper takes no {flag}: Piper's server speaks the model it "
+                             f"was started with, at the rate its WAV header states")
+    return PiperTarget(args.base_url, args.voice, args.timeout)
+
+
+_SPEECH_APIS = {"openai": _openai_target, "piper": _piper_target}
+"""`--api` choices: each builds the adapter that speaks that server's wire format."""
+
+
 def _speech(args: argparse.Namespace) -> int:
     from voxserve.bench.prompts import BUILTIN_PROMPTS, load_prompts, pick
-    from voxserve.bench.speech import SpeechTarget, bench_speech
+    from voxserve.bench.speech import bench_speech
 
+    target = _SPEECH_APIS[args.api](args)
+    probe = args.probe_health
+    if probe is None:
+        probe = target.health_path is not None
+    elif probe and target.health_path is None:
+        raise ValueError(f"--api {args.api} has no health endpoint to probe; "
+                         f"drop --probe-health")
     source = str(args.prompts) if args.prompts else "builtin"
     pool = load_prompts(args.prompts) if args.prompts else list(BUILTIN_PROMPTS)
     prompts = pick(pool, args.num_prompts, args.seed)
-    target = SpeechTarget(args.base_url, args.model, args.voice, args.sample_rate,
-                          args.request_sample_rate, args.timeout)
-    settings = _settings(args, model=args.model, voice=args.voice, num_prompts=args.num_prompts,
-                         prompts_source=source, sample_rate_flag=args.sample_rate,
+    extra: dict[str, Any] = {}
+    if target.health_path is None:
+        extra["health_note"] = (f"n/a: the {args.api} server has no health endpoint, "
+                                f"so liveness was not probed")
+    # What every request sends besides its text, read back from the adapter itself.
+    fields = {k: v for k, v in json.loads(target.body("")).items() if k not in ("input", "text")}
+    settings = _settings(args, api=args.api, url=target.url, request_fields=fields,
+                         probe_health=probe, model=fields.get("model"), voice=fields.get("voice"),
+                         num_prompts=args.num_prompts, prompts_source=source,
+                         sample_rate_flag=args.sample_rate,
                          request_sample_rate=args.request_sample_rate,
-                         underrun_threshold_s=args.underrun_threshold_ms / 1e3, prompts=prompts)
+                         underrun_threshold_s=args.underrun_threshold_ms / 1e3, prompts=prompts,
+                         **extra)
     started = time.perf_counter()
     measured = asyncio.run(bench_speech(
         target, prompts, args.concurrency, args.request_rate, args.warmup,
-        args.underrun_threshold_ms / 1e3, args.probe_health, args.health_interval_ms / 1e3,
+        args.underrun_threshold_ms / 1e3, probe, args.health_interval_ms / 1e3,
         args.progress, args.seed))
     return _finish("speech", args, settings, measured, started)
 
@@ -219,17 +260,25 @@ def add_bench_parser(subparsers: Any) -> None:
                         help="requests per level, drawn from the prompts with --seed "
                         "(the same list at every level)")
     speech.add_argument("--prompts", type=Path, help="text file, one prompt per line")
-    speech.add_argument("--model", default="tts-1")
-    speech.add_argument("--voice", default="alloy")
+    speech.add_argument("--api", choices=sorted(_SPEECH_APIS), default="openai",
+                        help="wire format: openai (streaming POST /v1/audio/speech) or piper "
+                        "(python -m piper.http_server: POST /synthesize, one whole WAV, "
+                        "no /health) (default openai)")
+    speech.add_argument("--model", default=None, help="openai only (default tts-1)")
+    speech.add_argument("--voice", default=None,
+                        help="voice name (default: alloy for openai; for piper, the voice "
+                        "its server was started with)")
     speech.add_argument("--sample-rate", type=int, default=None,
-                        help="PCM rate to assume when the response has no x-sample-rate header")
+                        help="openai only: PCM rate to assume when the response has no "
+                        "x-sample-rate header")
     speech.add_argument("--request-sample-rate", type=int, default=None,
-                        help="ask the server for this rate (sends sample_rate in the body)")
+                        help="openai only: ask the server for this rate (sends sample_rate "
+                        "in the body)")
     speech.add_argument("--underrun-threshold-ms", type=float, default=100.0,
                         help="a stream is continuous if its max underrun is at most this")
     speech.add_argument("--fail-on-error", action="store_true",
                         help="exit 1 if any request failed")
-    speech.set_defaults(func=_guarded(_speech))
+    speech.set_defaults(func=_guarded(_speech), probe_health=None)  # None: per --api
 
     asr = sub.add_parser("transcribe", help="ASR load: RTFx, latency, WER")
     _add_load_args(asr, "1,4")

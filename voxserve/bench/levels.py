@@ -28,9 +28,10 @@ LevelFn = Callable[[int], Awaitable[tuple[LevelRun[Any], dict[str, Any]]]]
 
 async def measure_levels(levels: list[int], level_fn: LevelFn, base_url: str,
                          probe_health: bool = True,
-                         health_interval_s: float = 0.05) -> dict[str, Any]:
+                         health_interval_s: float = 0.05,
+                         health_path: str = "/health") -> dict[str, Any]:
     """Run every level in order; returns {"levels": [...], "health": whole-run probes}."""
-    prober = HealthProber(base_url, health_interval_s) if probe_health else None
+    prober = HealthProber(base_url, health_interval_s, path=health_path) if probe_health else None
     lag = LoopLag()
     lag.start()
     if prober is not None:

@@ -101,6 +101,9 @@ def format_table(result: dict[str, Any]) -> str:
                               for code, n in failures.items())
             lines.append(f"c={level['concurrency']} failures by status: {shown}")
     health = result.get("health")
+    note = result.get("settings", {}).get("health_note")
+    if note:
+        lines.append(f"/health: {note}")
     if health and health.get("n"):
         lines.append(f"/health over the run: {int(health['n'])} probes, p50 "
                      f"{health['p50'] * 1e3:.1f} ms, p99 {health['p99'] * 1e3:.1f} ms, max "

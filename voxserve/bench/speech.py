@@ -3,6 +3,10 @@
 Speaks HTTP only, so it measures any OpenAI-compatible server. Every request is sent with
 `response_format=pcm` and `stream_format=audio`; the arrival time and size of every body
 chunk are kept, and the metrics of DESIGN.md section 3 are computed from them.
+
+A server with another wire format plugs in as a `SpeechApi` adapter (see `piper_http.py`):
+the adapter says where to post, what to send and how the audio arrives; the timing, the
+records and the metrics stay here, shared.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -18,9 +22,38 @@ from voxserve.bench.levels import BenchError, measure_levels
 from voxserve.bench.load import LevelRun, run_level
 from voxserve.bench.metrics import continuity_ok_rate, max_underrun, summarize
 
-__all__ = ["SpeechRecord", "SpeechTarget", "bench_speech", "summarize_speech"]
+__all__ = ["SpeechApi", "SpeechRecord", "SpeechTarget", "bench_speech", "summarize_speech"]
 
 _ERROR_CHARS = 300
+
+
+class SpeechApi(Protocol):
+    """One server's speech API: where a request goes, what it says, how its audio arrives."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def timeout_s(self) -> float: ...
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def health_path(self) -> str | None:
+        """The liveness endpoint to probe during the run; None when the server has none."""
+        ...
+
+    def body(self, text: str) -> bytes: ...
+
+    async def receive(self, resp: aiohttp.ClientResponse, sent: float,
+                      record: SpeechRecord) -> None:
+        """Read a 200 response into `record`: its sample rate and its timed PCM chunks.
+
+        `sent` is the perf_counter time just before the request went out. Raises ValueError
+        for a response it cannot read as audio.
+        """
+        ...
 
 
 @dataclass(frozen=True)
@@ -40,6 +73,10 @@ class SpeechTarget:
     def url(self) -> str:
         return self.base_url.rstrip("/") + "/v1/audio/speech"
 
+    @property
+    def health_path(self) -> str | None:
+        return "/health"
+
     def body(self, text: str) -> bytes:
         payload: dict[str, Any] = {
             "model": self.model,
@@ -51,6 +88,17 @@ class SpeechTarget:
         if self.request_sample_rate is not None:
             payload["sample_rate"] = self.request_sample_rate
         return json.dumps(payload).encode()
+
+    async def receive(self, resp: aiohttp.ClientResponse, sent: float,
+                      record: SpeechRecord) -> None:
+        """Raw s16 PCM, streamed: every body chunk is timed as it arrives."""
+        header = resp.headers.get("x-sample-rate")
+        record.sample_rate = int(header) if header else self.sample_rate
+        if record.sample_rate is None:
+            record.error = "the response has no x-sample-rate header; pass --sample-rate"
+        async for data in resp.content.iter_any():
+            record.chunk_times_s.append(time.perf_counter() - sent)
+            record.chunk_bytes.append(len(data))
 
 
 @dataclass
@@ -106,7 +154,7 @@ def finish_record(record: SpeechRecord) -> SpeechRecord:
     return record
 
 
-async def speak(session: aiohttp.ClientSession, target: SpeechTarget, text: str,
+async def speak(session: aiohttp.ClientSession, target: SpeechApi, text: str,
                 record: SpeechRecord) -> SpeechRecord:
     body = target.body(text)
     headers = {"content-type": "application/json"}
@@ -119,13 +167,7 @@ async def speak(session: aiohttp.ClientSession, target: SpeechTarget, text: str,
                 record.error = (await resp.text(errors="replace"))[:_ERROR_CHARS]
                 record.e2el_s = time.perf_counter() - sent
                 return record
-            header = resp.headers.get("x-sample-rate")
-            record.sample_rate = int(header) if header else target.sample_rate
-            if record.sample_rate is None:
-                record.error = "the response has no x-sample-rate header; pass --sample-rate"
-            async for data in resp.content.iter_any():
-                record.chunk_times_s.append(time.perf_counter() - sent)
-                record.chunk_bytes.append(len(data))
+            await target.receive(resp, sent, record)
         record.e2el_s = time.perf_counter() - sent
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         record.e2el_s = time.perf_counter() - sent
@@ -161,12 +203,14 @@ def summarize_speech(records: list[SpeechRecord], wall_s: float,
     }
 
 
-async def bench_speech(target: SpeechTarget, prompts: list[str], levels: list[int],
+async def bench_speech(target: SpeechApi, prompts: list[str], levels: list[int],
                        request_rate: float | None = None, warmup: int = 2,
                        threshold_s: float = 0.1, probe_health: bool = True,
                        health_interval_s: float = 0.05, progress: bool = True,
                        seed: int = 0) -> dict[str, Any]:
     """Warm up, then run every level: {"levels": [...], "health": {...}}."""
+    if probe_health and target.health_path is None:
+        raise BenchError(f"{target.url} has no health endpoint to probe; turn probing off")
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)  # 0: no pool limit
     timeout = aiohttp.ClientTimeout(total=target.timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -191,4 +235,4 @@ async def bench_speech(target: SpeechTarget, prompts: list[str], levels: list[in
             return run, summarize_speech(run.results, run.wall_s, threshold_s)
 
         return await measure_levels(levels, level, target.base_url, probe_health,
-                                    health_interval_s)
+                                    health_interval_s, target.health_path or "/health")

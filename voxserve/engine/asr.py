@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -192,7 +193,7 @@ class ASREngine:
     def multilingual(self) -> bool:
         return self.runner.multilingual
 
-    def snapshot(self) -> dict[str, object]:
+    def snapshot(self) -> dict[str, Any]:
         with self._cond:
             s = self.stats
             return {
@@ -333,13 +334,13 @@ class ASREngine:
         assert isinstance(opts, DecodeOptions)
         try:
             outputs = self.runner.run([p.payload.input for p in batch], opts)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - an inference error fails only this batch
             self._fail({p.request for p in batch}, exc)
             return
         for pending, out in zip(batch, outputs, strict=True):
             try:
                 self._finish(pending.payload, opts, out)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - fails only this request
                 self._fail({pending.request}, exc)
 
     def _finish(self, piece: _Piece, opts: DecodeOptions, out: DecodeOutput) -> None:
@@ -392,7 +393,7 @@ class ASREngine:
 
 def _best(tried: list[tuple[DecodeOutput, str, float]]) -> tuple[DecodeOutput, str, float]:
     """The last attempt if it passed; otherwise Whisper's pick among all attempts."""
-    out, text, temperature = tried[-1]
+    out, text, _ = tried[-1]
     if len(tried) == 1 or not needs_fallback(out, text):
         return tried[-1]
     readable = [t for t in tried if compression_ratio(t[1]) <= COMPRESSION_RATIO_THRESHOLD]

@@ -21,8 +21,8 @@ __all__ = [
     "TimedSegment",
     "Word",
     "compression_ratio",
-    "is_silence",
     "group_sentences",
+    "is_silence",
     "needs_fallback",
     "window_segments",
 ]
@@ -228,7 +228,7 @@ def window_segments(
             compression_ratio=compression_ratio(text),
             no_speech_prob=out.no_speech_prob,
             temperature=temperature,
-            seek=int(round(offset * 100)),
+            seek=round(offset * 100),
             words=words,
         )
 

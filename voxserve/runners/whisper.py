@@ -122,6 +122,14 @@ class WhisperRunner:
         self._hf = _load_tokenizer(model_dir)
         self.languages: tuple[str, ...] = tuple(_LANGUAGE_CODES) if self.multilingual else ("en",)
         self._tokenizers: dict[tuple[str, str | None], Tokenizer] = {}
+        self._eot = self._token_id("<|endoftext|>")
+        self._no_timestamps = self._token_id("<|notimestamps|>")
+
+    def _token_id(self, token: str) -> int:
+        found = self._hf.token_to_id(token)
+        if found is None:
+            raise ValueError(f"{self.model_dir}: tokenizer.json has no {token} token")
+        return int(found)
 
     # -- tokenizer side (pure Python, thread-safe) -------------------------------------
     def tokenizer(self, task: str, language: str | None) -> Tokenizer:
@@ -165,8 +173,8 @@ class WhisperRunner:
             for i, found in enumerate(self.model.detect_language(encoded)):
                 token = found[0][0]  # like "<|de|>"
                 languages[i] = token[2:-2]
-                sots[i][1] = self._hf.token_to_id(token)
-        tail = [self._hf.token_to_id("<|notimestamps|>")] if opts.without_timestamps else []
+                sots[i][1] = self._token_id(token)
+        tail = [self._no_timestamps] if opts.without_timestamps else []
         prompts = [list(opts.previous) + sot + tail for sot in sots]
         if opts.temperature > 0:
             sampling = {
@@ -185,10 +193,10 @@ class WhisperRunner:
             return_no_speech_prob=True,
             suppress_blank=True,
             suppress_tokens=[-1],  # the model's own list, from its config.json
-            max_initial_timestamp_index=int(round(opts.max_initial_timestamp / TIME_PRECISION)),
+            max_initial_timestamp_index=round(opts.max_initial_timestamp / TIME_PRECISION),
             **sampling,
         )
-        eot = self._hf.token_to_id("<|endoftext|>")
+        eot = self._eot
         outputs: list[DecodeOutput] = []
         texts: list[list[int]] = []
         for result in results:
@@ -215,16 +223,16 @@ class WhisperRunner:
     ) -> list[Alignment | None]:
         out: list[Alignment | None] = [None] * len(texts)
         groups: dict[tuple[int, ...], list[int]] = {}
-        for i, sot in enumerate(sots):
+        for i, start in enumerate(sots):
             if texts[i]:
-                groups.setdefault(tuple(sot), []).append(i)
+                groups.setdefault(tuple(start), []).append(i)
         whole = len(groups) == 1 and sum(len(g) for g in groups.values()) == len(texts)
-        array = None if whole else np.asarray(encoded)
-        for sot, idx in groups.items():
+        array = np.asarray(encoded) if not whole else np.zeros(0)
+        for start_sequence, idx in groups.items():
             enc = encoded if whole else ctranslate2.StorageView.from_array(np.ascontiguousarray(array[idx]))
             results = self.model.align(
                 enc,
-                list(sot),
+                list(start_sequence),
                 [texts[i] for i in idx],
                 [frames[i] for i in idx],
                 median_filter_width=7,

