@@ -34,7 +34,8 @@ def wav_pcm_size(body: bytes) -> tuple[int, int]:
             rate, width, channels = wav.getframerate(), wav.getsampwidth(), wav.getnchannels()
             pcm = wav.readframes(wav.getnframes())
     except (wave.Error, EOFError) as exc:
-        raise ValueError(f"the response is not a WAV file ({exc}): {body[:60]!r}") from None
+        reason = str(exc) or "it ends too soon"
+        raise ValueError(f"the response is not a WAV file ({reason}): {body[:60]!r}") from None
     if width != 2 or channels != 1:
         raise ValueError(f"expected a 16-bit mono WAV, got {8 * width}-bit samples "
                          f"in {channels} channels")
