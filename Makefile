@@ -1,8 +1,11 @@
 # voxserve: two entry points for a fresh machine.
+#   make serve  -> .venv with the runtime dependencies, then the server on the bundled models
+#   make test   -> .venv with the test extras too, then lint, types and the whole test suite
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+TEST_STAMP := $(VENV)/.installed-test
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -12,21 +15,25 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
 
-$(STAMP): $(BIN)/python pyproject.toml constraints.txt
+$(RUNTIME_STAMP): $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	touch $@
+
+$(TEST_STAMP): $(RUNTIME_STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,peers]'
-	touch $(STAMP)
+	touch $@
 
-install: $(STAMP)
+install: $(RUNTIME_STAMP)
 
-serve: $(STAMP)
+serve: $(RUNTIME_STAMP)
 	$(BIN)/voxserve serve --host $(HOST) --port $(PORT)
 
-test: $(STAMP)
-	$(BIN)/python -m pytest
-
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check voxserve tests
 	$(BIN)/mypy voxserve
+
+test: lint
+	$(BIN)/python -m pytest
 
 clean:
 	rm -rf $(VENV) build *.egg-info

