@@ -164,9 +164,10 @@ def test_closed_loop_and_poisson_keep_the_concurrency_cap() -> None:
 def test_offline_chunking_matches_the_engine_rule() -> None:
     c = VocoderChunking()
     assert chunk_windows(100, c, first=True) == [
-        (0, 26, 0, 16), (6, 58, 16, 48), (38, 90, 48, 80), (70, 100, 80, 100)]
-    # a later segment starts at 32 frames; a tail shorter than 16 frames joins its chunk
+        (0, 26, 0, 16), (6, 58, 16, 48), (38, 100, 48, 100)]
+    # a later segment gets full-size chunks; a tail shorter than 16 frames joins its chunk
     assert chunk_windows(40, c, first=False) == [(0, 40, 0, 40)]
+    assert chunk_windows(140, c, first=False) == [(0, 74, 0, 64), (54, 140, 64, 140)]
     assert chunk_windows(10, c, first=True) == [(0, 10, 0, 10)]
 
 

@@ -6,8 +6,8 @@ server) and together they synthesize the built-in prompts, segment by segment in
 shared seeded order, for a fixed time, in two modes:
 - `full`: stage A on a segment, then stage B on its whole latent;
 - `chunked`: stage A, then stage B chunk by chunk with the engine's default chunking
-  (first chunk of a prompt 16 frames, later 32, 10 frames of context each side, no tiny
-  tail), exactly the windows `Scheduler._claim_vocoder` cuts.
+  (first chunk of a prompt 16 frames, then doubling from 32 to 64, 10 frames of context
+  each side, no tiny tail), the windows the engine's `plan_chunk` cuts.
 Text goes through the engine's own normalize/segment/phonemize before timing starts.
 """
 
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from voxserve.config import TTSConfig, VocoderChunking
+from voxserve.engine.scheduler import plan_chunk
 from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice
 from voxserve.text.phonemize import Phonemizer
 from voxserve.text.split import normalize, segment
@@ -34,18 +35,17 @@ MODES = ("full", "chunked")
 
 def chunk_windows(frames: int, chunking: VocoderChunking,
                   first: bool) -> list[tuple[int, int, int, int]]:
-    """(lo, hi, start, end) per chunk of a latent: decode [lo, hi), keep [start, end)."""
+    """(lo, hi, start, end) per chunk of a latent, from the engine's own `plan_chunk`.
+
+    A prompt's first segment starts at chunk 0; a later segment continues a stream that
+    already sent chunks, so its chunks are full size at once.
+    """
     out: list[tuple[int, int, int, int]] = []
-    start = 0
+    start, index = 0, 0 if first else 8
     while start < frames:
-        size = chunking.first_chunk_frames if first and not out else chunking.chunk_frames
-        end = min(frames, start + size)
-        if (out or not first) and frames - end < chunking.chunk_frames // 2:
-            end = frames  # no tiny tail chunk
-        lo = max(0, start - chunking.left_context)
-        hi = min(frames, end + chunking.right_context)
-        out.append((lo, hi, start, end))
-        start = end
+        window = plan_chunk(frames, start, index, chunking)
+        out.append(window)
+        start, index = window[3], index + 1
     return out
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "SegmentInput",
     "VocoderWork",
     "Work",
+    "plan_chunk",
 ]
 
 
@@ -86,6 +87,24 @@ class Chunk:
     samples: int
     first: bool
     last: bool
+
+
+def plan_chunk(frames: int, pos: int, index: int, c: VocoderChunking) -> tuple[int, int, int, int]:
+    """The window of a stream's chunk number `index`, starting at frame `pos` of a latent
+    of `frames` frames: decode [lo, hi), keep [start, end).
+
+    Chunk 0 is small for a fast first packet; later chunks double from `chunk_frames` up
+    to `max_chunk_frames`; a tail shorter than half a chunk joins the chunk before it.
+    """
+    if index == 0:
+        size = c.first_chunk_frames
+    else:
+        size = min(c.max_chunk_frames, c.chunk_frames << min(index - 1, 8))
+    start = pos
+    end = min(frames, start + size)
+    if index > 0 and frames - end < c.chunk_frames // 2:
+        end = frames
+    return max(0, start - c.left_context), min(frames, end + c.right_context), start, end
 
 
 @dataclass
@@ -262,17 +281,7 @@ class Scheduler:
         stream.vocoder_busy = True
         stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
         latent = stream.latents[0]
-        c = self.chunking
-        if stream.chunks == 0:
-            size = c.first_chunk_frames
-        else:
-            size = min(c.max_chunk_frames, c.chunk_frames << min(stream.chunks - 1, 8))
-        start = latent.pos
-        end = min(latent.frames, start + size)
-        if stream.chunks > 0 and latent.frames - end < c.chunk_frames // 2:
-            end = latent.frames  # no tiny tail chunk
-        lo = max(0, start - c.left_context)
-        hi = min(latent.frames, end + c.right_context)
+        lo, hi, start, end = plan_chunk(latent.frames, latent.pos, stream.chunks, self.chunking)
         last = (
             end == latent.frames
             and len(stream.latents) == 1
