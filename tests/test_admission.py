@@ -60,7 +60,7 @@ def test_cancelled_waiter_leaves_the_line() -> None:
 def test_gate_holds_newcomers_until_the_engine_keeps_up() -> None:
     async def run() -> None:
         keeping_up = False
-        adm = Admission(limit=10, max_queue=4, timeout_s=5, gate=lambda: keeping_up, recheck_s=0.01)
+        adm = Admission(limit=10, max_queue=4, timeout_s=5, gate=lambda active: keeping_up, recheck_s=0.01)
         await adm.acquire()  # nothing active: the gate is not asked
         second = asyncio.create_task(adm.acquire())
         await asyncio.sleep(0.05)

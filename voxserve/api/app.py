@@ -70,6 +70,8 @@ class AppState:
             "failures": stats.failures,
             "busy": dict(stats.busy_s),
             "healthy": self.engine.healthy,
+            "capacity": self.engine.capacity_streams(),
+            "gated": self.admission.gated,
         }
 
 

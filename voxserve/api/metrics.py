@@ -51,6 +51,15 @@ class _EngineCollector(Collector):
             busy.add_metric([str(worker)], seconds)
         yield busy
         yield GaugeMetricFamily("voxserve_healthy", "1 while every worker is alive", 1 if s["healthy"] else 0)
+        capacity = s.get("capacity")
+        yield GaugeMetricFamily(
+            "voxserve_tts_capacity_streams",
+            "Real-time streams the workers sustain at the measured cost (-1 until known)",
+            -1.0 if capacity is None else capacity,
+        )
+        yield CounterMetricFamily(
+            "voxserve_tts_admission_gated", "Times admission held a stream for capacity", s.get("gated", 0)
+        )
 
 
 class _ASRCollector(Collector):

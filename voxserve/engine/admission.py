@@ -1,8 +1,8 @@
 """Admission control on the event loop: at most `limit` active streams, a bounded FIFO of
 waiters behind them, and 429 past the queue or after the wait times out.
 
-An optional `gate` says whether the engine can take one more stream right now (no live
-stream is about to underrun). While it says no, newcomers wait even below `limit`; a
+An optional `gate(active)` says whether the engine can take one more stream right now
+(no live stream is about to underrun); it is told how many streams are admitted. While it says no, newcomers wait even below `limit`; a
 timer re-asks it every `recheck_s` while anyone waits. With nothing active, the gate is
 not asked: one stream always runs. Every wait is cancellable: a client that leaves while
 queued simply drops out of the line.
@@ -26,7 +26,7 @@ class Admission:
         limit: int,
         max_queue: int,
         timeout_s: float,
-        gate: Callable[[], bool] | None = None,
+        gate: Callable[[int], bool] | None = None,
         recheck_s: float = 0.05,
     ):
         if limit < 1 or max_queue < 0:
@@ -54,7 +54,7 @@ class Admission:
             return False
         if self.active == 0 or self.gate is None:
             return True
-        if self.gate():
+        if self.gate(self.active):
             return True
         self.gated += 1
         return False

@@ -292,17 +292,24 @@ class TTSEngine:
         if out is not None:
             out.handle.stream.close()
 
-    def keeping_up(self) -> bool:
-        """Whether one more stream fits now: no live stream is about to run dry, and at
-        most one stream per worker is still starting, so a burst of arrivals ramps up
-        instead of being admitted all at once before anyone can tell it is too much."""
+    def keeping_up(self, admitted: int = 0) -> bool:
+        """Whether one more stream fits now: no live stream is about to run dry, at most
+        one stream per worker is still starting (so a burst of arrivals ramps up instead
+        of being let in before anyone can tell it is too much), and the streams stay
+        under the capacity measured from recent work.
+
+        `admitted` is what admission has let in; those not yet submitted count as
+        starting.
+        """
         with self._cond:
-            if self._sched.starting() >= self.config.workers:
+            live = len(self._sched)
+            unsubmitted = max(0, admitted - live)
+            if self._sched.starting() + unsubmitted >= self.config.workers:
                 return False
             if self._sched.lagging(self._clock(), self.config.admit_min_slack_s):
                 return False
             capacity = self.capacity_streams()
-            return capacity is None or len(self._sched) < capacity
+            return capacity is None or max(live, admitted) < capacity
 
     def capacity_streams(self) -> float | None:
         """Real-time streams the workers sustain at the recently measured cost, at
