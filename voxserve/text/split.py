@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["normalize", "segment", "split_clauses", "split_sentences"]
+__all__ = ["normalize", "segment", "split_clauses", "split_phrase", "split_sentences"]
 
 _SPACE = re.compile(r"\s+")
 # End of sentence: terminal punctuation, optional closing quotes/brackets, then space.
@@ -93,12 +93,39 @@ def _split_words(text: str, max_chars: int) -> list[str]:
     return out
 
 
+# Words that open a clause, before which a spoken phrase break is natural. "and", "or"
+# and "that" are left out: they join nouns too ("between two and four").
+_PHRASE_WORDS = frozenset(
+    [
+        "but", "because", "which", "who", "whose", "while", "when", "where", "after",
+        "before", "since", "although", "though", "until", "unless", "whereas",
+    ]
+)  # fmt: skip
+
+
+def split_phrase(sentence: str, min_head: int = 20, min_tail: int = 15) -> tuple[str, str] | None:
+    """Split a sentence with no clause punctuation before a conjunction or relative word.
+
+    The head gets a comma, so that the phonemizer gives it a continuing (not a final)
+    intonation and a short pause, as a reader would at that point.
+    """
+    position = 0
+    for word in sentence.split(" ")[:-1]:
+        if position >= min_head and word.lower() in _PHRASE_WORDS:
+            head, tail = sentence[: position - 1], sentence[position:]
+            if len(tail) >= min_tail:
+                return f"{head},", tail
+        position += len(word) + 1
+    return None
+
+
 def segment(text: str, first_max_chars: int = 60, max_chars: int = 400) -> list[str]:
     """Normalized text -> synthesis segments.
 
     - every sentence is a segment;
     - the first sentence, when longer than `first_max_chars`, is split at its first clause
-      boundary so that audio can start after a short stage A pass;
+      boundary, or else before a conjunction, so that audio can start after a short
+      stage A pass;
     - any sentence longer than `max_chars` is split at clauses, then at spaces.
     """
     segments: list[str] = []
@@ -108,6 +135,9 @@ def segment(text: str, first_max_chars: int = 60, max_chars: int = 400) -> list[
             if len(clauses) > 1:
                 segments.append(clauses[0])
                 sentence = " ".join(clauses[1:])
+            elif (phrase := split_phrase(sentence)) is not None:
+                segments.append(phrase[0])
+                sentence = phrase[1]
         if len(sentence) > max_chars:
             for clause in split_clauses(sentence, min_chars=40):
                 segments.extend(_split_words(clause, max_chars))

@@ -1,0 +1,36 @@
+"""Text normalization and segmentation (pure functions)."""
+
+from __future__ import annotations
+
+from voxserve.text.split import normalize, segment, split_phrase, split_sentences
+
+
+def test_normalize_strips_controls_and_keeps_paragraphs() -> None:
+    assert normalize("a\x00b\tc  d\n\n\n e") == "a b c d\n\ne"
+
+
+def test_sentences_respect_abbreviations_and_quotes() -> None:
+    text = 'Dr. Smith said "ok." Then J. R. left... Really?! Yes e.g. this.'
+    assert split_sentences(text) == ['Dr. Smith said "ok."', "Then J. R. left...", "Really?!", "Yes e.g. this."]
+
+
+def test_short_first_sentence_is_one_segment() -> None:
+    assert segment("Hello there, my friend! How are you?") == ["Hello there, my friend!", "How are you?"]
+
+
+def test_long_first_sentence_splits_at_a_clause() -> None:
+    text = "It was a bright cold day in April, and the clocks were striking thirteen all over town."
+    assert segment(text) == ["It was a bright cold day in April,", "and the clocks were striking thirteen all over town."]
+
+
+def test_long_first_sentence_without_commas_splits_before_a_clause_word() -> None:
+    text = "The committee met on Tuesday morning because the budget had to be approved quickly."
+    assert segment(text) == ["The committee met on Tuesday morning,", "because the budget had to be approved quickly."]
+    assert split_phrase("Your package will arrive between two and four in the afternoon") is None
+
+
+def test_later_sentences_are_not_split_and_long_ones_are_bounded() -> None:
+    long = " ".join(["word"] * 200) + "."
+    segments = segment("Short start. " + long)
+    assert segments[0] == "Short start."
+    assert all(len(s) <= 400 for s in segments) and len(segments) > 2
