@@ -183,3 +183,31 @@ def test_chunks_grow_to_the_maximum() -> None:
         spans.append((w.start, w.end))
         s.complete_vocoder(w, (w.end - w.start) * HOP, 0.0)
     assert spans == [(0, 16), (16, 48), (48, 112), (112, 176), (176, 200)]
+
+
+def test_stage_a_leaves_a_worker_for_the_vocoder() -> None:
+    s = Scheduler(VocoderChunking(), HOP, RATE, credits=4, acoustic_slots=1)
+    start_stream(s, 1, now=0.0, segments=2)
+    s.add(2, [seg()], 0.0)
+    s.add(3, [seg()], 0.0)
+    first = s.next_work(0.0)
+    assert isinstance(first, AcousticWork) and first.stream_id == 2  # new stream first
+    second = s.next_work(0.0)
+    # Stream 3's stage A would also be a new stream's first work, but one stage A is
+    # already running and stream 1 has vocoder work: that goes next.
+    assert isinstance(second, VocoderWork) and second.stream_id == 1
+    s.complete_acoustic(first, latent(50), elapsed=0.01)
+    third = s.next_work(0.0)
+    assert isinstance(third, VocoderWork) and third.stream_id == 2  # its first chunk
+    fourth = s.next_work(0.0)
+    assert isinstance(fourth, AcousticWork) and fourth.stream_id == 3
+
+
+def test_stage_a_cost_estimate_moves_its_deadline() -> None:
+    s = make()
+    before = s.acoustic_s_per_id
+    s.add(1, [seg()], 0.0)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(50), elapsed=1.0)
+    assert s.acoustic_s_per_id > before

@@ -69,7 +69,7 @@ class TTSConfig:
     """Chunks a stream may have decoded but not yet taken by its HTTP writer."""
     max_streams: int = 24
     """Streams decoded at once; more wait in the admission queue."""
-    admit_min_slack_s: float = 0.1
+    admit_min_slack_s: float = 0.5
     """A new stream is admitted only while every live stream has at least this much audio
     ahead of its player (streams out of credit excepted); otherwise it waits in the
     queue. This adapts the stream count to what the CPU sustains right now."""
@@ -87,6 +87,9 @@ class TTSConfig:
     """Longest accepted `input`."""
     first_segment_chars: int = 60
     """A first sentence longer than this is split at clause boundaries for a fast start."""
+    max_segment_chars: int = 200
+    """Longer sentences are split at clauses (then spaces): stage A cannot stream, and a
+    long one holds a core for hundreds of milliseconds."""
     urgent_slack_s: float = 0.15
     """A live stream whose playback runs dry within this much time outranks new requests."""
 

@@ -148,12 +148,19 @@ class Scheduler:
         sample_rate: int,
         credits: int = 4,
         urgent_slack: float = 0.15,
+        acoustic_slots: int | None = None,
     ):
         self.chunking = chunking
         self.hop = hop
         self.rate = sample_rate
         self.credits = credits
         self.urgent_slack = urgent_slack
+        self.acoustic_slots = acoustic_slots
+        """Most stage A items in flight while vocoder work waits (None: no limit). With
+        one worker left for the vocoder, long sentences cannot stall every stream."""
+        self.acoustic_s_per_id = 5e-4
+        """Running estimate of stage A seconds per phoneme id, to start it early enough."""
+        self._acoustic_in_flight = 0
         self._streams: dict[int, _Stream] = {}
 
     # -- requests --------------------------------------------------------------------
@@ -242,20 +249,22 @@ class Scheduler:
             return stream.arrival
         dry = stream.dry_at()
         if acoustic:
-            # Needed once every latent already computed has been played.
+            # Needed once every latent already computed has been played, and it takes
+            # time itself: start it with twice its expected run time to spare.
             frames = sum(lat.frames - lat.pos for lat in stream.latents)
-            dry += frames * self.hop / self.rate
+            ids = len(stream.segments[stream.next_segment].ids)
+            dry += frames * self.hop / self.rate - 2 * ids * self.acoustic_s_per_id
         return dry
 
     def next_work(self, now: float) -> Work | None:
         """Pick and claim the next unit of work, or None if nothing can run now."""
-        best: tuple[int, float, int] | None = None  # (class, key, stream id)
-        best_is_acoustic = False
+        best: dict[bool, tuple[int, float, int]] = {}  # acoustic? -> (class, key, stream id)
         for stream in self._streams.values():
             for acoustic in (False, True):
-                ok = self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(
-                    stream
-                )
+                if acoustic:
+                    ok = self._acoustic_candidate(stream)
+                else:
+                    ok = self._vocoder_candidate(stream)
                 if not ok:
                     continue
                 deadline = self._deadline(stream, acoustic)
@@ -265,15 +274,24 @@ class Scheduler:
                     rank = (0, deadline, stream.id)
                 else:
                     rank = (2, deadline, stream.id)
-                if best is None or rank < best:
-                    best, best_is_acoustic = rank, acoustic
-        if best is None:
+                if acoustic not in best or rank < best[acoustic]:
+                    best[acoustic] = rank
+        if (
+            True in best
+            and False in best
+            and self.acoustic_slots is not None
+            and self._acoustic_in_flight >= self.acoustic_slots
+        ):
+            del best[True]  # keep a worker for the vocoder
+        if not best:
             return None
-        stream = self._streams[best[2]]
-        return self._claim_acoustic(stream) if best_is_acoustic else self._claim_vocoder(stream)
+        acoustic = min(best, key=lambda k: best[k])
+        stream = self._streams[best[acoustic][2]]
+        return self._claim_acoustic(stream) if acoustic else self._claim_vocoder(stream)
 
     def _claim_acoustic(self, stream: _Stream) -> AcousticWork:
         stream.acoustic_busy = True
+        self._acoustic_in_flight += 1
         index = stream.next_segment
         return AcousticWork(stream.id, index, stream.segments[index])
 
@@ -291,7 +309,14 @@ class Scheduler:
         return VocoderWork(stream.id, latent.segment, latent.z, lo, hi, start, end, last)
 
     # -- results ---------------------------------------------------------------------
-    def complete_acoustic(self, work: AcousticWork, z: np.ndarray) -> None:
+    def complete_acoustic(
+        self, work: AcousticWork, z: np.ndarray, elapsed: float | None = None
+    ) -> None:
+        """Record stage A's latent; `elapsed` (its run time) refines the cost estimate."""
+        self._acoustic_in_flight -= 1
+        if elapsed is not None and len(work.input.ids):
+            per_id = elapsed / len(work.input.ids)
+            self.acoustic_s_per_id += 0.2 * (per_id - self.acoustic_s_per_id)
         stream = self._streams.get(work.stream_id)
         if stream is None:
             return
@@ -322,6 +347,8 @@ class Scheduler:
             del self._streams[stream.id]
         return Chunk(stream.id, samples, first, last)
 
-    def fail(self, stream_id: int) -> None:
-        """The stream's work raised: drop the stream."""
+    def fail(self, stream_id: int, work: Work | None = None) -> None:
+        """The stream's work raised: drop the stream (and free the work's slot)."""
+        if isinstance(work, AcousticWork):
+            self._acoustic_in_flight -= 1
         self._streams.pop(stream_id, None)

@@ -157,6 +157,7 @@ class TTSEngine:
             self.model.sample_rate,
             credits=config.credits,
             urgent_slack=config.urgent_slack_s,
+            acoustic_slots=config.workers - 1 if config.workers > 1 else None,
         )
         self._outputs: dict[int, _Output] = {}
         self._ids = itertools.count(1)
@@ -235,7 +236,12 @@ class TTSEngine:
         clean = normalize(text)
         texts: list[str] = []
         segments: list[SegmentInput] = []
-        for piece in segment(clean, first_max_chars=self.config.first_segment_chars):
+        pieces = segment(
+            clean,
+            first_max_chars=self.config.first_segment_chars,
+            max_chars=self.config.max_segment_chars,
+        )
+        for piece in pieces:
             for ids in self.phonemizer.ids(piece):
                 texts.append(piece)
                 segments.append(
@@ -364,7 +370,7 @@ class TTSEngine:
             with self._cond:
                 self.dead_workers.append(name)
             if work is not None:
-                self._fail(work.stream_id, RuntimeError(f"worker {name} died"))
+                self._fail(work, RuntimeError(f"worker {name} died"))
 
     def _run(self, work: Work) -> float:
         """Run one unit of work; returns the seconds of audio it produced."""
@@ -374,16 +380,17 @@ class TTSEngine:
                 return 0.0
             return self._run_vocoder(work)
         except Exception as exc:  # noqa: BLE001 - any inference error fails only this stream
-            self._fail(work.stream_id, exc)
+            self._fail(work, exc)
             return 0.0
 
     def _run_acoustic(self, work: AcousticWork) -> None:
         seg = work.input
+        started = time.perf_counter()
         z = self.model.acoustic.run(
             [AcousticInput(seg.ids, seg.noise_scale, seg.length_scale, seg.noise_w, seg.speaker_id)]
         )[0]
         with self._cond:
-            self._sched.complete_acoustic(work, z)
+            self._sched.complete_acoustic(work, z, time.perf_counter() - started)
             self.stats.acoustic_runs += 1
             self._cond.notify_all()
 
@@ -403,9 +410,10 @@ class TTSEngine:
             self._cond.notify_all()
         return len(pcm) / self.model.sample_rate
 
-    def _fail(self, stream_id: int, exc: BaseException) -> None:
+    def _fail(self, work: Work, exc: BaseException) -> None:
+        stream_id = work.stream_id
         with self._cond:
-            self._sched.fail(stream_id)
+            self._sched.fail(stream_id, work)
             out = self._outputs.pop(stream_id, None)
             self.stats.failures += 1
             self._cond.notify_all()
