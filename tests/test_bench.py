@@ -167,7 +167,7 @@ def test_offline_chunking_matches_the_engine_rule() -> None:
         (0, 26, 0, 16), (6, 58, 16, 48), (38, 100, 48, 100)]
     # a later segment gets full-size chunks; a tail shorter than 16 frames joins its chunk
     assert chunk_windows(40, c, first=False) == [(0, 40, 0, 40)]
-    assert chunk_windows(140, c, first=False) == [(0, 74, 0, 64), (54, 140, 64, 140)]
+    assert chunk_windows(300, c, first=False) == [(0, 138, 0, 128), (118, 266, 128, 256), (246, 300, 256, 300)]
     assert chunk_windows(10, c, first=True) == [(0, 10, 0, 10)]
 
 
