@@ -21,3 +21,28 @@ def test_voices_lists_the_bundled_voice_and_aliases(capsys) -> None:
     assert main(["voices"]) == 0
     out = capsys.readouterr().out
     assert "joe" in out and "alloy -> joe" in out
+
+
+def test_voice_dir_serves_any_piper_voice(tmp_path, capsys) -> None:
+    import shutil
+
+    from voxserve.runners.piper import bundled_voice
+
+    files = bundled_voice()
+    voice_dir = tmp_path / "voices"
+    voice_dir.mkdir()
+    shutil.copy(files.model, voice_dir / "en_US-test-medium.onnx")
+    shutil.copy(files.config, voice_dir / "en_US-test-medium.onnx.json")
+    out = tmp_path / "v.wav"
+    assert main(["speak", "A voice from a folder.", "-o", str(out), "--voice-dir", str(voice_dir)]) == 0
+    assert main(["voices", "--voice-dir", str(voice_dir)]) == 0
+    assert "en_US-test-medium" in capsys.readouterr().out
+
+
+def test_voice_dir_without_a_voice_is_a_clear_error(tmp_path) -> None:
+    import pytest
+
+    from voxserve.runners.piper import find_voice
+
+    with pytest.raises(ValueError, match="exactly one Piper voice"):
+        find_voice(tmp_path)
