@@ -63,9 +63,10 @@ def run_server(config: ServerConfig | None = None, engine: object | None = None)
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[RunningServer]:
-    # Default settings, except that durations are made deterministic (noise_w=0), so that
-    # tests can compare the lengths of separate requests for the same text.
-    with run_server(tts_config(noise_w=0.0)) as running:
+    # Default settings, except that synthesis is made deterministic (no noise), so that
+    # tests can compare separate requests for the same text and transcripts of TTS audio
+    # are the same on every run.
+    with run_server(tts_config(noise_w=0.0, noise_scale=0.0)) as running:
         yield running
 
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from voxserve.engine.admission import Admission
-from voxserve.errors import Overloaded
+from voxserve.errors import Overloaded, Unavailable
 
 
 def test_limit_queue_and_429() -> None:
@@ -69,5 +69,25 @@ def test_gate_holds_newcomers_until_the_engine_keeps_up() -> None:
         await asyncio.wait_for(second, 1)  # the timer re-asked the gate
         assert adm.active == 2
         adm.close()
+
+    asyncio.run(run())
+
+
+def test_close_refuses_waiters_and_newcomers_with_503() -> None:
+    async def run() -> None:
+        adm = Admission(limit=1, max_queue=4, timeout_s=5)
+        await adm.acquire()
+        waiting = [asyncio.create_task(adm.acquire()) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        assert adm.queued == 2
+        adm.close()
+        for task in waiting:
+            with pytest.raises(Unavailable):
+                await task
+        with pytest.raises(Unavailable):
+            await adm.acquire()
+        assert adm.active == 1 and adm.queued == 0  # refused waiters took no slot
+        adm.release()
+        assert adm.active == 0
 
     asyncio.run(run())

@@ -25,7 +25,9 @@ SENTENCE = "The quick brown fox jumps over the lazy dog."
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("asr") / "fox.wav"
-    assert main(["speak", SENTENCE, "-o", str(path), "--sample-rate", "16000"]) == 0
+    # Deterministic synthesis (no noise), so the transcript is the same on every run.
+    args = ["--sample-rate", "16000", "--noise-scale", "0", "--noise-w", "0"]
+    assert main(["speak", SENTENCE, "-o", str(path), *args]) == 0
     return str(path)
 
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from voxserve.text.split import normalize, segment, split_phrase, split_sentences
+from voxserve.text.split import normalize, segment, speakable, split_phrase, split_sentences
 
 
 def test_normalize_strips_controls_and_keeps_paragraphs() -> None:
     assert normalize("a\x00b\tc  d\n\n\n e") == "a b c d\n\ne"
+
+
+def test_speakable_needs_a_letter_digit_or_symbol() -> None:
+    for text in ["hi", "7", "\u00e9", "\U0001f600", "$", "\u4e2d", "!a!"]:
+        assert speakable(text), text
+    for text in ["", "   ", "!" * 4096, "?!.,;:-\u2026\u2014", "()[]\u00ab\u00bb\"'", "\x00\x07\u2063", "%&@#*"]:
+        assert not speakable(text), text
 
 
 def test_sentences_respect_abbreviations_and_quotes() -> None:

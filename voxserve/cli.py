@@ -8,12 +8,13 @@ import logging
 import os
 import sys
 import wave
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig, VocoderChunking, default_cores
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main", "server_config"]
 
 
 def _add_tts_args(p: argparse.ArgumentParser) -> None:
@@ -27,6 +28,8 @@ def _add_tts_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--chunk-frames", type=int, default=c.chunk_frames, help="frames in later chunks (256 samples each)")
     g.add_argument("--max-chunk-frames", type=int, default=c.max_chunk_frames, help="later chunks double up to this many frames")
     g.add_argument("--context-frames", type=int, default=c.left_context, help="vocoder context frames on each side")
+    g.add_argument("--noise-scale", type=float, default=None, help="stage A noise (default: the voice's; 0 = deterministic)")
+    g.add_argument("--noise-w", type=float, default=None, help="duration noise (default: the voice's; 0 = deterministic)")
     g.add_argument("--output-gain", type=float, default=d.output_gain, help="fixed gain on vocoder output")
     g.add_argument("--credits", type=int, default=d.credits, help="chunks a stream may hold untaken")
     g.add_argument("--max-streams", type=int, default=d.max_streams, help="streams decoded at once")
@@ -49,6 +52,8 @@ def _tts_config(args: argparse.Namespace) -> TTSConfig:
         workers=args.workers,
         chunking=chunking,
         output_gain=args.output_gain,
+        noise_scale=args.noise_scale,
+        noise_w=args.noise_w,
         credits=args.credits,
         max_streams=args.max_streams,
         max_queue=args.max_queue,
@@ -93,26 +98,44 @@ def _asr_config(args: argparse.Namespace) -> ASRConfig:
     )
 
 
+def server_config(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> ServerConfig:
+    """The server's config from `serve` arguments; `--api-key` wins over VOXSERVE_API_KEY.
+
+    Raises ValueError for settings that do not fit together.
+    """
+    api_key = args.api_key if args.api_key is not None else env.get("VOXSERVE_API_KEY")
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        tts=_tts_config(args),
+        asr=_asr_config(args),
+        api_key=api_key,
+        metrics_require_key=args.metrics_require_key,
+    )
+
+
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from voxserve.api.app import create_app
+    from voxserve.api.server import serve
+    from voxserve.engine.threads import stragglers
 
-    config = ServerConfig(
-        host=args.host, port=args.port, log_level=args.log_level, tts=_tts_config(args), asr=_asr_config(args)
-    )
-    app = create_app(config)
-    uvicorn.run(
-        app,
-        host=config.host,
-        port=config.port,
-        log_level=config.log_level,
-        loop="uvloop",
-        http="httptools",
-        timeout_graceful_shutdown=2,
-        access_log=args.access_log,
-    )
-    return 0
+    try:
+        config = server_config(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if config.api_key is not None:
+        logging.getLogger("voxserve").info("API key required on /v1 routes")
+    code = 0 if serve(create_app(config), config, access_log=args.access_log) else 3
+    if stragglers():
+        # A worker is still in a native inference call whose result nobody wants; the
+        # exit hook would wait for it, and finalizing under it can crash. Leave now.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _speak(args: argparse.Namespace) -> int:
@@ -213,6 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=int(os.environ.get("VOXSERVE_PORT", ServerConfig.port)))
     serve.add_argument("--log-level", default="info")
     serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.add_argument(
+        "--api-key",
+        help="require 'Authorization: Bearer KEY' on /v1 routes (default: $VOXSERVE_API_KEY, else none)",
+    )
+    serve.add_argument(
+        "--metrics-require-key", action="store_true", help="require the API key on /metrics too"
+    )
     _add_tts_args(serve)
     _add_asr_args(serve)
     serve.set_defaults(func=_serve)

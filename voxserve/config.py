@@ -152,3 +152,15 @@ class ServerConfig:
     """The TTS engine's slice."""
     asr: ASRConfig = field(default_factory=ASRConfig)
     """The ASR engine's slice."""
+    api_key: str | None = field(default=None, repr=False)
+    """When set, every `/v1` route needs `Authorization: Bearer <api_key>` (401 otherwise);
+    None serves without auth. Kept out of the repr so that it never reaches a log."""
+    metrics_require_key: bool = False
+    """Also require the key on `/metrics`; `/health` always stays open."""
+
+    def __post_init__(self) -> None:
+        key = self.api_key
+        if key is not None and (not key or not key.isascii() or not key.isprintable() or " " in key):
+            raise ValueError("the API key must be non-empty printable ASCII without spaces")
+        if self.metrics_require_key and key is None:
+            raise ValueError("metrics_require_key needs an API key (--api-key or VOXSERVE_API_KEY)")

@@ -24,7 +24,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from voxserve.api.auth import RequireKey
 from voxserve.api.metrics import Metrics, RequestCounter
+from voxserve.api.openapi import openapi_endpoint
 from voxserve.api.schemas import SPEECH_MODELS
 from voxserve.api.speech import speech
 from voxserve.api.transcriptions import ASR_MODELS, transcriptions, translations
@@ -38,6 +40,11 @@ from voxserve.errors import ClientError, Overloaded, VoxError
 __all__ = ["AppState", "create_app"]
 
 log = logging.getLogger(__name__)
+
+WORKER_JOIN_S = 0.5
+"""How long shutdown waits, in all, for worker threads to leave the inference call they
+are in (its results are discarded). A whisper batch can take seconds: then an exit hook
+waits for it (`voxserve.engine.threads`), and `voxserve serve` leaves without it."""
 
 
 @dataclass
@@ -58,6 +65,17 @@ class AppState:
 
     def new_request_id(self) -> str:
         return f"req_{uuid.uuid4().hex[:20]}"
+
+    def drain(self) -> None:
+        """First step of a shutdown, without blocking: refuse new work with 503 and fail
+        every live stream and transcription, so that their responses end now instead of
+        running on until uvicorn's graceful timeout cancels them."""
+        self.admission.close()
+        self.engine.drain()
+        if self.asr_admission is not None:
+            self.asr_admission.close()
+        if self.asr is not None:
+            self.asr.drain()
 
     def engine_snapshot(self) -> dict[str, Any]:
         stats = self.engine.stats
@@ -176,17 +194,19 @@ def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlet
             yield
         finally:
             lag.cancel()
-            state.admission.close()
-            engine.stop()
+            state.drain()
+            deadline = time.monotonic() + WORKER_JOIN_S
+            engine.stop(timeout=WORKER_JOIN_S)
             state.text_pool.shutdown()
             state.audio_pool.shutdown()
             if asr is not None and state.asr_pool is not None:
-                asr.stop()
+                asr.stop(timeout=max(0.0, deadline - time.monotonic()))
                 state.asr_pool.shutdown(wait=False, cancel_futures=True)
 
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/openapi.json", openapi_endpoint, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/audio/voices", voices, methods=["GET"]),
         Route("/v1/audio/speech", speech, methods=["POST"]),
@@ -202,5 +222,8 @@ def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlet
             Exception: _unexpected,
         },
     )
+    if config.api_key is not None:
+        # Added first, so it sits inside RequestCounter and 401s are counted too.
+        app.add_middleware(RequireKey, key=config.api_key, protect_metrics=config.metrics_require_key)
     app.add_middleware(RequestCounter, metrics=lambda: holder["state"].metrics if holder else None)
     return app

@@ -9,6 +9,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from voxserve.errors import InvalidRequest
+from voxserve.text.split import speakable
 
 __all__ = ["SPEECH_MODELS", "SpeechRequest", "VoiceRef", "parse_json_body", "validate"]
 
@@ -30,16 +31,24 @@ class SpeechRequest(BaseModel):
     input: str = Field(min_length=1, max_length=4096, description="Text to speak, 1 to 4096 characters")
     voice: str | VoiceRef = Field(description="A voice name, an OpenAI voice name, or {\"id\": name}")
     response_format: ResponseFormat = "mp3"
-    speed: float = Field(1.0, ge=0.25, le=4.0, allow_inf_nan=False)
+    # Strict: a JSON number only, not true or "1.5" (never auto-correct a wrong type).
+    speed: float = Field(1.0, ge=0.25, le=4.0, allow_inf_nan=False, strict=True)
     stream_format: Literal["audio", "sse"] = "audio"
     instructions: str | None = Field(None, max_length=4096, description="Accepted and ignored")
-    sample_rate: int | None = Field(None, ge=8000, le=48000, description="Output rate in Hz; default 24000")
+    sample_rate: int | None = Field(
+        None, ge=8000, le=48000, strict=True, description="Output rate in Hz; default 24000"
+    )
 
     @field_validator("input")
     @classmethod
     def _has_text(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("input must contain text, not only whitespace")
+        if not speakable(value):
+            raise ValueError(
+                "input has nothing that can be spoken, only punctuation or control "
+                "characters; send words or numbers"
+            )
         return value
 
     @property
@@ -58,6 +67,8 @@ def validate(model: type[M], data: Any) -> M:
         loc = [str(p) for p in first.get("loc", ()) if not isinstance(p, int)]
         param = loc[0] if loc else None
         msg = first.get("msg", "invalid value")
+        if first.get("type") == "value_error" and "error" in first.get("ctx", {}):
+            msg = str(first["ctx"]["error"])  # our own validator's words, without "Value error, "
         if first.get("type") == "missing":
             msg = f"'{param}' is required"
         elif param:
@@ -74,6 +85,10 @@ def parse_json_body(raw: bytes) -> Any:
         raise InvalidRequest("request body is not valid UTF-8") from None
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    except ValueError:  # an integer past Python's limit on digits (4300)
+        raise InvalidRequest("request body has a number with too many digits") from None
+    except RecursionError:
+        raise InvalidRequest("request body is nested too deeply; send a flat JSON object") from None
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")
     return data

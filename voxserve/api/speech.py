@@ -184,8 +184,9 @@ async def _sse_events(
     except StreamFailed as exc:
         log.error("stream %s failed after start: %s", handle.request_id, exc)
         state.metrics.stream_errors.inc()
-        error = exc.__cause__ if isinstance(exc.__cause__, VoxError) else None
-        body = error.body()["error"] if error else {"message": str(exc), "type": "server_error"}
+        cause = exc.__cause__
+        error = cause if isinstance(cause, VoxError) else ServerError(str(exc))
+        body = error.body()["error"]
         yield _sse({"type": "error", "error": body})
         return
     # Usage in the shape OpenAI reports: characters in, audio out (as 20 ms "tokens").

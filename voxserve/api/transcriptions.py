@@ -230,6 +230,8 @@ async def _collect(request: Request, transcription: Transcription) -> Transcript
     try:
         return work.result()
     except StreamFailed as exc:
+        if isinstance(exc.__cause__, VoxError):  # e.g. 503 while the server shuts down
+            raise exc.__cause__ from None
         raise ServerError(str(exc)) from exc
     finally:
         transcription.cancel()  # nothing left to drop after success; frees the stream
@@ -269,8 +271,9 @@ async def _sse_events(state: AppState, transcription: Transcription, started: fl
                 yield _sse({"type": "transcript.text.delta", "delta": delta})
     except StreamFailed as exc:
         log.error("transcription %s failed after start: %s", transcription.handle.request_id, exc)
-        error = exc.__cause__ if isinstance(exc.__cause__, VoxError) else None
-        body = error.body()["error"] if error else {"message": str(exc), "type": "server_error"}
+        cause = exc.__cause__
+        error = cause if isinstance(cause, VoxError) else ServerError(str(exc))
+        body = error.body()["error"]
         yield _sse({"type": "error", "error": body})
         return
     _observe(state, "transcribe", "stream", transcription.duration, started)

@@ -21,12 +21,20 @@ import soxr
 
 from voxserve.errors import InvalidRequest
 
-__all__ = ["SAMPLE_RATE", "decode_audio"]
+__all__ = ["MAX_PEAK", "MIN_SOURCE_RATE", "SAMPLE_RATE", "decode_audio"]
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
 """Whisper's input rate."""
+
+MIN_SOURCE_RATE = 1000
+"""Lowest sample rate accepted. A few bytes of WAV that claim 1 Hz would otherwise
+expand to hours of audio to transcribe."""
+
+MAX_PEAK = 1000.0
+"""Largest sample magnitude accepted (full scale is 1.0). Far larger values overflow the
+log-mel features, and the decoder then runs to its length limit on noise."""
 
 
 def _undecodable(reason: str) -> InvalidRequest:
@@ -68,6 +76,8 @@ def _decode_stream(
         for frame in container.decode(stream):
             if mixer is None:
                 source_rate = frame.sample_rate or stream.rate or rate
+                if source_rate < MIN_SOURCE_RATE:
+                    raise _undecodable(f"the sample rate of {source_rate} Hz is too low for sound")
                 # FFmpeg's mixer downmixes with the channel layout's proper weights.
                 mixer = av.AudioResampler(format="flt", layout="mono", rate=source_rate)
                 if source_rate != rate:
@@ -97,8 +107,11 @@ def _decode_stream(
     audio = np.concatenate(parts) if len(parts) > 1 else parts[0]
     if total > limit:
         audio = audio[:limit]
-    if not np.all(np.isfinite(audio)):
+    peak = float(np.max(np.abs(audio)))
+    if not np.isfinite(peak):
         raise _undecodable("the audio holds invalid samples")
+    if peak > MAX_PEAK:
+        raise _undecodable(f"the samples are out of range (over {MAX_PEAK:g} times full scale)")
     return np.ascontiguousarray(audio, dtype=np.float32)
 
 

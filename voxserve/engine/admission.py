@@ -5,7 +5,8 @@ An optional `gate(active)` says whether the engine can take one more stream righ
 (no live stream is about to underrun); it is told how many streams are admitted. While it says no, newcomers wait even below `limit`; a
 timer re-asks it every `recheck_s` while anyone waits. With nothing active, the gate is
 not asked: one stream always runs. Every wait is cancellable: a client that leaves while
-queued simply drops out of the line.
+queued simply drops out of the line. `close()` (at shutdown) answers every waiter and
+every later caller with 503.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import contextlib
 from collections import deque
 from collections.abc import Callable
 
-from voxserve.errors import Overloaded
+from voxserve.errors import Overloaded, Unavailable
 
 __all__ = ["Admission"]
 
@@ -41,6 +42,7 @@ class Admission:
         self.gated = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._timer: asyncio.Task[None] | None = None
+        self._closed = False
 
     @property
     def queued(self) -> int:
@@ -60,6 +62,8 @@ class Admission:
         return False
 
     async def acquire(self) -> None:
+        if self._closed:
+            raise Unavailable("server is shutting down")
         if not self._waiters and self._room():
             self.active += 1
             return
@@ -76,7 +80,7 @@ class Admission:
         try:
             await asyncio.wait_for(asyncio.shield(waiter), self.timeout_s)
         except TimeoutError:
-            if waiter.done() and not waiter.cancelled():
+            if _granted(waiter):
                 return  # granted at the last moment: keep the slot
             self._drop(waiter)
             self.rejected += 1
@@ -85,7 +89,7 @@ class Admission:
                 retry_after=self._retry_after(),
             ) from None
         except BaseException:
-            if waiter.done() and not waiter.cancelled():
+            if _granted(waiter):
                 self.release()  # granted, but the caller is gone: pass the slot on
             else:
                 self._drop(waiter)
@@ -118,5 +122,15 @@ class Admission:
             self._grant()
 
     def close(self) -> None:
+        """Refuse every waiter and every later call with 503 (the server is stopping)."""
+        self._closed = True
         if self._timer is not None:
             self._timer.cancel()
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(Unavailable("server is shutting down"))
+
+
+def _granted(waiter: asyncio.Future[None]) -> bool:
+    return waiter.done() and not waiter.cancelled() and waiter.exception() is None

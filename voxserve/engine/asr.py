@@ -38,7 +38,8 @@ from voxserve.engine.segments import (
     needs_fallback,
     window_segments,
 )
-from voxserve.errors import InvalidRequest, ServerError
+from voxserve.engine.threads import join_workers
+from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.runners.whisper import DecodeInput, DecodeOptions, DecodeOutput, WhisperRunner
 
 __all__ = [
@@ -162,16 +163,25 @@ class ASREngine:
             t.start()
             self._threads.append(t)
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def drain(self) -> None:
+        """Refuse new requests and fail the open ones, dropping their queued pieces. Does
+        not block: a batch being decoded finishes (its results are discarded) and `stop`
+        waits for that."""
         with self._cond:
             self._stopping = True
-            for job in self._jobs.values():
-                job.handle.results.fail(ServerError("server is shutting down"))
+            for job_id, job in self._jobs.items():
+                self._batcher.abort(job_id)
+                job.handle.results.fail(Unavailable("server is shutting down"))
             self._jobs.clear()
             self._cond.notify_all()
-        deadline = time.monotonic() + timeout
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Drain, then wait up to `timeout` for the workers to exit."""
+        self.drain()
+        busy = join_workers(self._threads, timeout)
+        if busy:
+            names = ", ".join(t.name for t in busy)
+            log.warning("not waiting longer for %s, still in an inference call", names)
 
     def warmup(self) -> None:
         """Decode one second of silence so that first-call costs are not a client's."""
@@ -268,7 +278,7 @@ class ASREngine:
         handle = ASRHandle(job_id, request_id, pieces, prepared.duration, ResultStream(pieces, loop))
         with self._cond:
             if self._stopping:
-                raise ServerError("server is shutting down")
+                raise Unavailable("server is shutting down")
             self._jobs[job_id] = _Job(handle, ladder, options.task, options.language, options.timings, pieces)
         return handle
 

@@ -22,6 +22,7 @@ import soxr
 from voxserve.config import TTSConfig
 from voxserve.engine.scheduler import AcousticWork, Scheduler, SegmentInput, VocoderWork, Work
 from voxserve.engine.stream import ChunkStream, StreamItem
+from voxserve.engine.threads import join_workers
 from voxserve.errors import InvalidRequest, NotFound, ServerError, Unavailable
 from voxserve.runners.piper import (
     AcousticInput,
@@ -174,16 +175,23 @@ class TTSEngine:
             t.start()
             self._threads.append(t)
 
-    def stop(self, timeout: float = 2.0) -> None:
+    def drain(self) -> None:
+        """Refuse new streams and fail the live ones (their writers end now); workers exit
+        after the item they are running. Does not block: `stop` waits for them."""
         with self._cond:
             self._stopping = True
             for out in self._outputs.values():
-                out.handle.stream.fail(ServerError("server is shutting down"))
+                out.handle.stream.fail(Unavailable("server is shutting down"))
             self._outputs.clear()
             self._cond.notify_all()
-        deadline = time.monotonic() + timeout
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Drain, then wait up to `timeout` for the workers to exit."""
+        self.drain()
+        busy = join_workers(self._threads, timeout)
+        if busy:
+            names = ", ".join(t.name for t in busy)
+            log.warning("not waiting longer for %s, still in an inference call", names)
 
     def synthesize(self, text: str, voice: Voice, speed: float = 1.0, sample_rate: int | None = None,
                    timeout: float = 60.0) -> np.ndarray:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["normalize", "segment", "split_clauses", "split_phrase", "split_sentences"]
+__all__ = ["normalize", "segment", "speakable", "split_clauses", "split_phrase", "split_sentences"]
 
 _SPACE = re.compile(r"\s+")
 # End of sentence: terminal punctuation, optional closing quotes/brackets, then space.
@@ -34,6 +34,15 @@ def normalize(text: str) -> str:
     )
     paragraphs = [_SPACE.sub(" ", p).strip() for p in re.split(r"\n\s*\n", text)]
     return "\n\n".join(p for p in paragraphs if p)
+
+
+def speakable(text: str) -> bool:
+    """Whether `text` has anything to say: a letter, a digit or a symbol (an emoji, "$").
+
+    Text of only punctuation, spaces and control characters has nothing, even where the
+    phonemizer would read a run of it out by name ("!!!!" as "exclamation").
+    """
+    return any(unicodedata.category(ch)[0] in "LNS" for ch in text)
 
 
 def split_sentences(text: str) -> list[str]:

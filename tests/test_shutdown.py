@@ -1,0 +1,161 @@
+"""SIGTERM and SIGINT under load: the real `voxserve serve` process, signalled and timed.
+
+The server runs as a subprocess (signals only reach uvicorn's handlers in a main thread).
+Eight long TTS streams and one transcription are in flight when the signal arrives. The
+process must exit 0 within 2 s, every client call must end (complete, truncated or an
+error, never a hang), and the port must refuse connections afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.asr_support import LONG, SHORT, speak
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+STREAMS = 8
+EXIT_BUDGET_S = 2.0
+LONG_TEXT = " ".join(LONG)
+
+
+@dataclass
+class Call:
+    """What one client saw."""
+
+    received: int = 0
+    status: int | None = None
+    outcome: str = "running"
+    flowing: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_healthy(base: str, proc: subprocess.Popen[bytes], log: Path, limit_s: float = 60.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"server exited during start-up ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                return
+        time.sleep(0.2)
+    pytest.fail(f"server did not answer /health within {limit_s:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def _stream_speech(base: str, call: Call) -> None:
+    body = {"model": "tts-1", "voice": "alloy", "input": LONG_TEXT, "response_format": "pcm"}
+    try:
+        with httpx.stream("POST", f"{base}/v1/audio/speech", json=body, timeout=30) as r:
+            call.status = r.status_code
+            for chunk in r.iter_bytes():
+                call.received += len(chunk)
+                call.flowing.set()
+        call.outcome = "complete"
+    except httpx.HTTPError as exc:
+        call.outcome = type(exc).__name__
+    finally:
+        call.done.set()
+
+
+def _transcribe(base: str, audio: bytes, call: Call) -> None:
+    try:
+        r = httpx.post(
+            f"{base}/v1/audio/transcriptions",
+            files={"file": ("speech.wav", audio)},
+            data={"model": "whisper-1"},
+            timeout=30,
+        )
+        call.status = r.status_code
+        call.outcome = "complete"
+    except httpx.HTTPError as exc:
+        call.outcome = type(exc).__name__
+    finally:
+        call.done.set()
+
+
+def _refused(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_under_load_exits_promptly_and_cleanly(sig: signal.Signals, tmp_path: Path) -> None:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "voxserve.cli", "serve", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait_healthy(base, proc, log)
+        with httpx.Client(base_url=base, timeout=30) as c:
+            audio = speak(c, " ".join(SHORT), "wav", 16000)
+
+        calls = [Call() for _ in range(STREAMS)]
+        asr_call = Call()
+        threads = [threading.Thread(target=_stream_speech, args=(base, c), daemon=True) for c in calls]
+        threads.append(threading.Thread(target=_transcribe, args=(base, audio, asr_call), daemon=True))
+        for t in threads:
+            t.start()
+        # Signal once audio flows on most streams (admission may still hold a few back).
+        deadline = time.monotonic() + 20
+        while sum(c.flowing.is_set() for c in calls) < STREAMS // 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        flowing = sum(c.flowing.is_set() for c in calls)
+        assert flowing >= 1, f"no audio flowed before the signal: {[c.outcome for c in calls]}"
+        assert not any(c.done.is_set() for c in calls), "a stream ended before the signal"
+
+        signalled = time.monotonic()
+        proc.send_signal(sig)
+        late = Call()
+        time.sleep(0.3)
+        late_thread = threading.Thread(target=_stream_speech, args=(base, late), daemon=True)
+        late_thread.start()
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"server still running 10 s after {sig.name}:\n{log.read_text()[-3000:]}")
+        exit_s = time.monotonic() - signalled
+        print(f"{sig.name}: exit {code} after {exit_s * 1000:.0f} ms with {flowing} streams flowing")
+        text = log.read_text()
+        assert exit_s < EXIT_BUDGET_S, f"exit took {exit_s:.2f} s:\n{text[-3000:]}"
+        assert code == 0, f"exit code {code}:\n{text[-3000:]}"
+        assert "Traceback" not in text, text[-3000:]
+
+        for t in [*threads, late_thread]:
+            t.join(5)
+        assert not any(t.is_alive() for t in [*threads, late_thread]), "a client call hung"
+        # Streams end truncated or with an error; none can have got its full text's audio.
+        for c in calls:
+            assert c.outcome != "complete" or c.status != 200, c
+        assert asr_call.done.is_set()
+        # Work sent after the signal is refused: no connection, or a 503 before any audio.
+        assert late.received == 0 and late.status in (None, 503), late
+        assert _refused(port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
