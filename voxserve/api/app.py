@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from voxserve.api.access_log import AccessLog
 from voxserve.api.auth import RequireKey
 from voxserve.api.metrics import Metrics, RequestCounter
 from voxserve.api.openapi import openapi_endpoint
@@ -226,4 +227,5 @@ def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlet
         # Added first, so it sits inside RequestCounter and 401s are counted too.
         app.add_middleware(RequireKey, key=config.api_key, protect_metrics=config.metrics_require_key)
     app.add_middleware(RequestCounter, metrics=lambda: holder["state"].metrics if holder else None)
+    app.add_middleware(AccessLog)
     return app
