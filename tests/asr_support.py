@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import io
-import re
-import wave
-
 import httpx
-import jiwer
 import numpy as np
+
+from voxserve.audio.encode import wav_file
+from voxserve.bench.asr_offline import LONG
+from voxserve.bench.metrics import normalize_text as normalize
+from voxserve.bench.metrics import word_errors
+
+__all__ = ["LONG", "RATE", "SHORT", "normalize", "speak", "speak_pcm", "wav_bytes", "wer", "with_gaps"]
 
 SHORT = [
     "The quick brown fox jumps over the lazy dog.",
@@ -17,29 +19,6 @@ SHORT = [
     "The museum opens early on weekends, so we should arrive before the crowds.",
 ]
 
-# Twenty sentences of about eight seconds each, each with a distinct first word.
-LONG = [
-    "Morning light spread slowly across the quiet valley, and the farmers walked out to check their fields before breakfast.",
-    "Children in the small village school learned to read by candlelight during the long and cold winter months.",
-    "Every evening the old fisherman mended his nets on the wooden pier while the gulls circled above the harbor.",
-    "Scientists believe that the ocean still hides thousands of creatures that nobody has ever seen or described.",
-    "Our neighbors planted a beautiful garden with roses, tulips and tall sunflowers along the side of their house.",
-    "Railway workers laid new tracks through the forest so that trains could carry timber to the growing city.",
-    "Musicians gathered in the town square on summer nights and played songs that everyone knew by heart.",
-    "Doctors recommend that people drink plenty of water, sleep well, and take a short walk every single day.",
-    "Heavy rain flooded the main road last week, and the bridge near the river was closed for several days.",
-    "Travelers often stop at the little bakery by the station to buy fresh bread and a cup of hot coffee.",
-    "Engineers designed the new library with large windows, so the reading rooms are bright and warm all year.",
-    "Volunteers cleaned the beach on Saturday morning and collected many bags of plastic and broken glass.",
-    "Farmers in the north grow potatoes, barley and oats, because the soil there is rich and the summers are short.",
-    "Students who practice a little every day usually remember much more than those who study only before exams.",
-    "Lightning struck the tall oak tree behind the church, but luckily nobody was hurt and the fire was put out quickly.",
-    "Visitors to the museum can see ancient maps, old coins and the tools that early sailors used to find their way.",
-    "Grandmother told us stories about her childhood on the farm, where she cared for horses, chickens and goats.",
-    "Snow covered the mountains early this year, and the ski resorts opened their slopes a month ahead of schedule.",
-    "Firefighters trained for many hours to learn how to rescue people from burning buildings safely.",
-    "Finally, the long journey came to an end, and the tired travelers were happy to sleep in their own beds again.",
-]  # fmt: skip
 
 RATE = 24000
 """Rate the test audio is made at (the server resamples it to 16 kHz)."""
@@ -59,13 +38,7 @@ def speak_pcm(client: httpx.Client, text: str, rate: int = RATE) -> np.ndarray:
 
 
 def wav_bytes(samples: np.ndarray, rate: int = RATE) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(samples.astype(np.int16).tobytes())
-    return buf.getvalue()
+    return wav_file(samples, rate)
 
 
 def with_gaps(pieces: list[np.ndarray], gap_s: float = 1.0, rate: int = RATE) -> tuple[np.ndarray, list[float]]:
@@ -84,11 +57,6 @@ def with_gaps(pieces: list[np.ndarray], gap_s: float = 1.0, rate: int = RATE) ->
     return np.concatenate(out), onsets
 
 
-def normalize(text: str) -> str:
-    text = text.lower().replace("-", " ")
-    text = re.sub(r"[^a-z0-9' ]+", " ", text)
-    return " ".join(text.split())
-
-
 def wer(reference: str, hypothesis: str) -> float:
-    return float(jiwer.wer(normalize(reference), normalize(hypothesis)))
+    """WER as `voxserve bench` defines it (DESIGN.md section 3)."""
+    return word_errors(reference, hypothesis).wer

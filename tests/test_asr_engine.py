@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import io
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from voxserve.audio.decode import decode_audio
+from voxserve.audio.encode import wav_file
 from voxserve.audio.mel import LogMel
 from voxserve.cli import main
 from voxserve.config import ASRConfig
@@ -76,12 +75,6 @@ def test_cli_transcribe(speech_wav: str, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_silent_pieces_are_not_decoded() -> None:
     engine = ASREngine(ASRConfig(workers=1))
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(np.zeros(16000 * 3, dtype=np.int16).tobytes())
-    prepared = engine.prepare(buf.getvalue())
+    prepared = engine.prepare(wav_file(np.zeros(16000 * 3, dtype=np.int16), 16000))
     assert prepared.duration == 3.0 and len(prepared.spans) == 1
     assert engine.features(prepared, 0) is None

@@ -4,11 +4,9 @@ decoding edge cases and the in-order result stream. No model needed except where
 from __future__ import annotations
 
 import asyncio
-import io
 import itertools
 import re
 import threading
-import wave
 
 import numpy as np
 import pytest
@@ -16,6 +14,7 @@ import pytest
 from voxserve.api.formats import as_json, as_srt, as_text, as_verbose_json, as_vtt, timestamp
 from voxserve.audio.cut import Span, plan_spans, quietest_point
 from voxserve.audio.decode import decode_audio
+from voxserve.audio.encode import wav_file
 from voxserve.audio.mel import N_FRAMES, LogMel
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.results import ResultStream
@@ -219,13 +218,7 @@ def test_json_text_and_verbose() -> None:
 
 # -- decoding and features -------------------------------------------------------------
 def _wav(samples: np.ndarray, rate: int, channels: int = 1) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(channels)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(samples.astype(np.int16).tobytes())
-    return buf.getvalue()
+    return wav_file(samples, rate, channels)
 
 
 def test_decode_downmixes_and_resamples() -> None:

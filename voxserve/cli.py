@@ -7,11 +7,11 @@ import argparse
 import logging
 import os
 import sys
-import wave
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from voxserve.audio.encode import wav_file
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig, VocoderChunking, default_cores
 
 __all__ = ["build_parser", "main", "server_config"]
@@ -149,11 +149,7 @@ def _speak(args: argparse.Namespace) -> int:
     finally:
         engine.stop()
     rate = args.sample_rate or engine.sample_rate
-    with wave.open(str(args.output), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
+    Path(args.output).write_bytes(wav_file(pcm, rate))
     print(f"wrote {args.output}: {len(pcm) / rate:.2f} s at {rate} Hz")
     return 0
 

@@ -9,7 +9,9 @@ knows nothing of HTTP, and never touches FFmpeg's global log settings.
 
 from __future__ import annotations
 
+import io
 import struct
+import wave
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol
@@ -19,7 +21,7 @@ import numpy as np
 import soxr
 from av.audio.stream import AudioStream
 
-__all__ = ["FORMATS", "StreamEncoder", "content_type", "make_encoder"]
+__all__ = ["FORMATS", "StreamEncoder", "content_type", "make_encoder", "wav_file"]
 
 FORMATS: tuple[str, ...] = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 
@@ -81,6 +83,18 @@ class StreamEncoder(Protocol):
     def feed(self, pcm: np.ndarray) -> bytes: ...
 
     def flush(self) -> bytes: ...
+
+
+def wav_file(pcm: np.ndarray, sample_rate: int, channels: int = 1) -> bytes:
+    """A complete 16-bit WAV file (real sizes in its header) holding `pcm`, interleaved
+    when `channels` > 1. For files on disk and test clips, not for streaming."""
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(sample_rate)
+        w.writeframes(np.asarray(pcm).astype("<i2").tobytes())
+    return buf.getvalue()
 
 
 def content_type(fmt: str) -> str:

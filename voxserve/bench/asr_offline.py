@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
-import re
 import statistics
 import sys
 import time
-import wave
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from voxserve.audio.decode import SAMPLE_RATE, decode_audio
+from voxserve.audio.encode import wav_file
+from voxserve.bench.metrics import word_errors
 from voxserve.config import ASRConfig, TTSConfig, default_cores
 from voxserve.engine.asr import ASREngine, TranscribeOptions
 from voxserve.engine.transcribe import start_transcription
@@ -73,24 +72,9 @@ class Result:
     wer: float | None
 
 
-def _normalize(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).split()
-
-
 def wer(reference: str, hypothesis: str) -> float:
-    import jiwer
-
-    return float(jiwer.wer(" ".join(_normalize(reference)), " ".join(_normalize(hypothesis))))
-
-
-def _wav(samples: np.ndarray, rate: int) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(samples.astype(np.int16).tobytes())
-    return buf.getvalue()
+    """WER as the bench defines it (DESIGN.md section 3)."""
+    return word_errors(reference, hypothesis).wer
 
 
 def make_clips() -> tuple[tuple[bytes, str], list[tuple[bytes, str]]]:
@@ -102,13 +86,13 @@ def make_clips() -> tuple[tuple[bytes, str], list[tuple[bytes, str]]]:
     try:
         voice = tts.voices[0]
         spoken = [tts.synthesize(t, voice, sample_rate=24000) for t in LONG]
-        short = [(_wav(tts.synthesize(t, voice, sample_rate=24000), 24000), t) for t in SHORT]
+        short = [(wav_file(tts.synthesize(t, voice, sample_rate=24000), 24000), t) for t in SHORT]
     finally:
         tts.stop()
     gap = np.zeros(24000, dtype=np.int16)
     pieces = spoken + spoken[:8]
     joined = np.concatenate([x for i, p in enumerate(pieces) for x in ((gap, p) if i else (p,))])
-    return (_wav(joined, 24000), " ".join(LONG + LONG[:8])), short
+    return (wav_file(joined, 24000), " ".join(LONG + LONG[:8])), short
 
 
 async def _engine_many(engine: ASREngine, clips: list[bytes], pool: ThreadPoolExecutor) -> list[str]:

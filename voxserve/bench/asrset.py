@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import wave
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 
+from voxserve.audio.encode import wav_file
 from voxserve.bench.levels import BenchError
 from voxserve.bench.speech import SpeechTarget
 
@@ -49,11 +50,8 @@ async def make_asr_set(target: SpeechTarget, prompts: list[str], out_dir: Path,
             async with slots:
                 pcm, rate = await _fetch(session, target, text)
             name = f"{index:0{width}d}"
-            with wave.open(str(out_dir / f"{name}.wav"), "wb") as w:
-                w.setnchannels(1)
-                w.setsampwidth(2)
-                w.setframerate(rate)
-                w.writeframes(pcm[: len(pcm) // 2 * 2])
+            samples = np.frombuffer(pcm[: len(pcm) // 2 * 2], dtype="<i2")
+            (out_dir / f"{name}.wav").write_bytes(wav_file(samples, rate))
             (out_dir / f"{name}.txt").write_text(text + "\n", encoding="utf-8")
             return {"audio": f"{name}.wav", "text": text, "duration": len(pcm) // 2 / rate}
 
