@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from voxserve.api.access_log import AccessLog
 from voxserve.api.auth import RequireKey
+from voxserve.api.errors import error_response
 from voxserve.api.metrics import Metrics, RequestCounter
 from voxserve.api.openapi import openapi_endpoint
 from voxserve.api.schemas import SPEECH_MODELS
@@ -36,7 +37,7 @@ from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import OPENAI_VOICES, TTSEngine
-from voxserve.errors import ClientError, Overloaded, VoxError
+from voxserve.errors import ClientError, VoxError
 
 __all__ = ["AppState", "create_app"]
 
@@ -92,13 +93,6 @@ class AppState:
             "capacity": self.engine.capacity_streams(),
             "gated": self.admission.gated,
         }
-
-
-def error_response(exc: VoxError) -> JSONResponse:
-    headers = {}
-    if isinstance(exc, Overloaded):
-        headers["retry-after"] = str(int(exc.retry_after))
-    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
 async def _vox_error(request: Request, exc: Exception) -> Response:

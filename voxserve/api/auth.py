@@ -10,9 +10,9 @@ echoed back.
 from __future__ import annotations
 
 import hmac
-import json
 from typing import Any
 
+from voxserve.api.errors import error_response
 from voxserve.errors import Unauthorized
 
 __all__ = ["RequireKey"]
@@ -55,11 +55,4 @@ class RequireKey:
         if error is None:
             await self.app(scope, receive, send)
             return
-        body = json.dumps(error.body()).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"www-authenticate", b"Bearer"),
-        ]
-        await send({"type": "http.response.start", "status": error.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await error_response(error, {"www-authenticate": "Bearer"})(scope, receive, send)

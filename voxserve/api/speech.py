@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
+import numpy as np
 from starlette.requests import Request
 
 from voxserve.api.schemas import SPEECH_MODELS, SpeechRequest, parse_json_body, validate
@@ -123,9 +124,7 @@ async def _encoded(
         item = await handle.stream.get()
         engine.taken(handle.id)
         if inline:
-            data = encoder.feed(item.pcm) if len(item.pcm) else b""
-            if item.last:
-                data += encoder.flush()
+            data = _encode_step(encoder, item.pcm, item.last)
         else:
             data = await state.audio_pool.run(_encode_step, encoder, item.pcm, item.last)
         total += len(item.pcm)
@@ -141,10 +140,7 @@ async def _encoded(
             return
 
 
-def _encode_step(encoder: StreamEncoder, pcm: object, last: bool) -> bytes:
-    import numpy as np
-
-    assert isinstance(pcm, np.ndarray)
+def _encode_step(encoder: StreamEncoder, pcm: np.ndarray, last: bool) -> bytes:
     data = encoder.feed(pcm) if len(pcm) else b""
     if last:
         data += encoder.flush()

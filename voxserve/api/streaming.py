@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from voxserve.errors import Overloaded, VoxError
+from voxserve.api.errors import error_response
+from voxserve.errors import VoxError
 
 __all__ = ["StreamResponse"]
 
@@ -49,13 +49,6 @@ class StreamResponse:
                 return data
         return None
 
-    async def _send_error(self, send: Any, exc: VoxError) -> None:
-        headers = [(b"content-type", b"application/json")]
-        if isinstance(exc, Overloaded):
-            headers.append((b"retry-after", str(int(exc.retry_after)).encode()))
-        await send({"type": "http.response.start", "status": exc.status, "headers": headers})
-        await send({"type": "http.response.body", "body": json.dumps(exc.body()).encode()})
-
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         disconnected = asyncio.Event()
 
@@ -71,7 +64,7 @@ class StreamResponse:
             try:
                 first = await self._first_bytes()
             except VoxError as exc:
-                await self._send_error(send, exc)
+                await error_response(exc)(scope, receive, send)
                 return False
             start = [(k.encode(), v.encode()) for k, v in self.headers.items()]
             await send({"type": "http.response.start", "status": self.status, "headers": start})
