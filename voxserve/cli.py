@@ -35,6 +35,7 @@ def _add_tts_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-streams", type=int, default=d.max_streams, help="streams decoded at once")
     g.add_argument("--max-queue", type=int, default=d.max_queue, help="streams waiting for a slot before 429")
     g.add_argument("--queue-timeout", type=float, default=d.queue_timeout_s, help="seconds a stream may wait for a slot")
+    g.add_argument("--max-input-chars", type=int, default=d.max_input_chars, help="longest accepted input text")
 
 
 def _tts_config(args: argparse.Namespace) -> TTSConfig:
@@ -58,6 +59,7 @@ def _tts_config(args: argparse.Namespace) -> TTSConfig:
         max_streams=args.max_streams,
         max_queue=args.max_queue,
         queue_timeout_s=args.queue_timeout,
+        max_input_chars=args.max_input_chars,
     )
 
 
@@ -77,6 +79,12 @@ def _add_asr_args(p: argparse.ArgumentParser, serving: bool = True) -> None:
         g.add_argument("--max-upload-mb", type=float, default=d.max_upload_mb, help="largest upload in MiB (413 past it)")
         g.add_argument("--asr-max-requests", type=int, default=d.max_requests, help="transcriptions in progress at once")
         g.add_argument("--asr-max-queue", type=int, default=d.max_queue, help="transcriptions waiting for a slot before 429")
+        g.add_argument(
+            "--asr-max-buffered-audio",
+            type=float,
+            default=d.max_buffered_audio_s,
+            help="seconds of decoded audio held by all transcriptions together (429 past it)",
+        )
     g.add_argument("--max-audio-seconds", type=float, default=d.max_audio_seconds, help="longest accepted audio")
 
 
@@ -95,6 +103,9 @@ def _asr_config(args: argparse.Namespace) -> ASRConfig:
         max_requests=getattr(args, "asr_max_requests", ASRConfig.max_requests),
         max_queue=getattr(args, "asr_max_queue", ASRConfig.max_queue),
         max_audio_seconds=args.max_audio_seconds,
+        max_buffered_audio_s=getattr(
+            args, "asr_max_buffered_audio", max(ASRConfig.max_buffered_audio_s, args.max_audio_seconds)
+        ),
     )
 
 
@@ -112,6 +123,7 @@ def server_config(args: argparse.Namespace, env: Mapping[str, str] = os.environ)
         asr=_asr_config(args),
         api_key=api_key,
         metrics_require_key=args.metrics_require_key,
+        request_timeout_s=args.request_timeout,
     )
 
 
@@ -238,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--metrics-require-key", action="store_true", help="require the API key on /metrics too"
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=float,
+        default=ServerConfig.request_timeout_s,
+        help="seconds a request may take, upload to last byte (408 / 504 / stream cut off)",
     )
     _add_tts_args(serve)
     _add_asr_args(serve)

@@ -84,7 +84,7 @@ class TTSConfig:
     audio_workers: int = field(default_factory=lambda: min(default_cores(), 2))
     """Threads that encode compressed formats (mp3, opus, aac, flac)."""
     max_input_chars: int = 4096
-    """Longest accepted `input`."""
+    """Longest accepted `input`, in characters (OpenAI's limit is 4096)."""
     first_segment_chars: int = 60
     """A first sentence longer than this is split at clause boundaries for a fast start."""
     max_segment_chars: int = 200
@@ -92,6 +92,12 @@ class TTSConfig:
     long one holds a core for hundreds of milliseconds."""
     urgent_slack_s: float = 0.15
     """A live stream whose playback runs dry within this much time outranks new requests."""
+
+    def __post_init__(self) -> None:
+        if min(self.workers, self.credits, self.max_streams, self.max_input_chars) < 1:
+            raise ValueError("workers, credits, max_streams and max_input_chars must be >= 1")
+        if self.max_queue < 0 or self.queue_timeout_s < 0:
+            raise ValueError("max_queue and queue_timeout_s must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,10 @@ class ASRConfig:
     """Largest accepted request body, in MiB; larger ones get 413 while still uploading."""
     max_audio_seconds: float = 3 * 3600.0
     """Longest accepted audio; longer uploads get 400."""
+    max_buffered_audio_s: float = 3 * 3600.0
+    """Decoded audio held by all transcriptions together, in seconds (float32 at 16 kHz is
+    230 MB per hour). An upload whose decoding would pass it gets 429 at once, so memory
+    stays bounded however many long files arrive together."""
     segments_ahead: int = 16
     """Segments of one request whose features may wait in the engine (bounds memory)."""
     max_requests: int = 32
@@ -134,6 +144,11 @@ class ASRConfig:
             raise ValueError("max_batch, beam_size, segments_ahead and max_requests must be >= 1")
         if self.batch_wait_ms < 0 or self.max_upload_mb <= 0 or self.max_audio_seconds <= 0:
             raise ValueError("batch wait must be >= 0 and the upload and audio limits > 0")
+        if self.max_buffered_audio_s < self.max_audio_seconds:
+            raise ValueError(
+                "the buffered-audio budget must hold at least one file of the longest "
+                "accepted length (max_buffered_audio_s >= max_audio_seconds)"
+            )
 
 
 @dataclass(frozen=True)
@@ -157,10 +172,17 @@ class ServerConfig:
     None serves without auth. Kept out of the repr so that it never reaches a log."""
     metrics_require_key: bool = False
     """Also require the key on `/metrics`; `/health` always stays open."""
+    request_timeout_s: float = 600.0
+    """Longest an HTTP request may take, from its first byte to the last byte of its
+    response. An upload still arriving then gets 408; a response not started gets 504; a
+    stream already playing is cut off. Generous by default: a 4096-character input is
+    about five minutes of audio, read by a client that plays it in real time."""
 
     def __post_init__(self) -> None:
         key = self.api_key
         if key is not None and (not key or not key.isascii() or not key.isprintable() or " " in key):
             raise ValueError("the API key must be non-empty printable ASCII without spaces")
+        if self.request_timeout_s <= 0:
+            raise ValueError("the request timeout must be positive")
         if self.metrics_require_key and key is None:
             raise ValueError("metrics_require_key needs an API key (--api-key or VOXSERVE_API_KEY)")

@@ -10,7 +10,9 @@ __all__ = [
     "NotFound",
     "Overloaded",
     "PayloadTooLarge",
+    "RequestTimeout",
     "ServerError",
+    "TimedOut",
     "Unauthorized",
     "Unavailable",
     "VoxError",
@@ -82,6 +84,13 @@ class ClientClosed(ClientError):
     code = "client_closed_request"
 
 
+class RequestTimeout(ClientError):
+    """The client did not finish sending its request within the request timeout."""
+
+    status = 408
+    code = "request_timeout"
+
+
 class ServerError(VoxError):
     status = 500
     type = "server_error"
@@ -92,3 +101,11 @@ class Unavailable(VoxError):
     status = 503
     type = "server_error"
     code = "unavailable"
+
+
+class TimedOut(VoxError):
+    """The server could not finish a request within the request timeout."""
+
+    status = 504
+    type = "server_error"
+    code = "request_timeout"

@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from voxserve.api.access_log import AccessLog
 from voxserve.api.auth import RequireKey
+from voxserve.api.deadline import RequestDeadline
 from voxserve.api.errors import error_response
 from voxserve.api.metrics import Metrics, RequestCounter
 from voxserve.api.openapi import openapi_endpoint
@@ -217,6 +218,7 @@ def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlet
             Exception: _unexpected,
         },
     )
+    app.add_middleware(RequestDeadline, timeout_s=config.request_timeout_s)
     if config.api_key is not None:
         # Added first, so it sits inside RequestCounter and 401s are counted too.
         app.add_middleware(RequireKey, key=config.api_key, protect_metrics=config.metrics_require_key)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -101,12 +101,45 @@ class _ASRCollector(Collector):
             busy.add_metric([str(worker)], seconds)
         yield busy
         yield GaugeMetricFamily("voxserve_asr_healthy", "1 while every ASR worker is alive", 1 if s["healthy"] else 0)
+        yield GaugeMetricFamily(
+            "voxserve_asr_buffered_audio_seconds",
+            "Decoded audio held by transcriptions, against --asr-max-buffered-audio",
+            s["buffered_audio_s"],
+        )
+        yield CounterMetricFamily(
+            "voxserve_asr_budget_refused", "Uploads refused with 429 for the audio budget", s["budget_refused"]
+        )
+
+
+class _ThreadsCollector(Collector):
+    """OS threads of this process (native ones included), beside the standard process_*
+    metrics (RSS, open files, CPU); a soak test watches all three for leaks."""
+
+    def collect(self) -> Iterator[Metric]:
+        threads = _os_threads()
+        if threads is not None:
+            yield GaugeMetricFamily("voxserve_process_threads", "OS threads in this process", threads)
+
+
+def _os_threads() -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except OSError:  # pragma: no cover - not Linux
+        return None
+    return None
 
 
 class Metrics:
-    def __init__(self, read_engine: Callable[[], dict[str, Any]]):
+    def __init__(self, read_engine: Callable[[], dict[str, Any]] | None):
+        """`read_engine` snapshots the TTS engine at scrape time; None where this process runs
+        no TTS engine (a Ray front end or ASR replica, `voxserve.ray`)."""
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
+        ProcessCollector(registry=r)
+        r.register(_ThreadsCollector())
         self.requests = Counter(
             "voxserve_http_requests", "HTTP requests by route and status", ["route", "status"], registry=r
         )
@@ -127,7 +160,8 @@ class Metrics:
         self.loop_lag = Histogram(
             "voxserve_event_loop_lag_seconds", "Event loop scheduling delay", buckets=_LAG_BUCKETS, registry=r
         )
-        r.register(_EngineCollector(read_engine))
+        if read_engine is not None:
+            r.register(_EngineCollector(read_engine))
         self.asr_requests = Counter(
             "voxserve_asr_requests", "Transcriptions and translations answered", ["task", "format"], registry=r
         )

@@ -24,6 +24,7 @@ from voxserve.api.formats import CONTENT_TYPES
 from voxserve.api.schemas import ResponseFormat, SpeechRequest
 from voxserve.api.transcriptions import TranscriptionForm
 from voxserve.audio.encode import content_type
+from voxserve.config import TTSConfig
 
 __all__ = ["openapi_document", "openapi_endpoint"]
 
@@ -148,10 +149,12 @@ _ERRORS = {
     "400": "The request is invalid; the message says what to send instead",
     "401": "The server has an API key, and the request lacks it or has a wrong one",
     "404": "Unknown model or voice, or the feature is off on this server",
+    "408": "The request did not arrive in full within the request timeout",
     "413": "The request body is too large",
     "429": "The server is at capacity; retry after `Retry-After` seconds",
     "500": "The server failed",
     "503": "The server is shutting down or has no live worker",
+    "504": "The response could not start within the request timeout",
 }
 
 
@@ -243,7 +246,7 @@ def _transcribe_op(task: str, form: dict[str, Any]) -> dict[str, Any]:
                 "description": "The transcript in the asked `response_format`",
                 "content": content,
             },
-            **_errors("400", "404", "413", "429", "500", "503"),
+            **_errors("400", "404", "408", "413", "429", "500", "503", "504"),
         },
     }
 
@@ -271,7 +274,7 @@ def _speech_op() -> dict[str, Any]:
                 "headers": headers,
                 "content": {**audio, **sse},
             },
-            **_errors("400", "404", "413", "429", "500", "503"),
+            **_errors("400", "404", "408", "413", "429", "500", "503", "504"),
         },
     }
 
@@ -281,8 +284,8 @@ def _get(op_id: str, summary: str, ok: dict[str, Any]) -> dict[str, Any]:
 
 
 @functools.cache
-def openapi_document() -> dict[str, Any]:
-    """The whole document, built once."""
+def openapi_document(max_input_chars: int = TTSConfig.max_input_chars) -> dict[str, Any]:
+    """The whole document, built once per setting of `--max-input-chars`."""
     pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (SpeechRequest, "validation"),
         (TranscriptionForm, "validation"),
@@ -291,6 +294,7 @@ def openapi_document() -> dict[str, Any]:
     _, defs = models_json_schema(pairs, ref_template=_REF)
     schemas = defs["$defs"]
     form = schemas.pop("TranscriptionForm")
+    schemas["SpeechRequest"]["properties"]["input"]["maxLength"] = max_input_chars
     metrics = {
         "description": "Prometheus text",
         "content": {"text/plain": {"schema": {"type": "string"}}},
@@ -340,4 +344,4 @@ def _version() -> str:
 
 
 async def openapi_endpoint(request: Request) -> Response:
-    return JSONResponse(openapi_document())
+    return JSONResponse(openapi_document(request.app.state.vox.config.tts.max_input_chars))

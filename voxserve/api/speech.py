@@ -24,7 +24,14 @@ from voxserve.api.streaming import StreamResponse
 from voxserve.audio.encode import StreamEncoder, content_type, make_encoder
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.tts import StreamHandle
-from voxserve.errors import ClientClosed, NotFound, PayloadTooLarge, ServerError, VoxError
+from voxserve.errors import (
+    ClientClosed,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    ServerError,
+    VoxError,
+)
 
 if TYPE_CHECKING:
     from voxserve.api.app import AppState
@@ -62,7 +69,16 @@ async def _until_disconnect(request: Request) -> None:
 async def speech(request: Request) -> StreamResponse:
     state: AppState = request.app.state.vox
     started = time.perf_counter()
-    body = validate(SpeechRequest, parse_json_body(await read_body(request, MAX_JSON_BYTES)))
+    limit = state.config.tts.max_input_chars
+    raw = await read_body(request, max(MAX_JSON_BYTES, 8 * limit))
+    body = validate(SpeechRequest, parse_json_body(raw))
+    if len(body.input) > limit:
+        raise InvalidRequest(
+            f"input is {len(body.input)} characters; this server takes at most {limit}, "
+            "so split the text into several requests",
+            param="input",
+            code="input_too_long",
+        )
     engine = state.engine
     if body.model not in SPEECH_MODELS and body.model != engine.model.name:
         raise NotFound(

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Callable
 
 import av
 import numpy as np
 import soxr
 
-from voxserve.errors import InvalidRequest
+from voxserve.errors import InvalidRequest, VoxError
 
 __all__ = ["MAX_PEAK", "MIN_SOURCE_RATE", "SAMPLE_RATE", "decode_audio"]
 
@@ -46,8 +47,21 @@ def _undecodable(reason: str) -> InvalidRequest:
     )
 
 
-def decode_audio(data: bytes, max_seconds: float, rate: int = SAMPLE_RATE) -> np.ndarray:
-    """Samples of the first audio stream, downmixed and resampled to `rate`, as float32."""
+Reserve = Callable[[int], None]
+"""Called with the count of each batch of new samples before it is kept; raises to stop."""
+
+
+def _no_reserve(n: int) -> None:
+    pass
+
+
+def decode_audio(
+    data: bytes, max_seconds: float, rate: int = SAMPLE_RATE, reserve: Reserve = _no_reserve
+) -> np.ndarray:
+    """Samples of the first audio stream, downmixed and resampled to `rate`, as float32.
+
+    `reserve(n)` is called before every `n` new samples are kept, so a memory budget can
+    refuse the file while it decodes (its exception passes through)."""
     if not data:
         raise _undecodable("the file is empty")
     try:
@@ -57,7 +71,7 @@ def decode_audio(data: bytes, max_seconds: float, rate: int = SAMPLE_RATE) -> np
     with container:
         if not container.streams.audio:
             raise _undecodable("the file has no audio stream")
-        return _decode_stream(container, container.streams.audio[0], max_seconds, rate)
+        return _decode_stream(container, container.streams.audio[0], max_seconds, rate, reserve)
 
 
 def _decode_stream(
@@ -65,6 +79,7 @@ def _decode_stream(
     stream: av.audio.stream.AudioStream,
     max_seconds: float,
     rate: int,
+    reserve: Reserve,
 ) -> np.ndarray:
     limit = int(max_seconds * rate)
     parts: list[np.ndarray] = []
@@ -83,7 +98,7 @@ def _decode_stream(
                 if source_rate != rate:
                     resampler = soxr.ResampleStream(source_rate, rate, 1, dtype="float32", quality="HQ")
             for mono in mixer.resample(frame):
-                total += _append(parts, mono.to_ndarray().reshape(-1), resampler, False)
+                total += _append(parts, mono.to_ndarray().reshape(-1), resampler, False, reserve)
             if total > limit:
                 raise InvalidRequest(
                     f"audio is longer than the {max_seconds:g} s limit; send a shorter file",
@@ -92,8 +107,8 @@ def _decode_stream(
                 )
         if mixer is not None:
             for mono in mixer.resample(None):
-                total += _append(parts, mono.to_ndarray().reshape(-1), resampler, False)
-    except InvalidRequest:
+                total += _append(parts, mono.to_ndarray().reshape(-1), resampler, False, reserve)
+    except VoxError:
         raise
     except Exception as exc:
         if not total:
@@ -101,7 +116,7 @@ def _decode_stream(
         # Keep what decoded before a damaged tail, as players do.
         log.warning("audio decoding stopped after %.1f s: %s", total / rate, exc)
     if resampler is not None:
-        total += _append(parts, np.zeros(0, dtype=np.float32), resampler, True)
+        total += _append(parts, np.zeros(0, dtype=np.float32), resampler, True, reserve)
     if not total:
         raise _undecodable("the file holds no audio samples")
     audio = np.concatenate(parts) if len(parts) > 1 else parts[0]
@@ -116,11 +131,16 @@ def _decode_stream(
 
 
 def _append(
-    parts: list[np.ndarray], samples: np.ndarray, resampler: soxr.ResampleStream | None, last: bool
+    parts: list[np.ndarray],
+    samples: np.ndarray,
+    resampler: soxr.ResampleStream | None,
+    last: bool,
+    reserve: Reserve,
 ) -> int:
     out = samples.astype(np.float32, copy=False)
     if resampler is not None:
         out = resampler.resample_chunk(out, last=last)
     if len(out):
+        reserve(len(out))
         parts.append(out)
     return len(out)

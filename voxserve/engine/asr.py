@@ -30,6 +30,7 @@ from voxserve.audio.decode import SAMPLE_RATE, decode_audio
 from voxserve.audio.mel import LogMel
 from voxserve.config import ASRConfig
 from voxserve.engine.batcher import Batcher, Pending
+from voxserve.engine.budget import AudioBudget, Lease
 from voxserve.engine.results import ResultStream
 from voxserve.engine.segments import (
     COMPRESSION_RATIO_THRESHOLD,
@@ -78,6 +79,13 @@ class PreparedAudio:
     audio: np.ndarray
     """16 kHz mono float32."""
     spans: list[Span]
+    lease: Lease | None = None
+    """This audio's share of the engine's buffered-audio budget."""
+
+    def release(self) -> None:
+        """Give the audio's share of the budget back (the request is over); idempotent."""
+        if self.lease is not None:
+            self.lease.release()
 
     @property
     def duration(self) -> float:
@@ -143,6 +151,7 @@ class ASREngine:
         self.config = config
         self.runner = WhisperRunner(config.model_dir, config.compute_type, config.workers)
         self.mel = LogMel(self.runner.n_mels)
+        self.budget = AudioBudget(int(config.max_buffered_audio_s * SAMPLE_RATE), SAMPLE_RATE)
         self._clock = clock
         self._cond = threading.Condition()
         self._batcher: Batcher[_Piece] = Batcher(
@@ -218,6 +227,8 @@ class ASREngine:
                 "batch_sizes": dict(s.batch_sizes),
                 "busy": dict(s.busy_s),
                 "healthy": self.healthy,
+                "buffered_audio_s": self.budget.held / SAMPLE_RATE,
+                "budget_refused": self.budget.refused,
             }
 
     # -- request side ------------------------------------------------------------------
@@ -243,9 +254,17 @@ class ASREngine:
             raise InvalidRequest(msg, param="language", code="unsupported_language")
 
     def prepare(self, data: bytes) -> PreparedAudio:
-        """Decode and cut. CPU work: run it in the audio pool."""
-        audio = decode_audio(data, self.config.max_audio_seconds)
-        return PreparedAudio(audio, plan_spans(audio, SAMPLE_RATE))
+        """Decode and cut. CPU work: run it in the audio pool.
+
+        The decoded samples are held against the buffered-audio budget until the
+        caller calls `release()` on the result (429 when the budget is spent)."""
+        lease = self.budget.lease()
+        try:
+            audio = decode_audio(data, self.config.max_audio_seconds, reserve=lease.take)
+            return PreparedAudio(audio, plan_spans(audio, SAMPLE_RATE), lease)
+        except BaseException:
+            lease.release()
+            raise
 
     def features(self, prepared: PreparedAudio, index: int) -> DecodeInput | None:
         """Log-mel of one piece, or None when it is silent. CPU work: run it in the audio pool."""

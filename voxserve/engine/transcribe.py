@@ -42,10 +42,16 @@ class Transcription:
     """A request in progress. Read its pieces in order, or cancel it."""
 
     def __init__(
-        self, engine: ASREngine, handle: ASRHandle, feeder: asyncio.Future[None], language: str | None
+        self,
+        engine: ASREngine,
+        handle: ASRHandle,
+        feeder: asyncio.Future[None],
+        language: str | None,
+        prepared: PreparedAudio | None = None,
     ):
         self.engine = engine
         self.handle = handle
+        self._prepared = prepared
         self._feeder = feeder
         self._language = language
         self._detected: Counter[str] = Counter()
@@ -59,6 +65,8 @@ class Transcription:
         while True:
             window = await self.handle.results.get()
             if window is None:
+                if self._prepared is not None:
+                    self._prepared.release()  # every piece is decoded: the audio is done with
                 return
             if window.language and window.segments:
                 self._detected[window.language] += 1
@@ -77,9 +85,12 @@ class Transcription:
         return build_transcript(windows, self.duration, self.language)
 
     def cancel(self) -> None:
-        """Stop feeding and drop everything queued for this request."""
+        """Stop feeding, drop everything queued for this request and give its audio's
+        share of the memory budget back. Every caller calls it when the request ends."""
         self._feeder.cancel()
         self.engine.abort(self.handle)
+        if self._prepared is not None:
+            self._prepared.release()
 
 
 async def start_transcription(
@@ -95,10 +106,25 @@ async def start_transcription(
     """
     engine.check(options)
     loop = asyncio.get_running_loop()
-    prepared = await loop.run_in_executor(pool, engine.prepare, data)
-    handle = engine.open(options, prepared, loop, request_id)
+    decoding = loop.run_in_executor(pool, engine.prepare, data)
+    try:
+        prepared = await asyncio.shield(decoding)
+    except asyncio.CancelledError:
+        # The caller is gone (disconnect, timeout); the decode still finishes in its thread.
+        decoding.add_done_callback(_release_result)
+        raise
+    try:
+        handle = engine.open(options, prepared, loop, request_id)
+    except BaseException:
+        prepared.release()
+        raise
     feeder = asyncio.ensure_future(_feed(engine, handle, prepared, pool))
-    return Transcription(engine, handle, feeder, options.language)
+    return Transcription(engine, handle, feeder, options.language, prepared)
+
+
+def _release_result(decoding: asyncio.Future[PreparedAudio]) -> None:
+    if not decoding.cancelled() and decoding.exception() is None:
+        decoding.result().release()
 
 
 async def _feed(engine: ASREngine, handle: ASRHandle, prepared: PreparedAudio, pool: Executor) -> None:

@@ -1,0 +1,186 @@
+"""Limits a client can run into, each a flag: input characters, the request timeout (408 for
+a slow upload, 504 for an answer that cannot start, a cut-off stream), the buffered-audio
+budget of transcriptions, and what a client that leaves mid-upload leaves behind."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.asr_support import SHORT, speak_pcm, wav_bytes
+from tests.conftest import RunningServer, run_server
+from voxserve.cli import build_parser, server_config
+from voxserve.config import ASRConfig, ServerConfig, TTSConfig
+
+pytestmark = pytest.mark.timeout(120)
+
+TIMEOUT_S = 1.0
+LONG = " ".join(f"Sentence {i} of a story long enough to outlast the request timeout." for i in range(20))
+
+
+def _wait_for(predicate: Any, timeout: float) -> float:
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.002)
+    return time.monotonic() - start
+
+
+def _port(srv: RunningServer) -> int:
+    return int(srv.base_url.rsplit(":", 1)[1])
+
+
+def _error(r: httpx.Response, status: int) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    return r.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def strict() -> Any:
+    """A server with small limits: 1000 input characters and a 1 s request timeout."""
+    config = ServerConfig(
+        tts=replace(TTSConfig(), max_input_chars=1000, noise_w=0.0, noise_scale=0.0),
+        asr=replace(ASRConfig(), max_audio_seconds=120.0, max_buffered_audio_s=120.0),
+        request_timeout_s=TIMEOUT_S,
+    )
+    with run_server(config) as srv:
+        yield srv
+
+
+def test_limits_are_flags() -> None:
+    args = build_parser().parse_args(
+        ["serve", "--max-input-chars", "500", "--request-timeout", "30", "--asr-max-buffered-audio", "20000",
+         "--max-upload-mb", "5", "--max-audio-seconds", "600", "--max-streams", "8", "--max-queue", "4",
+         "--credits", "3"]
+    )
+    config = server_config(args, env={})
+    assert config.tts.max_input_chars == 500 and config.request_timeout_s == 30
+    assert config.asr.max_buffered_audio_s == 20000 and config.asr.max_upload_mb == 5
+    assert config.asr.max_audio_seconds == 600
+    assert (config.tts.max_streams, config.tts.max_queue, config.tts.credits) == (8, 4, 3)
+    with pytest.raises(ValueError):
+        ASRConfig(max_audio_seconds=600, max_buffered_audio_s=60)
+    with pytest.raises(ValueError):
+        TTSConfig(max_input_chars=0)
+
+
+def test_input_chars_limit(strict: RunningServer) -> None:
+    body = {"model": "tts-1", "voice": "alloy", "response_format": "pcm"}
+    with httpx.Client(base_url=strict.base_url, timeout=30) as c:
+        error = _error(c.post("/v1/audio/speech", json={**body, "input": "word " * 201}), 400)
+        assert error["param"] == "input" and error["code"] == "input_too_long"
+        assert "at most 1000" in error["message"]
+        assert c.post("/v1/audio/speech", json={**body, "input": "Hi." + " " * 997}).status_code == 200
+        schema = c.get("/openapi.json").json()["components"]["schemas"]["SpeechRequest"]
+        assert schema["properties"]["input"]["maxLength"] == 1000
+
+
+def test_slow_upload_gets_408(strict: RunningServer) -> None:
+    with socket.create_connection(("127.0.0.1", _port(strict)), timeout=10) as s:
+        s.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: 1000\r\n\r\n{\"model\": \"tts-1\", "
+        )
+        started = time.monotonic()
+        head = s.recv(65536).decode()
+        waited = time.monotonic() - started
+    assert head.startswith("HTTP/1.1 408"), head
+    assert '"code":"request_timeout"' in head
+    assert TIMEOUT_S * 0.8 < waited < TIMEOUT_S + 2
+
+
+def test_stream_past_the_timeout_is_cut_off_and_freed(strict: RunningServer) -> None:
+    engine = strict.state.engine
+    before = set(engine.stream_ids())
+    body = httpx.Request(
+        "POST", "http://x/", json={"model": "tts-1", "voice": "alloy", "response_format": "pcm", "input": LONG[:1000]}
+    ).content
+    # A reader that takes nothing for a while, with a small receive buffer: the stream
+    # cannot end within the timeout, so the server cuts it off.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", _port(strict)))
+    with sock:
+        sock.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        time.sleep(TIMEOUT_S + 0.5)
+        _wait_for(lambda: strict.state.admission.active == 0, timeout=1)
+        assert not any(engine.has_work(i) for i in set(engine.stream_ids()) - before)
+        sock.settimeout(10)
+        response = b""
+        while data := sock.recv(65536):
+            response += data
+    assert response.startswith(b"HTTP/1.1 200")
+    assert b"transfer-encoding: chunked" in response.lower()
+    assert not response.endswith(b"0\r\n\r\n"), "the cut-off stream must not end like a complete one"
+
+
+def test_transcription_past_the_timeout_gets_504_and_frees_its_audio(
+    strict: RunningServer, client: httpx.Client
+) -> None:
+    speech = np.concatenate([speak_pcm(client, text) for text in SHORT * 3])  # about 40 s
+    with httpx.Client(base_url=strict.base_url, timeout=60) as c:
+        r = c.post(
+            "/v1/audio/transcriptions", files={"file": ("a.wav", wav_bytes(speech))}, data={"model": "whisper-1"}
+        )
+    error = _error(r, 504)
+    assert error["code"] == "request_timeout" and error["type"] == "server_error"
+    asr = strict.state.asr
+    _wait_for(lambda: asr.budget.held == 0 and strict.state.asr_admission.active == 0, timeout=2)
+
+
+def test_buffered_audio_budget_answers_429(server: RunningServer, client: httpx.Client) -> None:
+    asr = server.state.asr
+    assert asr.budget.held == 0
+    audio = wav_bytes(speak_pcm(client, SHORT[0]))
+    hog = asr.budget.lease()  # stands for other requests holding nearly the whole budget
+    hog.take(asr.budget.capacity - 16000)
+    try:
+        r = client.post("/v1/audio/transcriptions", files={"file": ("a.wav", audio)}, data={"model": "whisper-1"})
+        error = _error(r, 429)
+        assert error["type"] == "rate_limit_error" and "minutes of audio" in error["message"]
+        assert int(r.headers["retry-after"]) >= 1
+        assert asr.budget.held == asr.budget.capacity - 16000  # the refused upload holds nothing
+    finally:
+        hog.release()
+    r = client.post("/v1/audio/transcriptions", files={"file": ("a.wav", audio)}, data={"model": "whisper-1"})
+    assert r.status_code == 200 and "fox" in r.json()["text"]
+    assert asr.budget.held == 0
+    assert "voxserve_asr_budget_refused_total 1.0" in client.get("/metrics").text
+
+
+def test_disconnect_mid_upload_frees_everything_within_100ms(server: RunningServer) -> None:
+    admission = server.state.asr_admission
+    head = (
+        b"POST /v1/audio/transcriptions HTTP/1.1\r\nhost: x\r\n"
+        b"content-type: multipart/form-data; boundary=b\r\ncontent-length: 5000000\r\n\r\n"
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
+    )
+    with socket.create_connection(("127.0.0.1", _port(server)), timeout=10) as s:
+        s.sendall(head + b"\0" * 200_000)
+        _wait_for(lambda: admission.active == 1, timeout=5)
+        closed_at = time.monotonic()
+    _wait_for(lambda: admission.active == 0, timeout=2)
+    assert time.monotonic() - closed_at < 0.1
+    assert server.state.asr.budget.held == 0
+
+    # The same for speech: a JSON body cut off half-way.
+    tts = server.state.admission
+    with socket.create_connection(("127.0.0.1", _port(server)), timeout=10) as s:
+        s.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b'content-length: 5000\r\n\r\n{"model": "tts-1", "input": "'
+        )
+        time.sleep(0.1)
+    time.sleep(0.1)
+    assert tts.active == 0 and tts.queued == 0
