@@ -1,4 +1,4 @@
-"""`voxserve bench speech | transcribe | make-asr-set | compare | plot | offline`.
+"""`voxserve bench speech | transcribe | make-asr-set | soak | overload | compare | plot | offline`.
 
 Parses flags, builds the run settings, calls the measuring module and writes the report.
 Only `offline` touches the engine, and it is imported lazily so that the HTTP benches stay
@@ -235,6 +235,77 @@ def _offline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mixed(kind: str, args: argparse.Namespace) -> int:
+    from voxserve.bench.mixed import (
+        MixedSettings,
+        format_mixed,
+        judge_overload,
+        judge_soak,
+        run_mixed,
+    )
+    from voxserve.bench.prompts import BUILTIN_PROMPTS, load_prompts
+    from voxserve.bench.report import (
+        command_line,
+        git_revision,
+        host_info,
+        load_average,
+        now_iso,
+        write_json,
+    )
+
+    prompts = load_prompts(args.prompts) if args.prompts else list(BUILTIN_PROMPTS)
+    settings = MixedSettings(
+        base_url=args.base_url,
+        duration_s=args.duration,
+        tts_concurrency=args.tts_concurrency,
+        asr_concurrency=args.asr_concurrency,
+        prompts=prompts,
+        warmup_s=args.warmup_s,
+        window_s=args.window_s,
+        timeout_s=args.timeout,
+        seed=args.seed,
+        progress=args.progress,
+    )
+    print(f"{kind}: {args.tts_concurrency} speech + {args.asr_concurrency} transcription clients "
+          f"for {args.duration:g} s against {args.base_url}", flush=True)
+    result = asyncio.run(run_mixed(settings))
+    if kind == "soak":
+        problems = judge_soak(result, args.max_rss_growth)
+    else:
+        problems = judge_overload(result, args.rss_limit_mb * 2**20)
+    out = args.output or Path(f"bench-{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    meta = {
+        "base_url": args.base_url, "git_revision": git_revision(), "started_at": now_iso(),
+        "duration_s": args.duration, "tts_concurrency": args.tts_concurrency,
+        "asr_concurrency": args.asr_concurrency, "warmup_s": args.warmup_s,
+        "window_s": args.window_s, "seed": args.seed, "host": host_info(),
+        "argv": command_line(), "loadavg_at_end": load_average(),
+    }
+    write_json({"kind": kind, "settings": meta, "verdict": problems or "pass", **result}, out)
+    print(format_mixed(result))
+    print("PASS" if not problems else "FAIL:\n  " + "\n  ".join(problems))
+    print(f"wrote {out}")
+    return 1 if problems else 0
+
+
+def _add_mixed_args(p: argparse.ArgumentParser, duration: float, tts: int, asr: int,
+                    warmup: float, window: float) -> None:
+    p.add_argument("--base-url", default=DEFAULT_URL)
+    p.add_argument("--duration", type=float, default=duration, help=f"seconds of load (default {duration:g})")
+    p.add_argument("--tts-concurrency", type=int, default=tts, help=f"speech clients (default {tts})")
+    p.add_argument("--asr-concurrency", type=int, default=asr, help=f"transcription clients (default {asr})")
+    p.add_argument("--warmup-s", type=float, default=warmup,
+                   help=f"resource samples before this are warm-up (default {warmup:g})")
+    p.add_argument("--window-s", type=float, default=window,
+                   help=f"first and last windows compared for growth (default {window:g})")
+    p.add_argument("--prompts", type=Path, help="text file, one prompt per line")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", "-o", type=Path, default=None,
+                   help="result JSON (default bench-KIND-YYYYmmdd-HHMMSS.json)")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+
+
 def _guarded(func: Any) -> Any:
     """Turn expected failures (server down, bad input) into a message and exit code 2."""
 
@@ -318,6 +389,18 @@ def add_bench_parser(subparsers: Any) -> None:
     plot.add_argument("--out", "-o", type=Path, required=True)
     plot.add_argument("--label", action="append", help="legend label per result, in order")
     plot.set_defaults(func=_guarded(_plot))
+
+    soak = sub.add_parser("soak", help="mixed TTS + ASR load for minutes: no errors, no leaks")
+    _add_mixed_args(soak, duration=600, tts=8, asr=2, warmup=60, window=60)
+    soak.add_argument("--max-rss-growth", type=float, default=0.05,
+                      help="largest RSS growth from the first to the last window (default 0.05)")
+    soak.set_defaults(func=_guarded(lambda a: _mixed("soak", a)))
+
+    overload = sub.add_parser("overload", help="far past capacity: 429s, bounded RSS, fast /health")
+    _add_mixed_args(overload, duration=120, tts=256, asr=32, warmup=20, window=20)
+    overload.add_argument("--rss-limit-mb", type=float, default=1536,
+                          help="fail if the server's RSS passes this (default 1536)")
+    overload.set_defaults(func=_guarded(lambda a: _mixed("overload", a)))
 
     offline = sub.add_parser("offline", help="the runners at full load, no HTTP: the limit")
     offline.add_argument("--threads", type=_levels, default=None,
