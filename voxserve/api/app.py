@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from voxserve.api.access_log import AccessLog
 from voxserve.api.auth import RequireKey
@@ -33,6 +33,7 @@ from voxserve.api.openapi import openapi_endpoint
 from voxserve.api.schemas import SPEECH_MODELS
 from voxserve.api.speech import speech
 from voxserve.api.transcriptions import ASR_MODELS, transcriptions, translations
+from voxserve.api.ws import speech_stream
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
@@ -208,6 +209,7 @@ def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlet
         Route("/v1/audio/speech", speech, methods=["POST"]),
         Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
         Route("/v1/audio/translations", translations, methods=["POST"]),
+        WebSocketRoute("/v1/audio/speech/stream", speech_stream),
     ]
     app = Starlette(
         routes=routes,

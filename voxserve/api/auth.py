@@ -1,9 +1,9 @@
 """API-key auth: a plain ASGI middleware (Starlette's `BaseHTTPMiddleware` breaks streaming).
 
-With a key configured, every `/v1` route needs `Authorization: Bearer KEY`; `/health`
-stays open for probes, and `/metrics` too unless `protect_metrics`. A missing or wrong
-key gets 401 in the OpenAI error shape with `WWW-Authenticate: Bearer`, before the
-request reaches any handler. The key is compared in constant time and never logged or
+With a key configured, every `/v1` route needs `Authorization: Bearer KEY` (the
+WebSocket too: its refused handshake gets 403); `/health` stays open for probes, and
+`/metrics` too unless `protect_metrics`. A missing or wrong key gets 401 in the OpenAI
+error shape with `WWW-Authenticate: Bearer`, before the request reaches any handler. The key is compared in constant time and never logged or
 echoed back.
 """
 
@@ -48,11 +48,14 @@ class RequireKey:
         return None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not self._protected(scope["path"]):
+        if scope["type"] not in ("http", "websocket") or not self._protected(scope["path"]):
             await self.app(scope, receive, send)
             return
         error = self._refusal(scope)
         if error is None:
             await self.app(scope, receive, send)
-            return
-        await error_response(error, {"www-authenticate": "Bearer"})(scope, receive, send)
+        elif scope["type"] == "websocket":
+            # Closing before the handshake completes answers it with 403.
+            await send({"type": "websocket.close", "code": 1008, "reason": error.message[:120]})
+        else:
+            await error_response(error, {"www-authenticate": "Bearer"})(scope, receive, send)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -150,6 +150,7 @@ class Metrics:
             "voxserve_tts_rtf", "Stream wall time / audio duration", buckets=_RTF_BUCKETS, registry=r
         )
         self.audio_seconds = Counter("voxserve_tts_audio_seconds", "Audio seconds streamed", registry=r)
+        self.ws_sessions = Gauge("voxserve_ws_sessions", "Open WebSocket speech sessions", registry=r)
         self.streams_started = Counter("voxserve_tts_streams_started", "Streams admitted", registry=r)
         self.streams_aborted = Counter(
             "voxserve_tts_streams_aborted", "Streams ended early by the client", registry=r

@@ -13,7 +13,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,7 +36,7 @@ from voxserve.errors import (
 if TYPE_CHECKING:
     from voxserve.api.app import AppState
 
-__all__ = ["read_body", "speech"]
+__all__ = ["open_speech", "read_body", "read_speech_request", "speech", "speech_head"]
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +69,51 @@ async def _until_disconnect(request: Request) -> None:
 async def speech(request: Request) -> StreamResponse:
     state: AppState = request.app.state.vox
     started = time.perf_counter()
-    limit = state.config.tts.max_input_chars
-    raw = await read_body(request, max(MAX_JSON_BYTES, 8 * limit))
+    body = await read_speech_request(request, state.config.tts.max_input_chars)
+    request_id = request.headers.get("x-request-id") or state.new_request_id()
+    source, on_close = await open_speech(
+        state, body, request_id, started, gone=lambda: _until_disconnect(request)
+    )
+    media_type, headers = speech_head(body, state.config.default_sample_rate, request_id)
+    return StreamResponse(source, media_type, headers, on_close)
+
+
+async def read_speech_request(request: Request, max_chars: int) -> SpeechRequest:
+    """Read and validate the JSON body: 413 past the size limit, 400 for bad fields."""
+    raw = await read_body(request, max(MAX_JSON_BYTES, 8 * max_chars))
     body = validate(SpeechRequest, parse_json_body(raw))
-    if len(body.input) > limit:
+    if len(body.input) > max_chars:
         raise InvalidRequest(
-            f"input is {len(body.input)} characters; this server takes at most {limit}, "
+            f"input is {len(body.input)} characters; this server takes at most {max_chars}, "
             "so split the text into several requests",
             param="input",
             code="input_too_long",
         )
+    return body
+
+
+def speech_head(body: SpeechRequest, default_rate: int, request_id: str) -> tuple[str, dict[str, str]]:
+    """The media type and headers of a speech response."""
+    rate = body.sample_rate or default_rate
+    media_type = "text/event-stream" if body.stream_format == "sse" else content_type(body.response_format)
+    return media_type, {"x-sample-rate": str(rate), "x-request-id": request_id}
+
+
+async def open_speech(
+    state: AppState,
+    body: SpeechRequest,
+    request_id: str,
+    started: float,
+    gone: Callable[[], Awaitable[None]] | None = None,
+) -> tuple[AsyncIterator[bytes], Callable[[bool], None]]:
+    """Check the model and voice, prepare the text, wait for a stream slot and submit the
+    stream: its encoded body (raw audio or SSE events), and the hook to call once when the
+    body ends (`completed` False when it was cut short).
+
+    `gone` resolves when the client leaves, which ends a wait in the admission queue with
+    499. A Ray TTS replica (`voxserve.ray`) runs this same function with no `gone`: there,
+    the caller cancels the call instead.
+    """
     engine = state.engine
     if body.model not in SPEECH_MODELS and body.model != engine.model.name:
         raise NotFound(
@@ -92,20 +127,7 @@ async def speech(request: Request) -> StreamResponse:
 
     loop = asyncio.get_running_loop()
     prepared = await state.text_pool.run(engine.prepare, body.input, voice, body.speed)
-    request_id = request.headers.get("x-request-id") or state.new_request_id()
-
-    # Wait for a stream slot; a client that leaves while queued drops out of the line.
-    acquire = asyncio.ensure_future(state.admission.acquire())
-    gone = asyncio.ensure_future(_until_disconnect(request))
-    try:
-        await asyncio.wait({acquire, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-    if not acquire.done():
-        acquire.cancel()
-        raise ClientClosed("client disconnected while queued")
-    acquire.result()  # raises Overloaded (429)
-
+    await _admit(state, gone)
     try:
         handle = engine.submit(prepared, rate, loop, request_id)
         encoder = make_encoder(body.response_format, rate)
@@ -120,12 +142,26 @@ async def speech(request: Request) -> StreamResponse:
         if not completed:
             state.metrics.streams_aborted.inc()
 
-    headers = {"x-sample-rate": str(rate), "x-request-id": request_id}
     if body.stream_format == "sse":
-        source = _sse_events(state, handle, encoder, body.response_format, started, prepared.characters)
-        return StreamResponse(source, "text/event-stream", headers, on_close)
-    source = _audio_bytes(state, handle, encoder, body.response_format, started)
-    return StreamResponse(source, content_type(body.response_format), headers, on_close)
+        return _sse_events(state, handle, encoder, body.response_format, started, prepared.characters), on_close
+    return _audio_bytes(state, handle, encoder, body.response_format, started), on_close
+
+
+async def _admit(state: AppState, gone: Callable[[], Awaitable[None]] | None) -> None:
+    """Wait for a stream slot; a client that leaves while queued drops out of the line."""
+    if gone is None:
+        await state.admission.acquire()
+        return
+    acquire = asyncio.ensure_future(state.admission.acquire())
+    left = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({acquire, left}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        left.cancel()
+    if not acquire.done():
+        acquire.cancel()
+        raise ClientClosed("client disconnected while queued")
+    acquire.result()  # raises Overloaded (429)
 
 
 async def _encoded(

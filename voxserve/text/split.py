@@ -10,7 +10,15 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["normalize", "segment", "speakable", "split_clauses", "split_phrase", "split_sentences"]
+__all__ = [
+    "normalize",
+    "period_is_not_an_end",
+    "segment",
+    "speakable",
+    "split_clauses",
+    "split_phrase",
+    "split_sentences",
+]
 
 _SPACE = re.compile(r"\s+")
 # End of sentence: terminal punctuation, optional closing quotes/brackets, then space.
@@ -55,11 +63,8 @@ def split_sentences(text: str) -> list[str]:
     start = 0
     for match in _SENTENCE_END.finditer(text):
         end = match.end()
-        if match.group().startswith("."):
-            words = text[start : match.start()].split()
-            word = words[-1].lower() if words else ""
-            if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
-                continue
+        if match.group().startswith(".") and period_is_not_an_end(text[start : match.start()]):
+            continue
         piece = text[start:end].strip()
         if piece:
             out.append(piece)
@@ -68,6 +73,14 @@ def split_sentences(text: str) -> list[str]:
     if tail:
         out.append(tail)
     return out
+
+
+def period_is_not_an_end(before: str) -> bool:
+    """Whether a period right after `before` belongs to a word, not to the sentence: after
+    a common abbreviation ("Dr", "e.g") or a single letter, as in an initial ("J")."""
+    words = before.split()
+    word = words[-1].lower() if words else ""
+    return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
 
 
 def split_clauses(sentence: str, min_chars: int) -> list[str]:
