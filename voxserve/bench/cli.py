@@ -1,4 +1,5 @@
-"""`voxserve bench speech | transcribe | make-asr-set | soak | overload | compare | plot | offline`.
+"""`voxserve bench speech | transcribe | make-asr-set | stream-text | soak | overload | compare |
+plot | offline`.
 
 Parses flags, builds the run settings, calls the measuring module and writes the report.
 Only `offline` touches the engine, and it is imported lazily so that the HTTP benches stay
@@ -288,6 +289,28 @@ def _mixed(kind: str, args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _stream_text(args: argparse.Namespace) -> int:
+    from voxserve.bench.prompts import BUILTIN_PROMPTS, load_prompts, pick
+    from voxserve.bench.report import write_json
+    from voxserve.bench.stream_text import bench_stream_text, format_stream_text
+
+    pool = load_prompts(args.prompts) if args.prompts else list(BUILTIN_PROMPTS)
+    prompts = pick(pool, args.num_prompts, args.seed)
+    settings = _settings(args, tokens_per_s=args.tokens_per_s, split=args.split,
+                         num_prompts=args.num_prompts, prompts=prompts)
+    started = time.perf_counter()
+    measured = asyncio.run(bench_stream_text(args.base_url, prompts, args.concurrency,
+                                             args.tokens_per_s, args.split,
+                                             args.underrun_threshold_ms / 1e3, args.timeout))
+    settings["duration_s"] = time.perf_counter() - started
+    out = args.output or Path(f"bench-stream-text-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    write_json({"kind": "stream-text", "settings": settings, **measured}, out)
+    print(format_stream_text(measured))
+    print(f"wrote {out}")
+    failed = sum(level["summary"]["failed"] for level in measured["levels"])
+    return 1 if failed else 0
+
+
 def _add_mixed_args(p: argparse.ArgumentParser, duration: float, tts: int, asr: int,
                     warmup: float, window: float) -> None:
     p.add_argument("--base-url", default=DEFAULT_URL)
@@ -389,6 +412,17 @@ def add_bench_parser(subparsers: Any) -> None:
     plot.add_argument("--out", "-o", type=Path, required=True)
     plot.add_argument("--label", action="append", help="legend label per result, in order")
     plot.set_defaults(func=_guarded(_plot))
+
+    stream = sub.add_parser("stream-text", help="WebSocket speech fed by a simulated LLM: "
+                            "first clause to first audio")
+    _add_load_args(stream, "1,4,8")
+    stream.add_argument("--num-prompts", type=int, default=16, help="sessions per level")
+    stream.add_argument("--prompts", type=Path, help="text file, one prompt per line")
+    stream.add_argument("--tokens-per-s", type=float, default=20.0,
+                        help="rate the simulated LLM sends tokens at (default 20)")
+    stream.add_argument("--split", choices=("clause", "sentence"), default="clause")
+    stream.add_argument("--underrun-threshold-ms", type=float, default=100.0)
+    stream.set_defaults(func=_guarded(_stream_text))
 
     soak = sub.add_parser("soak", help="mixed TTS + ASR load for minutes: no errors, no leaks")
     _add_mixed_args(soak, duration=600, tts=8, asr=2, warmup=60, window=60)
