@@ -30,6 +30,7 @@ from voxserve.api.deadline import RequestDeadline
 from voxserve.api.errors import error_response
 from voxserve.api.metrics import Metrics, RequestCounter
 from voxserve.api.openapi import openapi_endpoint
+from voxserve.api.playground import playground_routes
 from voxserve.api.schemas import SPEECH_MODELS
 from voxserve.api.speech import speech
 from voxserve.api.transcriptions import ASR_MODELS, transcriptions, translations
@@ -210,6 +211,7 @@ def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlet
         Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
         Route("/v1/audio/translations", translations, methods=["POST"]),
         WebSocketRoute("/v1/audio/speech/stream", speech_stream),
+        *playground_routes(),
     ]
     app = Starlette(
         routes=routes,

@@ -1,0 +1,294 @@
+"""The browser playground at `/`, in real headless Chromium (Debian's `chromium`, driven
+by Playwright) against the real server: speech streams into Web Audio, an uploaded file
+and a microphone recording are transcribed, the metrics panel fills in, screenshots are
+saved to test-artifacts/, and the API-key field opens a server started with a key.
+
+The tests share one page and run in file order, so the screenshots show a used page.
+Chromium is not optional: without /usr/bin/chromium the tests fail (`make test` installs it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.asr_support import SHORT, normalize, speak, speak_pcm, wav_bytes
+from tests.conftest import RunningServer, tts_config
+from voxserve.config import ASRConfig
+
+pytestmark = pytest.mark.timeout(60)
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+SPOKEN = "Hello from the playground. This sentence streams into the browser as it is made."
+UPLOADED = SHORT[0]  # "The quick brown fox jumps over the lazy dog."
+RECORDED = SHORT[2]  # "A rainbow is a division of white light into many beautiful colors."
+MIC_RATE = 48000
+KEY = "vx-playground-3c1d"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",  # CI runs as root
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+    "--use-fake-ui-for-media-stream",  # grant the microphone without a prompt
+    "--use-fake-device-for-media-stream",
+]
+
+
+@dataclass
+class Playground:
+    page: Page
+    problems: list[str] = field(default_factory=list)
+    """Console errors and uncaught exceptions seen so far."""
+
+    def state(self, card: str) -> str:
+        return str(self.page.locator(f"#{card}").get_attribute("data-state"))
+
+    def transcriptions(self) -> int:
+        return int(self.page.evaluate("() => window.voxPlayground.listen.finished"))
+
+    def wait_transcribed(self, before: int) -> None:
+        """Until the page has an answer (text or error) to one more transcription."""
+        self.page.wait_for_function(
+            "n => window.voxPlayground.listen.finished > n", arg=before, timeout=30_000
+        )
+
+
+@dataclass
+class Clips:
+    upload: Path
+    """A WAV as the speech endpoint streams it (sizes unknown in its header)."""
+    mic: Path
+    """What the fake microphone plays: a plain WAV with silence around the sentence."""
+    mic_seconds: float
+
+
+@pytest.fixture(scope="module")
+def clips(base_url: str, tmp_path_factory: pytest.TempPathFactory) -> Clips:
+    folder = tmp_path_factory.mktemp("playground")
+    with httpx.Client(base_url=base_url, timeout=60) as c:
+        (folder / "fox.wav").write_bytes(speak(c, UPLOADED, "wav"))
+        pcm = speak_pcm(c, RECORDED, rate=MIC_RATE)
+    quiet = np.zeros(MIC_RATE // 4, dtype=np.int16)
+    samples = np.concatenate([quiet, pcm, quiet])
+    (folder / "mic.wav").write_bytes(wav_bytes(samples, rate=MIC_RATE))
+    return Clips(folder / "fox.wav", folder / "mic.wav", len(samples) / MIC_RATE)
+
+
+@pytest.fixture(scope="module")
+def browser(clips: Clips) -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: `make test` installs it, or run "
+            "`apt-get install -y chromium chromium-driver` (Debian) yourself"
+        )
+    # Playwright gives every launch a fresh, empty profile (its own --user-data-dir).
+    args = [*FLAGS, f"--use-file-for-fake-audio-capture={clips.mic}"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=args)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def playground(browser: Browser, base_url: str) -> Iterator[Playground]:
+    context = browser.new_context(viewport={"width": 1200, "height": 720}, base_url=base_url)
+    page = context.new_page()
+    seen = Playground(page)
+    page.on(
+        "console",
+        lambda m: seen.problems.append(f"console: {m.text}") if m.type == "error" else None,
+    )
+    page.on("pageerror", lambda e: seen.problems.append(f"page error: {e}"))
+    page.goto("/")
+    page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
+    try:
+        yield seen
+    finally:
+        context.close()
+
+
+def test_page_and_assets_are_served(base_url: str) -> None:
+    page = httpx.get(f"{base_url}/", timeout=10)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    for name, kind in [("playground.js", "javascript"), ("playground.css", "text/css")]:
+        r = httpx.get(f"{base_url}/static/{name}", timeout=10)
+        assert r.status_code == 200 and kind in r.headers["content-type"], name
+    assert httpx.get(f"{base_url}/static/nope.js", timeout=10).status_code == 404
+
+
+PURE_PARTS = """async () => {
+    const m = await import("./static/playground.js");
+    // 8 samples of s16le, fed whole and in pieces of odd lengths.
+    const ints = new Int16Array([0, 1, -1, 32767, -32768, 1234, -4321, 256]);
+    const bytes = new Uint8Array(ints.buffer);
+    const whole = Array.from(m.pcm16Decoder()(bytes));
+    const decode = m.pcm16Decoder();
+    const pieces = [];
+    for (const [a, b] of [[0, 3], [3, 4], [4, 9], [9, 16]]) pieces.push(...decode(bytes.slice(a, b)));
+    const text = [
+        "# TYPE voxserve_tts_ttfp_seconds histogram",
+        'voxserve_tts_ttfp_seconds_bucket{le="0.05"} 2.0',
+        'voxserve_tts_ttfp_seconds_bucket{le="0.1"} 6.0',
+        'voxserve_tts_ttfp_seconds_bucket{le="+Inf"} 8.0',
+        "voxserve_tts_active_streams 3.0",
+    ].join("\\n");
+    const parsed = m.parseMetrics(text);
+    return {
+        whole, pieces,
+        p50: m.histogramQuantile(parsed, "voxserve_tts_ttfp_seconds", 0.5),
+        p99: m.histogramQuantile(parsed, "voxserve_tts_ttfp_seconds", 0.99),
+        none: m.histogramQuantile(parsed, "voxserve_tts_rtf", 0.5),
+        active: parsed.get("voxserve_tts_active_streams")[0].value,
+    };
+}"""
+
+
+def test_pure_parts_in_the_browser(playground: Playground) -> None:
+    got = playground.page.evaluate(PURE_PARTS)
+    expected = [v / 32768 for v in (0, 1, -1, 32767, -32768, 1234, -4321, 256)]
+    assert got["whole"] == pytest.approx(expected) and got["pieces"] == got["whole"]
+    assert got["p50"] == pytest.approx(0.05 + 0.05 * (4 - 2) / (6 - 2))
+    assert got["p99"] == pytest.approx(0.1)  # past the last finite bucket: its bound
+    assert got["none"] is None and got["active"] == 3
+
+
+def test_speak_streams_and_schedules_audio(playground: Playground) -> None:
+    page = playground.page
+    page.fill("#text", SPOKEN)
+    page.select_option("#voice", "nova")
+    page.click("#speak-button")
+    page.wait_for_function(
+        "() => !['idle', 'streaming'].includes(window.voxPlayground.stats.state)", timeout=30_000
+    )
+    stats = page.evaluate("() => window.voxPlayground.stats")
+    assert stats["state"] == "done", stats
+    assert stats["contextState"] == "running"
+    assert stats["sampleRate"] == 24000
+    assert stats["chunks"] >= 2 and stats["bytes"] == 2 * stats["samples"]
+    assert stats["sourcesScheduled"] >= 2
+    received = stats["samples"] / stats["sampleRate"]
+    assert received > 1.0
+    assert stats["scheduledSeconds"] == pytest.approx(received, abs=0.01)
+    assert 0 < stats["ttfaMs"] < 10_000 and 0 < stats["rtf"] < 5
+    assert re.fullmatch(r"\d+ ms", page.inner_text("#ttfa"))
+    assert re.fullmatch(r"\d+\.\d\d", page.inner_text("#rtf"))
+    assert page.inner_text("#received") == f"{received:.2f} s"
+    assert page.inner_text("#speak-state") == "Done"
+    assert playground.state("speak") == "done"
+    assert not playground.problems
+
+
+def test_uploaded_file_is_transcribed(playground: Playground, clips: Clips) -> None:
+    page = playground.page
+    before = playground.transcriptions()
+    page.set_input_files("#file-input", clips.upload)
+    playground.wait_transcribed(before)
+    assert playground.state("listen") == "done", page.inner_text("#listen-message")
+    text = normalize(page.inner_text("#transcript"))
+    assert "quick brown fox" in text and "lazy dog" in text, text
+    _assert_segments(page)
+    assert not playground.problems
+
+
+def test_recording_is_transcribed(playground: Playground, clips: Clips) -> None:
+    page = playground.page
+    before = playground.transcriptions()
+    page.click("#record-button")
+    page.wait_for_function(
+        "() => document.querySelector('#listen-state').textContent.startsWith('Recording')"
+    )
+    page.wait_for_timeout(clips.mic_seconds * 1000 + 200)  # the fake microphone plays mic.wav
+    page.click("#record-button")
+    playground.wait_transcribed(before)
+    assert playground.state("listen") == "done", page.inner_text("#listen-message")
+    text = normalize(page.inner_text("#transcript"))
+    assert "rainbow" in text and "white light" in text, text
+    _assert_segments(page)
+    assert not playground.problems
+
+
+def test_metrics_panel_shows_numbers(playground: Playground, server: RunningServer) -> None:
+    page = playground.page
+    page.wait_for_function(
+        "() => window.voxPlayground.metrics.status === 'live' && window.voxPlayground.metrics.ttfpP50 !== null",
+        timeout=6_000,
+    )
+    assert re.fullmatch(r"\d+", page.inner_text("#m-active"))
+    assert re.fullmatch(r"\d+", page.inner_text("#m-queued"))
+    assert re.fullmatch(r"\d+ ms", page.inner_text("#m-ttfp"))
+    assert re.fullmatch(r"\d+\.\d\d", page.inner_text("#m-rtf"))
+    assert page.inner_text("#metrics-state") == "Live"
+    assert not playground.problems
+
+
+def test_screenshots(playground: Playground) -> None:
+    page = playground.page
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.wait_for_timeout(300)  # let the cards' colour transitions finish
+    page.screenshot(path=ARTIFACTS / "playground.png", full_page=True)
+    page.set_viewport_size({"width": 380, "height": 800})
+    # At phone width nothing may stick out sideways.
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 380
+    page.screenshot(path=ARTIFACTS / "playground-phone.png", full_page=True)
+    page.set_viewport_size({"width": 1200, "height": 720})
+    assert not playground.problems
+
+
+def test_api_key_field_unlocks_a_keyed_server(browser: Browser, make_server: Any) -> None:
+    config = replace(
+        tts_config(), asr=ASRConfig(enabled=False), api_key=KEY, metrics_require_key=True
+    )
+    with make_server(config) as keyed:
+        context = browser.new_context(base_url=keyed.base_url)
+        for path in ("/", "/static/playground.js"):
+            assert httpx.get(keyed.base_url + path, timeout=10).status_code == 200, path
+        try:
+            page = context.new_page()
+            problems: list[str] = []
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.goto("/")  # the page itself needs no key
+            page.wait_for_function("() => window.voxPlayground.metrics.status === 'denied'")
+            assert page.inner_text("#metrics-state") == "Needs key"
+            assert "needs an API key" in page.inner_text("#speak-message")
+            page.fill("#api-key", KEY)
+            page.press("#api-key", "Enter")
+            page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
+            assert page.locator("#speak-message").is_hidden()
+            page.wait_for_function(
+                "() => window.voxPlayground.metrics.status === 'live'", timeout=6_000
+            )
+            page.reload()  # the key was kept in localStorage
+            page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
+            assert page.input_value("#api-key") == KEY
+            assert problems and all("401" in p for p in problems), problems
+        finally:
+            context.close()
+
+
+def _assert_segments(page: Page) -> None:
+    segments = page.locator("#segments li")
+    assert segments.count() >= 1
+    for i in range(segments.count()):
+        item = segments.nth(i)
+        start = float(item.get_attribute("data-start") or "nan")
+        end = float(item.get_attribute("data-end") or "nan")
+        assert 0 <= start < end
+        assert re.fullmatch(r"\d+:\d\d\.\d–\d+:\d\d\.\d", item.locator("time").inner_text())
