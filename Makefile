@@ -21,7 +21,7 @@ $(RUNTIME_STAMP): $(BIN)/python pyproject.toml constraints.txt
 	touch $@
 
 $(TEST_STAMP): $(RUNTIME_STAMP) | $(CHROMIUM)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,peers]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,peers,ray]'
 	touch $@
 
 # tests/test_playground.py drives Debian's chromium through Playwright, which cannot

@@ -15,6 +15,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from tests.asr_support import SHORT, wav_bytes, wer
 from tests.conftest import RunningServer, run_server
+from voxserve.api.ws import HOLD_SLOT_S
 from voxserve.config import ServerConfig
 from voxserve.text.incremental import TextSegmenter
 
@@ -149,6 +150,26 @@ def test_disconnect_mid_stream_drops_the_work(server: RunningServer) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert set(engine.stream_ids()) - before - {stream_id} == set()  # later sentences never started
+
+
+def test_a_reply_holds_one_stream_slot_until_it_goes_quiet(server: RunningServer) -> None:
+    admission = server.state.admission
+    with connect(_url(server)) as ws:
+        for clause in ["First, ", "a clause arrives; ", "then another one, ", "and the reply ends."]:
+            _send(ws, type="input.text", text=clause)
+        _send(ws, type="input.done")
+        seen: set[int] = set()
+        while True:
+            seen.add(admission.active)
+            message = ws.recv(timeout=30)
+            if isinstance(message, str) and json.loads(message)["type"] == "input.flushed":
+                break
+        assert seen <= {0, 1}  # one slot for the whole reply, never one per clause
+        started = time.monotonic()
+        while admission.active:  # given back once the reply has gone quiet
+            assert time.monotonic() - started < HOLD_SLOT_S + 2
+            time.sleep(0.05)
+        assert time.monotonic() - started > HOLD_SLOT_S / 2
 
 
 def test_websocket_needs_the_api_key_when_the_server_has_one() -> None:

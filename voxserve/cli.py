@@ -12,9 +12,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from voxserve.audio.encode import wav_file
-from voxserve.config import ASRConfig, ServerConfig, TTSConfig, VocoderChunking, default_cores
+from voxserve.config import (
+    ASRConfig,
+    RayConfig,
+    ServerConfig,
+    TTSConfig,
+    VocoderChunking,
+    default_cores,
+)
 
-__all__ = ["build_parser", "main", "server_config"]
+__all__ = ["build_parser", "main", "ray_config", "server_config"]
 
 
 def _add_tts_args(p: argparse.ArgumentParser) -> None:
@@ -127,18 +134,51 @@ def server_config(args: argparse.Namespace, env: Mapping[str, str] = os.environ)
     )
 
 
+def _add_ray_args(p: argparse.ArgumentParser) -> None:
+    d = RayConfig()
+    g = p.add_argument_group("Ray Serve (scale out; needs `pip install voxserve[ray]`, see docs/SCALING.md)")
+    g.add_argument(
+        "--ray", nargs="?", const="", metavar="ADDRESS",
+        help="serve on a Ray cluster: join ADDRESS (what `ray start --head` prints), or start a local one",
+    )
+    for name, r in (("tts", d.tts), ("asr", d.asr)):
+        up = name.upper()
+        g.add_argument(f"--{name}-replicas", type=int, metavar="N", default=r.count, help=f"{up} engine replicas")
+        g.add_argument(f"--{name}-min-replicas", type=int, metavar="N", help=f"autoscale {up} replicas from N...")
+        g.add_argument(f"--{name}-max-replicas", type=int, metavar="N", help=f"...up to N {up} replicas")
+    g.add_argument("--frontend-replicas", type=int, metavar="N", default=d.frontend_replicas, help="HTTP front ends")
+
+
+def ray_config(args: argparse.Namespace) -> RayConfig:
+    """Where and how `serve --ray` deploys. Raises ValueError for bounds that do not fit."""
+    d = RayConfig()
+    return RayConfig(
+        address=args.ray or None,
+        tts=replace(d.tts, count=args.tts_replicas, min=args.tts_min_replicas, max=args.tts_max_replicas),
+        asr=replace(d.asr, count=args.asr_replicas, min=args.asr_min_replicas, max=args.asr_max_replicas),
+        frontend_replicas=args.frontend_replicas,
+    )
+
+
 def _serve(args: argparse.Namespace) -> int:
     from voxserve.api.app import create_app
     from voxserve.api.server import serve
+    from voxserve.engine.memory import tune_allocator
     from voxserve.engine.threads import stragglers
 
     try:
         config = server_config(args)
+        layout = ray_config(args) if args.ray is not None else None
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if config.api_key is not None:
         logging.getLogger("voxserve").info("API key required on /v1 routes")
+    tune_allocator()  # before create_app starts any thread
+    if layout is not None:
+        from voxserve.ray.launcher import serve_on_ray  # imports ray: only on this path
+
+        return serve_on_ray(config, layout)
     code = 0 if serve(create_app(config), config, access_log=args.access_log) else 3
     if stragglers():
         # A worker is still in a native inference call whose result nobody wants; the
@@ -259,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_tts_args(serve)
     _add_asr_args(serve)
+    _add_ray_args(serve)
     serve.set_defaults(func=_serve)
 
     speak = sub.add_parser("speak", help="synthesize text to a WAV file, no server")

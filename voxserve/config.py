@@ -186,3 +186,53 @@ class ServerConfig:
             raise ValueError("the request timeout must be positive")
         if self.metrics_require_key and key is None:
             raise ValueError("metrics_require_key needs an API key (--api-key or VOXSERVE_API_KEY)")
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """How many replicas a Ray Serve deployment runs: a fixed count, or autoscaling bounds."""
+
+    count: int = 1
+    """Replicas to run when no bounds are set."""
+    min: int | None = None
+    """Autoscaling lower bound; set it with `max`, and `count` is ignored."""
+    max: int | None = None
+    """Autoscaling upper bound."""
+    target: int = 8
+    """Autoscaling aims at this many requests in flight per replica."""
+
+    def __post_init__(self) -> None:
+        if (self.min is None) != (self.max is None):
+            raise ValueError("give both the minimum and the maximum replica count, or neither")
+        if self.min is not None and self.max is not None and not 0 <= self.min <= self.max:
+            raise ValueError("replica bounds must satisfy 0 <= min <= max")
+        if self.max == 0 or (self.min is None and self.count < 1):
+            raise ValueError("a deployment needs at least one replica")
+        if self.target < 1:
+            raise ValueError("the autoscaling target must be at least 1")
+
+    @property
+    def autoscaling(self) -> bool:
+        return self.min is not None
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    """How `voxserve serve --ray` lays voxserve out on a Ray cluster (`voxserve.ray`)."""
+
+    address: str | None = None
+    """Cluster to join (what `ray start --head` prints); None starts a local one."""
+    tts: Replicas = field(default_factory=Replicas)
+    """TTS engine replicas; each runs its own scheduler, admission and workers."""
+    asr: Replicas = field(default_factory=lambda: Replicas(target=4))
+    """ASR engine replicas."""
+    frontend_replicas: int = 1
+    """HTTP front ends behind Serve's proxy (validation, auth, errors, metrics)."""
+    frontend_cpus: float = 0.5
+    """Logical CPUs each front end reserves; it only parses, validates and relays bytes."""
+    routing_stats_period_s: float = 1.0
+    """How often Serve polls each TTS replica's load for `HeadroomRouter`."""
+
+    def __post_init__(self) -> None:
+        if self.frontend_replicas < 1 or self.frontend_cpus < 0 or self.routing_stats_period_s <= 0:
+            raise ValueError("frontend_replicas >= 1, frontend_cpus >= 0 and a positive stats period")

@@ -12,17 +12,17 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from voxserve.api.access_log import AccessLog
 from voxserve.api.auth import RequireKey
@@ -42,7 +42,10 @@ from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import OPENAI_VOICES, TTSEngine
 from voxserve.errors import ClientError, VoxError
 
-__all__ = ["AppState", "create_app"]
+if TYPE_CHECKING:
+    from voxserve.api.remote import Remote
+
+__all__ = ["AppState", "assemble", "create_app", "model_list", "running_state", "voice_list"]
 
 log = logging.getLogger(__name__)
 
@@ -130,22 +133,31 @@ async def health(request: Request) -> Response:
 
 async def models(request: Request) -> Response:
     state: AppState = request.app.state.vox
-    created = int(state.started_at)
     ids = [*SPEECH_MODELS, state.engine.model.name]
     if state.asr is not None:
         ids += [*ASR_MODELS, state.asr.name]
+    return JSONResponse(model_list(ids, state.started_at))
+
+
+def model_list(ids: list[str], started_at: float) -> dict[str, Any]:
+    """The body of `GET /v1/models`."""
+    created = int(started_at)
     data = [{"id": i, "object": "model", "created": created, "owned_by": "voxserve"} for i in ids]
-    return JSONResponse({"object": "list", "data": data})
+    return {"object": "list", "data": data}
 
 
 async def voices(request: Request) -> Response:
     state: AppState = request.app.state.vox
-    engine = state.engine
-    own = [{"id": v.name, "name": v.name, "alias_of": None} for v in engine.voices]
-    aliases = [
+    return JSONResponse({"object": "list", "voices": voice_list(state.engine)})
+
+
+def voice_list(engine: TTSEngine) -> list[dict[str, str | None]]:
+    """The engine's own voices, then the OpenAI names and the voice each one maps to."""
+    own: list[dict[str, str | None]] = [{"id": v.name, "name": v.name, "alias_of": None} for v in engine.voices]
+    aliases: list[dict[str, str | None]] = [
         {"id": name, "name": name, "alias_of": engine.resolve_voice(name).name} for name in OPENAI_VOICES
     ]
-    return JSONResponse({"object": "list", "voices": own + aliases})
+    return own + aliases
 
 
 async def metrics_endpoint(request: Request) -> Response:
@@ -153,53 +165,82 @@ async def metrics_endpoint(request: Request) -> Response:
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlette:
-    """Build the app. The engine loads now (seconds); its threads start with the server."""
+@contextlib.asynccontextmanager
+async def running_state(
+    config: ServerConfig,
+    engine: TTSEngine,
+    asr: ASREngine | None,
+    publish: Callable[[AppState], None] | None = None,
+) -> AsyncIterator[AppState]:
+    """Start the engines, admission and pools, warm them up and yield their state; drain
+    and stop everything on exit. The app's lifespan runs this, and so does each TTS
+    replica of a Ray deployment (`voxserve.ray`). `publish` receives the state before
+    the engines start, so that a shutdown during warm-up can already drain it."""
     tts = config.tts
-    engine = engine or TTSEngine(tts)
+    state = AppState(
+        config=config,
+        engine=engine,
+        admission=Admission(
+            tts.max_streams, tts.max_queue, tts.queue_timeout_s, gate=engine.keeping_up
+        ),
+        metrics=Metrics(lambda: state.engine_snapshot()),
+        text_pool=BoundedPool(tts.text_workers, tts.max_streams + tts.max_queue, "text"),
+        audio_pool=BoundedPool(tts.audio_workers, 4 * (tts.max_streams + tts.max_queue), "audio"),
+    )
+    if publish is not None:
+        publish(state)
+    engine.start()
+    warmups = [asyncio.get_running_loop().run_in_executor(None, engine.warmup)]
+    if asr is not None:
+        state.asr = asr
+        state.asr_pool = ThreadPoolExecutor(config.asr.audio_workers, thread_name_prefix="asr-audio")
+        state.asr_admission = Admission(
+            config.asr.max_requests, config.asr.max_queue, config.asr.queue_timeout_s
+        )
+        state.metrics.attach_asr(asr.snapshot)
+        asr.start()
+        warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
+    await asyncio.gather(*warmups)
+    lag = asyncio.create_task(state.metrics.watch_loop_lag())
+    log.info("voxserve ready: voice %s, %d workers", engine.model.name, tts.workers)
+    try:
+        yield state
+    finally:
+        lag.cancel()
+        state.drain()
+        deadline = time.monotonic() + WORKER_JOIN_S
+        engine.stop(timeout=WORKER_JOIN_S)
+        state.text_pool.shutdown()
+        state.audio_pool.shutdown()
+        if asr is not None and state.asr_pool is not None:
+            asr.stop(timeout=max(0.0, deadline - time.monotonic()))
+            state.asr_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def create_app(
+    config: ServerConfig, engine: TTSEngine | None = None, remote: Remote | None = None
+) -> Starlette:
+    """Build the app. The engine loads now (seconds); its threads start with the server.
+
+    With `remote`, the app is a Ray Serve front end (`voxserve.ray`): it loads no model,
+    and the same validation hands each request to a TTS or ASR replica.
+    """
+    if remote is not None:
+        from voxserve.api.remote import create_remote_app
+
+        return create_remote_app(config, remote)
+    engine = engine or TTSEngine(config.tts)
     asr = ASREngine(config.asr) if config.asr.enabled else None
     holder: dict[str, AppState] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        state = AppState(
-            config=config,
-            engine=engine,
-            admission=Admission(
-                tts.max_streams, tts.max_queue, tts.queue_timeout_s, gate=engine.keeping_up
-            ),
-            metrics=Metrics(lambda: holder["state"].engine_snapshot()),
-            text_pool=BoundedPool(tts.text_workers, tts.max_streams + tts.max_queue, "text"),
-            audio_pool=BoundedPool(tts.audio_workers, 4 * (tts.max_streams + tts.max_queue), "audio"),
-        )
-        holder["state"] = state
-        app.state.vox = state
-        engine.start()
-        warmups = [asyncio.get_running_loop().run_in_executor(None, engine.warmup)]
-        if asr is not None:
-            state.asr = asr
-            state.asr_pool = ThreadPoolExecutor(config.asr.audio_workers, thread_name_prefix="asr-audio")
-            state.asr_admission = Admission(
-                config.asr.max_requests, config.asr.max_queue, config.asr.queue_timeout_s
-            )
-            state.metrics.attach_asr(asr.snapshot)
-            asr.start()
-            warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
-        await asyncio.gather(*warmups)
-        lag = asyncio.create_task(state.metrics.watch_loop_lag())
-        log.info("voxserve ready: voice %s, %d workers", engine.model.name, tts.workers)
-        try:
+        def publish(state: AppState) -> None:
+            holder["state"] = state
+            app.state.vox = state
+
+        async with running_state(config, engine, asr, publish):
             yield
-        finally:
-            lag.cancel()
-            state.drain()
-            deadline = time.monotonic() + WORKER_JOIN_S
-            engine.stop(timeout=WORKER_JOIN_S)
-            state.text_pool.shutdown()
-            state.audio_pool.shutdown()
-            if asr is not None and state.asr_pool is not None:
-                asr.stop(timeout=max(0.0, deadline - time.monotonic()))
-                state.asr_pool.shutdown(wait=False, cancel_futures=True)
 
     routes = [
         Route("/health", health, methods=["GET"]),
@@ -213,6 +254,17 @@ def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlet
         WebSocketRoute("/v1/audio/speech/stream", speech_stream),
         *playground_routes(),
     ]
+    return assemble(config, routes, lifespan, lambda: holder["state"].metrics if holder else None)
+
+
+def assemble(
+    config: ServerConfig,
+    routes: list[BaseRoute],
+    lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]],
+    metrics: Callable[[], Metrics | None],
+) -> Starlette:
+    """The app around `routes`: error rendering, the request deadline, auth, request
+    counting and the access log, the same for one machine and for a Ray front end."""
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
@@ -226,6 +278,6 @@ def create_app(config: ServerConfig, engine: TTSEngine | None = None) -> Starlet
     if config.api_key is not None:
         # Added first, so it sits inside RequestCounter and 401s are counted too.
         app.add_middleware(RequireKey, key=config.api_key, protect_metrics=config.metrics_require_key)
-    app.add_middleware(RequestCounter, metrics=lambda: holder["state"].metrics if holder else None)
+    app.add_middleware(RequestCounter, metrics=metrics)
     app.add_middleware(AccessLog)
     return app

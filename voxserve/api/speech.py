@@ -105,6 +105,7 @@ async def open_speech(
     request_id: str,
     started: float,
     gone: Callable[[], Awaitable[None]] | None = None,
+    admitted: bool = False,
 ) -> tuple[AsyncIterator[bytes], Callable[[bool], None]]:
     """Check the model and voice, prepare the text, wait for a stream slot and submit the
     stream: its encoded body (raw audio or SSE events), and the hook to call once when the
@@ -113,6 +114,10 @@ async def open_speech(
     `gone` resolves when the client leaves, which ends a wait in the admission queue with
     499. A Ray TTS replica (`voxserve.ray`) runs this same function with no `gone`: there,
     the caller cancels the call instead.
+
+    `admitted`: the caller already holds a stream slot and keeps it (a WebSocket session
+    between two segments of one reply), so the stream neither waits for one nor gives it
+    back.
     """
     engine = state.engine
     if body.model not in SPEECH_MODELS and body.model != engine.model.name:
@@ -127,18 +132,21 @@ async def open_speech(
 
     loop = asyncio.get_running_loop()
     prepared = await state.text_pool.run(engine.prepare, body.input, voice, body.speed)
-    await _admit(state, gone)
+    if not admitted:
+        await _admit(state, gone)
     try:
         handle = engine.submit(prepared, rate, loop, request_id)
         encoder = make_encoder(body.response_format, rate)
     except BaseException:
-        state.admission.release()
+        if not admitted:
+            state.admission.release()
         raise
     state.metrics.streams_started.inc()
 
     def on_close(completed: bool) -> None:
         engine.abort(handle.id)
-        state.admission.release()
+        if not admitted:
+            state.admission.release()
         if not completed:
             state.metrics.streams_aborted.inc()
 

@@ -14,7 +14,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from voxserve.api.formats import CONTENT_TYPES, as_json, as_srt, as_text, as_verbose_json, as_vtt
+from voxserve.api.metrics import Metrics
 from voxserve.api.schemas import validate
 from voxserve.api.streaming import StreamResponse
 from voxserve.engine.asr import ASREngine, TranscribeOptions
@@ -40,7 +42,19 @@ from voxserve.errors import (
 if TYPE_CHECKING:
     from voxserve.api.app import AppState
 
-__all__ = ["ASR_MODELS", "transcriptions", "translations"]
+__all__ = [
+    "ASR_MODELS",
+    "TranscriptionForm",
+    "asr_disabled",
+    "collect_transcript",
+    "observe",
+    "open_transcription",
+    "read_upload",
+    "render",
+    "sse_events",
+    "transcriptions",
+    "translations",
+]
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +88,12 @@ async def translations(request: Request) -> Response | StreamResponse:
 
 def _engine(state: AppState) -> ASREngine:
     if state.asr is None:
-        raise NotFound(
-            "speech-to-text is off on this server; start it without --no-asr", code="asr_disabled"
-        )
+        raise asr_disabled()
     return state.asr
+
+
+def asr_disabled() -> NotFound:
+    return NotFound("speech-to-text is off on this server; start it without --no-asr", code="asr_disabled")
 
 
 async def _serve(request: Request, task: str) -> Response | StreamResponse:
@@ -110,12 +126,37 @@ async def _serve(request: Request, task: str) -> Response | StreamResponse:
 async def _transcribe(
     request: Request, state: AppState, engine: ASREngine, task: str, started: float
 ) -> Response | StreamResponse:
-    form = await _read_form(request, int(state.config.asr.max_upload_mb * 1024 * 1024))
+    body, data = await read_upload(request, state.config.asr.max_upload_mb, task)
+    request_id = request.headers.get("x-request-id") or state.new_request_id()
+    pool = state.asr_pool
+    assert pool is not None
+    transcription = await open_transcription(engine, pool, body, data, task, request_id)
+    del data
+    headers = {"x-request-id": request_id}
+    if body.stream:
+        events = sse_events(state.metrics, transcription, started)
+        return StreamResponse(events, "text/event-stream", headers, lambda _: transcription.cancel())
+    transcript = await collect_transcript(transcription, lambda: _until_disconnect(request))
+    observe(state.metrics, task, body.response_format, transcript.duration, started)
+    return render(transcript, body, task, headers)
+
+
+async def read_upload(request: Request, max_upload_mb: float, task: str) -> tuple[TranscriptionForm, bytes]:
+    """Read and validate the multipart form: its fields and the uploaded file's bytes."""
+    form = await _read_form(request, int(max_upload_mb * 1024 * 1024))
     try:
         body, upload = _parse(form, task)
         data = await upload.read()
     finally:
         await form.close()
+    return body, data
+
+
+async def open_transcription(
+    engine: ASREngine, pool: Executor, body: TranscriptionForm, data: bytes, task: str, request_id: str
+) -> Transcription:
+    """Check the model, then decode and cut the audio and start feeding it to the engine.
+    The HTTP handler calls this; so does a Ray ASR replica (`voxserve.ray`)."""
     if body.model not in ASR_MODELS and body.model != engine.name:
         raise NotFound(
             f"model {body.model!r} does not exist; use one of: {', '.join((*ASR_MODELS, engine.name))}",
@@ -129,18 +170,7 @@ async def _transcribe(
         temperature=body.temperature,
         timings=body.response_format in ("srt", "vtt", "verbose_json"),
     )
-    request_id = request.headers.get("x-request-id") or state.new_request_id()
-    pool = state.asr_pool
-    assert pool is not None
-    transcription = await start_transcription(engine, data, options, pool, request_id)
-    del data
-    headers = {"x-request-id": request_id}
-    if body.stream:
-        events = _sse_events(state, transcription, started)
-        return StreamResponse(events, "text/event-stream", headers, lambda _: transcription.cancel())
-    transcript = await _collect(request, transcription)
-    _observe(state, task, body.response_format, transcript.duration, started)
-    return _render(transcript, body, task, headers)
+    return await start_transcription(engine, data, options, pool, request_id)
 
 
 async def _read_form(request: Request, limit: int) -> FormData:
@@ -211,18 +241,22 @@ async def _until_disconnect(request: Request) -> None:
             return
 
 
-async def _collect(request: Request, transcription: Transcription) -> Transcript:
-    """The whole transcript; a client that leaves first cancels the request's work."""
+async def collect_transcript(
+    transcription: Transcription, gone: Callable[[], Awaitable[None]] | None = None
+) -> Transcript:
+    """The whole transcript. `gone` resolves when the client leaves, which cancels the
+    request's work; without it (a Ray ASR replica), cancelling the caller does."""
     work = asyncio.ensure_future(transcription.collect())
-    gone = asyncio.ensure_future(_until_disconnect(request))
+    left = asyncio.ensure_future(gone()) if gone is not None else None
     try:
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({work} if left is None else {work, left}, return_when=asyncio.FIRST_COMPLETED)
     except BaseException:
         work.cancel()
         transcription.cancel()
         raise
     finally:
-        gone.cancel()
+        if left is not None:
+            left.cancel()
     if not work.done():
         work.cancel()
         transcription.cancel()
@@ -237,9 +271,9 @@ async def _collect(request: Request, transcription: Transcription) -> Transcript
         transcription.cancel()  # nothing left to drop after success; frees the stream
 
 
-def _observe(state: AppState, task: str, fmt: str, duration: float, started: float) -> None:
+def observe(m: Metrics, task: str, fmt: str, duration: float, started: float) -> None:
+    """Count one answered transcription in the ASR metrics."""
     elapsed = time.perf_counter() - started
-    m = state.metrics
     m.asr_requests.labels(task, fmt).inc()
     m.asr_audio_seconds.inc(duration)
     m.asr_latency.observe(elapsed)
@@ -247,7 +281,7 @@ def _observe(state: AppState, task: str, fmt: str, duration: float, started: flo
         m.asr_rtfx.observe(duration / elapsed)
 
 
-def _render(t: Transcript, body: TranscriptionForm, task: str, headers: dict[str, str]) -> Response:
+def render(t: Transcript, body: TranscriptionForm, task: str, headers: dict[str, str]) -> Response:
     fmt = body.response_format
     if fmt == "json":
         return JSONResponse(as_json(t), headers=headers)
@@ -259,7 +293,8 @@ def _render(t: Transcript, body: TranscriptionForm, task: str, headers: dict[str
     return PlainTextResponse(text, headers=headers, media_type=CONTENT_TYPES[fmt])
 
 
-async def _sse_events(state: AppState, transcription: Transcription, started: float) -> AsyncIterator[bytes]:
+async def sse_events(metrics: Metrics, transcription: Transcription, started: float) -> AsyncIterator[bytes]:
+    """`transcript.text.delta` events as pieces finish, then `transcript.text.done`."""
     parts: list[str] = []
     try:
         async for window in transcription.windows():
@@ -276,7 +311,7 @@ async def _sse_events(state: AppState, transcription: Transcription, started: fl
         body = error.body()["error"]
         yield _sse({"type": "error", "error": body})
         return
-    _observe(state, "transcribe", "stream", transcription.duration, started)
+    observe(metrics, "transcribe", "stream", transcription.duration, started)
     yield _sse({"type": "transcript.text.done", "text": "".join(parts).strip()})
 
 

@@ -19,8 +19,10 @@ session stays usable.
 A segment starts as soon as the text holds a complete clause or sentence
 (`voxserve.text.incremental`). Each segment is a stream of the shared engine, opened by
 the same code as `POST /v1/audio/speech`: the same admission, deadlines and credits. A
-session speaks one segment at a time, in order, and prepares nothing ahead, so a session
-never holds more than one stream. Fragments wait in a bounded queue; when it is full the
+session takes one stream slot for a reply and keeps it while the reply's clauses keep
+coming (`HOLD_SLOT_S`), so a reply is admitted once, not at every clause. It speaks one
+segment at a time, in order, and prepares nothing ahead, so a session never holds more
+than one stream. Fragments wait in a bounded queue; when it is full the
 server stops reading, and TCP pushes back on the client. A client that leaves mid-stream
 cancels the segment in flight, which drops its engine work.
 """
@@ -53,6 +55,12 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING_SEGMENTS = 16
 """Segments (and markers) waiting to be spoken; past it the server stops reading."""
+
+HOLD_SLOT_S = 2.0
+"""How long a session keeps its stream slot after its last segment, waiting for the
+next clause of the same reply. An LLM at 20 tokens/s writes a clause in well under a
+second, so a reply keeps one slot from its first clause to its last and never queues
+again behind new streams half-way through a sentence."""
 
 
 class SessionConfig(BaseModel):
@@ -91,6 +99,7 @@ class _Session:
         self.queue: asyncio.Queue[_Segment | _Marker] = asyncio.Queue(MAX_PENDING_SEGMENTS)
         self.count = 0
         self._send_lock = asyncio.Lock()
+        self._slot = False
 
     def _new_segmenter(self) -> TextSegmenter:
         return TextSegmenter(self.config.split, max_chars=self.state.config.tts.max_segment_chars)
@@ -202,14 +211,38 @@ class _Session:
 
     # -- speaking --------------------------------------------------------------------------
     async def _speak_all(self) -> None:
-        while True:
-            item = await self.queue.get()
-            if isinstance(item, _Marker):
-                if item.kind == "close":
-                    return
-                await self.send_event({"type": "input.flushed"})
-                continue
-            await self._speak(item)
+        try:
+            while True:
+                item = await self._next_item()
+                if isinstance(item, _Marker):
+                    if item.kind == "close":
+                        return
+                    await self.send_event({"type": "input.flushed"})
+                    continue
+                await self._speak(item)
+        finally:
+            self._release()
+
+    async def _next_item(self) -> _Segment | _Marker:
+        """The next segment or marker; the slot is given back when none comes soon."""
+        if self._slot:
+            getter = asyncio.ensure_future(self.queue.get())
+            try:
+                await asyncio.wait({getter}, timeout=HOLD_SLOT_S)
+            finally:
+                if not getter.done():
+                    getter.cancel()  # before it took an item: the item stays queued
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await getter
+            if not getter.cancelled():
+                return getter.result()
+            self._release()
+        return await self.queue.get()
+
+    def _release(self) -> None:
+        if self._slot:
+            self._slot = False
+            self.state.admission.release()
 
     async def _speak(self, segment: _Segment) -> None:
         cfg = segment.config
@@ -221,7 +254,10 @@ class _Session:
                 {"model": cfg.model, "input": segment.text, "voice": cfg.voice, "speed": cfg.speed,
                  "response_format": cfg.response_format, "sample_rate": cfg.sample_rate},
             )
-            source, on_close = await open_speech(self.state, body, request_id, started)
+            if not self._slot:
+                await self.state.admission.acquire()  # 429 when the server is full
+                self._slot = True
+            source, on_close = await open_speech(self.state, body, request_id, started, admitted=True)
         except VoxError as exc:
             await self.send_error(exc.message, exc.code or "error", segment=segment.index, status=exc.status)
             return

@@ -9,8 +9,8 @@ few seconds for the process figures (`process_resident_memory_bytes`, `process_o
 `voxserve_process_threads`) and the queue.
 
 - `soak` is run at a load the machine sustains. It passes when no request failed (429
-  included), RSS grew less than 5% from the first minute after warm-up to the last
-  minute, and threads and open files did not grow between the same two windows.
+  included), the median RSS grew less than 5% from the first minute after warm-up to the
+  last minute, and threads and open files did not grow between the same two windows.
 - `overload` is run far past capacity. It passes when every refused request got 429 with
   `Retry-After`, nothing else failed, and RSS stayed under `--rss-limit-mb`; it also
   reports the continuity of the streams that were admitted and `/health` latency.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -221,26 +222,31 @@ async def run_mixed(s: MixedSettings) -> dict[str, Any]:
     }
 
 
-def _window_max(samples: list[ResourceSample], key: str, lo: float, hi: float) -> float | None:
-    values = [x.values[key] for x in samples if lo <= x.at_s < hi and key in x.values]
-    return max(values) if values else None
+def _window(samples: list[ResourceSample], key: str, lo: float, hi: float) -> list[float]:
+    return [x.values[key] for x in samples if lo <= x.at_s < hi and key in x.values]
 
 
 def _resource_summary(samples: list[ResourceSample], s: MixedSettings) -> dict[str, Any]:
-    """Per figure: max over the whole run, over the first window after warm-up and over
-    the last window, and the growth between those two windows."""
+    """Per figure: the max over the whole run; the median and max of the first window
+    after warm-up and of the last window; and the growth of the median between the two.
+
+    RSS swings by tens of MB from one sample to the next as requests start and end, so
+    growth compares medians: a leak moves the median, a burst only moves the peak."""
     last_at = samples[-1].at_s if samples else 0.0
     first = (s.warmup_s, s.warmup_s + s.window_s)
     last = (max(first[1], last_at - s.window_s), last_at + 1)
     out: dict[str, Any] = {"warmup_s": s.warmup_s, "window_s": s.window_s, "samples": len(samples)}
     for key in ("rss_bytes", "threads", "open_fds"):
         all_values = [x.values[key] for x in samples if key in x.values]
-        base = _window_max(samples, key, *first)
-        final = _window_max(samples, key, *last)
+        a, b = _window(samples, key, *first), _window(samples, key, *last)
+        base = statistics.median(a) if a else None
+        final = statistics.median(b) if b else None
         out[key] = {
             "max": max(all_values) if all_values else None,
-            "first_window_max": base,
-            "last_window_max": final,
+            "first_window_median": base,
+            "last_window_median": final,
+            "first_window_max": max(a) if a else None,
+            "last_window_max": max(b) if b else None,
             "growth": (final / base - 1) if base and final is not None else None,
         }
     return out
@@ -262,7 +268,8 @@ def judge_soak(result: dict[str, Any], max_rss_growth: float = 0.05) -> list[str
     if rss["growth"] is None:
         problems.append("too few resource samples after warm-up to judge growth; run longer")
     elif rss["growth"] >= max_rss_growth:
-        problems.append(f"RSS grew {rss['growth']:.1%} after warm-up (limit {max_rss_growth:.0%})")
+        problems.append(f"RSS (window median) grew {rss['growth']:.1%} after warm-up "
+                        f"(limit {max_rss_growth:.0%})")
     for key in ("threads", "open_fds"):
         base, final = res[key]["first_window_max"], res[key]["last_window_max"]
         if base is not None and final is not None and final > base:
@@ -309,11 +316,11 @@ def format_mixed(result: dict[str, Any]) -> str:
         if r["max"] is None:
             continue
         growth = "n/a" if r["growth"] is None else f"{r['growth']:+.1%}"
-        base = r["first_window_max"]
-        final = r["last_window_max"]
         lines.append(
-            f"{key}: max {r['max'] * scale:.0f}{unit}, first window {_num(base, scale)}{unit}, "
-            f"last window {_num(final, scale)}{unit}, growth {growth}"
+            f"{key}: max {r['max'] * scale:.0f}{unit}; median (max) in the first window "
+            f"{_num(r['first_window_median'], scale)} ({_num(r['first_window_max'], scale)}){unit}, "
+            f"in the last window {_num(r['last_window_median'], scale)} "
+            f"({_num(r['last_window_max'], scale)}){unit}; growth {growth}"
         )
     return "\n".join(lines)
 

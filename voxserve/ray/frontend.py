@@ -1,0 +1,125 @@
+"""The ingress deployment and the handles it calls the engine replicas through.
+
+`Frontend` builds the ordinary app with `create_app(config, remote=...)`; `RayTTS` and
+`RayASR` implement `voxserve.api.remote`'s backends on Ray Serve deployment handles.
+Streams come back as Serve streaming generators, relayed chunk by chunk, never
+buffered. Errors are turned back into `VoxError`s here, in one place: a replica's own
+error arrives as its cause (same status and OpenAI shape as on one machine), a replica
+that died mid-request becomes a 500, and Serve's back-pressure a 429.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ray.exceptions import RayActorError, RayTaskError
+from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
+from starlette.applications import Starlette
+
+from voxserve.api.app import create_app
+from voxserve.api.remote import Remote, RemoteStream, SpeechJob, TranscriptionJob, TTSCatalog
+from voxserve.config import ServerConfig
+from voxserve.engine.transcribe import Transcript
+from voxserve.errors import Overloaded, ServerError, Unavailable, VoxError
+
+__all__ = ["Frontend", "RayASR", "RayTTS", "as_vox_error"]
+
+
+def as_vox_error(exc: BaseException) -> BaseException:
+    """The error to raise for `exc`, which came out of a call to a replica."""
+    if isinstance(exc, VoxError) and not isinstance(exc, RayTaskError):
+        return exc
+    if isinstance(exc, RayTaskError):
+        cause = exc.cause
+        if isinstance(cause, VoxError):
+            return cause
+        return ServerError(f"the replica failed: {type(cause).__name__}")
+    if isinstance(exc, RayActorError):
+        return ServerError("the replica serving this request died")
+    if isinstance(exc, BackPressureError):
+        return Overloaded("every replica is at capacity; retry later")
+    if isinstance(exc, DeploymentUnavailableError):
+        return Unavailable("no replica is available; retry later")
+    return exc
+
+
+async def _result(response: DeploymentResponse[Any] | DeploymentResponseGenerator[Any]) -> Any:
+    assert isinstance(response, DeploymentResponse)
+    try:
+        return await response
+    except asyncio.CancelledError:
+        response.cancel()
+        raise
+    except Exception as exc:
+        raise as_vox_error(exc) from exc
+
+
+async def _open(generator: DeploymentResponse[Any] | DeploymentResponseGenerator[Any]) -> RemoteStream:
+    """Wait for the replica's name, the first item of every streamed reply."""
+    assert isinstance(generator, DeploymentResponseGenerator)
+    try:
+        replica = await generator.__anext__()
+    except BaseException as exc:
+        generator.cancel()
+        if isinstance(exc, Exception):
+            raise as_vox_error(exc) from exc
+        raise
+    return RemoteStream(str(replica), _relay(generator))
+
+
+async def _relay(generator: DeploymentResponseGenerator[Any]) -> AsyncIterator[bytes]:
+    finished = False
+    try:
+        async for data in generator:
+            yield data
+        finished = True
+    except Exception as exc:
+        raise as_vox_error(exc) from exc
+    finally:
+        if not finished:
+            generator.cancel()  # the client left, or the front end failed: stop the replica
+
+
+class RayTTS:
+    def __init__(self, handle: DeploymentHandle):
+        self._handle = handle
+        self._stream = handle.options(stream=True)
+
+    async def catalog(self) -> TTSCatalog:
+        catalog: TTSCatalog = await _result(self._handle.catalog.remote())
+        return catalog
+
+    async def speech(self, job: SpeechJob) -> RemoteStream:
+        return await _open(self._stream.speech.remote(job))
+
+
+class RayASR:
+    def __init__(self, handle: DeploymentHandle):
+        self._handle = handle
+        self._stream = handle.options(stream=True)
+
+    async def model_name(self) -> str:
+        name: str = await _result(self._handle.model_name.remote())
+        return name
+
+    async def transcribe(self, job: TranscriptionJob) -> tuple[str, Transcript]:
+        replica, transcript = await _result(self._handle.transcribe.remote(job))
+        return replica, transcript
+
+    async def stream(self, job: TranscriptionJob) -> RemoteStream:
+        return await _open(self._stream.stream.remote(job))
+
+
+class Frontend:
+    """The Serve ingress: the voxserve HTTP app, built on its replica from handles to the
+    engine deployments (`serve.ingress()` calls `__serve_build_asgi_app__`)."""
+
+    def __init__(self, config: ServerConfig, tts: DeploymentHandle, asr: DeploymentHandle | None = None):
+        self._config = config
+        self._remote = Remote(RayTTS(tts), RayASR(asr) if asr is not None else None)
+
+    def __serve_build_asgi_app__(self) -> Starlette:
+        return create_app(self._config, remote=self._remote)

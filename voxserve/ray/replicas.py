@@ -1,0 +1,169 @@
+"""The engine replicas of a Ray Serve deployment: `TTSReplica` and `ASRReplica`.
+
+Each replica is one Ray actor that runs the single-machine engine unchanged: the TTS
+replica enters `running_state` (engine, deadline scheduler, admission with its capacity
+gate, credits, text and audio pools, warm-up) exactly as the app's lifespan does, and
+serves each stream with `open_speech`, the function the HTTP handler calls. The ASR
+replica runs `open_transcription` and `collect_transcript` on its own engine, pool and
+admission. Models load from the installed packages on whichever node runs the replica.
+
+Replies are plain bytes and dataclasses. A streaming reply's first item is the
+replica's name, sent before any work, so that the front end can label the response;
+errors (`VoxError`s such as 429) are raised and reach the front end intact.
+No HTTP here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from ray import serve
+
+from voxserve.api.app import running_state, voice_list
+from voxserve.api.metrics import Metrics
+from voxserve.api.remote import SpeechJob, TranscriptionJob, TTSCatalog
+from voxserve.api.speech import open_speech
+from voxserve.api.transcriptions import collect_transcript, observe, open_transcription, sse_events
+from voxserve.config import ServerConfig
+from voxserve.engine.admission import Admission
+from voxserve.engine.asr import ASREngine
+from voxserve.engine.transcribe import Transcript
+from voxserve.engine.tts import TTSEngine
+
+__all__ = ["ASRReplica", "TTSReplica", "replica_name"]
+
+STOP_WAIT_S = 0.5
+"""How long a stopping replica waits for its workers to leave an inference call."""
+
+
+def replica_name() -> str:
+    """`Deployment#id`, as Serve names the replica (its actor is `SERVE_REPLICA::app#...`)."""
+    return serve.get_replica_context().replica_id.to_full_id_str()
+
+
+def _describe(name: str) -> dict[str, Any]:
+    import ray
+
+    return {"replica": name, "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+
+
+class TTSReplica:
+    """One TTS engine with its own scheduler, admission and credits."""
+
+    async def __init__(self, config: ServerConfig) -> None:  # type: ignore[misc]  # Serve awaits it
+        config = replace(config, asr=replace(config.asr, enabled=False))
+        self._stack = contextlib.AsyncExitStack()
+        self.state = await self._stack.enter_async_context(
+            running_state(config, TTSEngine(config.tts), None)
+        )
+        self.name = replica_name()
+
+    async def speech(self, job: SpeechJob) -> AsyncIterator[str | bytes]:
+        """This replica's name, then the encoded body; cancelling the call ends the stream
+        (and a wait in the admission queue) as a client disconnect does."""
+        yield self.name
+        started = time.perf_counter()
+        source, on_close = await open_speech(self.state, job.body, job.request_id, started)
+        completed = False
+        try:
+            async for data in source:
+                if data:
+                    yield data
+            completed = True
+        finally:
+            on_close(completed)
+
+    def catalog(self) -> TTSCatalog:
+        engine = self.state.engine
+        return TTSCatalog(engine.model.name, voice_list(engine))
+
+    def describe(self) -> dict[str, Any]:
+        """Name, process and node, and the routing stats (for tests and operators)."""
+        return {**_describe(self.name), **self.record_routing_stats()}
+
+    def record_routing_stats(self) -> dict[str, Any]:
+        """Polled by Serve's controller; read by `HeadroomRouter` in every front end."""
+        state = self.state
+        return {
+            "capacity": state.engine.capacity_streams(),
+            "active": state.engine.active_streams,
+            "queued": state.admission.queued,
+            "limit": state.config.tts.max_streams,
+        }
+
+    def check_health(self) -> None:
+        """Serve replaces a replica whose inference workers died."""
+        engine = self.state.engine
+        if not engine.healthy:
+            raise RuntimeError(f"TTS workers died: {', '.join(engine.dead_workers) or 'unknown'}")
+
+    async def __del__(self) -> None:
+        await self._stack.aclose()
+
+
+class ASRReplica:
+    """One ASR engine with its own batcher, audio pool and admission."""
+
+    async def __init__(self, config: ServerConfig) -> None:  # type: ignore[misc]  # Serve awaits it
+        asr = config.asr
+        self.engine = ASREngine(asr)
+        self.pool = ThreadPoolExecutor(asr.audio_workers, thread_name_prefix="asr-audio")
+        self.admission = Admission(asr.max_requests, asr.max_queue, asr.queue_timeout_s)
+        self.metrics = Metrics(None)
+        self.metrics.attach_asr(self.engine.snapshot)
+        self.engine.start()
+        await asyncio.get_running_loop().run_in_executor(None, self.engine.warmup)
+        self.name = replica_name()
+
+    async def transcribe(self, job: TranscriptionJob) -> tuple[str, Transcript]:
+        started = time.perf_counter()
+        await self.admission.acquire()
+        try:
+            transcription = await open_transcription(
+                self.engine, self.pool, job.body, job.data, job.task, job.request_id
+            )
+            transcript = await collect_transcript(transcription)
+        finally:
+            self.admission.release()
+        observe(self.metrics, job.task, job.body.response_format, transcript.duration, started)
+        return self.name, transcript
+
+    async def stream(self, job: TranscriptionJob) -> AsyncIterator[str | bytes]:
+        """This replica's name, then the SSE events of a streamed transcription."""
+        yield self.name
+        started = time.perf_counter()
+        await self.admission.acquire()
+        try:
+            transcription = await open_transcription(
+                self.engine, self.pool, job.body, job.data, job.task, job.request_id
+            )
+            try:
+                async for event in sse_events(self.metrics, transcription, started):
+                    yield event
+            finally:
+                transcription.cancel()
+        finally:
+            self.admission.release()
+
+    def model_name(self) -> str:
+        return self.engine.name
+
+    def describe(self) -> dict[str, Any]:
+        return _describe(self.name)
+
+    def check_health(self) -> None:
+        if not self.engine.healthy:
+            raise RuntimeError(f"ASR workers died: {', '.join(self.engine.dead_workers) or 'unknown'}")
+
+    async def __del__(self) -> None:
+        self.admission.close()
+        self.engine.drain()
+        self.engine.stop(timeout=STOP_WAIT_S)
+        self.pool.shutdown(wait=False, cancel_futures=True)
