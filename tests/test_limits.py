@@ -4,7 +4,9 @@ budget of transcriptions, and what a client that leaves mid-upload leaves behind
 
 from __future__ import annotations
 
+import os
 import socket
+import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -184,3 +186,26 @@ def test_disconnect_mid_upload_frees_everything_within_100ms(server: RunningServ
         time.sleep(0.1)
     time.sleep(0.1)
     assert tts.active == 0 and tts.queued == 0
+
+
+def _nice(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/stat", encoding="ascii") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
+def test_transcription_threads_run_below_speech(server: RunningServer, client: httpx.Client) -> None:
+    asr_nice = server.state.asr.config.nice
+    assert asr_nice == 10
+    audio = wav_bytes(speak_pcm(client, SHORT[1]))
+    r = client.post("/v1/audio/transcriptions", files={"file": ("a.wav", audio)}, data={"model": "whisper-1"})
+    assert r.status_code == 200  # the audio pool's threads exist now
+    threads = {t.name: t.native_id for t in threading.enumerate() if t.native_id is not None}
+    asr = [tid for name, tid in threads.items() if name.startswith(("asr-worker", "asr-audio"))]
+    tts = [tid for name, tid in threads.items() if name.startswith("tts-worker")]
+    assert asr and tts
+    assert {_nice(t) for t in asr} == {asr_nice}
+    assert {_nice(t) for t in tts} == {0}
+    # CTranslate2's own decoding threads were started by a lowered thread, so they are
+    # lowered too: the process has more lowered threads than the Python ones.
+    lowered = [int(t) for t in os.listdir("/proc/self/task") if _nice(int(t)) == asr_nice]
+    assert len(lowered) >= len(asr) + server.state.asr.config.workers

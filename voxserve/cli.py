@@ -82,6 +82,8 @@ def _add_asr_args(p: argparse.ArgumentParser, serving: bool = True) -> None:
     g.add_argument("--asr-batch-wait-ms", type=float, default=d.batch_wait_ms, help="how long a piece waits for company")
     g.add_argument("--asr-beam-size", type=int, default=d.beam_size, help="beam width (1 = greedy)")
     g.add_argument("--audio-workers", type=int, default=d.audio_workers, help="threads that decode, cut and featurize uploads")
+    g.add_argument("--asr-nice", type=int, default=d.nice,
+                   help="how much lower than speech transcription runs (nice increment, 0-19; 0 = same)")
     if serving:
         g.add_argument("--max-upload-mb", type=float, default=d.max_upload_mb, help="largest upload in MiB (413 past it)")
         g.add_argument("--asr-max-requests", type=int, default=d.max_requests, help="transcriptions in progress at once")
@@ -106,6 +108,7 @@ def _asr_config(args: argparse.Namespace) -> ASRConfig:
         batch_wait_ms=args.asr_batch_wait_ms,
         beam_size=args.asr_beam_size,
         audio_workers=args.audio_workers,
+        nice=args.asr_nice,
         max_upload_mb=getattr(args, "max_upload_mb", ASRConfig.max_upload_mb),
         max_requests=getattr(args, "asr_max_requests", ASRConfig.max_requests),
         max_queue=getattr(args, "asr_max_queue", ASRConfig.max_queue),
@@ -210,7 +213,6 @@ def _transcribe(args: argparse.Namespace) -> int:
     import asyncio
     import json
     import time
-    from concurrent.futures import ThreadPoolExecutor
 
     from voxserve.api.formats import as_json, as_srt, as_text, as_verbose_json, as_vtt
     from voxserve.engine.asr import ASREngine, TranscribeOptions
@@ -229,7 +231,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     data = Path(args.file).read_bytes()
 
     async def run() -> Transcript:
-        with ThreadPoolExecutor(config.audio_workers, thread_name_prefix="asr-audio") as pool:
+        with engine.audio_pool() as pool:
             transcription = await start_transcription(engine, data, options, pool)
             return await transcription.collect()
 

@@ -136,8 +136,14 @@ class ASRConfig:
     """Transcriptions that may wait for a slot, unread; past it, 429."""
     queue_timeout_s: float = 30.0
     """Longest wait for a slot before answering 429."""
+    nice: int = 10
+    """How much lower than speech the decoding and audio threads run (a Unix nice
+    increment; 0 for the same priority). Speech must not underrun; a transcription can
+    take a little longer, so under overload the cores go to speech first."""
 
     def __post_init__(self) -> None:
+        if not 0 <= self.nice <= 19:
+            raise ValueError("the ASR nice increment must be within 0..19")
         if self.workers < 1 or self.audio_workers < 1:
             raise ValueError("ASR workers and audio workers must be at least 1")
         if min(self.max_batch, self.beam_size, self.segments_ahead, self.max_requests) < 1:

@@ -193,7 +193,7 @@ async def running_state(
     warmups = [asyncio.get_running_loop().run_in_executor(None, engine.warmup)]
     if asr is not None:
         state.asr = asr
-        state.asr_pool = ThreadPoolExecutor(config.asr.audio_workers, thread_name_prefix="asr-audio")
+        state.asr_pool = asr.audio_pool()
         state.asr_admission = Admission(
             config.asr.max_requests, config.asr.max_queue, config.asr.queue_timeout_s
         )

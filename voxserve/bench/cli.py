@@ -432,8 +432,10 @@ def add_bench_parser(subparsers: Any) -> None:
 
     overload = sub.add_parser("overload", help="far past capacity: 429s, bounded RSS, fast /health")
     _add_mixed_args(overload, duration=120, tts=256, asr=32, warmup=20, window=20)
-    overload.add_argument("--rss-limit-mb", type=float, default=1536,
-                          help="fail if the server's RSS passes this (default 1536)")
+    overload.add_argument("--rss-limit-mb", type=float, default=2048,
+                          help="fail if the server's RSS passes this (default 2048: about 450 MB "
+                          "of models and buffers, plus whisper's beam-search working set, "
+                          "asr-workers x asr-max-batch x beam size x 18 MB = 1.5 GB)")
     overload.set_defaults(func=_guarded(lambda a: _mixed("overload", a)))
 
     offline = sub.add_parser("offline", help="the runners at full load, no HTTP: the limit")

@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,7 +40,7 @@ from voxserve.engine.segments import (
     needs_fallback,
     window_segments,
 )
-from voxserve.engine.threads import join_workers
+from voxserve.engine.threads import join_workers, lower_priority, prestart, run_lowered
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.runners.whisper import DecodeInput, DecodeOptions, DecodeOutput, WhisperRunner
 
@@ -149,7 +150,9 @@ class ASRStats:
 class ASREngine:
     def __init__(self, config: ASRConfig, clock: Callable[[], float] = time.monotonic):
         self.config = config
-        self.runner = WhisperRunner(config.model_dir, config.compute_type, config.workers)
+        # CTranslate2 starts its decoding threads as the model loads; they inherit the
+        # loading thread's lowered priority (`ASRConfig.nice`).
+        self.runner = run_lowered(config.nice, WhisperRunner, config.model_dir, config.compute_type, config.workers)
         self.mel = LogMel(self.runner.n_mels)
         self.budget = AudioBudget(int(config.max_buffered_audio_s * SAMPLE_RATE), SAMPLE_RATE)
         self._clock = clock
@@ -330,7 +333,20 @@ class ASREngine:
         handle.results.close()
 
     # -- workers -----------------------------------------------------------------------
+    def audio_pool(self) -> ThreadPoolExecutor:
+        """Threads that decode, cut and featurize uploads for this engine, at its priority,
+        all started at once."""
+        pool = ThreadPoolExecutor(
+            self.config.audio_workers,
+            thread_name_prefix="asr-audio",
+            initializer=lower_priority,
+            initargs=(self.config.nice,),
+        )
+        prestart(pool, self.config.audio_workers)
+        return pool
+
     def _worker(self, index: int) -> None:
+        lower_priority(self.config.nice)
         try:
             while True:
                 with self._cond:

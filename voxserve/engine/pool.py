@@ -12,6 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
+from voxserve.engine.threads import prestart
 from voxserve.errors import Overloaded
 
 __all__ = ["BoundedPool"]
@@ -23,6 +24,7 @@ T = TypeVar("T")
 class BoundedPool:
     def __init__(self, workers: int, max_pending: int, name: str):
         self.executor = ThreadPoolExecutor(max(1, workers), thread_name_prefix=name)
+        prestart(self.executor, max(1, workers))
         self.max_pending = max_pending
         self.name = name
         self.pending = 0

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -209,10 +210,22 @@ class TTSEngine:
             self.abort(handle.id)
 
     def warmup(self) -> None:
-        """One short synthesis so that ONNX Runtime's first-run costs are not a client's."""
+        """Synthesize before the first client, so that ONNX Runtime's first-run costs are
+        not a client's: one short utterance (about 4 s of audio, enough to seed the cost
+        meter that admission uses), then one segment of the longest length per worker,
+        all at once, so that every worker's sessions size their memory arenas now rather
+        than while clients are served (RSS then stays flat from the start)."""
         started = time.perf_counter()
-        # Long enough (about 4 s of audio) to seed the cost meter that admission uses.
-        self.synthesize("Warming up the voice: one, two, three, four, five, six, seven.", self.voices[0])
+        voice = self.voices[0]
+        self.synthesize("Warming up the voice: one, two, three, four, five, six, seven.", voice)
+        words = ("the quick brown fox jumps over a lazy dog near the quiet river bank " * 8).split()
+        longest = ""
+        for word in words:
+            if len(longest) + len(word) + 1 >= self.config.max_segment_chars:
+                break
+            longest = f"{longest} {word}".strip()
+        with ThreadPoolExecutor(self.config.workers, thread_name_prefix="warmup") as pool:
+            list(pool.map(lambda _: self.synthesize(longest + ".", voice), range(self.config.workers)))
         log.info("warm-up took %.0f ms", (time.perf_counter() - started) * 1e3)
 
     @property

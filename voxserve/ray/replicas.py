@@ -20,7 +20,6 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -114,7 +113,7 @@ class ASRReplica:
     async def __init__(self, config: ServerConfig) -> None:  # type: ignore[misc]  # Serve awaits it
         asr = config.asr
         self.engine = ASREngine(asr)
-        self.pool = ThreadPoolExecutor(asr.audio_workers, thread_name_prefix="asr-audio")
+        self.pool = self.engine.audio_pool()
         self.admission = Admission(asr.max_requests, asr.max_queue, asr.queue_timeout_s)
         self.metrics = Metrics(None)
         self.metrics.attach_asr(self.engine.snapshot)
