@@ -91,3 +91,24 @@ def test_close_refuses_waiters_and_newcomers_with_503() -> None:
         assert adm.active == 0
 
     asyncio.run(run())
+
+
+def test_refuse_if_full_answers_early_and_takes_nothing() -> None:
+    async def run() -> None:
+        adm = Admission(limit=1, max_queue=1, timeout_s=5)
+        adm.refuse_if_full()  # room: nothing raised
+        await adm.acquire()
+        adm.refuse_if_full()  # full, but one may still queue
+        waiting = asyncio.create_task(adm.acquire())
+        await asyncio.sleep(0)
+        with pytest.raises(Overloaded):
+            adm.refuse_if_full()
+        assert (adm.active, adm.queued, adm.rejected) == (1, 1, 1)
+        adm.release()
+        await asyncio.wait_for(waiting, 1)
+        adm.refuse_if_full()  # the queue is empty again
+        adm.close()
+        with pytest.raises(Unavailable):
+            adm.refuse_if_full()
+
+    asyncio.run(run())

@@ -129,6 +129,8 @@ async def open_speech(
         )
     voice = engine.resolve_voice(body.voice_name)
     rate = body.sample_rate or state.config.default_sample_rate
+    if not admitted:
+        state.admission.refuse_if_full()  # before the phonemizer's work, not after
 
     loop = asyncio.get_running_loop()
     prepared = await state.text_pool.run(engine.prepare, body.input, voice, body.speed)

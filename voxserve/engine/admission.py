@@ -61,6 +61,22 @@ class Admission:
         self.gated += 1
         return False
 
+    def refuse_if_full(self) -> None:
+        """Raise now what `acquire` would raise at once (503 when closed, 429 when the
+        queue is full), so that a request about to be refused skips its costly
+        preparation. It takes nothing and asks no gate; `acquire` decides the rest."""
+        if self._closed:
+            raise Unavailable("server is shutting down")
+        if len(self._waiters) >= self.max_queue and (self._waiters or self.active >= self.limit):
+            self._refuse()
+
+    def _refuse(self) -> None:
+        self.rejected += 1
+        raise Overloaded(
+            f"server is at capacity ({self.active} streams, {self.queued} queued); retry later",
+            retry_after=self._retry_after(),
+        )
+
     async def acquire(self) -> None:
         if self._closed:
             raise Unavailable("server is shutting down")
@@ -68,12 +84,7 @@ class Admission:
             self.active += 1
             return
         if len(self._waiters) >= self.max_queue:
-            self.rejected += 1
-            raise Overloaded(
-                f"server is at capacity ({self.active} streams, {self.queued} queued); "
-                "retry later",
-                retry_after=self._retry_after(),
-            )
+            self._refuse()
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         self._arm_timer()
