@@ -10,7 +10,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import httpx
@@ -88,3 +88,14 @@ def make_server():
 
 def tts_config(**kwargs: object) -> ServerConfig:
     return ServerConfig(tts=replace(TTSConfig(), **kwargs))  # type: ignore[arg-type]
+
+
+def wait_for(predicate: Callable[[], object], timeout: float) -> float:
+    """Poll `predicate` every 2 ms until it is true; returns the seconds it took, or fails
+    the test after `timeout`."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.002)
+    return time.monotonic() - start

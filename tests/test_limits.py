@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.asr_support import SHORT, speak_pcm, wav_bytes
-from tests.conftest import RunningServer, run_server
+from tests.conftest import RunningServer, run_server, wait_for
 from voxserve.cli import build_parser, server_config
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig
 
@@ -24,15 +24,6 @@ pytestmark = pytest.mark.timeout(120)
 
 TIMEOUT_S = 1.0
 LONG = " ".join(f"Sentence {i} of a story long enough to outlast the request timeout." for i in range(20))
-
-
-def _wait_for(predicate: Any, timeout: float) -> float:
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.002)
-    return time.monotonic() - start
 
 
 def _port(srv: RunningServer) -> int:
@@ -116,7 +107,7 @@ def test_stream_past_the_timeout_is_cut_off_and_freed(strict: RunningServer) -> 
             + body
         )
         time.sleep(TIMEOUT_S + 0.5)
-        _wait_for(lambda: strict.state.admission.active == 0, timeout=1)
+        wait_for(lambda: strict.state.admission.active == 0, timeout=1)
         assert not any(engine.has_work(i) for i in set(engine.stream_ids()) - before)
         sock.settimeout(10)
         response = b""
@@ -138,7 +129,7 @@ def test_transcription_past_the_timeout_gets_504_and_frees_its_audio(
     error = _error(r, 504)
     assert error["code"] == "request_timeout" and error["type"] == "server_error"
     asr = strict.state.asr
-    _wait_for(lambda: asr.budget.held == 0 and strict.state.asr_admission.active == 0, timeout=2)
+    wait_for(lambda: asr.budget.held == 0 and strict.state.asr_admission.active == 0, timeout=2)
 
 
 def test_buffered_audio_budget_answers_429(server: RunningServer, client: httpx.Client) -> None:
@@ -170,9 +161,9 @@ def test_disconnect_mid_upload_frees_everything_within_100ms(server: RunningServ
     )
     with socket.create_connection(("127.0.0.1", _port(server)), timeout=10) as s:
         s.sendall(head + b"\0" * 200_000)
-        _wait_for(lambda: admission.active == 1, timeout=5)
+        wait_for(lambda: admission.active == 1, timeout=5)
         closed_at = time.monotonic()
-    _wait_for(lambda: admission.active == 0, timeout=2)
+    wait_for(lambda: admission.active == 0, timeout=2)
     assert time.monotonic() - closed_at < 0.1
     assert server.state.asr.budget.held == 0
 

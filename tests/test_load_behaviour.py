@@ -11,7 +11,7 @@ import time
 import aiohttp
 import httpx
 
-from tests.conftest import tts_config
+from tests.conftest import tts_config, wait_for
 
 LONG = " ".join(
     f"This is sentence number {i} of a long story that keeps the engine busy for a while."
@@ -32,15 +32,6 @@ def test_idle_server_uses_no_cpu(server) -> None:
     assert used < 0.1, f"idle process used {used:.3f} s of CPU in 2 s"
 
 
-def _wait_for(predicate, timeout: float) -> float:
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.002)
-    return time.monotonic() - start
-
-
 def test_disconnect_drops_the_stream_within_100ms(server) -> None:
     engine = server.state.engine
     before = set(engine.stream_ids())
@@ -57,7 +48,7 @@ def test_disconnect_drops_the_stream_within_100ms(server) -> None:
         assert engine.has_work(stream_id)
         closed_at = time.monotonic()
     # Leaving the block closes the connection mid-stream.
-    _wait_for(lambda: not engine.has_work(stream_id), timeout=2.0)
+    wait_for(lambda: not engine.has_work(stream_id), timeout=2.0)
     assert time.monotonic() - closed_at < 0.1
 
 
@@ -100,9 +91,9 @@ def test_client_leaving_the_queue_frees_its_place(make_server) -> None:
             + f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        _wait_for(lambda: srv.state.admission.queued == 1, timeout=5)
+        wait_for(lambda: srv.state.admission.queued == 1, timeout=5)
         sock.close()
-        _wait_for(lambda: srv.state.admission.queued == 0, timeout=1)
+        wait_for(lambda: srv.state.admission.queued == 0, timeout=1)
 
 
 def test_slow_reader_holds_at_most_its_credits(server) -> None:
@@ -119,7 +110,7 @@ def test_slow_reader_holds_at_most_its_credits(server) -> None:
         + body
     )
     try:
-        _wait_for(lambda: len(set(engine.stream_ids()) - before) == 1, timeout=5)
+        wait_for(lambda: len(set(engine.stream_ids()) - before) == 1, timeout=5)
         (stream_id,) = set(engine.stream_ids()) - before
         # The client reads nothing: decoding stops once socket buffers and credits are full.
         last, stalled_since = -1, time.monotonic()
