@@ -51,6 +51,7 @@ pytestmark = [
 ]
 
 REPLICA = "x-voxserve-replica"
+HA_PROXY = "RAY_SERVE_ENABLE_HA_PROXY"
 RAY_BIN = Path(sys.executable).with_name("ray")
 STORY = " ".join(LONG[:6])
 """About 40 s of speech: long enough that a stream is still running while we act on it."""
@@ -97,6 +98,8 @@ def deployment() -> Iterator[RayDeployment]:
         asr=replace(ASRConfig(), workers=1, audio_workers=1),
     )
     layout = RayConfig(tts=Replicas(count=2), asr=Replicas(count=1), frontend_cpus=0.0)
+    # HAProxy in front, as a local `voxserve serve --ray` runs it; the raylets inherit it.
+    os.environ[HA_PROXY] = "1"
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 2, "include_dashboard": False},
@@ -108,10 +111,12 @@ def deployment() -> Iterator[RayDeployment]:
         port = _free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         deploy(config, layout)
+        assert subprocess.run(["pgrep", "-x", "haproxy"], check=False, capture_output=True).returncode == 0
         running.base_url = f"http://127.0.0.1:{port}"
         yield running
     finally:
         running.shutdown()
+        os.environ.pop(HA_PROXY, None)
 
 
 def _client(deployment: RayDeployment) -> httpx.Client:

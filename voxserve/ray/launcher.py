@@ -111,6 +111,10 @@ def serve_on_ray(config: ServerConfig, layout: RayConfig) -> int:
         # its workers at nice 15 to favour its own daemons; here the replicas are the
         # server, so they keep a plain server's priority (unless set otherwise).
         os.environ.setdefault("RAY_worker_niceness", "0")
+        # HAProxy in place of Serve's Python proxy: it adds 6-7 ms to the first audio
+        # instead of 21-23 ms (docs/BENCHMARKS.md). Ray marks it experimental; set the
+        # variable to 0 for Serve's own proxy.
+        os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
         ray.init(num_cpus=max(default_cores(), int(_cpus_wanted(config, layout) + 0.999)))
     else:
         ray.init(address=layout.address)
