@@ -17,7 +17,7 @@ from voxserve.bench.metrics import (
     word_errors,
 )
 from voxserve.bench.prompts import BUILTIN_PROMPTS, pick
-from voxserve.bench.speech import SpeechRecord, _chunk_samples, finish_record
+from voxserve.bench.speech import SpeechRecord, chunk_samples, finish_record
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -88,9 +88,9 @@ def test_underrun_rejects_mismatched_traces() -> None:
         max_underrun([0.0], [100], 0)
 
 
-def test_chunk_samples_carry_split_samples_to_the_next_chunk() -> None:
-    assert _chunk_samples([3, 3, 2]) == [1, 2, 1]  # 8 bytes = 4 samples
-    assert sum(_chunk_samples([1, 1, 1, 1, 7])) == 5
+def testchunk_samples_carry_split_samples_to_the_next_chunk() -> None:
+    assert chunk_samples([3, 3, 2]) == [1, 2, 1]  # 8 bytes = 4 samples
+    assert sum(chunk_samples([1, 1, 1, 1, 7])) == 5
 
 
 def test_finish_record_from_a_hand_made_trace() -> None:

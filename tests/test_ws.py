@@ -14,7 +14,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from tests.asr_support import SHORT, wav_bytes, wer
-from tests.conftest import RunningServer, run_server
+from tests.conftest import RunningServer, run_server, wait_for
 from voxserve.api.ws import HOLD_SLOT_S
 from voxserve.config import ServerConfig
 from voxserve.text.incremental import TextSegmenter
@@ -140,15 +140,8 @@ def test_disconnect_mid_stream_drops_the_work(server: RunningServer) -> None:
         assert len(new) == 1
         (stream_id,) = new
         ws.close()
-        closed_at = time.monotonic()
-        while engine.has_work(stream_id):
-            assert time.monotonic() - closed_at < 2
-            time.sleep(0.002)
-        assert time.monotonic() - closed_at < 0.2
-    deadline = time.monotonic() + 2
-    while server.state.admission.active:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+        assert wait_for(lambda: not engine.has_work(stream_id), timeout=2) < 0.2
+    wait_for(lambda: not server.state.admission.active, timeout=2)
     assert set(engine.stream_ids()) - before - {stream_id} == set()  # later sentences never started
 
 
@@ -165,11 +158,8 @@ def test_a_reply_holds_one_stream_slot_until_it_goes_quiet(server: RunningServer
             if isinstance(message, str) and json.loads(message)["type"] == "input.flushed":
                 break
         assert seen <= {0, 1}  # one slot for the whole reply, never one per clause
-        started = time.monotonic()
-        while admission.active:  # given back once the reply has gone quiet
-            assert time.monotonic() - started < HOLD_SLOT_S + 2
-            time.sleep(0.05)
-        assert time.monotonic() - started > HOLD_SLOT_S / 2
+        # Given back once the reply has gone quiet.
+        assert wait_for(lambda: not admission.active, timeout=HOLD_SLOT_S + 2) > HOLD_SLOT_S / 2
 
 
 def test_websocket_needs_the_api_key_when_the_server_has_one() -> None:

@@ -34,7 +34,7 @@ from voxserve.api.openapi import openapi_endpoint
 from voxserve.api.playground import playground_routes
 from voxserve.api.schemas import SPEECH_MODELS, SpeechRequest
 from voxserve.api.speech import read_speech_request, speech_head
-from voxserve.api.streaming import StreamResponse
+from voxserve.api.streaming import StreamResponse, unless_gone, until_disconnect
 from voxserve.api.transcriptions import (
     ASR_MODELS,
     TranscriptionForm,
@@ -45,7 +45,6 @@ from voxserve.api.transcriptions import (
 )
 from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
-from voxserve.errors import ClientClosed
 
 __all__ = [
     "REPLICA_HEADER",
@@ -146,28 +145,9 @@ class RemoteState:
         self.replica_requests.labels(deployment, replica).inc()
 
 
-async def _until_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
 async def _unless_gone(request: Request, work: Awaitable[T]) -> T:
     """Await `work`, cancelling it (and so the replica's call) if the client leaves first."""
-    task = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(_until_disconnect(request))
-    try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
-        raise
-    finally:
-        gone.cancel()
-    if not task.done():
-        task.cancel()
-        raise ClientClosed("client disconnected before a replica took its request")
-    return task.result()
+    return await unless_gone(work, until_disconnect(request), "client disconnected before a replica took its request")
 
 
 async def _first_audio(metrics: Metrics, body: AsyncIterator[bytes], started: float) -> AsyncIterator[bytes]:

@@ -20,12 +20,11 @@ import numpy as np
 from starlette.requests import Request
 
 from voxserve.api.schemas import SPEECH_MODELS, SpeechRequest, parse_json_body, validate
-from voxserve.api.streaming import StreamResponse
+from voxserve.api.streaming import StreamResponse, unless_gone, until_disconnect
 from voxserve.audio.encode import StreamEncoder, content_type, make_encoder
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.tts import StreamHandle
 from voxserve.errors import (
-    ClientClosed,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
@@ -59,20 +58,13 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _until_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
 async def speech(request: Request) -> StreamResponse:
     state: AppState = request.app.state.vox
     started = time.perf_counter()
     body = await read_speech_request(request, state.config.tts.max_input_chars)
     request_id = request.headers.get("x-request-id") or state.new_request_id()
     source, on_close = await open_speech(
-        state, body, request_id, started, gone=lambda: _until_disconnect(request)
+        state, body, request_id, started, gone=lambda: until_disconnect(request)
     )
     media_type, headers = speech_head(body, state.config.default_sample_rate, request_id)
     return StreamResponse(source, media_type, headers, on_close)
@@ -159,19 +151,11 @@ async def open_speech(
 
 async def _admit(state: AppState, gone: Callable[[], Awaitable[None]] | None) -> None:
     """Wait for a stream slot; a client that leaves while queued drops out of the line."""
-    if gone is None:
-        await state.admission.acquire()
-        return
-    acquire = asyncio.ensure_future(state.admission.acquire())
-    left = asyncio.ensure_future(gone())
-    try:
-        await asyncio.wait({acquire, left}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        left.cancel()
-    if not acquire.done():
-        acquire.cancel()
-        raise ClientClosed("client disconnected while queued")
-    acquire.result()  # raises Overloaded (429)
+    await unless_gone(
+        state.admission.acquire(),  # raises Overloaded (429)
+        gone() if gone is not None else None,
+        "client disconnected while queued",
+    )
 
 
 async def _encoded(

@@ -10,6 +10,10 @@ Starlette's StreamingResponse is not enough here:
   a truncated response, never a clean end of a broken stream.
 
 `on_close(completed)` always runs exactly once.
+
+Before a response starts, a handler that waits (for a stream slot, a transcript, a Ray
+replica) uses `unless_gone` with `until_disconnect`, so a client that leaves meanwhile
+cancels the wait and its work.
 """
 
 from __future__ import annotations
@@ -17,15 +21,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from starlette.requests import Request
 
 from voxserve.api.errors import error_response
-from voxserve.errors import VoxError
+from voxserve.errors import ClientClosed, VoxError
 
-__all__ = ["StreamResponse"]
+__all__ = ["StreamResponse", "unless_gone", "until_disconnect"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+async def until_disconnect(request: Request) -> None:
+    """Return when the client closes the connection (reads and drops the rest of the body)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def unless_gone(work: Awaitable[T], gone: Awaitable[None] | None, message: str) -> T:
+    """Await `work`; if `gone` resolves first (the client left), cancel `work` and raise
+    ClientClosed(message). A caller that is cancelled cancels `work` too."""
+    task = asyncio.ensure_future(work)
+    if gone is None:
+        return await task
+    left = asyncio.ensure_future(gone)
+    try:
+        await asyncio.wait({task, left}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        left.cancel()
+    if not task.done():
+        task.cancel()
+        raise ClientClosed(message)
+    return task.result()
 
 
 class StreamResponse:

@@ -10,7 +10,6 @@ that goes away drops the request's queued pieces. Streaming (`stream=true`) send
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -26,12 +25,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from voxserve.api.formats import CONTENT_TYPES, as_json, as_srt, as_text, as_verbose_json, as_vtt
 from voxserve.api.metrics import Metrics
 from voxserve.api.schemas import validate
-from voxserve.api.streaming import StreamResponse
+from voxserve.api.streaming import StreamResponse, unless_gone, until_disconnect
 from voxserve.engine.asr import ASREngine, TranscribeOptions
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.transcribe import Transcript, Transcription, start_transcription
 from voxserve.errors import (
-    ClientClosed,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
@@ -136,7 +134,7 @@ async def _transcribe(
     if body.stream:
         events = sse_events(state.metrics, transcription, started)
         return StreamResponse(events, "text/event-stream", headers, lambda _: transcription.cancel())
-    transcript = await collect_transcript(transcription, lambda: _until_disconnect(request))
+    transcript = await collect_transcript(transcription, lambda: until_disconnect(request))
     observe(state.metrics, task, body.response_format, transcript.duration, started)
     return render(transcript, body, task, headers)
 
@@ -234,35 +232,17 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
     return body, upload
 
 
-async def _until_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
 async def collect_transcript(
     transcription: Transcription, gone: Callable[[], Awaitable[None]] | None = None
 ) -> Transcript:
     """The whole transcript. `gone` resolves when the client leaves, which cancels the
     request's work; without it (a Ray ASR replica), cancelling the caller does."""
-    work = asyncio.ensure_future(transcription.collect())
-    left = asyncio.ensure_future(gone()) if gone is not None else None
     try:
-        await asyncio.wait({work} if left is None else {work, left}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        work.cancel()
-        transcription.cancel()
-        raise
-    finally:
-        if left is not None:
-            left.cancel()
-    if not work.done():
-        work.cancel()
-        transcription.cancel()
-        raise ClientClosed("client disconnected while its audio was transcribed")
-    try:
-        return work.result()
+        return await unless_gone(
+            transcription.collect(),
+            gone() if gone is not None else None,
+            "client disconnected while its audio was transcribed",
+        )
     except StreamFailed as exc:
         if isinstance(exc.__cause__, VoxError):  # e.g. 503 while the server shuts down
             raise exc.__cause__ from None

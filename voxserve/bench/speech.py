@@ -22,7 +22,7 @@ from voxserve.bench.levels import BenchError, measure_levels
 from voxserve.bench.load import LevelRun, run_level
 from voxserve.bench.metrics import continuity_ok_rate, max_underrun, summarize
 
-__all__ = ["SpeechApi", "SpeechRecord", "SpeechTarget", "bench_speech", "summarize_speech"]
+__all__ = ["SpeechApi", "SpeechRecord", "SpeechTarget", "bench_speech", "chunk_samples", "summarize_speech"]
 
 _ERROR_CHARS = 300
 
@@ -128,7 +128,7 @@ class SpeechRecord:
         return self.status == 200 and self.error is None
 
 
-def _chunk_samples(chunk_bytes: list[int]) -> list[int]:
+def chunk_samples(chunk_bytes: list[int]) -> list[int]:
     """Whole s16 samples per chunk; a sample split across two chunks counts in the second."""
     out, total = [], 0
     for size in chunk_bytes:
@@ -145,7 +145,7 @@ def finish_record(record: SpeechRecord) -> SpeechRecord:
         record.error = record.error or "the response carried no audio"
         return record
     rate = record.sample_rate
-    samples = _chunk_samples(record.chunk_bytes)
+    samples = chunk_samples(record.chunk_bytes)
     record.ttfp_s = record.chunk_times_s[0]
     record.audio_s = sum(samples) / rate
     assert record.e2el_s is not None

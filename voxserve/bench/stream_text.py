@@ -24,6 +24,7 @@ import aiohttp
 from voxserve.bench.health import HealthProber, summarize_probes
 from voxserve.bench.levels import BenchError
 from voxserve.bench.metrics import continuity_ok_rate, max_underrun, summarize
+from voxserve.bench.speech import chunk_samples
 from voxserve.text.incremental import SplitMode, TextSegmenter
 
 __all__ = ["StreamTextRecord", "bench_stream_text", "first_boundary_token", "llm_tokens"]
@@ -121,11 +122,7 @@ def _finish(record: StreamTextRecord) -> StreamTextRecord:
     record.text_s = record.token_times_s[-1] - record.token_times_s[0]
     if record.boundary_token is not None:
         record.first_clause_latency_s = first - record.token_times_s[record.boundary_token]
-    samples: list[int] = []
-    total = 0
-    for size in record.chunk_bytes:  # whole s16 samples; a split sample counts in the second
-        samples.append((total + size) // 2 - total // 2)
-        total += size
+    samples = chunk_samples(record.chunk_bytes)
     record.audio_s = sum(samples) / record.sample_rate
     record.max_underrun_s = max_underrun(record.chunk_times_s, samples, record.sample_rate)
     return record
