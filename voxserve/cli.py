@@ -18,6 +18,7 @@ from voxserve.config import (
     ServerConfig,
     TTSConfig,
     VocoderChunking,
+    WSConfig,
     default_cores,
 )
 
@@ -86,6 +87,10 @@ def _add_asr_args(p: argparse.ArgumentParser, serving: bool = True) -> None:
                    help="how much lower than speech transcription runs (nice increment, 0-19; 0 = same)")
     if serving:
         g.add_argument("--max-upload-mb", type=float, default=d.max_upload_mb, help="largest upload in MiB (413 past it)")
+        g.add_argument(
+            "--max-buffered-upload-mb", type=float, default=d.max_buffered_upload_mb,
+            help="upload bytes held by all transcriptions together, read but not yet decoded (429 past it)",
+        )
         g.add_argument("--asr-max-requests", type=int, default=d.max_requests, help="transcriptions in progress at once")
         g.add_argument("--asr-max-queue", type=int, default=d.max_queue, help="transcriptions waiting for a slot before 429")
         g.add_argument(
@@ -110,6 +115,7 @@ def _asr_config(args: argparse.Namespace) -> ASRConfig:
         audio_workers=args.audio_workers,
         nice=args.asr_nice,
         max_upload_mb=getattr(args, "max_upload_mb", ASRConfig.max_upload_mb),
+        max_buffered_upload_mb=getattr(args, "max_buffered_upload_mb", ASRConfig.max_buffered_upload_mb),
         max_requests=getattr(args, "asr_max_requests", ASRConfig.max_requests),
         max_queue=getattr(args, "asr_max_queue", ASRConfig.max_queue),
         max_audio_seconds=args.max_audio_seconds,
@@ -119,21 +125,91 @@ def _asr_config(args: argparse.Namespace) -> ASRConfig:
     )
 
 
+def _add_limit_args(p: argparse.ArgumentParser) -> None:
+    d = ServerConfig()
+    w = WSConfig()
+    g = p.add_argument_group("Connections, WebSockets and browsers (see README: Security)")
+    g.add_argument("--header-timeout", type=float, default=d.header_timeout_s,
+                   help="seconds a client may take to send its request headers")
+    g.add_argument("--body-idle-timeout", type=float, default=d.body_idle_timeout_s,
+                   help="an upload that sends nothing for this long gets 408")
+    g.add_argument("--min-upload-rate", type=int, default=d.min_upload_bytes_per_s, metavar="BYTES_PER_S",
+                   help="slowest average upload rate accepted (408 below it)")
+    g.add_argument("--send-stall-timeout", type=float, default=d.send_stall_timeout_s,
+                   help="a client that reads nothing for this long is cut off and its slot freed")
+    g.add_argument("--limit-concurrency", type=int, default=d.limit_concurrency,
+                   help="connections served at once (503 past it)")
+    g.add_argument("--backlog", type=int, default=d.backlog, help="connections the kernel may queue")
+    g.add_argument("--allowed-origins", default=",".join(d.allowed_origins), metavar="ORIGINS",
+                   help="comma-separated browser origins that may open WebSockets besides the server's own; * for any")
+    g.add_argument("--allowed-hosts", default=",".join(d.allowed_hosts), metavar="HOSTS",
+                   help="comma-separated Host header values accepted (against DNS rebinding; default: any)")
+    g.add_argument("--ws-max-sessions", type=int, default=w.max_sessions, help="WebSocket sessions open at once")
+    g.add_argument("--ws-max-message-bytes", type=int, default=w.max_message_bytes,
+                   help="largest WebSocket message (close 1009 past it)")
+    g.add_argument("--ws-max-pending-chars", type=int, default=w.max_pending_chars,
+                   help="text a session may have waiting to be spoken")
+    g.add_argument("--ws-idle-timeout", type=float, default=w.idle_timeout_s,
+                   help="seconds a WebSocket session may stay silent with nothing to speak")
+    g.add_argument("--ws-messages-per-s", type=float, default=w.messages_per_s,
+                   help="sustained WebSocket messages per second per session")
+    g.add_argument("--ws-message-burst", type=int, default=w.message_burst,
+                   help="WebSocket messages a session may send at once above that rate")
+    g.add_argument("--ws-send-timeout", type=float, default=w.send_timeout_s,
+                   help="a WebSocket client that takes nothing for this long is gone")
+
+
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _api_key(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """`--api-key`, else `--api-key-file`, else $VOXSERVE_API_KEY, else $VOXSERVE_API_KEY_FILE.
+
+    A file keeps the key out of `ps` and of the environment of child processes."""
+    if args.api_key is not None:
+        return str(args.api_key)
+    path = args.api_key_file or env.get("VOXSERVE_API_KEY_FILE")
+    if path:
+        try:
+            return Path(path).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read the API key file {path}: {exc}") from exc
+    return env.get("VOXSERVE_API_KEY")
+
+
 def server_config(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> ServerConfig:
-    """The server's config from `serve` arguments; `--api-key` wins over VOXSERVE_API_KEY.
+    """The server's config from `serve` arguments.
 
     Raises ValueError for settings that do not fit together.
     """
-    api_key = args.api_key if args.api_key is not None else env.get("VOXSERVE_API_KEY")
+    ws = WSConfig(
+        max_sessions=args.ws_max_sessions,
+        max_message_bytes=args.ws_max_message_bytes,
+        max_pending_chars=args.ws_max_pending_chars,
+        idle_timeout_s=args.ws_idle_timeout,
+        messages_per_s=args.ws_messages_per_s,
+        message_burst=args.ws_message_burst,
+        send_timeout_s=args.ws_send_timeout,
+    )
     return ServerConfig(
         host=args.host,
         port=args.port,
         log_level=args.log_level,
         tts=_tts_config(args),
         asr=_asr_config(args),
-        api_key=api_key,
+        api_key=_api_key(args, env),
         metrics_require_key=args.metrics_require_key,
         request_timeout_s=args.request_timeout,
+        ws=ws,
+        allowed_origins=_names(args.allowed_origins),
+        allowed_hosts=_names(args.allowed_hosts),
+        header_timeout_s=args.header_timeout,
+        body_idle_timeout_s=args.body_idle_timeout,
+        min_upload_bytes_per_s=args.min_upload_rate,
+        send_stall_timeout_s=args.send_stall_timeout,
+        limit_concurrency=args.limit_concurrency,
+        backlog=args.backlog,
     )
 
 
@@ -288,7 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument(
         "--api-key",
-        help="require 'Authorization: Bearer KEY' on /v1 routes (default: $VOXSERVE_API_KEY, else none)",
+        help="require 'Authorization: Bearer KEY' on /v1 routes (default: $VOXSERVE_API_KEY, else none); "
+        "visible in ps, so prefer --api-key-file",
+    )
+    serve.add_argument(
+        "--api-key-file", type=Path,
+        help="read the API key from this file (default: $VOXSERVE_API_KEY_FILE)",
     )
     serve.add_argument(
         "--metrics-require-key", action="store_true", help="require the API key on /metrics too"
@@ -299,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=ServerConfig.request_timeout_s,
         help="seconds a request may take, upload to last byte (408 / 504 / stream cut off)",
     )
+    _add_limit_args(serve)
     _add_tts_args(serve)
     _add_asr_args(serve)
     _add_ray_args(serve)

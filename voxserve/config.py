@@ -122,12 +122,18 @@ class ASRConfig:
     """Threads that decode uploads, resample, cut and compute log-mel features."""
     max_upload_mb: float = 25.0
     """Largest accepted request body, in MiB; larger ones get 413 while still uploading."""
-    max_audio_seconds: float = 3 * 3600.0
-    """Longest accepted audio; longer uploads get 400."""
+    max_buffered_upload_mb: float = 256.0
+    """Upload bytes held by all transcriptions together, from the first byte read until the
+    audio is decoded. An upload that would pass it gets 429 at once. Uploads are read in
+    full before a transcription slot is taken, so this bounds what stalled and slow
+    clients can hold."""
+    max_audio_seconds: float = 3600.0
+    """Longest accepted audio; longer uploads get 400 as soon as decoding passes it."""
     max_buffered_audio_s: float = 3 * 3600.0
     """Decoded audio held by all transcriptions together, in seconds (float32 at 16 kHz is
     230 MB per hour). An upload whose decoding would pass it gets 429 at once, so memory
-    stays bounded however many long files arrive together."""
+    stays bounded however many long files arrive together. One request holds at most
+    `max_audio_seconds` of it."""
     segments_ahead: int = 16
     """Segments of one request whose features may wait in the engine (bounds memory)."""
     max_requests: int = 32
@@ -158,6 +164,35 @@ class ASRConfig:
 
 
 @dataclass(frozen=True)
+class WSConfig:
+    """Limits on every WebSocket session, whatever its client sends or fails to read."""
+
+    max_sessions: int = 64
+    """Sessions open at once; one more is refused with an error event and close code 1013."""
+    max_message_bytes: int = 64 * 1024
+    """Largest message a client may send (after decompression); larger ones close the
+    session with code 1009. Ample for text: a fragment holds at most `max_input_chars`."""
+    max_pending_chars: int = 16 * 1024
+    """Text received but not yet spoken, in characters. Past it the session ends with an
+    error event: the client is sending text faster than speech can use it."""
+    idle_timeout_s: float = 60.0
+    """A session that receives no message and has nothing to speak for this long is closed."""
+    messages_per_s: float = 100.0
+    """Sustained message rate a session may send (a token bucket)."""
+    message_burst: int = 400
+    """Messages a session may send at once above the sustained rate."""
+    send_timeout_s: float = 15.0
+    """A client that takes no audio or event for this long while the server has some to
+    send is gone: the session ends and its stream slot is freed."""
+
+    def __post_init__(self) -> None:
+        if min(self.max_sessions, self.max_message_bytes, self.max_pending_chars, self.message_burst) < 1:
+            raise ValueError("WebSocket session, message, pending-text and burst limits must be >= 1")
+        if min(self.idle_timeout_s, self.messages_per_s, self.send_timeout_s) <= 0:
+            raise ValueError("WebSocket timeouts and message rate must be positive")
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """HTTP server settings."""
 
@@ -178,6 +213,28 @@ class ServerConfig:
     None serves without auth. Kept out of the repr so that it never reaches a log."""
     metrics_require_key: bool = False
     """Also require the key on `/metrics`; `/health` always stays open."""
+    ws: WSConfig = field(default_factory=WSConfig)
+    """Limits on WebSocket sessions."""
+    allowed_origins: tuple[str, ...] = ()
+    """Browser origins (`https://app.example.com`) allowed to open a WebSocket besides the
+    server's own; `*` allows any. A request with no `Origin` (not a browser) is allowed."""
+    allowed_hosts: tuple[str, ...] = ()
+    """`Host` header values accepted (`voxserve.example.com`, `localhost:8000`), against DNS
+    rebinding; empty accepts any."""
+    header_timeout_s: float = 10.0
+    """Longest a client may take to send a request's headers; then the connection closes."""
+    body_idle_timeout_s: float = 10.0
+    """An upload that sends no byte for this long gets 408 and its connection is closed."""
+    min_upload_bytes_per_s: int = 1024
+    """Slowest average upload rate accepted once a body has taken `body_idle_timeout_s`;
+    slower uploads get 408."""
+    send_stall_timeout_s: float = 30.0
+    """A client that reads nothing of its response for this long is gone: its stream is
+    cut off and its slot freed."""
+    limit_concurrency: int = 1024
+    """Connections served at once; more get 503 from uvicorn at once."""
+    backlog: int = 2048
+    """Connections the kernel may queue before they are accepted."""
     request_timeout_s: float = 600.0
     """Longest an HTTP request may take, from its first byte to the last byte of its
     response. An upload still arriving then gets 408; a response not started gets 504; a
@@ -190,6 +247,10 @@ class ServerConfig:
             raise ValueError("the API key must be non-empty printable ASCII without spaces")
         if self.request_timeout_s <= 0:
             raise ValueError("the request timeout must be positive")
+        if min(self.header_timeout_s, self.body_idle_timeout_s, self.send_stall_timeout_s) <= 0:
+            raise ValueError("header, body and send-stall timeouts must be positive")
+        if self.min_upload_bytes_per_s < 0 or min(self.limit_concurrency, self.backlog) < 1:
+            raise ValueError("min_upload_bytes_per_s >= 0, limit_concurrency and backlog >= 1")
         if self.metrics_require_key and key is None:
             raise ValueError("metrics_require_key needs an API key (--api-key or VOXSERVE_API_KEY)")
 
