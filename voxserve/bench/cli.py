@@ -266,12 +266,14 @@ def _mixed(kind: str, args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         seed=args.seed,
         progress=args.progress,
+        hostile=getattr(args, "hostile", 0),
+        hostile_hold_s=getattr(args, "hostile_hold", 60.0),
     )
     print(f"{kind}: {args.tts_concurrency} speech + {args.asr_concurrency} transcription clients "
           f"for {args.duration:g} s against {args.base_url}", flush=True)
     result = asyncio.run(run_mixed(settings))
     if kind == "soak":
-        problems = judge_soak(result, args.max_rss_growth)
+        problems = judge_soak(result, args.max_rss_growth, args.min_continuity)
     else:
         problems = judge_overload(result, args.rss_limit_mb * 2**20)
     out = args.output or Path(f"bench-{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json")
@@ -428,6 +430,13 @@ def add_bench_parser(subparsers: Any) -> None:
     _add_mixed_args(soak, duration=600, tts=8, asr=2, warmup=60, window=60)
     soak.add_argument("--max-rss-growth", type=float, default=0.05,
                       help="largest RSS growth from the first to the last window (default 0.05)")
+    soak.add_argument("--min-continuity", type=float, default=0.98,
+                      help="least share of streams that must play without a gap (default 0.98)")
+    soak.add_argument("--hostile", type=int, default=0, metavar="N",
+                      help="also run N hostile clients of each kind: stalled uploads, header "
+                      "dribblers, slow readers, vanishing and oversized WebSocket clients")
+    soak.add_argument("--hostile-hold", type=float, default=60.0, metavar="S",
+                      help="a hostile attempt the server has not ended after S seconds fails the soak")
     soak.set_defaults(func=_guarded(lambda a: _mixed("soak", a)))
 
     overload = sub.add_parser("overload", help="far past capacity: 429s, bounded RSS, fast /health")

@@ -32,6 +32,7 @@ import aiohttp
 
 from voxserve.bench.asrset import make_asr_set
 from voxserve.bench.health import HealthProber, summarize_probes
+from voxserve.bench.hostile import HostileRecord, judge_hostile, run_hostile, summarize_hostile
 from voxserve.bench.levels import BenchError
 from voxserve.bench.speech import SpeechRecord, SpeechTarget, speak, summarize_speech
 from voxserve.bench.transcribe import (
@@ -61,6 +62,7 @@ _WATCHED = {
     "voxserve_tts_queued_streams": "tts_queued",
     "voxserve_asr_active_requests": "asr_active",
     "voxserve_asr_buffered_audio_seconds": "asr_buffered_s",
+    "voxserve_ws_sessions": "ws_sessions",
 }
 
 
@@ -80,6 +82,11 @@ class MixedSettings:
     timeout_s: float = 600.0
     seed: int = 0
     progress: bool = True
+    hostile: int = 0
+    """Hostile clients of each kind (`voxserve.bench.hostile`) beside the load; 0 for none."""
+    hostile_hold_s: float = 60.0
+    """How long a hostile client waits for the server to end its attempt before it counts
+    the defence as missing."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,7 @@ async def run_mixed(s: MixedSettings) -> dict[str, Any]:
         timeout = aiohttp.ClientTimeout(total=s.timeout_s)
         tts_records: list[SpeechRecord] = []
         asr_records: list[TranscribeRecord] = []
+        hostile_records: list[HostileRecord] = []
         samples: list[ResourceSample] = []
         prober = HealthProber(s.base_url)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -196,9 +204,12 @@ async def run_mixed(s: MixedSettings) -> dict[str, Any]:
             sampler = asyncio.create_task(
                 _sample_resources(session, metrics_url, start, s.sample_interval_s, samples, stop))
             reporter = asyncio.create_task(progress()) if s.progress else None
+            hostile = [run_hostile(s.base_url, s.hostile, end, start, hostile_records,
+                                   s.hostile_hold_s)] if s.hostile else []
             try:
                 await asyncio.gather(*(tts_client(i) for i in range(s.tts_concurrency)),
-                                     *(asr_client(i) for i in range(s.asr_concurrency)))
+                                     *(asr_client(i) for i in range(s.asr_concurrency)),
+                                     *hostile)
             finally:
                 wall = time.perf_counter() - start
                 stop.set()
@@ -215,6 +226,7 @@ async def run_mixed(s: MixedSettings) -> dict[str, Any]:
         "retry_after_missing": sum(1 for r in tts_records if r.status == 429 and not r.retry_after)
         + sum(1 for r in asr_records if r.status == 429 and not r.retry_after),
         "health": summarize_probes(probes),
+        "hostile": summarize_hostile(hostile_records) if s.hostile else None,
         "resources": _resource_summary(samples, s),
         "samples": [asdict(x) for x in samples],
         "speech_records": [asdict(r) for r in tts_records],
@@ -236,7 +248,7 @@ def _resource_summary(samples: list[ResourceSample], s: MixedSettings) -> dict[s
     first = (s.warmup_s, s.warmup_s + s.window_s)
     last = (max(first[1], last_at - s.window_s), last_at + 1)
     out: dict[str, Any] = {"warmup_s": s.warmup_s, "window_s": s.window_s, "samples": len(samples)}
-    for key in ("rss_bytes", "threads", "open_fds"):
+    for key in ("rss_bytes", "threads", "open_fds", "ws_sessions"):
         all_values = [x.values[key] for x in samples if key in x.values]
         a, b = _window(samples, key, *first), _window(samples, key, *last)
         base = statistics.median(a) if a else None
@@ -256,9 +268,16 @@ def _failures(summary: dict[str, Any]) -> dict[str, int]:
     return dict(summary["failures_by_status"])
 
 
-def judge_soak(result: dict[str, Any], max_rss_growth: float = 0.05) -> list[str]:
+def judge_soak(result: dict[str, Any], max_rss_growth: float = 0.05,
+               min_continuity: float = 0.98) -> list[str]:
     """Why the soak failed; an empty list is a pass."""
     problems = []
+    continuity = result["speech"].get("continuity_ok_rate")
+    if result["speech"]["completed"] and continuity is not None and continuity < min_continuity:
+        problems.append(f"speech: {continuity:.1%} of streams played without a gap "
+                        f"(at least {min_continuity:.0%} expected)")
+    if result.get("hostile"):
+        problems += judge_hostile(result["hostile"])
     for kind in ("speech", "transcribe"):
         failed = _failures(result[kind])
         if failed:
@@ -270,7 +289,7 @@ def judge_soak(result: dict[str, Any], max_rss_growth: float = 0.05) -> list[str
     elif rss["growth"] >= max_rss_growth:
         problems.append(f"RSS (window median) grew {rss['growth']:.1%} after warm-up "
                         f"(limit {max_rss_growth:.0%})")
-    for key in ("threads", "open_fds"):
+    for key in ("threads", "open_fds", "ws_sessions"):
         base, final = res[key]["first_window_max"], res[key]["last_window_max"]
         if base is not None and final is not None and final > base:
             problems.append(f"{key} grew from {base:.0f} to {final:.0f}")
@@ -311,7 +330,13 @@ def format_mixed(result: dict[str, Any]) -> str:
         (f"/health: p50 {health.get('p50', 0) * 1e3:.1f} ms p99 {health.get('p99', 0) * 1e3:.1f} ms "
         f"max {health.get('max', 0) * 1e3:.1f} ms, {health['failures']:.0f} failed"),
     ]
-    for key, unit, scale in (("rss_bytes", "MB", 2**-20), ("threads", "", 1), ("open_fds", "", 1)):
+    for kind, h in (result.get("hostile") or {}).items():
+        secs = h["seconds"]
+        lines.append(f"hostile {kind}: {h['attempts']} attempts, {h['ended_by_server']} ended by the "
+                     f"server (p50 {secs.get('p50', float('nan')):.1f} s, max "
+                     f"{secs.get('max', float('nan')):.1f} s); statuses {h['statuses']}")
+    for key, unit, scale in (("rss_bytes", "MB", 2**-20), ("threads", "", 1), ("open_fds", "", 1),
+                             ("ws_sessions", "", 1)):
         r = res[key]
         if r["max"] is None:
             continue
