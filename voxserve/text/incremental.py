@@ -6,13 +6,22 @@ a clause mark (`,`, `;`, `:`, a dash). A mark followed by whitespace is a bounda
 A mark at the very end of the text so far is one too, unless the next fragment could still
 change its meaning: a period after an abbreviation or an initial ("Dr.", "J."), or a period,
 comma or colon right after a digit ("3.5", "1,000", "10:30"). Those wait for the next
-character. Clauses shorter than `min_clause_chars` are not cut off alone, and text with no
-boundary is cut at a space once it reaches `max_chars`, since stage A cannot stream.
-Pure: no I/O, no clock.
+character. Clauses shorter than `min_clause_chars` are not cut off alone.
+
+No segment is longer than `max_chars`, whatever the marks say, since stage A cannot stream:
+text that holds no boundary within `max_chars` (or only one still waiting for its next
+character) is cut at the last space in that span, or inside a word when it has none.
+
+The work is linear in the text fed, however it is split into fragments: a scan position
+remembers how far the pending text is known to hold no boundary, so each character is
+looked at once (text after a cut at a space is looked at again once, and such a cut
+consumes up to `max_chars`); the pending text is never longer than `max_chars` plus the
+last fragment. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from voxserve.text.split import period_is_not_an_end, speakable
@@ -25,6 +34,16 @@ _SENTENCE_MARKS = ".!?\u2026"
 _CLAUSE_MARKS = ",;:\u2014\u2013"
 _CLOSERS = "\"')]\u201d\u2019"
 _DIGIT_SENSITIVE = ".,:"
+_WORD_TAIL = 16
+"""Characters before a period passed to `period_is_not_an_end` (more than it reads)."""
+
+# What may end a segment, per mode; and the marks and closers that follow a mark.
+_CANDIDATES = {
+    "sentence": re.compile(f"[\n{re.escape(_SENTENCE_MARKS)}]"),
+    "clause": re.compile(f"[\n{re.escape(_SENTENCE_MARKS + _CLAUSE_MARKS)}]"),
+}
+_RUN = re.compile(f"[{re.escape(_SENTENCE_MARKS + _CLOSERS)}]*")
+_NON_SPACE = re.compile(r"\S")
 
 
 class TextSegmenter:
@@ -36,16 +55,31 @@ class TextSegmenter:
         self.mode: SplitMode = mode
         self.min_clause_chars = min_clause_chars
         self.max_chars = max_chars
+        self._candidates = _CANDIDATES[mode]
         self._buf = ""
+        self._start = 0
+        """Where the pending segment starts in `_buf`."""
+        self._scan = 0
+        """`_buf[_start:_scan]` is known to hold no boundary: scanning resumes here."""
 
     @property
     def pending(self) -> str:
         """Text received but not yet cut into a segment."""
-        return self._buf
+        return self._buf[self._start :].lstrip()
+
+    @property
+    def pending_chars(self) -> int:
+        """`len(pending)`, give or take leading whitespace, without a copy."""
+        return len(self._buf) - self._start
 
     def feed(self, text: str) -> list[str]:
         """Add a fragment; returns the segments it completed, in order."""
-        self._buf += text
+        if self._start:  # drop what was cut off: one copy per fragment, not per segment
+            self._buf = self._buf[self._start :] + text
+            self._scan -= self._start
+            self._start = 0
+        else:
+            self._buf += text
         out: list[str] = []
         while (cut := self._next_cut()) is not None:
             self._emit(cut, out)
@@ -53,57 +87,64 @@ class TextSegmenter:
 
     def flush(self) -> list[str]:
         """Everything pending, as segments (the end of the input ends a sentence)."""
-        out = self.feed("")
-        while len(self._buf) > self.max_chars:
-            self._emit(self._space_cut(), out)
+        out = self.feed("")  # leaves less than max_chars pending
         self._emit(len(self._buf), out)
         return out
 
     def _emit(self, cut: int, out: list[str]) -> None:
-        piece, self._buf = self._buf[:cut].strip(), self._buf[cut:].lstrip()
+        piece = self._buf[self._start : cut].strip()
+        self._start = self._scan = cut
         if speakable(piece):
             out.append(piece)
 
     def _next_cut(self) -> int | None:
-        """Where the first complete segment ends, or None while none is complete."""
-        buf = self._buf
-        i = 0
-        while i < len(buf):
+        """Where the pending segment ends, or None while the text does not tell yet."""
+        buf, size = self._buf, len(self._buf)
+        if self._scan == self._start:  # a new segment starts at its first non-space
+            first = _NON_SPACE.search(buf, self._start)
+            self._start = self._scan = first.start() if first else size
+        start = self._start
+        limit = start + self.max_chars
+        stop = min(size, limit)
+        i = self._scan
+        while i < stop:
+            found = self._candidates.search(buf, i, stop)
+            if found is None:
+                i = stop
+                break
+            i = found.start()
             ch = buf[i]
-            if ch == "\n":
-                if buf[:i].strip():
-                    return i + 1
-            elif ch in _SENTENCE_MARKS or (self.mode == "clause" and ch in _CLAUSE_MARKS):
-                end = i + 1
-                while end < len(buf) and buf[end] in _SENTENCE_MARKS + _CLOSERS:
-                    end += 1
-                verdict = self._boundary(buf, i, end)
-                if verdict is None:
-                    return None  # cannot tell yet: wait for more text
-                if verdict and (ch in _SENTENCE_MARKS or len(buf[:end].strip()) >= self.min_clause_chars):
-                    return end
-                i = end
-                continue
-            i += 1
-        if len(buf) >= self.max_chars:
+            if ch == "\n":  # buf[start] is not a space, so there is text before it
+                return i + 1
+            run = _RUN.match(buf, i + 1)
+            end = run.end() if run else i + 1
+            verdict = self._boundary(buf, start, i, end)
+            if verdict and end <= limit and (ch in _SENTENCE_MARKS or end - start >= self.min_clause_chars):
+                return end
+            if verdict is None or end == size:
+                break  # more marks or closers may follow: look at this mark again then
+            i = end
+        self._scan = i
+        if size - start >= self.max_chars:
             return self._space_cut()
         return None
 
     @staticmethod
-    def _boundary(buf: str, mark: int, end: int) -> bool | None:
-        """Whether the mark at `mark` (with closers up to `end`) ends a segment; None when
-        only the next character can tell."""
+    def _boundary(buf: str, start: int, mark: int, end: int) -> bool | None:
+        """Whether the mark at `mark` (with closers up to `end`) ends the segment that
+        starts at `start`; None when only the next character can tell."""
         ch = buf[mark]
         at_end = end == len(buf)
         if not at_end and not buf[end].isspace():
             return False  # "3.5", "e.g.,", "a,b": the mark is inside a token
-        after_digit = mark > 0 and buf[mark - 1].isdigit()
+        after_digit = mark > start and buf[mark - 1].isdigit()
         if ch in _DIGIT_SENSITIVE and after_digit and at_end:
             return None
-        if ch == "." and period_is_not_an_end(buf[:mark]):
+        if ch == "." and period_is_not_an_end(buf[max(start, mark - _WORD_TAIL) : mark]):
             return None if at_end else False
         return True
 
     def _space_cut(self) -> int:
-        space = self._buf.rfind(" ", 0, self.max_chars)
-        return space if space > 0 else self.max_chars
+        start = self._start
+        space = self._buf.rfind(" ", start, start + self.max_chars)
+        return space if space > start else start + self.max_chars

@@ -17,7 +17,9 @@ import numpy as np
 __all__ = ["Phonemizer", "UnsupportedVoice"]
 
 _ESPEAK_LOCK = threading.Lock()
-_LANG_SWITCH = re.compile(r"\([^)]+\)")
+# espeak-ng marks a language switch as "(en)". No "(" inside, so a run of "(" with no ")"
+# is one linear pass, not one pass per "(".
+_LANG_SWITCH = re.compile(r"\([^()]+\)")
 
 
 class UnsupportedVoice(ValueError):

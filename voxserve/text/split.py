@@ -3,6 +3,11 @@
 Pure functions: str in, list of str out. Segments are what stage A sees at once, so the
 first one is kept short (time to first audio grows with its length) and no segment is
 unboundedly long.
+
+Every function here does work linear in its input, whatever the input: text comes from
+clients. Each regex has a linear worst case (no quantified group can backtrack over the same
+characters from many starting points: runs are matched from their first character only,
+and possessively), and the abbreviation test reads a bounded tail, never the whole prefix.
 """
 
 from __future__ import annotations
@@ -21,13 +26,20 @@ __all__ = [
 ]
 
 _SPACE = re.compile(r"\s+")
-# End of sentence: terminal punctuation, optional closing quotes/brackets, then space.
-_SENTENCE_END = re.compile(r"[.!?\u2026]+[\"'\u201d\u2019)\]]*(?=\s)|\n\s*\n")
+# End of sentence: terminal punctuation, optional closing quotes/brackets, then space. The
+# lookbehind starts a run of marks only at its first mark, and the possessive quantifiers
+# never give characters back: "a" + "!" * 4095 is one linear pass, not a quadratic one.
+_SENTENCE_END = re.compile(r"(?<![.!?\u2026])[.!?\u2026]++[\"'\u201d\u2019)\]]*+(?=\s)|\n\s*\n")
+_PARAGRAPH = re.compile(r"\n\s*\n")
 _ABBREVIATIONS = frozenset(
     ["mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "no", "fig", "approx", "dept", "est", "inc", "ltd", "co", "mt"]
 )
-# Clause boundary: comma, semicolon, colon or dash followed by space.
-_CLAUSE_END = re.compile(r"(?<=[,;:\u2014\u2013])\s+|\s+(?=[\u2014\u2013-]\s)")
+_WORD_TAIL = max(len(a) for a in _ABBREVIATIONS) + 1
+"""Characters before a period that decide whether it ends a sentence: a longer word is
+neither an abbreviation nor an initial."""
+# Clause boundary: comma, semicolon, colon or dash followed by space. A whitespace run is
+# tried from its first character only, so a long run costs one pass.
+_CLAUSE_END = re.compile(r"(?<=[,;:\u2014\u2013])\s+|(?<!\s)\s++(?=[\u2014\u2013-]\s)")
 
 
 def normalize(text: str) -> str:
@@ -40,7 +52,7 @@ def normalize(text: str) -> str:
     text = "".join(
         ch if ch == "\n" or unicodedata.category(ch)[0] != "C" else " " for ch in text
     )
-    paragraphs = [_SPACE.sub(" ", p).strip() for p in re.split(r"\n\s*\n", text)]
+    paragraphs = [_SPACE.sub(" ", p).strip() for p in _PARAGRAPH.split(text)]
     return "\n\n".join(p for p in paragraphs if p)
 
 
@@ -63,7 +75,8 @@ def split_sentences(text: str) -> list[str]:
     start = 0
     for match in _SENTENCE_END.finditer(text):
         end = match.end()
-        if match.group().startswith(".") and period_is_not_an_end(text[start : match.start()]):
+        mark = match.start()
+        if match.group().startswith(".") and period_is_not_an_end(text[max(start, mark - _WORD_TAIL) : mark]):
             continue
         piece = text[start:end].strip()
         if piece:
@@ -77,8 +90,11 @@ def split_sentences(text: str) -> list[str]:
 
 def period_is_not_an_end(before: str) -> bool:
     """Whether a period right after `before` belongs to a word, not to the sentence: after
-    a common abbreviation ("Dr", "e.g") or a single letter, as in an initial ("J")."""
-    words = before.split()
+    a common abbreviation ("Dr", "e.g") or a single letter, as in an initial ("J").
+
+    Only the last few characters of `before` are read, so a caller may pass a long prefix
+    or (cheaper) just its tail."""
+    words = before[-_WORD_TAIL:].split()
     word = words[-1].lower() if words else ""
     return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
 
@@ -103,15 +119,27 @@ def split_clauses(sentence: str, min_chars: int) -> list[str]:
 
 
 def _split_words(text: str, max_chars: int) -> list[str]:
-    words, out, line = text.split(" "), [], ""
-    for word in words:
-        if line and len(line) + 1 + len(word) > max_chars:
-            out.append(line)
-            line = word
+    """Lines of at most `max_chars`, cut at spaces; a word longer than that is cut inside."""
+    out: list[str] = []
+    line: list[str] = []
+    size = 0  # len(" ".join(line)); the words are joined once per line, not once per word
+    for word in text.split(" "):
+        while len(word) > max_chars:
+            if size:
+                out.append(" ".join(line))
+                line, size = [], 0
+            out.append(word[:max_chars])
+            word = word[max_chars:]
+        if size and size + 1 + len(word) > max_chars:
+            out.append(" ".join(line))
+            line, size = [], 0
+        if size:
+            line.append(word)
+            size += 1 + len(word)
         else:
-            line = f"{line} {word}" if line else word
-    if line:
-        out.append(line)
+            line, size = [word], len(word)
+    if size:
+        out.append(" ".join(line))
     return out
 
 
@@ -148,7 +176,8 @@ def segment(text: str, first_max_chars: int = 60, max_chars: int = 400) -> list[
     - the first sentence, when longer than `first_max_chars`, is split at its first clause
       boundary, or else before a conjunction, so that audio can start after a short
       stage A pass;
-    - any sentence longer than `max_chars` is split at clauses, then at spaces.
+    - any sentence longer than `max_chars` is split at clauses, then at spaces, and a
+      word longer than `max_chars` (a run of digits, say) inside the word.
     """
     segments: list[str] = []
     for sentence in split_sentences(text):
