@@ -128,12 +128,16 @@ class ASRConfig:
     full before a transcription slot is taken, so this bounds what stalled and slow
     clients can hold."""
     max_audio_seconds: float = 3600.0
-    """Longest accepted audio; longer uploads get 400 as soon as decoding passes it."""
+    """Longest accepted audio (1 h); longer uploads get 400 `audio_too_long` as soon as
+    decoding passes it. It is also one request's share of `max_buffered_audio_s`."""
     max_buffered_audio_s: float = 3 * 3600.0
     """Decoded audio held by all transcriptions together, in seconds (float32 at 16 kHz is
-    230 MB per hour). An upload whose decoding would pass it gets 429 at once, so memory
+    230 MB per hour, 64 KB per second). Decoding reserves it in 10 s blocks before it
+    allocates them; an upload whose decoding would pass it gets 429 at once, so memory
     stays bounded however many long files arrive together. One request holds at most
-    `max_audio_seconds` of it."""
+    `max_audio_seconds` of it (plus one block), so with the defaults a single request can
+    take a third of it and never all of it. It must hold at least one file of the longest
+    length; keep it at 2 x `max_audio_seconds` or more (the server warns otherwise)."""
     segments_ahead: int = 16
     """Segments of one request whose features may wait in the engine (bounds memory)."""
     max_requests: int = 32
@@ -160,6 +164,11 @@ class ASRConfig:
             raise ValueError(
                 "the buffered-audio budget must hold at least one file of the longest "
                 "accepted length (max_buffered_audio_s >= max_audio_seconds)"
+            )
+        if self.max_buffered_upload_mb < self.max_upload_mb:
+            raise ValueError(
+                "the upload budget must hold at least one upload of the largest accepted "
+                "size (max_buffered_upload_mb >= max_upload_mb)"
             )
 
 

@@ -10,6 +10,11 @@ then a stop consonant's closure inside a word. So the latest real pause in the l
 `wide_seconds` wins: at least `min_pause_seconds` under -20 dB from the audio's typical
 level, cut in its middle. Only without one does the quietest window of the last second
 decide (the measured rule).
+
+Memory: the audio may be an hour long, so nothing here copies or converts all of it. The
+typical level is computed in float32 chunks of at most `CHUNK_SAMPLES`; window energies
+are summed in float64 (the differences of a running sum need the precision) only over the
+few seconds searched before each cut. `audio` is a numpy array or `SampleBlocks`.
 """
 
 from __future__ import annotations
@@ -18,7 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Span", "plan_spans", "quietest_point"]
+from voxserve.audio.blocks import Samples
+
+__all__ = ["CHUNK_SAMPLES", "Span", "plan_spans", "quietest_point"]
+
+CHUNK_SAMPLES = 1 << 18
+"""Most samples the level scan squares at once (1 MB of float32)."""
 
 
 @dataclass(frozen=True)
@@ -32,15 +42,15 @@ class Span:
         return self.end - self.start
 
 
-def _window_power(audio: np.ndarray, lo: int, hi: int, window: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start offsets and mean power of the windows that fit in [lo, hi)."""
+def _window_power(audio: Samples, lo: int, hi: int, window: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start offsets and mean power of the windows that fit in [lo, hi) (a short range)."""
     x = audio[lo:hi].astype(np.float64)
     energy = np.concatenate(([0.0], np.cumsum(x * x)))
     starts = np.arange(0, hi - lo - window + 1, hop)
     return starts, (energy[starts + window] - energy[starts]) / window
 
 
-def quietest_point(audio: np.ndarray, lo: int, hi: int, window: int, hop: int) -> int:
+def quietest_point(audio: Samples, lo: int, hi: int, window: int, hop: int) -> int:
     """Centre of the `window`-sample window with the lowest RMS that lies within [lo, hi).
 
     On a tie (digital silence), the latest window wins, so the piece before it is as long
@@ -54,7 +64,7 @@ def quietest_point(audio: np.ndarray, lo: int, hi: int, window: int, hop: int) -
 
 
 def _latest_pause(
-    audio: np.ndarray, lo: int, hi: int, window: int, hop: int, threshold: float, min_len: int
+    audio: Samples, lo: int, hi: int, window: int, hop: int, threshold: float, min_len: int
 ) -> int | None:
     """Middle of the latest run of quiet windows at least `min_len` samples long."""
     if hi - lo <= window:
@@ -70,18 +80,25 @@ def _latest_pause(
     return None
 
 
-def _typical_power(audio: np.ndarray, window: int) -> float:
+def _typical_power(audio: Samples, window: int) -> float:
     """Median power of the non-silent windows: the level of the speech."""
     frames = len(audio) // window
     if not frames:
         return 0.0
-    power = np.mean(audio[: frames * window].reshape(frames, window).astype(np.float64) ** 2, axis=1)
+    per_chunk = max(1, CHUNK_SAMPLES // window)
+    power = np.empty(frames, dtype=np.float64)
+    scratch = np.empty(min(frames, per_chunk) * window, dtype=np.float32)
+    for first in range(0, frames, per_chunk):
+        k = min(per_chunk, frames - first)
+        x = audio[first * window : (first + k) * window]
+        squares = np.square(x, out=scratch[: k * window]).reshape(k, window)
+        power[first : first + k] = squares.mean(axis=1, dtype=np.float64)
     loud = power[power > 1e-8]
     return float(np.median(loud)) if len(loud) else 0.0
 
 
 def plan_spans(
-    audio: np.ndarray,
+    audio: Samples,
     rate: int,
     max_seconds: float = 30.0,
     search_seconds: float = 1.0,

@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from voxserve.audio.blocks import Samples
 from voxserve.audio.cut import Span, plan_spans
-from voxserve.audio.decode import SAMPLE_RATE, decode_audio
+from voxserve.audio.decode import SAMPLE_RATE, decode_blocks
 from voxserve.audio.mel import LogMel
 from voxserve.config import ASRConfig
 from voxserve.engine.batcher import Batcher, Pending
@@ -77,8 +78,8 @@ class TranscribeOptions:
 
 @dataclass(frozen=True)
 class PreparedAudio:
-    audio: np.ndarray
-    """16 kHz mono float32."""
+    audio: Samples
+    """16 kHz mono float32: `SampleBlocks` from `prepare`, sliced one piece at a time."""
     spans: list[Span]
     lease: Lease | None = None
     """This audio's share of the engine's buffered-audio budget."""
@@ -155,6 +156,13 @@ class ASREngine:
         self.runner = run_lowered(config.nice, WhisperRunner, config.model_dir, config.compute_type, config.workers)
         self.mel = LogMel(self.runner.n_mels)
         self.budget = AudioBudget(int(config.max_buffered_audio_s * SAMPLE_RATE), SAMPLE_RATE)
+        if config.max_buffered_audio_s < 2 * config.max_audio_seconds:
+            log.warning(
+                "the buffered-audio budget (%g s) holds less than two files of the longest "
+                "accepted length (%g s): one long upload can hold all of it",
+                config.max_buffered_audio_s,
+                config.max_audio_seconds,
+            )
         self._clock = clock
         self._cond = threading.Condition()
         self._batcher: Batcher[_Piece] = Batcher(
@@ -259,11 +267,13 @@ class ASREngine:
     def prepare(self, data: bytes) -> PreparedAudio:
         """Decode and cut. CPU work: run it in the audio pool.
 
-        The decoded samples are held against the buffered-audio budget until the
-        caller calls `release()` on the result (429 when the budget is spent)."""
+        Every block of decoded samples is reserved against the buffered-audio budget
+        before it is allocated (429 when the budget is spent) and held until the caller
+        calls `release()` on the result. One request holds at most `max_audio_seconds`
+        (plus one block): decoding stops with 400 past it."""
         lease = self.budget.lease()
         try:
-            audio = decode_audio(data, self.config.max_audio_seconds, reserve=lease.take)
+            audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
             return PreparedAudio(audio, plan_spans(audio, SAMPLE_RATE), lease)
         except BaseException:
             lease.release()
@@ -273,7 +283,7 @@ class ASREngine:
         """Log-mel of one piece, or None when it is silent. CPU work: run it in the audio pool."""
         span = prepared.spans[index]
         samples = prepared.audio[span.start : span.end]
-        if not len(samples) or float(np.max(np.abs(samples))) < SILENCE_PEAK:
+        if not len(samples) or max(-float(samples.min()), float(samples.max())) < SILENCE_PEAK:
             return None
         features, frames = self.mel(samples)
         return DecodeInput(features, frames)

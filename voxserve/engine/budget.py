@@ -1,8 +1,10 @@
 """A shared budget of decoded audio samples, so that transcriptions cannot take memory
 without bound however many long uploads arrive at once.
 
-Decoding takes from the budget as samples appear, and the request gives it all back
-when it ends. A request that would pass the budget fails at once with 429 instead of
+Decoding takes from the budget block by block, before it allocates each block
+(`audio.blocks`), and the request gives it all back when it ends. One request's share is
+capped by what it may decode (`ASRConfig.max_audio_seconds`, a third of the default
+budget), so no single upload holds all of it. A request that would pass the budget fails at once with 429 instead of
 waiting: waiting while holding half-decoded audio could leave two large requests each
 stuck on the other's memory.
 """
