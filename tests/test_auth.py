@@ -1,9 +1,13 @@
 """API-key auth through the real server: every /v1 route needs the key, /health and
-(by default) /metrics stay open, and the OpenAI SDK's `api_key` works with it."""
+(by default) /metrics stay open, and the OpenAI SDK's `api_key` works with it. The same
+server also lists the hosts it answers for (`allowed_hosts`, against DNS rebinding): a
+foreign `Host` is refused on every route and on the WebSocket, before auth."""
 
 from __future__ import annotations
 
+import json
 import logging
+import socket
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -12,6 +16,7 @@ import openai
 import pytest
 
 from tests.conftest import RunningServer, run_server
+from voxserve.api.hosts import split_host
 from voxserve.cli import build_parser, main, server_config
 from voxserve.config import ASRConfig, ServerConfig
 
@@ -20,9 +25,13 @@ SPEECH = {"model": "tts-1", "voice": "alloy", "input": "Hello there. This is a s
           "response_format": "pcm"}  # fmt: skip
 
 
+HOSTS = ("127.0.0.1", "*.voxserve.test")
+
+
 def _config(**kwargs: object) -> ServerConfig:
     # ASR off: the auth check runs before any route, and the server starts faster.
-    return replace(ServerConfig(asr=ASRConfig(enabled=False)), api_key=KEY, **kwargs)  # type: ignore[arg-type]
+    base = ServerConfig(asr=ASRConfig(enabled=False), allowed_hosts=HOSTS)
+    return replace(base, api_key=KEY, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -181,3 +190,86 @@ def test_serve_exits_2_on_a_bad_setting(monkeypatch: pytest.MonkeyPatch, capsys)
     monkeypatch.delenv("VOXSERVE_API_KEY", raising=False)
     assert main(["serve", "--metrics-require-key", "--no-asr"]) == 2
     assert "needs an API key" in capsys.readouterr().err
+
+
+# -- the Host allow-list, against DNS rebinding ----------------------------------------
+
+
+def _raw(srv: RunningServer, head: bytes) -> bytes:
+    """Send a request's head as bytes (Host values httpx would not send) and read the answer."""
+    with socket.create_connection(("127.0.0.1", int(srv.base_url.rsplit(":", 1)[1])), timeout=20) as s:
+        s.sendall(head + b"\r\n")
+        answer = b""
+        while data := s.recv(65536):
+            answer += data
+    return answer
+
+
+def _others_served(srv: RunningServer) -> None:
+    """A /health probe and one normal speech request (with the key) both succeed."""
+    with httpx.Client(base_url=srv.base_url, timeout=30, headers=_bearer(KEY)) as c:
+        assert c.get("/health").json() == {"status": "ok"}
+        r = c.post("/v1/audio/speech", json=SPEECH)
+        assert r.status_code == 200 and len(r.content) / 2 / 24000 > 0.5, r.text
+
+
+@pytest.mark.parametrize(
+    "host", [b"evil.example", b"evil.example:8000", b"voxserve.test", b"127.0.0.1.evil.example", b"localhost"]
+)
+def test_a_foreign_host_is_refused_on_every_route(keyed: RunningServer, host: bytes) -> None:
+    for path in (b"/health", b"/v1/models", b"/metrics"):
+        answer = _raw(keyed, b"GET " + path + b" HTTP/1.1\r\nhost: " + host + b"\r\nconnection: close\r\n")
+        assert answer.startswith(b"HTTP/1.1 421"), answer[:200]
+        body = answer.partition(b"\r\n\r\n")[2]
+        error = json.loads(body)["error"]
+        assert error["code"] == "invalid_host" and error["param"] == "host"
+        assert host not in body
+    _others_served(keyed)
+
+
+def test_a_rebound_speech_request_is_refused_and_listed_hosts_are_served(keyed: RunningServer) -> None:
+    # What a page on evil.example sends once its name resolves to 127.0.0.1: refused
+    # before auth, so even a page that somehow has the key gets nothing.
+    r = httpx.post(f"{keyed.base_url}/v1/audio/speech", json=SPEECH, headers={"host": "evil.example", **_bearer(KEY)})
+    assert r.status_code == 421 and r.json()["error"]["code"] == "invalid_host", r.text
+    port = keyed.base_url.rsplit(":", 1)[1]
+    for host in ("api.voxserve.test", "API.voxserve.test:443", f"127.0.0.1:{port}"):
+        assert httpx.get(f"{keyed.base_url}/health", headers={"host": host}).status_code == 200
+    _others_served(keyed)  # httpx sends Host: 127.0.0.1:PORT
+
+
+def test_no_host_or_two_hosts_are_refused(keyed: RunningServer) -> None:
+    assert _raw(keyed, b"GET /health HTTP/1.0\r\n").startswith(b"HTTP/1.1 421")
+    two = b"GET /health HTTP/1.1\r\nhost: 127.0.0.1\r\nhost: evil.example\r\nconnection: close\r\n"
+    assert _raw(keyed, two)[:12] in (b"HTTP/1.1 421", b"HTTP/1.1 400")
+
+
+def _handshake(host: bytes) -> bytes:
+    return (
+        b"GET /v1/audio/speech/stream HTTP/1.1\r\nhost: " + host + b"\r\nupgrade: websocket\r\n"
+        b"connection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"sec-websocket-version: 13\r\nauthorization: Bearer " + KEY.encode() + b"\r\n"
+    )
+
+
+def test_a_websocket_from_a_foreign_host_is_refused(keyed: RunningServer) -> None:
+    assert _raw(keyed, _handshake(b"evil.example")).startswith(b"HTTP/1.1 403")
+    port = keyed.base_url.rsplit(":", 1)[1].encode()
+    with socket.create_connection(("127.0.0.1", int(port)), timeout=10) as s:
+        s.sendall(_handshake(b"127.0.0.1:" + port) + b"\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 101")
+    _others_served(keyed)
+
+
+def test_split_host() -> None:
+    assert split_host("Example.COM:8000") == ("example.com", "8000")
+    assert split_host("example.com") == ("example.com", None)
+    assert split_host("[::1]:8000") == ("[::1]", "8000")
+    assert split_host("[::1]") == ("[::1]", None)
+    assert split_host("::1") == ("::1", None)
+
+
+def test_cli_allowed_hosts() -> None:
+    config = server_config(_serve_args("--allowed-hosts", " api.example.com, localhost:8000 ,"), {})
+    assert config.allowed_hosts == ("api.example.com", "localhost:8000")
+    assert server_config(_serve_args(), {}).allowed_hosts == ()

@@ -1,10 +1,20 @@
-"""`voxserve speak` and `voxserve voices`, with no server."""
+"""`voxserve speak` and `voxserve voices`, with no server; and `voxserve serve` reading its
+API key from a file, as a real subprocess."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 import wave
 
-from voxserve.cli import main
+import httpx
+import pytest
+
+from voxserve.cli import build_parser, main, server_config
 
 
 def test_speak_writes_a_wav(tmp_path, capsys) -> None:
@@ -46,3 +56,96 @@ def test_voice_dir_without_a_voice_is_a_clear_error(tmp_path) -> None:
 
     with pytest.raises(ValueError, match="exactly one Piper voice"):
         find_voice(tmp_path)
+
+
+# -- the API key from a file: out of `ps` and of the environment ---------------------------
+
+KEY = "vx-file-key-8d2e61"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_serve_takes_the_key_from_a_file_and_keeps_it_out_of_ps(tmp_path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXSERVE_")}
+    cmd = [sys.executable, "-m", "voxserve.cli", "serve", "--no-asr", "--workers", "1", "--port", str(port),
+           "--api-key-file", str(key_file)]  # fmt: skip
+    log = tmp_path / "stderr.txt"
+    with log.open("wb") as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.1)
+        # What `ps` and other users see of the process: neither holds the key.
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+            assert KEY.encode() not in f.read()
+        with open(f"/proc/{proc.pid}/environ", "rb") as f:
+            assert KEY.encode() not in f.read()
+        refused = httpx.get(f"{base}/v1/models", timeout=10)
+        assert refused.status_code == 401 and KEY not in refused.text
+        ok = httpx.get(f"{base}/v1/models", headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+        assert ok.status_code == 200 and any(m["id"] == "tts-1" for m in ok.json()["data"])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    stderr = log.read_text()
+    assert code == 0, stderr
+    assert "API key required" in stderr
+    assert KEY not in stderr
+
+
+def test_the_key_file_can_come_from_the_environment(tmp_path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text(f"  {KEY}\r\n")
+    args = build_parser().parse_args(["serve"])
+    assert server_config(args, {"VOXSERVE_API_KEY_FILE": str(key_file)}).api_key == KEY
+    # A flag wins over the environment; the key itself wins over a key file.
+    flagged = build_parser().parse_args(["serve", "--api-key-file", str(key_file)])
+    assert server_config(flagged, {"VOXSERVE_API_KEY": "from-env"}).api_key == KEY
+    both = {"VOXSERVE_API_KEY": "from-env", "VOXSERVE_API_KEY_FILE": str(key_file)}
+    assert server_config(args, both).api_key == "from-env"
+
+
+def test_a_bad_key_file_is_a_clear_error_and_exit_2(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("VOXSERVE_API_KEY", raising=False)
+    monkeypatch.delenv("VOXSERVE_API_KEY_FILE", raising=False)
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    spaced = tmp_path / "spaced"
+    spaced.write_text("two words\n")
+    cases = [
+        (["--api-key-file", str(tmp_path / "missing")], "cannot read the API key file"),
+        (["--api-key-file", str(tmp_path)], "cannot read the API key file"),
+        (["--api-key-file", str(empty)], "is empty"),
+        (["--api-key-file", "/dev/zero"], "over 4096 bytes"),
+        (["--api-key-file", str(spaced)], "printable ASCII without spaces"),
+        (["--api-key", KEY, "--api-key-file", str(empty)], "not both"),
+    ]
+    for argv, message in cases:
+        assert main(["serve", "--no-asr", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err, (argv, err)
+        assert "two words" not in err
+    monkeypatch.setenv("VOXSERVE_API_KEY_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="cannot read the API key file"):
+        server_config(build_parser().parse_args(["serve"]))

@@ -163,19 +163,36 @@ def _names(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
+_MAX_KEY_FILE = 4096
+"""Largest API key file read, in bytes."""
+
+
 def _api_key(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
     """`--api-key`, else `--api-key-file`, else $VOXSERVE_API_KEY, else $VOXSERVE_API_KEY_FILE.
 
-    A file keeps the key out of `ps` and of the environment of child processes."""
+    A file keeps the key out of `ps` and of the environment of child processes. Raises
+    ValueError for both flags at once, and for a file that cannot be read, is empty or is
+    too long to hold a key (so a wrong path such as /dev/zero fails at once)."""
+    if args.api_key is not None and args.api_key_file is not None:
+        raise ValueError("give --api-key or --api-key-file, not both")
     if args.api_key is not None:
         return str(args.api_key)
+    if args.api_key_file is None and "VOXSERVE_API_KEY" in env:
+        return env["VOXSERVE_API_KEY"]
     path = args.api_key_file or env.get("VOXSERVE_API_KEY_FILE")
-    if path:
-        try:
-            return Path(path).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"cannot read the API key file {path}: {exc}") from exc
-    return env.get("VOXSERVE_API_KEY")
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as file:
+            raw = file.read(_MAX_KEY_FILE + 1)
+        if len(raw) > _MAX_KEY_FILE:
+            raise ValueError(f"the API key file {path} is over {_MAX_KEY_FILE} bytes; it should hold only the key")
+        key = raw.decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the API key file {path}: {exc}") from exc
+    if not key:
+        raise ValueError(f"the API key file {path} is empty")
+    return key
 
 
 def server_config(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> ServerConfig:

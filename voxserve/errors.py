@@ -7,6 +7,7 @@ __all__ = [
     "ClientClosed",
     "ClientError",
     "InvalidRequest",
+    "MisdirectedRequest",
     "NotFound",
     "Overloaded",
     "PayloadTooLarge",
@@ -15,6 +16,7 @@ __all__ = [
     "TimedOut",
     "Unauthorized",
     "Unavailable",
+    "UnsupportedMediaType",
     "VoxError",
 ]
 
@@ -65,6 +67,21 @@ class NotFound(ClientError):
 class PayloadTooLarge(ClientError):
     status = 413
     code = "payload_too_large"
+
+
+class UnsupportedMediaType(ClientError):
+    """The body is not in the media type the endpoint reads (JSON endpoints need
+    `Content-Type: application/json`)."""
+
+    status = 415
+    code = "unsupported_media_type"
+
+
+class MisdirectedRequest(ClientError):
+    """The `Host` header names a host this server does not answer for (`allowed_hosts`)."""
+
+    status = 421
+    code = "invalid_host"
 
 
 class Overloaded(ClientError):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
@@ -28,9 +28,11 @@ from voxserve.api.access_log import AccessLog
 from voxserve.api.auth import RequireKey
 from voxserve.api.deadline import RequestDeadline
 from voxserve.api.errors import error_response
+from voxserve.api.hosts import AllowedHosts
 from voxserve.api.metrics import Metrics, RequestCounter
 from voxserve.api.openapi import openapi_endpoint
 from voxserve.api.playground import playground_routes
+from voxserve.api.request_id import CheckRequestId
 from voxserve.api.schemas import SPEECH_MODELS
 from voxserve.api.speech import speech
 from voxserve.api.transcriptions import ASR_MODELS, transcriptions, translations
@@ -40,7 +42,7 @@ from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import OPENAI_VOICES, TTSEngine
-from voxserve.errors import ClientError, VoxError
+from voxserve.errors import ClientClosed, ClientError, VoxError
 
 if TYPE_CHECKING:
     from voxserve.api.remote import Remote
@@ -114,6 +116,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
     body = {"error": {"message": str(exc.detail), "type": kind, "param": None, "code": code}}
     return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _client_left(request: Request, exc: Exception) -> Response:
+    # A client that closes its connection before its body has arrived is routine, not a
+    # server failure: no traceback; the access log's line (status 499) is the record.
+    log.debug("client left during the request body of %s", request.url.path)
+    return error_response(ClientClosed("the client closed the connection before its request body arrived"))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -263,14 +272,18 @@ def assemble(
     lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]],
     metrics: Callable[[], Metrics | None],
 ) -> Starlette:
-    """The app around `routes`: error rendering, the request deadline, auth, request
-    counting and the access log, the same for one machine and for a Ray front end."""
+    """The app around `routes`: error rendering, the request deadline, auth, the request
+    id check, the Host allow-list, request counting and the access log, the same for one
+    machine and for a Ray front end. A request meets them in this order: access log,
+    counting, Host, request id, auth, deadline; so every refusal is counted and logged,
+    and a refused Host or request id never reaches auth."""
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={
             VoxError: _vox_error,
             HTTPException: _http_error,
+            ClientDisconnect: _client_left,
             Exception: _unexpected,
         },
     )
@@ -278,6 +291,8 @@ def assemble(
     if config.api_key is not None:
         # Added first, so it sits inside RequestCounter and 401s are counted too.
         app.add_middleware(RequireKey, key=config.api_key, protect_metrics=config.metrics_require_key)
+    app.add_middleware(CheckRequestId)
+    app.add_middleware(AllowedHosts, hosts=config.allowed_hosts)
     app.add_middleware(RequestCounter, metrics=metrics)
     app.add_middleware(AccessLog)
     return app

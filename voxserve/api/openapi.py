@@ -151,6 +151,7 @@ _ERRORS = {
     "404": "Unknown model or voice, or the feature is off on this server",
     "408": "The request did not arrive in full within the request timeout",
     "413": "The request body is too large",
+    "415": "The body is not sent as `Content-Type: application/json`",
     "429": "The server is at capacity; retry after `Retry-After` seconds",
     "500": "The server failed",
     "503": "The server is shutting down or has no live worker",
@@ -274,7 +275,7 @@ def _speech_op() -> dict[str, Any]:
                 "headers": headers,
                 "content": {**audio, **sse},
             },
-            **_errors("400", "404", "408", "413", "429", "500", "503", "504"),
+            **_errors("400", "404", "408", "413", "415", "429", "500", "503", "504"),
         },
     }
 

@@ -4,6 +4,13 @@ The handler only awaits: text preparation runs in the text pool, compressed enco
 the audio pool, and inference in the engine's threads. Errors before the first byte are
 raised as typed errors; an error after streaming began ends the body (or sends an SSE
 error event) and is logged.
+
+The body must come as `Content-Type: application/json` (parameters such as
+`; charset=utf-8` are fine); anything else, or no content type, gets 415 before the body
+is read. A web page can send `text/plain` or a form to any server without asking it
+first (a CORS "simple request"), so without this check any site a user visits could make
+a server on their machine speak. The `x-request-id` header has been checked by
+`voxserve.api.request_id` before the handler runs.
 """
 
 from __future__ import annotations
@@ -29,13 +36,14 @@ from voxserve.errors import (
     NotFound,
     PayloadTooLarge,
     ServerError,
+    UnsupportedMediaType,
     VoxError,
 )
 
 if TYPE_CHECKING:
     from voxserve.api.app import AppState
 
-__all__ = ["open_speech", "read_body", "read_speech_request", "speech", "speech_head"]
+__all__ = ["open_speech", "read_body", "read_speech_request", "require_json", "speech", "speech_head"]
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +78,24 @@ async def speech(request: Request) -> StreamResponse:
     return StreamResponse(source, media_type, headers, on_close)
 
 
+def require_json(content_type: str | None) -> None:
+    """Refuse with 415 unless the media type is `application/json`."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        sent = f"Content-Type {media!r}" if media else "no Content-Type"
+        if len(sent) > 80:
+            sent = "another Content-Type"
+        raise UnsupportedMediaType(
+            f"this endpoint reads JSON, and the request has {sent}; "
+            "send the body as JSON with the header 'Content-Type: application/json'",
+            param="content-type",
+        )
+
+
 async def read_speech_request(request: Request, max_chars: int) -> SpeechRequest:
-    """Read and validate the JSON body: 413 past the size limit, 400 for bad fields."""
+    """Read and validate the JSON body: 415 unless it is sent as JSON, 413 past the size
+    limit, 400 for bad fields."""
+    require_json(request.headers.get("content-type"))
     raw = await read_body(request, max(MAX_JSON_BYTES, 8 * max_chars))
     body = validate(SpeechRequest, parse_json_body(raw))
     if len(body.input) > max_chars:
