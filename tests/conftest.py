@@ -18,6 +18,7 @@ import pytest
 import uvicorn
 
 from voxserve.api.app import create_app
+from voxserve.api.server import uvicorn_config
 from voxserve.config import ServerConfig, TTSConfig
 
 
@@ -43,10 +44,8 @@ def run_server(config: ServerConfig | None = None, engine: object | None = None)
     port = _free_port()
     config = replace(config or ServerConfig(), host="127.0.0.1", port=port)
     app = create_app(config, engine)  # type: ignore[arg-type]
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
-                       loop="uvloop", http="httptools", timeout_graceful_shutdown=2)
-    )
+    # The production uvicorn settings (connection limits included), quieter logs.
+    server = uvicorn.Server(uvicorn_config(app, config, log_level="warning", timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + 60

@@ -6,6 +6,7 @@ from __future__ import annotations
 __all__ = [
     "ClientClosed",
     "ClientError",
+    "HeadersTooLarge",
     "InvalidRequest",
     "MisdirectedRequest",
     "NotFound",
@@ -67,6 +68,13 @@ class NotFound(ClientError):
 class PayloadTooLarge(ClientError):
     status = 413
     code = "payload_too_large"
+
+
+class HeadersTooLarge(ClientError):
+    """The request line and headers pass the server's limit on their size or count."""
+
+    status = 431
+    code = "headers_too_large"
 
 
 class UnsupportedMediaType(ClientError):

@@ -42,6 +42,7 @@ from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import OPENAI_VOICES, TTSEngine
+from voxserve.engine.uploads import UploadBudget
 from voxserve.errors import ClientClosed, ClientError, VoxError
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ class AppState:
     """Threads that decode, cut and featurize uploads for the ASR engine."""
     asr_admission: Admission | None = None
     """Transcriptions in progress at once; more wait, then get 429."""
+    uploads: UploadBudget | None = None
+    """Upload bytes read by transcriptions and not decoded yet, all together (429 past it)."""
 
     def new_request_id(self) -> str:
         return f"req_{uuid.uuid4().hex[:20]}"
@@ -206,6 +209,7 @@ async def running_state(
         state.asr_admission = Admission(
             config.asr.max_requests, config.asr.max_queue, config.asr.queue_timeout_s
         )
+        state.uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
         state.metrics.attach_asr(asr.snapshot)
         asr.start()
         warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
@@ -287,7 +291,12 @@ def assemble(
             Exception: _unexpected,
         },
     )
-    app.add_middleware(RequestDeadline, timeout_s=config.request_timeout_s)
+    app.add_middleware(
+        RequestDeadline,
+        timeout_s=config.request_timeout_s,
+        body_idle_timeout_s=config.body_idle_timeout_s,
+        min_body_bytes_per_s=config.min_upload_bytes_per_s,
+    )
     if config.api_key is not None:
         # Added first, so it sits inside RequestCounter and 401s are counted too.
         app.add_middleware(RequireKey, key=config.api_key, protect_metrics=config.metrics_require_key)

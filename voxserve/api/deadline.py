@@ -1,13 +1,24 @@
-"""A per-request deadline (`--request-timeout`): no HTTP request lives longer than it.
+"""Time limits on every HTTP request, as plain ASGI middleware: the request deadline
+(`--request-timeout`) and the pace of request bodies (`--body-idle-timeout`,
+`--min-upload-rate`).
 
-Plain ASGI middleware. When the time is up, the request's task is cancelled, which runs
-the same clean-up as a client that disconnects (admission slots, engine work, queued ASR
-pieces). The answer depends on how far the request got:
+The deadline: no HTTP request lives longer than it. When the time is up, the request's
+task is cancelled, which runs the same clean-up as a client that disconnects (admission
+slots, engine work, queued ASR pieces). The answer depends on how far the request got:
 - its body had not fully arrived (a client uploading too slowly): 408;
 - the response had not started (the server could not finish in time): 504;
 - the response was streaming: it ends without its final chunk, so the client sees a
   truncated body, the same as any other failure after the first byte.
-Both errors are in the OpenAI shape.
+
+The body pace: while the app reads a request body, no wait for the next piece may last
+`body_idle_timeout_s`, and once the body has taken longer than that, its average rate
+must stay at or above `min_body_bytes_per_s`. A body that breaks either rule makes
+`receive()` raise `RequestTimeout`, so the handler unwinds as on any bad input (its
+upload budget share goes back, it never took a slot) and the client gets 408. Every 408
+here carries `connection: close`: the rest of a stalled body is never awaited.
+
+The errors are in the OpenAI shape. Waiting for a request's headers is bounded below
+the app, in the connection protocol (`voxserve.api.connection`).
 """
 
 from __future__ import annotations
@@ -23,6 +34,8 @@ __all__ = ["RequestDeadline"]
 
 log = logging.getLogger(__name__)
 
+_CLOSE = (b"connection", b"close")
+
 
 def _has_body(scope: dict[str, Any]) -> bool:
     for name, value in scope.get("headers", ()):
@@ -34,11 +47,21 @@ def _has_body(scope: dict[str, Any]) -> bool:
 
 
 class RequestDeadline:
-    def __init__(self, app: Any, timeout_s: float):
-        if timeout_s <= 0:
-            raise ValueError("the request timeout must be positive")
+    def __init__(
+        self,
+        app: Any,
+        timeout_s: float,
+        body_idle_timeout_s: float | None = None,
+        min_body_bytes_per_s: float = 0.0,
+    ):
+        if timeout_s <= 0 or (body_idle_timeout_s is not None and body_idle_timeout_s <= 0):
+            raise ValueError("the request and body timeouts must be positive")
+        if min_body_bytes_per_s < 0:
+            raise ValueError("the minimum body rate must be >= 0")
         self.app = app
         self.timeout_s = timeout_s
+        self.body_idle_timeout_s = body_idle_timeout_s
+        self.min_body_bytes_per_s = min_body_bytes_per_s
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -46,18 +69,55 @@ class RequestDeadline:
             return
         body_done = not _has_body(scope)
         started = False
+        too_slow = False  # the body broke its pace: the 408 closes the connection
+        idle_s = self.body_idle_timeout_s
+        min_rate = self.min_body_bytes_per_s
+        loop = asyncio.get_running_loop()
+        began: float | None = None  # when the app first asked for the body
+        received = 0
+
+        def slow(message: str) -> RequestTimeout:
+            nonlocal too_slow
+            too_slow = True
+            log.info("%s: %s", scope.get("path", "?"), message)
+            return RequestTimeout(message)
 
         async def receive_watched() -> Any:
-            nonlocal body_done
-            message = await receive()
-            if message["type"] == "http.request" and not message.get("more_body", False):
-                body_done = True
+            nonlocal body_done, began, received
+            if body_done or idle_s is None:
+                message = await receive()
+            else:
+                if began is None:
+                    began = loop.time()
+                wait = asyncio.timeout(idle_s)
+                try:
+                    async with wait:
+                        message = await receive()
+                except TimeoutError:
+                    if not wait.expired():
+                        raise
+                    raise slow(
+                        f"no byte of the request body arrived for {idle_s:g} s; send the body without pausing"
+                    ) from None
+            if message["type"] == "http.request" and not body_done:
+                if not message.get("more_body", False):
+                    body_done = True
+                elif idle_s is not None and began is not None and min_rate > 0:
+                    received += len(message.get("body", b""))
+                    elapsed = loop.time() - began
+                    if elapsed > idle_s and received < min_rate * elapsed:
+                        raise slow(
+                            f"the request body arrived at {received / elapsed:.0f} bytes/s, below the "
+                            f"minimum of {min_rate:g} bytes/s; send it faster"
+                        )
             return message
 
         async def send_watched(message: dict[str, Any]) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                if too_slow:
+                    message = {**message, "headers": [*message.get("headers", ()), _CLOSE]}
             await send(message)
 
         deadline = asyncio.timeout(self.timeout_s)
@@ -71,12 +131,14 @@ class RequestDeadline:
             if started:
                 log.warning("%s ran past the %g s request timeout; its stream was cut off", path, self.timeout_s)
                 return  # no final chunk: the server closes the connection
+            headers: dict[str, str] = {}
             if not body_done:
                 error: RequestTimeout | TimedOut = RequestTimeout(
                     f"the request body did not arrive within {self.timeout_s:g} s; "
                     "send it faster or in a smaller file"
                 )
+                headers["connection"] = "close"
             else:
                 error = TimedOut(f"the server could not answer within the {self.timeout_s:g} s request timeout")
             log.warning("%s: %s", path, error.message)
-            await error_response(error)(scope, receive, send)
+            await error_response(error, headers)(scope, receive, send)

@@ -8,6 +8,9 @@ the single-machine pipeline (`open_speech`, `open_transcription`) and its errors
 back as the same `VoxError`s, rendered here in the OpenAI shape. Nothing here imports
 Ray, and no model loads in this process.
 
+As on one machine, an upload is read in full, under the upload budget
+(`--max-buffered-upload-mb`, 429 past it), before a replica is asked for a slot.
+
 Every engine response names the replica that served it in `x-voxserve-replica`, and
 `voxserve_replica_requests` counts requests by deployment and replica.
 """
@@ -45,6 +48,7 @@ from voxserve.api.transcriptions import (
 )
 from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
+from voxserve.engine.uploads import UploadBudget
 
 __all__ = [
     "REPLICA_HEADER",
@@ -135,6 +139,8 @@ class RemoteState:
     asr_name: str | None
     metrics: Metrics
     replica_requests: Counter
+    uploads: UploadBudget
+    """Upload bytes read and not yet handed to an ASR replica, all requests together."""
     started_at: float = field(default_factory=time.time)
 
     def new_request_id(self) -> str:
@@ -190,16 +196,22 @@ async def _transcribe(request: Request, task: str) -> Response | StreamResponse:
     if asr is None:
         raise asr_disabled()
     started = time.perf_counter()
-    body, data = await read_upload(request, state.config.asr.max_upload_mb, task)
     request_id = request.headers.get("x-request-id") or state.new_request_id()
-    job = TranscriptionJob(body, data, task, request_id)
-    del data
     headers = {"x-request-id": request_id}
-    if body.stream:
-        stream = await _unless_gone(request, asr.stream(job))
-        state.served("asr", stream.replica, headers)
-        return StreamResponse(stream.body, "text/event-stream", headers)
-    replica, transcript = await _unless_gone(request, asr.transcribe(job))
+    # The whole upload is read, under the upload budget, before a replica is asked for
+    # a slot: a client that stalls mid-upload holds a connection here, never a slot there.
+    lease = state.uploads.lease()
+    try:
+        body, data = await read_upload(request, state.config.asr.max_upload_mb, task, lease)
+        job = TranscriptionJob(body, data, task, request_id)
+        del data
+        if body.stream:
+            stream = await _unless_gone(request, asr.stream(job))
+            state.served("asr", stream.replica, headers)
+            return StreamResponse(stream.body, "text/event-stream", headers)
+        replica, transcript = await _unless_gone(request, asr.transcribe(job))
+    finally:
+        lease.release()  # the replica has the bytes (or the request failed)
     state.served("asr", replica, headers)
     observe(state.metrics, task, body.response_format, transcript.duration, started)
     return render(transcript, body, task, headers)
@@ -243,7 +255,8 @@ def create_remote_app(config: ServerConfig, remote: Remote) -> Starlette:
             ["deployment", "replica"],
             registry=metrics.registry,
         )
-        state = RemoteState(config, remote, catalog, asr_name, metrics, replica_requests)
+        uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
+        state = RemoteState(config, remote, catalog, asr_name, metrics, replica_requests, uploads)
         holder["state"] = state
         app.state.vox = state
         lag = asyncio.create_task(metrics.watch_loop_lag())

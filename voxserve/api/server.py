@@ -10,6 +10,10 @@ threads are joined afterwards, in the app's lifespan.
 uvicorn also re-raises the signal that stopped it once its handlers are removed, which
 for SIGTERM would kill the process (status 143) after a clean shutdown; `Server.run`
 keeps the exit status at 0. Nothing here knows about the engine's internals.
+
+`uvicorn_config` is the one place uvicorn's settings come from: the connection limits
+(`voxserve.api.connection`: header timeout, header size, send stall), `limit_concurrency`
+(connections past it get 503 at once), the listen backlog and the WebSocket message size.
 """
 
 from __future__ import annotations
@@ -19,13 +23,15 @@ import signal
 import socket
 import threading
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 
+from voxserve.api.connection import connection_protocol
 from voxserve.config import ServerConfig
 
-__all__ = ["GRACEFUL_SHUTDOWN_S", "Server", "serve"]
+__all__ = ["GRACEFUL_SHUTDOWN_S", "Server", "serve", "uvicorn_config"]
 
 log = logging.getLogger(__name__)
 
@@ -68,21 +74,31 @@ class Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def uvicorn_config(app: Starlette, config: ServerConfig, **overrides: Any) -> uvicorn.Config:
+    """uvicorn's settings for `app` under `config`: the connection protocol with the
+    header and send-stall limits, the concurrency limit, the listen backlog and the
+    WebSocket message size. `serve` uses it, and so do the tests, so that they run the
+    production settings; `overrides` replaces single settings (log level, say)."""
+    settings: dict[str, Any] = {
+        "host": config.host,
+        "port": config.port,
+        "log_level": config.log_level,
+        "loop": "uvloop",
+        "http": connection_protocol(config),
+        "lifespan": "on",
+        "limit_concurrency": config.limit_concurrency,
+        "backlog": config.backlog,
+        "ws_max_size": config.ws.max_message_bytes,
+        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
+        "access_log": False,
+    }
+    settings.update(overrides)
+    return uvicorn.Config(app, **settings)
+
+
 def serve(app: Starlette, config: ServerConfig, access_log: bool = False) -> bool:
     """Serve `app` until SIGINT or SIGTERM; returns once it has shut down, False if it
     never started (a port in use, a failed start-up)."""
-    server = Server(
-        uvicorn.Config(
-            app,
-            host=config.host,
-            port=config.port,
-            log_level=config.log_level,
-            loop="uvloop",
-            http="httptools",
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-            access_log=access_log,
-        ),
-        app,
-    )
+    server = Server(uvicorn_config(app, config, access_log=access_log), app)
     server.run()
     return server.started

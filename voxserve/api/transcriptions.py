@@ -1,9 +1,14 @@
 """`POST /v1/audio/transcriptions` and `/v1/audio/translations` (OpenAI, multipart).
 
-The handler reads the form with a byte limit enforced while reading (413 without taking
-the rest), validates, then hands the upload to the shared transcription pipeline: decode
-and cut in the audio pool, batched decoding in the ASR engine. It only awaits. A client
-that goes away drops the request's queued pieces. Streaming (`stream=true`) sends a
+The handler reads the whole form first, with two limits enforced while reading: the
+request's own size (413 without taking the rest) and the upload budget shared by every
+upload not decoded yet (`--max-buffered-upload-mb`, 429 with Retry-After). Only then does
+it wait for a transcription slot (`--asr-max-requests`), so a client that stalls
+mid-upload costs a connection and its share of the budget until the body timeout
+(`voxserve.api.deadline`), never a slot. With the slot, it hands the upload to the shared
+transcription pipeline: decode and cut in the audio pool (the upload's bytes then go back
+to the budget), batched decoding in the ASR engine. It only awaits. A client that goes
+away drops the request's queued pieces. Streaming (`stream=true`) sends a
 `transcript.text.delta` SSE event as each piece finishes, in order, then
 `transcript.text.done`.
 """
@@ -26,9 +31,11 @@ from voxserve.api.formats import CONTENT_TYPES, as_json, as_srt, as_text, as_ver
 from voxserve.api.metrics import Metrics
 from voxserve.api.schemas import validate
 from voxserve.api.streaming import StreamResponse, unless_gone, until_disconnect
+from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine, TranscribeOptions
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.transcribe import Transcript, Transcription, start_transcription
+from voxserve.engine.uploads import UploadLease
 from voxserve.errors import (
     InvalidRequest,
     NotFound,
@@ -100,10 +107,10 @@ async def _serve(request: Request, task: str) -> Response | StreamResponse:
     admission = state.asr_admission
     assert admission is not None
     started = time.perf_counter()
-    # Admit before reading the upload: waiting requests hold no memory, only a socket.
-    await admission.acquire()
+    request_id = request.headers.get("x-request-id") or state.new_request_id()
+    body, transcription = await _admit_and_open(request, state, engine, admission, task, request_id)
     try:
-        response = await _transcribe(request, state, engine, task, started)
+        response = await _respond(request, state, body, transcription, task, request_id, started)
     except BaseException:
         admission.release()
         raise
@@ -121,15 +128,41 @@ async def _serve(request: Request, task: str) -> Response | StreamResponse:
     return response
 
 
-async def _transcribe(
-    request: Request, state: AppState, engine: ASREngine, task: str, started: float
+async def _admit_and_open(
+    request: Request, state: AppState, engine: ASREngine, admission: Admission, task: str, request_id: str
+) -> tuple[TranscriptionForm, Transcription]:
+    """Read the upload under the upload budget, then take a transcription slot and decode.
+
+    The slot comes after the body: a client that stalls mid-upload holds its connection
+    and its share of the budget until the body timeout, never a slot. The upload's bytes
+    go back to the budget once decoded. Returns holding the slot."""
+    assert state.uploads is not None
+    admission.refuse_if_full()  # a request that would be refused now skips its upload
+    lease = state.uploads.lease()
+    try:
+        body, data = await read_upload(request, state.config.asr.max_upload_mb, task, lease)
+        await unless_gone(admission.acquire(), until_disconnect(request), "client disconnected while queued")
+        try:
+            pool = state.asr_pool
+            assert pool is not None
+            transcription = await open_transcription(engine, pool, body, data, task, request_id)
+        except BaseException:
+            admission.release()
+            raise
+    finally:
+        lease.release()
+    return body, transcription
+
+
+async def _respond(
+    request: Request,
+    state: AppState,
+    body: TranscriptionForm,
+    transcription: Transcription,
+    task: str,
+    request_id: str,
+    started: float,
 ) -> Response | StreamResponse:
-    body, data = await read_upload(request, state.config.asr.max_upload_mb, task)
-    request_id = request.headers.get("x-request-id") or state.new_request_id()
-    pool = state.asr_pool
-    assert pool is not None
-    transcription = await open_transcription(engine, pool, body, data, task, request_id)
-    del data
     headers = {"x-request-id": request_id}
     if body.stream:
         events = sse_events(state.metrics, transcription, started)
@@ -139,9 +172,13 @@ async def _transcribe(
     return render(transcript, body, task, headers)
 
 
-async def read_upload(request: Request, max_upload_mb: float, task: str) -> tuple[TranscriptionForm, bytes]:
-    """Read and validate the multipart form: its fields and the uploaded file's bytes."""
-    form = await _read_form(request, int(max_upload_mb * 1024 * 1024))
+async def read_upload(
+    request: Request, max_upload_mb: float, task: str, lease: UploadLease | None = None
+) -> tuple[TranscriptionForm, bytes]:
+    """Read and validate the multipart form: its fields and the uploaded file's bytes.
+    With `lease`, every piece of the body is taken from the upload budget as it arrives
+    (429 past it); the caller releases the lease."""
+    form = await _read_form(request, int(max_upload_mb * 1024 * 1024), lease)
     try:
         body, upload = _parse(form, task)
         data = await upload.read()
@@ -171,8 +208,9 @@ async def open_transcription(
     return await start_transcription(engine, data, options, pool, request_id)
 
 
-async def _read_form(request: Request, limit: int) -> FormData:
-    """Parse the multipart body, answering 413 as soon as it passes `limit` bytes."""
+async def _read_form(request: Request, limit: int, lease: UploadLease | None) -> FormData:
+    """Parse the multipart body, answering 413 as soon as it passes `limit` bytes and 429
+    as soon as `lease` cannot take the next piece."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body is larger than {limit} bytes; send a smaller file")
@@ -187,9 +225,12 @@ async def _read_form(request: Request, limit: int) -> FormData:
         nonlocal received
         message = await request.receive()
         if message["type"] == "http.request":
-            received += len(message.get("body", b""))
+            size = len(message.get("body", b""))
+            received += size
             if received > limit:
                 raise PayloadTooLarge(f"request body is larger than {limit} bytes; send a smaller file")
+            if lease is not None:
+                lease.take(size)
         return message
 
     limited = Request(request.scope, receive)
