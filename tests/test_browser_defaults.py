@@ -58,6 +58,11 @@ def _error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
     return dict(error)
 
 
+def _streams_started(srv: RunningServer) -> float:
+    value = srv.state.metrics.registry.get_sample_value("voxserve_tts_streams_started_total")
+    return float(value or 0.0)
+
+
 def _access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "voxserve.access"]
 
@@ -76,15 +81,23 @@ REFUSED_TYPES = [
 
 
 def test_a_json_endpoint_refuses_other_content_types(server: RunningServer) -> None:
-    started = server.state.metrics.streams_started._value.get()
+    started = _streams_started(server)
     for content_type in REFUSED_TYPES:
         headers = {} if content_type is None else {"content-type": content_type}
         r = httpx.post(f"{server.base_url}/v1/audio/speech", content=json.dumps(SPEECH), headers=headers, timeout=30)
         error = _error(r, 415, "unsupported_media_type")
         assert error["param"] == "content-type"
         assert "Content-Type: application/json" in error["message"]
-    assert server.state.metrics.streams_started._value.get() == started  # nothing was spoken
+    assert _streams_started(server) == started  # nothing was spoken
+    # A page that sends JSON must ask first (a CORS preflight), and is never allowed.
+    preflight = httpx.options(
+        f"{server.base_url}/v1/audio/speech",
+        headers={"origin": "https://evil.example", "access-control-request-method": "POST",
+                 "access-control-request-headers": "content-type"},
+    )  # fmt: skip
+    assert "access-control-allow-origin" not in preflight.headers
     _others_served(server.base_url)
+    assert _streams_started(server) == started + 1  # the normal request was counted
 
 
 def test_json_with_parameters_and_the_openai_sdk_still_work(server: RunningServer) -> None:
