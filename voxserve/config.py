@@ -260,6 +260,13 @@ class ServerConfig:
             raise ValueError("header, body and send-stall timeouts must be positive")
         if self.min_upload_bytes_per_s < 0 or min(self.limit_concurrency, self.backlog) < 1:
             raise ValueError("min_upload_bytes_per_s >= 0, limit_concurrency and backlog >= 1")
+        for origin in self.allowed_origins:
+            scheme, sep, rest = origin.partition("://")
+            host = rest.rstrip("/")
+            if origin not in ("*", "null") and not (sep and scheme.isalpha() and host and "/" not in host):
+                raise ValueError(
+                    f"allowed origin {origin!r} must be scheme://host[:port] (https://app.example.com), null or *"
+                )
         if self.metrics_require_key and key is None:
             raise ValueError("metrics_require_key needs an API key (--api-key or VOXSERVE_API_KEY)")
 

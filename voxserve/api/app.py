@@ -73,6 +73,8 @@ class AppState:
     """Threads that decode, cut and featurize uploads for the ASR engine."""
     asr_admission: Admission | None = None
     """Transcriptions in progress at once; more wait, then get 429."""
+    ws_open: int = 0
+    """WebSocket sessions open now, on every WebSocket route (`config.ws.max_sessions`)."""
     uploads: UploadBudget | None = None
     """Upload bytes read by transcriptions and not decoded yet, all together (429 past it)."""
 

@@ -25,6 +25,38 @@ segment at a time, in order, and prepares nothing ahead, so a session never hold
 than one stream. Fragments wait in a bounded queue; when it is full the
 server stops reading, and TCP pushes back on the client. A client that leaves mid-stream
 cancels the segment in flight, which drops its engine work.
+
+Limits (`ServerConfig.ws`, `WSConfig`). Each one that ends a session sends an error
+event with the code below first, then closes with the close code:
+
+| limit | default | error code | close |
+|---|---|---|---|
+| open sessions, all WebSocket routes (`max_sessions`) | 64 | `too_many_sessions` | 1013 |
+| message size (`max_message_bytes`) | 64 KiB | `message_too_large` | 1009 |
+| messages per second (`messages_per_s`, bursts of `message_burst`) | 100, 400 | `rate_limited` | 1008 |
+| text waiting to be spoken (`max_pending_chars`) | 16 Ki chars | `pending_text_too_long` | 1008 |
+| no message and nothing to speak (`idle_timeout_s`) | 60 s | `idle_timeout` | 1000 |
+| a client that takes nothing sent to it (`send_timeout_s`) | 15 s | (none: it is gone) | - |
+| any failure that is not a `VoxError` (logged with its traceback) | | `internal_error` | 1011 |
+
+- A message past the rate is not dropped: dropping text would speak a reply with holes
+  in it, so the session ends instead. A client that streams an LLM's tokens one message
+  per token stays far below 100 a second.
+- The pending text counts the segmenter's buffer plus every segment queued or being
+  spoken. With the default limits a client cannot reach it (the reader stops at
+  `MAX_PENDING_SEGMENTS` queued segments of at most `tts.max_segment_chars`), so it
+  guards configurations with larger segments or fragments.
+- The server's own uvicorn refuses an oversized message itself (`ws_max_size`); the
+  handler checks again, so the limit holds under any ASGI server.
+- Splitting runs on the event loop: it is linear in the text (`voxserve.text.incremental`)
+  and a fragment holds at most `tts.max_input_chars` characters, so one message costs at
+  most a millisecond or two.
+
+Whenever the client is gone the session ends within seconds, however much is queued, and
+gives back its stream slot and its place under `max_sessions`: a disconnect is noticed by
+the reader, which keeps one receive pending even while the queue is full (it reads ahead
+at most one message), and by the speaker, whose every send has `send_timeout_s`.
+The `Origin` check (`voxserve.api.origin`) runs before the handshake is accepted.
 """
 
 from __future__ import annotations
@@ -35,21 +67,24 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from voxserve.api.origin import check_origin
 from voxserve.api.schemas import SpeechRequest, VoiceRef, validate
 from voxserve.api.speech import open_speech
+from voxserve.config import WSConfig
 from voxserve.errors import VoxError
 from voxserve.text.incremental import TextSegmenter
 
 if TYPE_CHECKING:
     from voxserve.api.app import AppState
 
-__all__ = ["SessionConfig", "speech_stream"]
+__all__ = ["SessionConfig", "TokenBucket", "message_size", "speech_stream"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +96,8 @@ HOLD_SLOT_S = 2.0
 next clause of the same reply. An LLM at 20 tokens/s writes a clause in well under a
 second, so a reply keeps one slot from its first clause to its last and never queues
 again behind new streams half-way through a sentence."""
+
+Message = MutableMapping[str, Any]
 
 
 class SessionConfig(BaseModel):
@@ -77,6 +114,38 @@ class SessionConfig(BaseModel):
     split: Literal["sentence", "clause"] = "clause"
 
 
+class TokenBucket:
+    """`rate` events a second on average, up to `burst` at once. Pure: the caller passes
+    the time."""
+
+    def __init__(self, rate: float, burst: int, now: float):
+        self.rate = rate
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.stamp = now
+
+    def take(self, now: float) -> bool:
+        """Spend one token; False (and nothing spent) when none is left."""
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
+def message_size(message: Message, limit: int) -> int:
+    """Bytes in a `websocket.receive` message's payload, exact up to `limit` (past it, any
+    number over `limit`), without encoding a text that is plainly small or plainly big."""
+    data = message.get("bytes")
+    if data is not None:
+        return len(data)
+    text = message.get("text") or ""
+    if len(text) > limit or 4 * len(text) <= limit:  # UTF-8 takes 1 to 4 bytes a character
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 @dataclass(frozen=True)
 class _Segment:
     index: int
@@ -89,60 +158,209 @@ class _Marker:
     kind: Literal["flushed", "close"]
 
 
+class _End(Exception):
+    """Ends the session: an error event (when `code` is set), then a close frame."""
+
+    def __init__(self, close_code: int, message: str = "", code: str | None = None):
+        super().__init__(message or f"close {close_code}")
+        self.close_code = close_code
+        self.message = message
+        self.code = code
+
+
+class _Gone(Exception):
+    """The client left, or takes nothing of what is sent to it: nothing more can reach it."""
+
+
+_DISCONNECT: Message = {"type": "websocket.disconnect", "code": 1006}
+
+
 class _Session:
     def __init__(self, state: AppState, ws: WebSocket):
         self.state = state
         self.ws = ws
+        self.limits: WSConfig = state.config.ws
         self.id = f"ws_{uuid.uuid4().hex[:16]}"
         self.config = SessionConfig.model_validate({})
         self.segmenter = self._new_segmenter()
         self.queue: asyncio.Queue[_Segment | _Marker] = asyncio.Queue(MAX_PENDING_SEGMENTS)
         self.count = 0
+        self.ended = "the client left"
+        self._loop = asyncio.get_running_loop()
+        self._bucket = TokenBucket(self.limits.messages_per_s, self.limits.message_burst, self._loop.time())
         self._send_lock = asyncio.Lock()
         self._slot = False
+        self._speaking = False
+        self._unspoken = 0
+        """Characters of the segments queued or being spoken."""
+        self._quiet_since = self._loop.time()
+        self._recv: asyncio.Future[Message] | None = None
+        self._speaker: asyncio.Task[None] | None = None
 
     def _new_segmenter(self) -> TextSegmenter:
         return TextSegmenter(self.config.split, max_chars=self.state.config.tts.max_segment_chars)
 
     # -- sending ---------------------------------------------------------------------------
+    async def _send(self, message: Message) -> None:
+        """Send, or raise _Gone when the client has left or takes nothing for
+        `send_timeout_s` (its TCP window stays shut)."""
+        try:
+            async with asyncio.timeout(self.limits.send_timeout_s):
+                async with self._send_lock:
+                    await self.ws.send(message)
+        except TimeoutError:
+            raise _Gone(f"the client took nothing for {self.limits.send_timeout_s:g} s") from None
+        except (WebSocketDisconnect, RuntimeError, OSError):  # Starlette's and uvicorn's "gone"
+            raise _Gone("the client left") from None
+
     async def send_event(self, event: dict[str, Any]) -> None:
-        async with self._send_lock:
-            await self.ws.send_text(json.dumps(event, separators=(",", ":"), ensure_ascii=False))
+        text = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+        await self._send({"type": "websocket.send", "text": text})
 
     async def send_audio(self, data: bytes) -> None:
-        async with self._send_lock:
-            await self.ws.send_bytes(data)
+        await self._send({"type": "websocket.send", "bytes": data})
 
     async def send_error(self, message: str, code: str, **extra: Any) -> None:
         await self.send_event({"type": "error", "message": message, "code": code, **extra})
 
-    # -- receiving -------------------------------------------------------------------------
+    async def _close(self, code: int, reason: str = "") -> None:
+        await self._send({"type": "websocket.close", "code": code, "reason": reason[:120]})
+
+    # -- the session -----------------------------------------------------------------------
     async def run(self) -> None:
-        speaker = asyncio.create_task(self._speak_all())
-        closing = False
+        self._speaker = asyncio.create_task(self._speak_all())
         try:
-            while not closing:
-                message = await self.ws.receive()
-                if message["type"] == "websocket.disconnect":
-                    return
-                if message.get("bytes") is not None:
-                    await self.send_error(
-                        "binary frames are not accepted; send JSON text messages such as "
-                        '{"type": "input.text", "text": "..."}',
-                        "binary_not_supported",
-                    )
-                    continue
-                closing = await self._handle(message.get("text") or "")
-            await speaker  # session.close: finish what was sent
+            await self._read_all()
+            self.ended = "session.close"
             await self.send_event({"type": "session.done"})
-            await self.ws.close(1000)
-        except (WebSocketDisconnect, RuntimeError, OSError):
-            pass  # the client left; `finally` drops its work
+            await self._close(1000)
+        except _Gone as exc:
+            self.ended = str(exc)
+        except _End as end:
+            self.ended = end.message or f"close {end.close_code}"
+            await self._end(end)
+        except Exception:
+            log.exception("session %s failed", self.id)
+            self.ended = "internal error"
+            await self._end(_End(1011, "the session failed on the server; see its log", "internal_error"))
         finally:
-            if not speaker.done():
-                speaker.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await speaker
+            await self._stop_speaker()
+            if self._recv is not None:
+                self._recv.cancel()
+
+    async def _end(self, end: _End) -> None:
+        """Tell the client why (the speaker is stopped first, so nothing else is sending)."""
+        await self._stop_speaker()
+        with contextlib.suppress(_Gone):
+            if end.code is not None:
+                await self.send_error(end.message, end.code)
+            await self._close(end.close_code, end.code or "")
+
+    async def _stop_speaker(self) -> None:
+        speaker = self._speaker
+        if speaker is not None and not speaker.done():
+            speaker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await speaker
+
+    def _speaker_failed(self) -> None:
+        """The speaker ended while the session reads: re-raise why (its exception)."""
+        assert self._speaker is not None
+        self._speaker.result()
+        raise RuntimeError("the speaker stopped before session.close")
+
+    # -- receiving -------------------------------------------------------------------------
+    async def _receive(self) -> Message:
+        try:
+            return await self.ws.receive()
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            return _DISCONNECT
+
+    def _receiving(self) -> asyncio.Future[Message]:
+        if self._recv is None:
+            self._recv = asyncio.ensure_future(self._receive())
+        return self._recv
+
+    def _take_received(self) -> Message:
+        assert self._recv is not None and self._recv.done()
+        message = self._recv.result()
+        self._recv = None
+        if message["type"] == "websocket.disconnect":
+            raise _Gone("the client left")
+        self._quiet_since = self._loop.time()
+        return message
+
+    def _busy(self) -> bool:
+        return self._speaking or not self.queue.empty()
+
+    async def _next_message(self) -> Message:
+        """The next message; ends the session when the client leaves, when the speaker
+        fails, or after `idle_timeout_s` with no message and nothing to speak."""
+        assert self._speaker is not None
+        idle = self.limits.idle_timeout_s
+        while True:
+            recv = self._receiving()
+            timeout = idle if self._busy() else max(0.0, self._quiet_since + idle - self._loop.time())
+            waiting: set[asyncio.Future[Any]] = {recv, self._speaker}
+            await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if recv.done():
+                message = self._take_received()
+                self._check(message)
+                return message
+            if self._speaker.done():
+                self._speaker_failed()
+            if not self._busy() and self._loop.time() - self._quiet_since >= idle:
+                raise _End(
+                    1000,
+                    f"no message for {idle:g} s and nothing to speak; open a new session when there is more",
+                    "idle_timeout",
+                )
+
+    def _check(self, message: Message) -> None:
+        """The message-size and message-rate limits."""
+        limit = self.limits.max_message_bytes
+        size = message_size(message, limit)
+        if size > limit:
+            raise _End(1009, f"a message may hold at most {limit} bytes; this one has {size}", "message_too_large")
+        if not self._bucket.take(self._loop.time()):
+            raise _End(
+                1008,
+                f"more than {self.limits.messages_per_s:g} messages a second (bursts up to "
+                f"{self.limits.message_burst}); send larger fragments, less often",
+                "rate_limited",
+            )
+
+    async def _read_all(self) -> None:
+        """Read and act on messages until `session.close` has been spoken."""
+        while True:
+            message = await self._next_message()
+            if message.get("bytes") is not None:
+                await self.send_error(
+                    "binary frames are not accepted; send JSON text messages such as "
+                    '{"type": "input.text", "text": "..."}',
+                    "binary_not_supported",
+                )
+                continue
+            try:
+                closing = await self._handle(message.get("text") or "")
+            except VoxError as exc:
+                await self.send_error(exc.message, exc.code or "error", param=exc.param)
+                continue
+            if closing:
+                break
+        await self._finish_speaking()
+
+    async def _finish_speaking(self) -> None:
+        """After `session.close`: wait for the speaker, still noticing a client that leaves
+        (later messages count against the limits and are otherwise ignored)."""
+        assert self._speaker is not None
+        while not self._speaker.done():
+            recv = self._receiving()
+            waiting: set[asyncio.Future[Any]] = {recv, self._speaker}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if recv.done():
+                self._check(self._take_received())
+        self._speaker.result()
 
     async def _handle(self, raw: str) -> bool:
         """Act on one text message; True when it closes the session."""
@@ -164,22 +382,19 @@ class _Session:
             if len(text) > limit:
                 await self.send_error(f"a fragment may hold at most {limit} characters", "input_too_long", param="text")
                 return False
-            for piece in self.segmenter.feed(text):
-                await self._enqueue(piece)
+            await self._enqueue_all(self.segmenter.feed(text))
         elif kind == "input.done":
-            for piece in self.segmenter.flush():
-                await self._enqueue(piece)
-            await self.queue.put(_Marker("flushed"))
+            await self._enqueue_all(self.segmenter.flush())
+            await self._put(_Marker("flushed"))
         elif kind == "session.config":
             await self._configure(message)
         elif kind == "session.close":
-            for piece in self.segmenter.flush():
-                await self._enqueue(piece)
-            await self.queue.put(_Marker("close"))
+            await self._enqueue_all(self.segmenter.flush())
+            await self._put(_Marker("close"))
             return True
         else:
             await self.send_error(
-                f"unknown message type {kind!r}; use session.config, input.text, input.done or session.close",
+                f"unknown message type {kind[:100]!r}; use session.config, input.text, input.done or session.close",
                 "unknown_type",
             )
         return False
@@ -202,12 +417,48 @@ class _Session:
             pending = self.segmenter.pending
             self.config = config
             self.segmenter = self._new_segmenter()
-            self.segmenter.feed(pending)
+            await self._enqueue_all(self.segmenter.feed(pending))
         self.config = config
 
-    async def _enqueue(self, text: str) -> None:
-        await self.queue.put(_Segment(self.count, text, self.config))
-        self.count += 1
+    async def _enqueue_all(self, pieces: list[str]) -> None:
+        """Queue segments, after checking the session's pending-text cap."""
+        limit = self.limits.max_pending_chars
+        pending = self.segmenter.pending_chars + self._unspoken + sum(len(p) for p in pieces)
+        if pending > limit:
+            raise _End(
+                1008,
+                f"{pending} characters are waiting to be spoken and a session may have at most {limit}; "
+                "send text no faster than it is spoken",
+                "pending_text_too_long",
+            )
+        for piece in pieces:
+            self._unspoken += len(piece)
+            await self._put(_Segment(self.count, piece, self.config))
+            self.count += 1
+
+    async def _put(self, item: _Segment | _Marker) -> None:
+        """Queue an item, waiting while the queue is full (the server reads no more then,
+        and TCP pushes back on the client). Meanwhile one receive stays pending, so a
+        client that leaves is noticed; a message that arrives is kept for later."""
+        if not self.queue.full():
+            self.queue.put_nowait(item)
+            return
+        assert self._speaker is not None
+        putter = asyncio.ensure_future(self.queue.put(item))
+        try:
+            while not putter.done():
+                recv = self._receiving()
+                waiting: set[asyncio.Future[Any]] = {putter, self._speaker}
+                if not recv.done():
+                    waiting.add(recv)
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if recv.done() and recv.result()["type"] == "websocket.disconnect":
+                    raise _Gone("the client left")
+                if self._speaker.done() and not putter.done():
+                    self._speaker_failed()
+        finally:
+            if not putter.done():
+                putter.cancel()
 
     # -- speaking --------------------------------------------------------------------------
     async def _speak_all(self) -> None:
@@ -219,7 +470,13 @@ class _Session:
                         return
                     await self.send_event({"type": "input.flushed"})
                     continue
-                await self._speak(item)
+                self._speaking = True
+                try:
+                    await self._speak(item)
+                finally:
+                    self._speaking = False
+                    self._unspoken -= len(item.text)
+                    self._quiet_since = self._loop.time()
         finally:
             self._release()
 
@@ -283,14 +540,45 @@ class _Session:
         await self.send_event({"type": "audio.done", "segment": segment.index})
 
 
+async def _refuse_busy(state: AppState, ws: WebSocket) -> None:
+    """Past `max_sessions`: accept, say why, close with 1013 (try again later)."""
+    limit = state.config.ws.max_sessions
+    log.warning("refused a WebSocket session: %d are open, the limit is %d", state.ws_open, limit)
+    event = {
+        "type": "error",
+        "code": "too_many_sessions",
+        "message": f"the server has {limit} sessions open, its limit; try again later",
+    }
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(state.config.ws.send_timeout_s):
+            await ws.accept()
+            await ws.send_text(json.dumps(event))
+            await ws.close(1013, "too many sessions")
+
+
 async def speech_stream(ws: WebSocket) -> None:
     state: AppState = ws.app.state.vox
-    await ws.accept()
-    session = _Session(state, ws)
+    if not await check_origin(ws, state.config.allowed_origins):
+        return
+    if state.ws_open >= state.config.ws.max_sessions:
+        await _refuse_busy(state, ws)
+        return
+    state.ws_open += 1  # counted before the first await, so the check above cannot race
     state.metrics.ws_sessions.inc()
     started = time.perf_counter()
+    session: _Session | None = None
     try:
-        await session.run()
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(state.config.ws.send_timeout_s):
+                await ws.accept()
+                session = _Session(state, ws)
+        if session is not None:
+            await session.run()
     finally:
+        state.ws_open -= 1
         state.metrics.ws_sessions.dec()
-        log.info("session %s ended after %.1f s, %d segments", session.id, time.perf_counter() - started, session.count)
+        if session is not None:
+            log.info(
+                "session %s ended after %.1f s, %d segments: %s",
+                session.id, time.perf_counter() - started, session.count, session.ended,
+            )
