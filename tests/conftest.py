@@ -40,10 +40,14 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def run_server(config: ServerConfig | None = None, engine: object | None = None) -> Iterator[RunningServer]:
+def run_server(
+    config: ServerConfig | None = None, engine: object | None = None, remote: object | None = None
+) -> Iterator[RunningServer]:
+    """A server on a free loopback port; with `remote` (`voxserve.api.remote.Remote`), a
+    Ray-style front end whose engines are the given backends."""
     port = _free_port()
     config = replace(config or ServerConfig(), host="127.0.0.1", port=port)
-    app = create_app(config, engine)  # type: ignore[arg-type]
+    app = create_app(config, engine, remote)  # type: ignore[arg-type]
     # The production uvicorn settings (connection limits included), quieter logs.
     server = uvicorn.Server(uvicorn_config(app, config, log_level="warning", timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)

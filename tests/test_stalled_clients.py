@@ -1,7 +1,8 @@
 """A stalled client costs a connection, never a slot (issue 11, finding 5), each test shaped
 as the attack: stalled and slow-drip uploads, uploads past the upload budget, half-sent
 headers, a speech client that stops reading, and more connections than the server
-serves. Each one also checks that other clients are served meanwhile.
+serves; and the Ray front end, which must read an upload before it asks a replica for a
+slot. Each one also checks that other clients are served meanwhile.
 
 One small server for the module, with short timeouts so that the attacks end quickly."""
 
@@ -13,13 +14,16 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import httpx
 import pytest
 
 from tests.asr_support import SHORT, speak_pcm, wav_bytes
 from tests.conftest import RunningServer, run_server, wait_for
+from voxserve.api.remote import Remote, RemoteStream, SpeechJob, TranscriptionJob, TTSCatalog
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig
+from voxserve.engine.transcribe import Transcript
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -241,3 +245,55 @@ def test_connections_past_limit_concurrency_get_503(srv: RunningServer) -> None:
     wait_for(lambda: len(connections) < LIMIT // 2, timeout=5)
     with httpx.Client(base_url=srv.base_url, timeout=10) as c:
         assert c.get("/health").status_code == 200
+
+
+class _RecordingASR:
+    """The ASR side of a Ray deployment, stubbed at its process boundary: it records what
+    each call received and how many upload bytes the front end held meanwhile."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+        self.app: Any = None
+
+    async def model_name(self) -> str:
+        return "stub-whisper"
+
+    async def transcribe(self, job: TranscriptionJob) -> tuple[str, Transcript]:
+        self.calls.append((len(job.data), self.app.state.vox.uploads.held))
+        return "asr-1", Transcript("hello from the replica", "en", 1.0, [])
+
+    async def stream(self, job: TranscriptionJob) -> RemoteStream:
+        raise AssertionError("not used")
+
+
+class _NoTTS:
+    async def catalog(self) -> TTSCatalog:
+        return TTSCatalog("stub-voice", [])
+
+    async def speech(self, job: SpeechJob) -> RemoteStream:
+        raise AssertionError("not used")
+
+
+def test_ray_front_end_reads_the_upload_before_it_asks_a_replica() -> None:
+    asr = _RecordingASR()
+    config = ServerConfig(asr=replace(ASRConfig(), enabled=False), body_idle_timeout_s=1.0)
+    with run_server(config, remote=Remote(_NoTTS(), asr)) as front:
+        asr.app = front.app
+        uploads = front.state.uploads
+        with socket.create_connection(("127.0.0.1", _port(front))) as stalled:
+            stalled.sendall(_upload_head(200_000) + b"\0" * 5000)
+            wait_for(lambda: uploads.held >= 5000, timeout=5)
+            with httpx.Client(base_url=front.base_url, timeout=10) as c:
+                assert c.get("/health").status_code == 200
+                audio = b"RIFF" + b"\0" * 30_000
+                r = c.post("/v1/audio/transcriptions", files={"file": ("a.wav", audio)}, data={"model": "whisper-1"})
+            assert r.status_code == 200 and r.json()["text"] == "hello from the replica"
+            assert r.headers["x-voxserve-replica"] == "asr-1"
+            # Only the complete upload reached a replica, whole, while its bytes were held.
+            assert len(asr.calls) == 1
+            size, held = asr.calls[0]
+            assert size == len(audio) and held >= 5000 + len(audio)
+            data, _ = _read_all(stalled, timeout=6)
+            assert data.startswith(b"HTTP/1.1 408"), data[:200]
+        wait_for(lambda: uploads.held == 0, timeout=2)
+        assert len(asr.calls) == 1
