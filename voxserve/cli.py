@@ -272,9 +272,13 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger("voxserve").info("API key required on /v1 routes")
     tune_allocator()  # before create_app starts any thread
     if layout is not None:
+        from voxserve.ray.environment import prepare_local  # imports no ray
+
+        # Ray reads its settings when imported: a local instance is set up first.
+        local = prepare_local() if layout.address is None else None
         from voxserve.ray.launcher import serve_on_ray  # imports ray: only on this path
 
-        return serve_on_ray(config, layout)
+        return serve_on_ray(config, layout, local)
     code = 0 if serve(create_app(config), config, access_log=args.access_log) else 3
     if stragglers():
         # A worker is still in a native inference call whose result nobody wants; the

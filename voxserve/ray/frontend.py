@@ -24,6 +24,7 @@ from voxserve.api.remote import Remote, RemoteStream, SpeechJob, TranscriptionJo
 from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.errors import Overloaded, ServerError, Unavailable, VoxError
+from voxserve.ray.loopback import bind_replica_grpc_to_node
 
 __all__ = ["Frontend", "RayASR", "RayTTS", "as_vox_error"]
 
@@ -118,6 +119,7 @@ class Frontend:
     engine deployments (`serve.ingress()` calls `__serve_build_asgi_app__`)."""
 
     def __init__(self, config: ServerConfig, tts: DeploymentHandle, asr: DeploymentHandle | None = None):
+        bind_replica_grpc_to_node()
         self._config = config
         self._remote = Remote(RayTTS(tts), RayASR(asr) if asr is not None else None)
 

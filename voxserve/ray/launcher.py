@@ -5,6 +5,13 @@ bound to `/`), `TTS` and `ASR`. Each deployment has its own replica count or aut
 bounds, and reserves the logical CPUs its inference threads use, so that Ray places
 replicas where there are cores for them. Serve's proxy listens on the server's host
 and port on every node that runs one.
+
+With no address, the local instance is prepared by `voxserve.ray.environment` before
+Ray is imported: every Ray and HAProxy listener on loopback (only the Serve HTTP front
+end on `--host`), token authentication, private sockets. `serve_on_ray` checks the
+node IP and refuses to serve if Ray did not take it. On SIGINT or SIGTERM (also during
+start-up) it stops within `LOCAL_SHUTDOWN_S` plus Ray's own teardown, about 5 s in
+all on the project's 2-core VM, and leaves no Ray or HAProxy process behind.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from types import FrameType
 from typing import Any
 
@@ -21,6 +29,7 @@ from ray import serve
 from ray.serve.deployment import Application
 
 from voxserve.config import RayConfig, Replicas, ServerConfig, default_cores
+from voxserve.ray.environment import LOOPBACK, LocalRuntime
 from voxserve.ray.frontend import Frontend
 from voxserve.ray.replicas import ASRReplica, TTSReplica
 from voxserve.ray.router import HeadroomRouter
@@ -35,7 +44,11 @@ FRONTEND_MAX_REQUESTS = 1024
 CONTROL_CALLS = 8
 """Room per engine replica for small calls (catalog, describe) beside its streams."""
 SHUTDOWN_S = 5.0
-"""How long Serve lets a stopping replica finish its requests."""
+"""How long Serve lets a stopping replica finish its requests on a cluster."""
+LOCAL_SHUTDOWN_S = 2.0
+"""The same on a local instance, where SIGTERM must end the whole process within 10 s."""
+DRAIN_POLL_S = 0.2
+"""How often a stopping replica checks whether its requests are done (Serve's default: 2 s)."""
 
 
 def _scale(replicas: Replicas) -> dict[str, Any]:
@@ -53,6 +66,10 @@ def _scale(replicas: Replicas) -> dict[str, Any]:
 def build_app(config: ServerConfig, layout: RayConfig) -> Application:
     """The `voxserve` application: front end, TTS and (unless ASR is off) ASR deployments."""
     tts, asr = config.tts, config.asr
+    stopping: dict[str, Any] = {
+        "graceful_shutdown_timeout_s": SHUTDOWN_S if layout.address else LOCAL_SHUTDOWN_S,
+        "graceful_shutdown_wait_loop_s": DRAIN_POLL_S,
+    }
     tts_deployment = serve.deployment(
         name="TTS",
         ray_actor_options={"num_cpus": tts.workers},
@@ -63,7 +80,7 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
             "request_router_class": HeadroomRouter,
             "request_routing_stats_period_s": layout.routing_stats_period_s,
         },
-        graceful_shutdown_timeout_s=SHUTDOWN_S,
+        **stopping,
         **_scale(layout.tts),
     )(TTSReplica)
     asr_app = None
@@ -72,7 +89,7 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
             name="ASR",
             ray_actor_options={"num_cpus": asr.workers},
             max_ongoing_requests=asr.max_requests + asr.max_queue + CONTROL_CALLS,
-            graceful_shutdown_timeout_s=SHUTDOWN_S,
+            **stopping,
             **_scale(layout.asr),
         )(ASRReplica)
         asr_app = asr_deployment.bind(config)
@@ -81,7 +98,7 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
         num_replicas=layout.frontend_replicas,
         ray_actor_options={"num_cpus": layout.frontend_cpus},
         max_ongoing_requests=FRONTEND_MAX_REQUESTS,
-        graceful_shutdown_timeout_s=SHUTDOWN_S,
+        **stopping,
     )(serve.ingress()(Frontend))
     return frontend.bind(config, tts_deployment.bind(config), asr_app)
 
@@ -102,42 +119,84 @@ def _cpus_wanted(config: ServerConfig, layout: RayConfig) -> float:
     return wanted
 
 
-def serve_on_ray(config: ServerConfig, layout: RayConfig) -> int:
-    """Connect (or start a local cluster), deploy, and serve until SIGINT or SIGTERM."""
-    local = layout.address is None
-    if local:
-        # One machine: as many logical CPUs as the replicas reserve, so that they all
-        # start, sharing the cores as a single voxserve server's threads would. Ray runs
-        # its workers at nice 15 to favour its own daemons; here the replicas are the
-        # server, so they keep a plain server's priority (unless set otherwise).
-        os.environ.setdefault("RAY_worker_niceness", "0")
-        # HAProxy in place of Serve's Python proxy: it adds 6-7 ms to the first audio
-        # instead of 21-23 ms (docs/BENCHMARKS.md). Ray marks it experimental; set the
-        # variable to 0 for Serve's own proxy.
-        os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
-        ray.init(num_cpus=max(default_cores(), int(_cpus_wanted(config, layout) + 0.999)))
-    else:
-        ray.init(address=layout.address)
+def _start_local(config: ServerConfig, layout: RayConfig, local: LocalRuntime) -> None:
+    # As many logical CPUs as the replicas reserve, so that they all start, sharing the
+    # cores as a single voxserve server's threads would.
+    ray.init(
+        num_cpus=max(default_cores(), int(_cpus_wanted(config, layout) + 0.999)),
+        _node_ip_address=LOOPBACK,
+        include_dashboard=False,
+        _temp_dir=str(local.ray_dir),
+    )
+    node_ip = ray.util.get_node_ip_address()
+    if node_ip != LOOPBACK:
+        raise RuntimeError(
+            f"the local Ray node took address {node_ip}, not {LOOPBACK}: refusing to serve "
+            "(was ray imported before voxserve.ray.environment.prepare_local?)"
+        )
+
+
+def serve_on_ray(config: ServerConfig, layout: RayConfig, local: LocalRuntime | None = None) -> int:
+    """Connect (or start a local cluster), deploy, and serve until SIGINT or SIGTERM.
+
+    A local cluster (`layout.address` None) needs `local`, from
+    `voxserve.ray.environment.prepare_local` called before Ray was imported; it is
+    closed on the way out, after `ray.shutdown()`. A signal during start-up stops the
+    start-up and cleans up the same way.
+    """
+    if layout.address is None and local is None:
+        raise RuntimeError("a local Ray instance needs voxserve.ray.environment.prepare_local() first")
     stop = threading.Event()
+    serving = deploying = False
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
+        if not serving and local is not None:
+            # Mid start-up Ray is in no state to stop gracefully, and the instance is
+            # ours alone: stop every process of it and leave at once.
+            log.info("%s during start-up: stopping the local Ray instance", signal.Signals(signum).name)
+            local.close()
+            logging.shutdown()
+            os._exit(128 + signum)
 
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+    if local is not None:
+        for sig in signals:
+            signal.signal(sig, on_signal)
     try:
+        if local is not None:
+            _start_local(config, layout, local)
+            # ray.init installs Ray's fatal-signal handler, which aborts on SIGTERM.
+            for sig in signals:
+                signal.signal(sig, on_signal)
+        else:
+            ray.init(address=layout.address)
         serve.start(http_options={"host": config.host, "port": config.port})
+        deploying = True
         deploy(config, layout)
+        for sig in signals:
+            signal.signal(sig, on_signal)
+        serving = True
         log.info("voxserve is serving on Ray at http://%s:%d", config.host, config.port)
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        stop.wait()
+    finally:
+        serving = True  # a second signal no longer interrupts the clean-up
+        log.info("stopping the voxserve application")
+        started = time.monotonic()
         try:
-            stop.wait()
+            if local is not None and ray.is_initialized():
+                serve.shutdown()
+            elif deploying:
+                serve.delete(APP_NAME)  # other applications on a shared cluster keep running
         finally:
+            served = time.monotonic()
+            ray.shutdown()
+            if local is not None:
+                stragglers = local.close()
+                if stragglers:
+                    log.warning("stopped %d Ray or HAProxy processes that outlived ray.shutdown", len(stragglers))
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-    finally:
-        log.info("stopping the voxserve application")
-        if local:
-            serve.shutdown()
-        else:
-            serve.delete(APP_NAME)  # other applications on a shared cluster keep running
-        ray.shutdown()
+            log.info("stopped: Serve in %.1f s, Ray in %.1f s", served - started, time.monotonic() - served)
     return 0

@@ -35,6 +35,7 @@ from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.tts import TTSEngine
+from voxserve.ray.loopback import bind_replica_grpc_to_node
 
 __all__ = ["ASRReplica", "TTSReplica", "replica_name"]
 
@@ -57,6 +58,7 @@ class TTSReplica:
     """One TTS engine with its own scheduler, admission and credits."""
 
     async def __init__(self, config: ServerConfig) -> None:  # type: ignore[misc]  # Serve awaits it
+        bind_replica_grpc_to_node()
         config = replace(config, asr=replace(config.asr, enabled=False))
         self._stack = contextlib.AsyncExitStack()
         self.state = await self._stack.enter_async_context(
@@ -111,6 +113,7 @@ class ASRReplica:
     """One ASR engine with its own batcher, audio pool and admission."""
 
     async def __init__(self, config: ServerConfig) -> None:  # type: ignore[misc]  # Serve awaits it
+        bind_replica_grpc_to_node()
         asr = config.asr
         self.engine = ASREngine(asr)
         self.pool = self.engine.audio_pool()
