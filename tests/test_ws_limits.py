@@ -275,6 +275,18 @@ def test_a_message_past_the_size_limit_closes_with_1009(srv: RunningServer) -> N
             ws.send(b"\x00" * (LIMITS.max_message_bytes + 1))
             _, code = _until_closed(ws, timeout=10)
         assert code == 1009
+    # The handler enforces the limit itself, whatever the ASGI server lets through: here
+    # uvicorn's own limit (read for each new connection) is raised for one session.
+    uvicorn_config = srv.server.config
+    uvicorn_limit = uvicorn_config.ws_max_size
+    uvicorn_config.ws_max_size = 1 << 20
+    try:
+        with connect(_url(srv)) as ws:
+            ws.send(json.dumps({"type": "input.text", "text": text + "y"}))
+            events, code = _until_closed(ws, timeout=10)
+    finally:
+        uvicorn_config.ws_max_size = uvicorn_limit
+    assert _errors(events) == ["message_too_large"] and code == 1009
 
 
 def test_a_flood_of_messages_is_rate_limited_with_1008(srv: RunningServer) -> None:

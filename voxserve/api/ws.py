@@ -258,10 +258,12 @@ class _Session:
 
     async def _stop_speaker(self) -> None:
         speaker = self._speaker
-        if speaker is not None and not speaker.done():
+        if speaker is None:
+            return
+        if not speaker.done():
             speaker.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await speaker
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await speaker  # also marks a failure as seen (it was raised, or is moot)
 
     def _speaker_failed(self) -> None:
         """The speaker ended while the session reads: re-raise why (its exception)."""
