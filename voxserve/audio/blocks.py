@@ -61,16 +61,22 @@ class SampleBlocks:
 
     def extend(self, samples: np.ndarray) -> None:
         """Append float32 samples, reserving and allocating new blocks as needed."""
+        n = len(samples)
+        at = self._len - (len(self._blocks) - 1) * self.block
+        if self._blocks and at + n <= self.block:  # the common case: fits in the last block
+            self._blocks[-1][at : at + n] = samples
+            self._len += n
+            return
         taken = 0
-        while taken < len(samples):
+        while taken < n:
             if self._len == self.allocated:
                 self._reserve(self.block)
                 self._blocks.append(np.empty(self.block, dtype=np.float32))
             at = self._len - (len(self._blocks) - 1) * self.block
-            n = min(self.block - at, len(samples) - taken)
-            self._blocks[-1][at : at + n] = samples[taken : taken + n]
-            taken += n
-            self._len += n
+            k = min(self.block - at, n - taken)
+            self._blocks[-1][at : at + k] = samples[taken : taken + k]
+            taken += k
+            self._len += k
 
     def __getitem__(self, key: slice, /) -> np.ndarray:
         if not isinstance(key, slice) or key.step not in (None, 1):

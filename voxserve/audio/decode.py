@@ -153,12 +153,13 @@ def decode_audio(
 
 
 class _Sink:
-    """Checks each decoded chunk and keeps it, up to the limit."""
+    """Keeps decoded chunks up to the limit and checks their range a block at a time."""
 
     def __init__(self, out: SampleBlocks, limit: int, max_seconds: float):
         self.out = out
         self.limit = limit
         self.max_seconds = max_seconds
+        self.checked = 0
 
     def keep(self, samples: np.ndarray, clip: bool = False) -> None:
         if not len(samples):
@@ -168,13 +169,22 @@ class _Sink:
             if not clip:
                 raise _too_long(self.max_seconds)
             samples = samples[:room]
+        self.out.extend(samples)
+        if len(self.out) - self.checked >= self.out.block:
+            self.check()
+
+    def check(self) -> None:
+        """Refuse non-finite or far out-of-range samples among those kept since the last check."""
+        fresh = self.out[self.checked : len(self.out)]
+        self.checked = len(self.out)
+        if not len(fresh):
+            return
         # Two reductions instead of np.abs: no temporary copy. NaN propagates to both.
-        peak = max(-float(samples.min()), float(samples.max()))
+        peak = max(-float(fresh.min()), float(fresh.max()))
         if not np.isfinite(peak):
             raise _undecodable("the audio holds invalid samples")
         if peak > MAX_PEAK:
             raise _undecodable(f"the samples are out of range (over {MAX_PEAK:g} times full scale)")
-        self.out.extend(samples)
 
 
 def _decode_stream(
@@ -211,6 +221,7 @@ def _decode_stream(
         log.warning("audio decoding stopped after %.1f s: %s", len(out) / rate, exc)
     if resampler is not None:
         sink.keep(_resample(np.zeros(0, dtype=np.float32), resampler, True), clip=True)
+    sink.check()
     if not len(out):
         raise _undecodable("the file holds no audio samples")
 
