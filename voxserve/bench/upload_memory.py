@@ -27,6 +27,7 @@ from pathlib import Path
 import av
 import httpx
 import numpy as np
+from av.audio.stream import AudioStream
 
 __all__ = ["WORST_FILES", "UploadPeak", "main", "make_file", "measure"]
 
@@ -36,6 +37,7 @@ def _encode(fmt: str, codec: str, rate: int, seconds: float, bit_rate: int | Non
     buf = io.BytesIO()
     with av.open(buf, "w", format=fmt) as out:
         stream = out.add_stream(codec, rate=rate, layout="mono", format=sample_format)
+        assert isinstance(stream, AudioStream)
         if bit_rate:
             stream.codec_context.bit_rate = bit_rate
         left = int(seconds * rate)
