@@ -13,10 +13,11 @@ below the app, where only the connection can enforce them.
 - **Send stall** (`--send-stall-timeout`). A client that stops reading fills the socket's
   buffers; the transport then pauses writing, and every `send()` of the response waits.
   If writing stays paused that long, the client has read nothing for that long: the
-  connection is aborted (no lingering buffer), and the app sees an ordinary disconnect,
-  so the stream's clean-up runs and its admission slot is freed. This covers every HTTP
+  connection is reset (unsent bytes dropped, nothing lingers in the kernel), and the app
+  sees an ordinary disconnect, so the stream's clean-up runs and its admission slot is
+  freed. This covers every HTTP
   response, streamed or not. The kernel's send buffer is capped (`SEND_BUFFER_BYTES`),
-  so that a stall shows within a few seconds of audio instead of after 4 MB. WebSocket
+  so that a stall shows after a few seconds of audio instead of after 4 MB. WebSocket
   sessions have their own send timeout in the app.
 
 Errors written here, outside the app, still use the OpenAI error shape. Nothing here knows
@@ -30,6 +31,7 @@ import contextlib
 import json
 import logging
 import socket
+import struct
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -44,11 +46,12 @@ MAX_HEAD_BYTES = 64 * 1024
 """Most bytes of request line and headers (names, values and 4 bytes of framing each)."""
 MAX_HEADERS = 128
 """Most header lines in one request."""
-SEND_BUFFER_BYTES = 256 * 1024
+SEND_BUFFER_BYTES = 64 * 1024
 """The kernel's send buffer per connection (Linux doubles it for its own bookkeeping).
-Left to autotuning it grows to 4 MB, about 80 s of 24 kHz PCM, all of which a client
-that stops reading would hold before its stall could even be seen; 256 KiB still
-carries ~20 Mbit/s at 100 ms round trip, far above any audio stream."""
+Left to autotuning it grows to 4 MB, about 80 s of 24 kHz PCM, which a client that
+stops reading would let the server produce (and hold) before its stall could even begin
+to count. 128 KiB in the kernel still carries ~1.3 MB/s at 100 ms round trip, over ten
+times a 48 kHz PCM stream; a response only ever waits for its client."""
 
 
 class _HeadTooLarge(Exception):
@@ -183,8 +186,14 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if not self.flow.write_paused:
             return
         log.info(
-            "%s read nothing of its response for %g s; connection aborted", _peer(self), self.send_stall_timeout_s
+            "%s read nothing of its response for %g s; connection reset", _peer(self), self.send_stall_timeout_s
         )
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            # Linger 0: close with a reset and drop the unsent bytes. A plain close would
+            # leave the kernel holding them, retrying against the client's closed window.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()  # connection_lost follows: the app sees a disconnect
 
     def connection_lost(self, exc: Exception | None) -> None:
