@@ -87,6 +87,9 @@ class MixedSettings:
     hostile_hold_s: float = 60.0
     """How long a hostile client waits for the server to end its attempt before it counts
     the defence as missing."""
+    settle_s: float = 30.0
+    """With hostile clients: how long the server may take, once the load has stopped, to
+    end every session and request they left behind."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,23 @@ async def _sample_resources(session: aiohttp.ClientSession, url: str, start: flo
                     samples.append(ResourceSample(time.perf_counter() - start, values))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval_s)
+
+
+async def _settle(session: aiohttp.ClientSession, url: str, timeout_s: float) -> dict[str, Any]:
+    """Once the load has stopped: poll `/metrics` until no session, stream or request is
+    left open, or `timeout_s` passes. Returns the last figures and how long it took."""
+    started = time.perf_counter()
+    values: dict[str, float] = {}
+    while True:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with session.get(url) as resp:
+                if resp.status == 200:
+                    values = parse_metrics(await resp.text())
+        busy = sum(values.get(k, 1.0) for k in ("ws_sessions", "tts_active", "tts_queued", "asr_active"))
+        waited = time.perf_counter() - started
+        if busy == 0 or waited > timeout_s:
+            return {"after_s": waited, "idle": busy == 0, "values": values}
+        await asyncio.sleep(0.5)
 
 
 def _backoff(retry_after: str | None, rng: random.Random) -> float:
@@ -217,6 +237,7 @@ async def run_mixed(s: MixedSettings) -> dict[str, Any]:
                 if reporter is not None:
                     await reporter
                 probes = prober.stop()
+            settled = await _settle(session, metrics_url, s.settle_s) if s.hostile else None
     speech = summarize_speech(tts_records, wall, s.underrun_threshold_s)
     asr = summarize_transcribe(asr_records, wall)
     return {
@@ -228,6 +249,7 @@ async def run_mixed(s: MixedSettings) -> dict[str, Any]:
         "health": summarize_probes(probes),
         "hostile": summarize_hostile(hostile_records) if s.hostile else None,
         "resources": _resource_summary(samples, s),
+        "settled": settled,
         "samples": [asdict(x) for x in samples],
         "speech_records": [asdict(r) for r in tts_records],
         "transcribe_records": [asdict(r) for r in asr_records],
@@ -289,10 +311,19 @@ def judge_soak(result: dict[str, Any], max_rss_growth: float = 0.05,
     elif rss["growth"] >= max_rss_growth:
         problems.append(f"RSS (window median) grew {rss['growth']:.1%} after warm-up "
                         f"(limit {max_rss_growth:.0%})")
-    for key in ("threads", "open_fds", "ws_sessions"):
+    settled = result.get("settled")
+    for key in ("threads", "open_fds"):
         base, final = res[key]["first_window_max"], res[key]["last_window_max"]
+        if settled is not None:
+            # Hostile clients come and go with their sockets: judge what is left once
+            # the load has stopped and the server has ended what they left open.
+            final = settled["values"].get(key)
         if base is not None and final is not None and final > base:
             problems.append(f"{key} grew from {base:.0f} to {final:.0f}")
+    if settled is not None and not settled["idle"]:
+        left = {k: v for k, v in settled["values"].items()
+                if k in ("ws_sessions", "tts_active", "tts_queued", "asr_active") and v}
+        problems.append(f"{settled['after_s']:.0f} s after the load stopped the server still held {left}")
     if result["health"]["failures"]:
         problems.append(f"{result['health']['failures']:.0f} /health probes failed")
     return problems
@@ -330,6 +361,11 @@ def format_mixed(result: dict[str, Any]) -> str:
         (f"/health: p50 {health.get('p50', 0) * 1e3:.1f} ms p99 {health.get('p99', 0) * 1e3:.1f} ms "
         f"max {health.get('max', 0) * 1e3:.1f} ms, {health['failures']:.0f} failed"),
     ]
+    if result.get("settled"):
+        st = result["settled"]
+        lines.append(f"after the load: {'idle' if st['idle'] else 'NOT idle'} after {st['after_s']:.1f} s; "
+                     f"open fds {st['values'].get('open_fds', float('nan')):.0f}, threads "
+                     f"{st['values'].get('threads', float('nan')):.0f}")
     for kind, h in (result.get("hostile") or {}).items():
         secs = h["seconds"]
         lines.append(f"hostile {kind}: {h['attempts']} attempts, {h['ended_by_server']} ended by the "
