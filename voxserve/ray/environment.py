@@ -11,7 +11,8 @@ A local instance (no cluster address) is one machine serving one user, so:
   single-node switch: the node IP becomes 127.0.0.1, and the GCS, raylet, object manager,
   core workers, dashboard agent, runtime-env agent and metrics exporters bind to it
   instead of every interface. The launcher checks the node IP after `ray.init` and
-  refuses to serve if it is anything else.
+  refuses to serve if it is anything else. Serve's per-replica gRPC server ignores the
+  node IP; `voxserve.ray.loopback` rebinds it.
 - **Token authentication is on** (`RAY_AUTH_MODE=token`, Ray's default for local
   instances since 2.59). A token the user already configured (`RAY_AUTH_TOKEN`,
   `RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`) is used; otherwise a fresh random token
@@ -46,7 +47,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LocalRuntime", "descendants", "prepare_local", "processes_using"]
+__all__ = ["LocalRuntime", "adopt_orphans", "descendants", "prepare_local", "processes_using"]
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +78,9 @@ class LocalRuntime:
         """Stop whatever still runs from this instance, then remove the directory.
 
         `ray.shutdown()` normally stops everything. What it missed is found two ways:
-        every process below this one (`prepare_local` made this process the subreaper
-        of its descendants, so orphans such as a dead actor's HAProxy are still below
-        it), and any process whose command line names a path under `root`. They get
+        every process below this one (`adopt_orphans` made the serving process the
+        subreaper of its descendants, so orphans such as a dead actor's HAProxy are still
+        below it), and any process whose command line names a path under `root`. They get
         SIGTERM, then SIGKILL after `grace_s`. Returns the pids that had to be stopped.
         """
         left = sorted(set(descendants(os.getpid())) | set(processes_using(self.root)))
@@ -110,7 +111,6 @@ def prepare_local(environ: MutableMapping[str, str] | None = None) -> LocalRunti
     the caller passes to `serve_on_ray` and closes after `ray.shutdown()`.
     """
     env = os.environ if environ is None else environ
-    _adopt_orphans()
     root = Path(tempfile.mkdtemp(prefix="vxray-", dir=_short_tmp()))  # mode 0700
     runtime = LocalRuntime(root)
     runtime.ray_dir.mkdir(mode=0o700)
@@ -219,10 +219,13 @@ def descendants(root: int) -> list[int]:
     return [pid for pid in found if _alive(pid)]
 
 
-def _adopt_orphans() -> None:
-    # PR_SET_CHILD_SUBREAPER: a process whose parent dies (an actor's HAProxy when the
-    # actor is killed) is re-parented to this process instead of init, so that
-    # `LocalRuntime.close` still finds it among this process's descendants.
+def adopt_orphans() -> None:
+    """Make this process the subreaper of its descendants (PR_SET_CHILD_SUBREAPER).
+
+    A process whose parent dies (an actor's HAProxy when the actor is killed) is then
+    re-parented to this process instead of init, so `LocalRuntime.close` still finds it.
+    Only for the process that serves: it must reap what it adopts.
+    """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:

@@ -29,7 +29,7 @@ from ray import serve
 from ray.serve.deployment import Application
 
 from voxserve.config import RayConfig, Replicas, ServerConfig, default_cores
-from voxserve.ray.environment import LOOPBACK, LocalRuntime
+from voxserve.ray.environment import LOOPBACK, LocalRuntime, adopt_orphans
 from voxserve.ray.frontend import Frontend
 from voxserve.ray.replicas import ASRReplica, TTSReplica
 from voxserve.ray.router import HeadroomRouter
@@ -120,6 +120,7 @@ def _cpus_wanted(config: ServerConfig, layout: RayConfig) -> float:
 
 
 def _start_local(config: ServerConfig, layout: RayConfig, local: LocalRuntime) -> None:
+    adopt_orphans()  # so that LocalRuntime.close finds whatever Ray leaves behind
     # As many logical CPUs as the replicas reserve, so that they all start, sharing the
     # cores as a single voxserve server's threads would.
     ray.init(
@@ -197,6 +198,6 @@ def serve_on_ray(config: ServerConfig, layout: RayConfig, local: LocalRuntime | 
                 if stragglers:
                     log.warning("stopped %d Ray or HAProxy processes that outlived ray.shutdown", len(stragglers))
             for sig, handler in previous.items():
-                signal.signal(sig, handler)
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
             log.info("stopped: Serve in %.1f s, Ray in %.1f s", served - started, time.monotonic() - served)
     return 0
