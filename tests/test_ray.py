@@ -235,15 +235,18 @@ def test_haproxy_guard_keeps_only_the_front_end(tmp_path: Path) -> None:
     guard = Path(haproxy_guard.__file__)
     # Through the guard, as Serve starts it; `-c` makes the real HAProxy check the result.
     run = subprocess.run(
-        [sys.executable, "-I", str(guard), get_haproxy_binary(), "-c", "-f", str(config)],
+        [sys.executable, "-I", str(guard), "--frontend-host", "0.0.0.0", get_haproxy_binary(),
+         "-c", "-f", str(config)],
         capture_output=True, text=True, timeout=30, check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     text = config.read_text()
     assert "9101" not in text and "8404" not in text and "prometheus" not in text
     assert f"stats socket {tmp_path}/admin.sock mode 600 level admin" in text
-    assert "bind 127.0.0.1:" in text and "backend default_backend" in text
-    assert haproxy_guard.private_config(text) == text
+    # Serve was told 127.0.0.1; the client frontend alone moves to the user's host.
+    assert "bind *:" in text and "127.0.0.1:" not in text.split("frontend http_frontend")[1]
+    assert "backend default_backend" in text
+    assert haproxy_guard.private_config(text, "0.0.0.0") == text
     # Without a config to check, it refuses to start HAProxy at all.
     run = subprocess.run([sys.executable, "-I", str(guard), get_haproxy_binary(), "-v"],
                          capture_output=True, text=True, timeout=30, check=False)
@@ -255,8 +258,9 @@ def test_local_environment_is_loopback_authenticated_and_private(
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token
     env: dict[str, str] = {}
-    local = prepare_local(env)
+    local = prepare_local("0.0.0.0", env)
     try:
+        assert local.serve_host == "127.0.0.1"  # HAProxy alone listens on 0.0.0.0
         assert env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
         assert env["RAY_AUTH_MODE"] == "token" and len(env["RAY_AUTH_TOKEN"]) == 64
         assert stat.S_IMODE(local.root.stat().st_mode) == 0o700
@@ -264,11 +268,13 @@ def test_local_environment_is_loopback_authenticated_and_private(
             assert Path(env[f"RAY_SERVE_HAPROXY_{name}"]).is_relative_to(local.root), name
         assert os.access(env["RAY_SERVE_HAPROXY_BINARY_PATH"], os.X_OK)
         # A token the user configured is Ray's to find; an explicit opt-out is respected.
-        other = prepare_local(mine := {"RAY_AUTH_TOKEN_PATH": "/etc/ray-token"})
-        other.close()
+        mine = {"RAY_AUTH_TOKEN_PATH": "/etc/ray-token"}
+        prepare_local("127.0.0.1", mine).close()
         assert "RAY_AUTH_TOKEN" not in mine and mine["RAY_AUTH_MODE"] == "token"
-        other = prepare_local(off := {"RAY_AUTH_MODE": "disabled"})
-        other.close()
+        off = {"RAY_AUTH_MODE": "disabled", "RAY_SERVE_ENABLE_HA_PROXY": "0"}
+        without_haproxy = prepare_local("0.0.0.0", off)
+        without_haproxy.close()
+        assert without_haproxy.serve_host == "0.0.0.0"  # Serve's own proxy listens there
         assert "RAY_AUTH_TOKEN" not in off
     finally:
         local.close()

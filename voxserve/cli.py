@@ -275,7 +275,7 @@ def _serve(args: argparse.Namespace) -> int:
         from voxserve.ray.environment import prepare_local  # imports no ray
 
         # Ray reads its settings when imported: a local instance is set up first.
-        local = prepare_local() if layout.address is None else None
+        local = prepare_local(config.host) if layout.address is None else None
         from voxserve.ray.launcher import serve_on_ray  # imports ray: only on this path
 
         return serve_on_ray(config, layout, local)

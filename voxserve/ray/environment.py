@@ -21,8 +21,10 @@ A local instance (no cluster address) is one machine serving one user, so:
 - **Ray's and HAProxy's files are private.** One 0700 directory holds Ray's session
   (sockets, logs) and HAProxy's config, admin socket, state and logs.
 - **HAProxy is started through `voxserve.ray.haproxy_guard`**, which drops the stats page
-  and Prometheus endpoint that Ray's template binds on every interface, and makes the
-  admin socket mode 0600. The Serve HTTP front end stays on `--host`.
+  and Prometheus endpoint that Ray's template binds on every interface, makes the
+  admin socket mode 0600, and binds the client frontend to `--host`. Serve itself is
+  told 127.0.0.1, so its fallback proxy and each ingress replica's direct HTTP port
+  (which follow Serve's host) stay on loopback: only HAProxy listens on `--host`.
 - **Shutdown is prompt.** Ray Serve holds an ingress replica open for 30 s on shutdown
   so that an external load balancer can deregister it; on one machine there is none.
 
@@ -63,6 +65,9 @@ class LocalRuntime:
 
     root: Path
     """0700 directory owned by this user; removed by `close`."""
+    serve_host: str
+    """The host to give Serve's `http_options`: 127.0.0.1 when HAProxy fronts Serve
+    (the guard binds HAProxy to the user's host), else the user's host."""
 
     @property
     def ray_dir(self) -> Path:
@@ -104,15 +109,19 @@ class LocalRuntime:
         return left
 
 
-def prepare_local(environ: MutableMapping[str, str] | None = None) -> LocalRuntime:
-    """Set the environment for a loopback-only, authenticated local Ray instance.
+def prepare_local(host: str, environ: MutableMapping[str, str] | None = None) -> LocalRuntime:
+    """Set the environment for a loopback-only, authenticated local Ray instance whose
+    HTTP front end listens on `host`.
 
     Call before anything imports `ray`. Returns the private runtime directory, which
     the caller passes to `serve_on_ray` and closes after `ray.shutdown()`.
     """
     env = os.environ if environ is None else environ
     root = Path(tempfile.mkdtemp(prefix="vxray-", dir=_short_tmp()))  # mode 0700
-    runtime = LocalRuntime(root)
+    # HAProxy in place of Serve's Python proxy: it adds 6-7 ms to the first audio
+    # instead of 21-23 ms (docs/BENCHMARKS.md). Set it to 0 for Serve's own proxy.
+    haproxy = env.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1") == "1"
+    runtime = LocalRuntime(root, LOOPBACK if haproxy else host)
     runtime.ray_dir.mkdir(mode=0o700)
     runtime.haproxy_dir.mkdir(mode=0o700)
 
@@ -120,9 +129,6 @@ def prepare_local(environ: MutableMapping[str, str] | None = None) -> LocalRunti
     _token_auth(env)
     # The replicas are the server: they keep a plain server's priority, not Ray's nice 15.
     env.setdefault("RAY_worker_niceness", "0")
-    # HAProxy in place of Serve's Python proxy: it adds 6-7 ms to the first audio
-    # instead of 21-23 ms (docs/BENCHMARKS.md). Set it to 0 for Serve's own proxy.
-    env.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
     # No external load balancer has to deregister a replica on one machine.
     env.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "0")
 
@@ -132,7 +138,8 @@ def prepare_local(environ: MutableMapping[str, str] | None = None) -> LocalRunti
     env["RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH"] = str(hap / "metrics.sock")
     env["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"] = str(hap)
     env["RAY_SERVE_HAPROXY_SERVER_STATE_FILE"] = str(hap / "server-state")
-    env["RAY_SERVE_HAPROXY_BINARY_PATH"] = str(_guard_script(hap, _real_haproxy(env)))
+    if haproxy:
+        env["RAY_SERVE_HAPROXY_BINARY_PATH"] = str(_guard_script(hap, _real_haproxy(env), host))
     return runtime
 
 
@@ -172,10 +179,11 @@ def _real_haproxy(env: MutableMapping[str, str]) -> str:
     return get_haproxy_binary()
 
 
-def _guard_script(where: Path, real: str) -> Path:
+def _guard_script(where: Path, real: str, host: str) -> Path:
     """An executable that Serve runs as its HAProxy binary: the guard, then the real one."""
     script = where / "haproxy"
-    command = " ".join(shlex.quote(part) for part in (sys.executable, "-I", str(GUARD), real))
+    parts = (sys.executable, "-I", str(GUARD), "--frontend-host", host, real)
+    command = " ".join(shlex.quote(part) for part in parts)
     script.write_text(f'#!/bin/sh\nexec {command} "$@"\n')
     script.chmod(stat.S_IRWXU)
     return script

@@ -17,7 +17,6 @@ all on the project's 2-core VM, and leaves no Ray or HAProxy process behind.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
@@ -27,6 +26,7 @@ from typing import Any
 import ray
 from ray import serve
 from ray.serve.deployment import Application
+from ray.serve.schema import ApplicationStatus
 
 from voxserve.config import RayConfig, Replicas, ServerConfig, default_cores
 from voxserve.ray.environment import LOOPBACK, LocalRuntime, adopt_orphans
@@ -48,6 +48,8 @@ SHUTDOWN_S = 5.0
 LOCAL_SHUTDOWN_S = 2.0
 """The same on a local instance, where SIGTERM must end the whole process within 10 s."""
 DRAIN_POLL_S = 0.2
+DEPLOY_POLL_S = 0.2
+"""How often a local start-up checks whether the application runs (or a signal came)."""
 """How often a stopping replica checks whether its requests are done (Serve's default: 2 s)."""
 
 
@@ -103,10 +105,27 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
     return frontend.bind(config, tts_deployment.bind(config), asr_app)
 
 
-def deploy(config: ServerConfig, layout: RayConfig) -> None:
-    """Deploy (or update) the application on the connected cluster; returns once every
-    deployment is running. Serve must already be started with the HTTP options."""
-    serve.run(build_app(config, layout), name=APP_NAME, route_prefix="/", blocking=False)
+def deploy(config: ServerConfig, layout: RayConfig, stop: threading.Event | None = None) -> bool:
+    """Deploy (or update) the application on the connected cluster. Serve must already
+    be started with the HTTP options.
+
+    Without `stop`, returns once every deployment is running. With it, returns as soon
+    as `stop` is set as well: False if it was set before the application ran.
+    """
+    if stop is None:
+        serve.run(build_app(config, layout), name=APP_NAME, route_prefix="/", blocking=False)
+        return True
+    target = serve.RunTarget(target=build_app(config, layout), name=APP_NAME, route_prefix="/")
+    serve.run_many([target], wait_for_applications_running=False)
+    while not stop.wait(DEPLOY_POLL_S):
+        app = serve.status().applications.get(APP_NAME)
+        if app is None:
+            continue
+        if app.status == ApplicationStatus.RUNNING:
+            return True
+        if app.status == ApplicationStatus.DEPLOY_FAILED:
+            raise RuntimeError(f"deploying {APP_NAME} failed: {app.message}")
+    return False
 
 
 def _cpus_wanted(config: ServerConfig, layout: RayConfig) -> float:
@@ -142,27 +161,21 @@ def serve_on_ray(config: ServerConfig, layout: RayConfig, local: LocalRuntime | 
 
     A local cluster (`layout.address` None) needs `local`, from
     `voxserve.ray.environment.prepare_local` called before Ray was imported; it is
-    closed on the way out, after `ray.shutdown()`. A signal during start-up stops the
-    start-up and cleans up the same way.
+    closed on the way out, after `ray.shutdown()`. A signal during a local start-up
+    ends it after the step under way (`ray.init`, `serve.start`, or within
+    `DEPLOY_POLL_S` while the application deploys) and cleans up the same way.
     """
     if layout.address is None and local is None:
         raise RuntimeError("a local Ray instance needs voxserve.ray.environment.prepare_local() first")
     stop = threading.Event()
-    serving = deploying = False
+    deploying = False
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
-        if not serving and local is not None:
-            # Mid start-up Ray is in no state to stop gracefully, and the instance is
-            # ours alone: stop every process of it and leave at once.
-            log.info("%s during start-up: stopping the local Ray instance", signal.Signals(signum).name)
-            local.close()
-            logging.shutdown()
-            os._exit(128 + signum)
 
     signals = (signal.SIGINT, signal.SIGTERM)
     previous = {sig: signal.getsignal(sig) for sig in signals}
-    if local is not None:
+    if local is not None:  # a signal during start-up stops it at the next step
         for sig in signals:
             signal.signal(sig, on_signal)
     try:
@@ -173,16 +186,18 @@ def serve_on_ray(config: ServerConfig, layout: RayConfig, local: LocalRuntime | 
                 signal.signal(sig, on_signal)
         else:
             ray.init(address=layout.address)
-        serve.start(http_options={"host": config.host, "port": config.port})
-        deploying = True
-        deploy(config, layout)
-        for sig in signals:
-            signal.signal(sig, on_signal)
-        serving = True
-        log.info("voxserve is serving on Ray at http://%s:%d", config.host, config.port)
+        if not stop.is_set():
+            host = config.host if local is None else local.serve_host
+            serve.start(http_options={"host": host, "port": config.port})
+        if not stop.is_set():
+            deploying = True
+            running = deploy(config, layout, stop if local is not None else None)
+            for sig in signals:
+                signal.signal(sig, on_signal)
+            if running:
+                log.info("voxserve is serving on Ray at http://%s:%d", config.host, config.port)
         stop.wait()
     finally:
-        serving = True  # a second signal no longer interrupts the clean-up
         log.info("stopping the voxserve application")
         started = time.monotonic()
         try:
