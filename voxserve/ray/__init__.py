@@ -6,6 +6,11 @@ ingress; `TTS` replicas, each running the single-machine TTS engine with its own
 scheduler, admission and credits; and `ASR` replicas with the single-machine ASR engine.
 `router` sends each new stream to the TTS replica with the most headroom.
 
+A local instance (no cluster address) is prepared by `environment` before Ray is
+imported: every Ray listener on loopback (`loopback` rebinds the one Serve hard-codes),
+token authentication, a private runtime directory, and HAProxy started through
+`haproxy_guard` so that only voxserve's HTTP port listens on `--host`.
+
 Only `voxserve serve --ray` imports this package, so `ray` stays an optional dependency
 (`pip install -e .[ray]`). See docs/SCALING.md.
 """
