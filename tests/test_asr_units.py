@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import struct
 import threading
 
 import numpy as np
 import pytest
 
 from voxserve.api.formats import as_json, as_srt, as_text, as_verbose_json, as_vtt, timestamp
+from voxserve.audio.blocks import SampleBlocks
 from voxserve.audio.cut import Span, plan_spans, quietest_point
 from voxserve.audio.decode import decode_audio
 from voxserve.audio.encode import wav_file
@@ -65,6 +67,18 @@ def test_without_a_pause_in_the_last_second_the_latest_pause_before_it_wins() ->
     audio[int(27.0 * RATE) : int(29.5 * RATE)] *= 0.5  # quieter, but no pause
     spans = plan_spans(audio, RATE)
     assert 26.0 <= spans[0].end / RATE <= 26.3
+
+
+def test_blocks_are_cut_exactly_like_one_array() -> None:
+    # Pauses and loudness that vary across block (10 s) and level-scan chunk (16 s) edges.
+    rng = np.random.default_rng(3)
+    audio = _tone(200.0) * rng.uniform(0.2, 1.0, size=int(200 * RATE)).astype(np.float32)
+    for gap in rng.uniform(5, 195, size=12):
+        audio[int(gap * RATE) : int((gap + 0.35) * RATE)] *= 0.01
+    blocks = SampleBlocks()
+    for piece in np.array_split(audio, 997):
+        blocks.extend(piece)
+    assert plan_spans(blocks, RATE) == plan_spans(audio, RATE)
 
 
 def test_quietest_point_prefers_the_latest_on_ties() -> None:
@@ -247,6 +261,20 @@ def test_wav_without_samples_is_a_client_error() -> None:
 def test_too_long_audio_is_refused_while_decoding() -> None:
     with pytest.raises(InvalidRequest, match="longer than the 2 s limit"):
         decode_audio(_wav(np.zeros(16000 * 3), 16000), max_seconds=2)
+
+
+@pytest.mark.parametrize(("bad", "at_s"), [(np.nan, 3.0), (np.inf, 17.5), (1e30, 24.9)])
+def test_invalid_samples_anywhere_are_refused(bad: float, at_s: float) -> None:
+    # The range check runs once per 10 s block and at the end: a bad sample in any block,
+    # the last partial one included, is found.
+    samples = np.full(25 * RATE, 0.01, dtype=np.float32)
+    samples[int(at_s * RATE)] = bad
+    header = struct.pack(
+        "<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + samples.nbytes, b"WAVE", b"fmt ", 16, 3, 1, RATE, RATE * 4, 4, 32,
+        b"data", samples.nbytes,
+    )
+    with pytest.raises(InvalidRequest, match="invalid samples|out of range"):
+        decode_audio(header + samples.tobytes(), max_seconds=60)
 
 
 def test_log_mel_shape_for_short_and_full_pieces() -> None:
