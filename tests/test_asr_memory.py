@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import io
 import tracemalloc
-from collections.abc import Iterator
-from dataclasses import replace
 
 import av
 import httpx
@@ -21,11 +19,10 @@ import numpy as np
 import pytest
 
 from tests.asr_support import SHORT, normalize, speak_pcm, wav_bytes
-from tests.conftest import RunningServer, run_server
+from tests.conftest import RunningServer
 from voxserve.audio.blocks import SampleBlocks
 from voxserve.audio.cut import plan_spans
 from voxserve.audio.decode import SAMPLE_RATE, decode_blocks
-from voxserve.config import ASRConfig, ServerConfig
 from voxserve.engine.budget import AudioBudget
 from voxserve.errors import Overloaded
 
@@ -93,43 +90,34 @@ def test_block_slices_match_one_array() -> None:
     np.testing.assert_array_equal(blocks.to_array(), whole)
 
 
-@pytest.fixture(scope="module")
-def small_budget() -> Iterator[RunningServer]:
-    """At most 60 s of audio per request, 120 s held by all requests together."""
-    config = ServerConfig(asr=replace(ASRConfig(), max_audio_seconds=60.0, max_buffered_audio_s=120.0))
-    with run_server(config) as srv:
-        yield srv
-
-
-def test_past_its_share_or_the_budget_while_others_are_served(
-    small_budget: RunningServer, client: httpx.Client
-) -> None:
-    asr = small_budget.state.asr
+def test_past_its_share_or_the_budget_while_others_are_served(server: RunningServer, client: httpx.Client) -> None:
+    asr = server.state.asr
+    share = asr.config.max_audio_seconds  # 1 h by default, a third of the 3 h budget
+    assert asr.config.max_buffered_audio_s >= 2 * share
     normal = wav_bytes(speak_pcm(client, SHORT[0]))
-    with httpx.Client(base_url=small_budget.base_url, timeout=60) as c:
 
-        def upload(data: bytes) -> httpx.Response:
-            return c.post(ASR, files={"file": ("a.flac", data)}, data={"model": "whisper-1"})
+    def upload(data: bytes) -> httpx.Response:
+        return client.post(ASR, files={"file": ("a.flac", data)}, data={"model": "whisper-1"})
 
-        # Over one request's share: 400 while decoding, and nothing is held afterwards.
-        r = upload(near_silent_flac(90, 8000))
-        assert r.status_code == 400, r.text
-        assert r.json()["error"]["code"] == "audio_too_long"
-        assert asr.budget.held == 0
+    # Over one request's share: 400 while decoding, and nothing is held afterwards.
+    r = upload(near_silent_flac(share + 60, 1000))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "audio_too_long"
+    assert asr.budget.held == 0
 
-        # Other requests hold 70 s of the 120 s budget: a 55 s file would pass it and gets
-        # 429, while a normal clip (one 10 s block) and /health are served.
-        hog = asr.budget.lease()
-        hog.take(70 * SAMPLE_RATE)
-        try:
-            r = upload(near_silent_flac(55, 8000))
-            assert r.status_code == 429, r.text
-            assert r.json()["error"]["type"] == "rate_limit_error" and int(r.headers["retry-after"]) >= 1
-            assert asr.budget.held == 70 * SAMPLE_RATE
-            assert c.get("/health").status_code == 200
-            ok = upload(normal)
-            assert ok.status_code == 200, ok.text
-            assert "fox" in normalize(ok.json()["text"])
-        finally:
-            hog.release()
-        assert asr.budget.held == 0
+    # Other requests hold all but 50 s of the budget: a 55 s file would pass it and gets
+    # 429, while a normal clip (one 10 s block) and /health are served.
+    hog = asr.budget.lease()
+    hog.take(asr.budget.capacity - 50 * SAMPLE_RATE)
+    try:
+        r = upload(near_silent_flac(55, 8000))
+        assert r.status_code == 429, r.text
+        assert r.json()["error"]["type"] == "rate_limit_error" and int(r.headers["retry-after"]) >= 1
+        assert asr.budget.held == asr.budget.capacity - 50 * SAMPLE_RATE
+        assert client.get("/health").status_code == 200
+        ok = upload(normal)
+        assert ok.status_code == 200, ok.text
+        assert "fox" in normalize(ok.json()["text"])
+    finally:
+        hog.release()
+    assert asr.budget.held == 0
