@@ -556,14 +556,22 @@ def _loopback(address: str) -> bool:
     return ip.is_loopback
 
 
-def _ray_token(server_pid: int) -> str:
-    """The token the server's Ray instance uses: its own per-run one, else the user's."""
-    with open(f"/proc/{server_pid}/environ", "rb") as f:
-        env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
-    if b"RAY_AUTH_TOKEN" in env:
-        return env[b"RAY_AUTH_TOKEN"].decode()
-    path = env.get(b"RAY_AUTH_TOKEN_PATH", str(Path.home() / ".ray" / "auth_token").encode())
-    return Path(path.decode()).read_text().strip()
+def _ray_token(procs: list[Proc]) -> str:
+    """The token the server's Ray instance uses. The server sets a per-run one after it
+    starts, so its own /proc environ (fixed at exec) lacks it; Ray's daemons, started
+    later, carry it from birth. Falls back to a token file named there."""
+    for proc in procs:
+        try:
+            with open(f"/proc/{proc.pid}/environ", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        env = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+        if b"RAY_AUTH_TOKEN" in env:
+            return env[b"RAY_AUTH_TOKEN"].decode()
+        if b"RAY_AUTH_TOKEN_PATH" in env:
+            return Path(env[b"RAY_AUTH_TOKEN_PATH"].decode()).read_text().strip()
+    return (Path.home() / ".ray" / "auth_token").read_text().strip()
 
 
 def test_local_serve_ray_is_private_and_stops_on_sigterm(tmp_path: Path) -> None:
@@ -618,7 +626,7 @@ def test_local_serve_ray_is_private_and_stops_on_sigterm(tmp_path: Path) -> None
         # Ray's token guards the dashboard agent's job API (which runs any command); its
         # other ports are gRPC (token-checked too) and a metrics page.
         agent = next(proc for proc in tree if proc.name.startswith("ray::DashboardA"))
-        token = {"Authorization": f"Bearer {_ray_token(server.pid)}"}
+        token = {"Authorization": f"Bearer {_ray_token(tree)}"}
         answered = []
         for _, _, agent_port in (item for item in listeners if item[0] == agent):
             try:
