@@ -1,6 +1,7 @@
 """Browser-facing defaults and what a client can write into the logs, each test shaped as
 the attack and each checking that `/health` and a normal speech request are served
-meanwhile: a `text/plain` POST (a CORS simple request) gets 415, control characters in a
+meanwhile: a `text/plain` POST (a CORS simple request) gets 415, a form posted from a
+foreign page's origin gets 403, control characters in a
 path are escaped in the access line, a bad `x-request-id` gets 400 and is never echoed
 or logged, and a client that leaves mid-body leaves one log line and no traceback. The
 `Host` allow-list is tested in test_auth.py, on its keyed server."""
@@ -18,6 +19,7 @@ import httpx
 import openai
 import pytest
 
+from tests.asr_support import speak_pcm, wav_bytes
 from tests.conftest import RunningServer, wait_for
 from voxserve.api.access_log import loggable
 
@@ -98,6 +100,29 @@ def test_a_json_endpoint_refuses_other_content_types(server: RunningServer) -> N
     assert "access-control-allow-origin" not in preflight.headers
     _others_served(server.base_url)
     assert _streams_started(server) == started + 1  # the normal request was counted
+
+
+def test_a_foreign_page_cannot_make_the_server_work(server: RunningServer) -> None:
+    """A page on another origin may post a form (multipart, a CORS simple request) with no
+    preflight: an upload to be transcribed. It is refused before the body is read; reads
+    stay open (CORS keeps their answers from the page), and the server's own pages and
+    clients that send no Origin are served."""
+    with httpx.Client(base_url=server.base_url, timeout=30) as c:
+        clip = wav_bytes(speak_pcm(c, "Turn left at the corner."))
+    upload = {"files": {"file": ("a.wav", clip)}, "data": {"model": "whisper-1"}}
+    transcribed = server.state.metrics.asr_audio_seconds._value.get()
+    for origin in ("https://evil.example", "null", server.base_url.replace("127.0.0.1", "localhost")):
+        r = httpx.post(f"{server.base_url}/v1/audio/transcriptions", headers={"origin": origin}, timeout=30, **upload)
+        error = _error(r, 403, "origin_not_allowed")
+        assert error["param"] == "origin" and "--allowed-origins" in error["message"]
+        r = httpx.post(f"{server.base_url}/v1/audio/speech", json=SPEECH, headers={"origin": origin}, timeout=30)
+        _error(r, 403, "origin_not_allowed")
+        assert httpx.get(f"{server.base_url}/v1/models", headers={"origin": origin}).status_code == 200
+    assert server.state.metrics.asr_audio_seconds._value.get() == transcribed  # nothing was decoded
+    for headers in ({"origin": server.base_url}, {}):
+        r = httpx.post(f"{server.base_url}/v1/audio/transcriptions", headers=headers, timeout=60, **upload)
+        assert r.status_code == 200 and "left" in r.json()["text"].lower(), r.text
+    _others_served(server.base_url)
 
 
 def test_json_with_parameters_and_the_openai_sdk_still_work(server: RunningServer) -> None:

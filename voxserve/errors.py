@@ -65,6 +65,14 @@ class NotFound(ClientError):
     code = "not_found"
 
 
+class Forbidden(ClientError):
+    """The request comes from a web page whose origin may not use this server
+    (`allowed_origins`)."""
+
+    status = 403
+    code = "origin_not_allowed"
+
+
 class PayloadTooLarge(ClientError):
     status = 413
     code = "payload_too_large"

@@ -31,6 +31,7 @@ from voxserve.api.errors import error_response
 from voxserve.api.hosts import AllowedHosts
 from voxserve.api.metrics import Metrics, RequestCounter
 from voxserve.api.openapi import openapi_endpoint
+from voxserve.api.origin import CheckOrigin
 from voxserve.api.playground import playground_routes
 from voxserve.api.request_id import CheckRequestId
 from voxserve.api.schemas import SPEECH_MODELS
@@ -279,10 +280,10 @@ def assemble(
     metrics: Callable[[], Metrics | None],
 ) -> Starlette:
     """The app around `routes`: error rendering, the request deadline, auth, the request
-    id check, the Host allow-list, request counting and the access log, the same for one
-    machine and for a Ray front end. A request meets them in this order: access log,
-    counting, Host, request id, auth, deadline; so every refusal is counted and logged,
-    and a refused Host or request id never reaches auth."""
+    id check, the Origin and Host allow-lists, request counting and the access log, the
+    same for one machine and for a Ray front end. A request meets them in this order:
+    access log, counting, Host, Origin, request id, auth, deadline; so every refusal is
+    counted and logged, and a refused Host, origin or request id never reaches auth."""
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
@@ -303,6 +304,7 @@ def assemble(
         # Added first, so it sits inside RequestCounter and 401s are counted too.
         app.add_middleware(RequireKey, key=config.api_key, protect_metrics=config.metrics_require_key)
     app.add_middleware(CheckRequestId)
+    app.add_middleware(CheckOrigin, allowed=config.allowed_origins)
     app.add_middleware(AllowedHosts, hosts=config.allowed_hosts)
     app.add_middleware(RequestCounter, metrics=metrics)
     app.add_middleware(AccessLog)

@@ -1,9 +1,17 @@
-"""Which web pages may open a WebSocket on this server: the `Origin` check.
+"""Which web pages may use this server: the `Origin` check, for WebSockets and for
+every request that can change something.
 
-CORS does not apply to WebSockets: a browser lets any page open one to any server,
-including one on the visitor's own machine or network, and sends the page's cookies
-along. What the browser does send is the page's origin, and a browser page cannot forge
-it. So every WebSocket route checks it before accepting (cross-site WebSocket hijacking):
+CORS does not protect a server from being *used* by other pages, only from being read
+by them:
+- a browser lets any page open a WebSocket to any server, including one on the visitor's
+  own machine or network (cross-site WebSocket hijacking);
+- a page may send a "simple" cross-origin POST (a form: `multipart/form-data`, for
+  example an upload to `/v1/audio/transcriptions`) without asking first; it cannot read
+  the answer, but the server does the work.
+
+What the browser does send in both cases is the page's origin, which a page cannot
+forge. `CheckOrigin` checks it on every WebSocket handshake and on every HTTP request
+whose method is not GET, HEAD or OPTIONS:
 
 - no `Origin` header: not a browser (a script, an SDK, a server), allowed. Auth, when
   configured, still applies;
@@ -12,10 +20,11 @@ it. So every WebSocket route checks it before accepting (cross-site WebSocket hi
 - an origin in `ServerConfig.allowed_origins` (`--allowed-origins`), compared as scheme,
   host and port (`https://app.example.com` means port 443); `*` allows every origin, and
   `null` the opaque origin of sandboxed frames and `file:` pages;
-- anything else, `null` included, is refused before the handshake completes: the client
-  gets HTTP 403 and the server logs one line.
+- anything else, `null` included, is refused: a WebSocket handshake with HTTP 403 before
+  it completes, an HTTP request with 403 `origin_not_allowed` in the OpenAI error shape,
+  before its body is read. The server logs one line for each.
 
-Pure parsing plus one helper that refuses a `WebSocket`; no state.
+Pure parsing plus one plain ASGI middleware; no state.
 """
 
 from __future__ import annotations
@@ -23,11 +32,13 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
-from starlette.websockets import WebSocket
+from voxserve.api.errors import error_response
+from voxserve.errors import Forbidden
 
-__all__ = ["OriginPolicy", "check_origin", "origin_policy"]
+__all__ = ["CheckOrigin", "OriginPolicy", "origin_policy"]
 
 log = logging.getLogger(__name__)
 
@@ -121,20 +132,43 @@ def _shown(value: bytes) -> str:
     return ascii(text[:200] + ("..." if len(text) > 200 else ""))
 
 
-async def check_origin(ws: WebSocket, allowed: tuple[str, ...]) -> bool:
-    """True when the handshake's origin may open a WebSocket; else refuse it (HTTP 403,
-    since the handshake is not accepted yet), log it and return False."""
-    try:
-        reason = origin_policy(allowed).refusal(ws.scope.get("headers", ()))
-    except ValueError as exc:  # a bad --allowed-origins entry: refuse rather than fail
-        reason = str(exc)
-    if reason is None:
-        return True
-    headers = dict(ws.scope.get("headers", ()))
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class CheckOrigin:
+    """Refuses WebSocket handshakes and state-changing HTTP requests from web pages whose
+    origin is not allowed; everything else passes untouched."""
+
+    def __init__(self, app: Any, allowed: tuple[str, ...]):
+        self.app = app
+        self.policy = origin_policy(allowed)  # raises ValueError for a bad entry, at start-up
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "websocket" or (kind == "http" and scope.get("method") not in _SAFE_METHODS):
+            headers = scope.get("headers", ())
+            reason = self.policy.refusal(headers)
+            if reason is not None:
+                _log_refusal(scope, headers, reason)
+                if kind == "websocket":
+                    # Closing before the handshake is accepted answers it with 403.
+                    await send({"type": "websocket.close", "code": 1008, "reason": "origin not allowed"})
+                    return
+                error = Forbidden(
+                    f"requests from this web page's origin are refused ({reason}); serve the page "
+                    "from this server, or start the server with --allowed-origins listing it",
+                    param="origin",
+                )
+                await error_response(error)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _log_refusal(scope: dict[str, Any], headers: Iterable[tuple[bytes, bytes]], reason: str) -> None:
+    values = dict(headers)
     log.warning(
-        "refused a WebSocket on %s from Origin %s (Host %s): %s",
-        _shown(str(ws.scope.get("path", "")).encode("utf-8", "replace")),
-        _shown(headers.get(b"origin", b"")), _shown(headers.get(b"host", b"")), reason,
+        "refused a %s on %s from Origin %s (Host %s): %s",
+        "WebSocket" if scope["type"] == "websocket" else str(scope.get("method")),
+        _shown(str(scope.get("path", "")).encode("utf-8", "replace")),
+        _shown(values.get(b"origin", b"")), _shown(values.get(b"host", b"")), reason,
     )
-    await ws.close(code=1008, reason="origin not allowed")
-    return False

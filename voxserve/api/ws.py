@@ -56,7 +56,8 @@ Whenever the client is gone the session ends within seconds, however much is que
 gives back its stream slot and its place under `max_sessions`: a disconnect is noticed by
 the reader, which keeps one receive pending even while the queue is full (it reads ahead
 at most one message), and by the speaker, whose every send has `send_timeout_s`.
-The `Origin` check (`voxserve.api.origin`) runs before the handshake is accepted.
+The `Origin` check (`voxserve.api.origin.CheckOrigin`, middleware for every route) runs
+before the handshake reaches this module.
 """
 
 from __future__ import annotations
@@ -74,7 +75,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from voxserve.api.origin import check_origin
 from voxserve.api.schemas import SpeechRequest, VoiceRef, validate
 from voxserve.api.speech import open_speech
 from voxserve.config import WSConfig
@@ -560,8 +560,6 @@ async def _refuse_busy(state: AppState, ws: WebSocket) -> None:
 
 async def speech_stream(ws: WebSocket) -> None:
     state: AppState = ws.app.state.vox
-    if not await check_origin(ws, state.config.allowed_origins):
-        return
     if state.ws_open >= state.config.ws.max_sessions:
         await _refuse_busy(state, ws)
         return
