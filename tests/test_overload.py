@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_server
-from voxserve.config import ASRConfig, ServerConfig, TTSConfig
+from voxserve.config import ASRConfig, ServerConfig, TTSConfig, WSConfig
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -49,3 +49,39 @@ def test_overload_sheds_with_429_and_stays_bounded(tmp_path: Path) -> None:
     assert asr["wer"] is not None and asr["wer"] < 0.1
     # The server stayed responsive (a loose bound; the bench reports the real figures).
     assert result["health"]["p99"] < 0.25 and result["health"]["failures"] == 0
+
+
+def test_soak_with_hostile_clients_costs_them_only_their_connections(tmp_path: Path) -> None:
+    """`bench soak --hostile 1`: one client of each hostile kind (stalled upload, header
+    dribbler, slow reader, vanishing and oversized WebSocket) in loops beside a normal
+    load. The server ends every attempt, the normal clients all succeed and play without
+    gaps, and once the load stops nothing is left open. Short timeouts keep it quick."""
+    config = replace(
+        ServerConfig(),
+        header_timeout_s=2.0,
+        body_idle_timeout_s=2.0,
+        send_stall_timeout_s=3.0,
+        ws=replace(WSConfig(), send_timeout_s=3.0),
+    )
+    out = tmp_path / "soak.json"
+    with run_server(config) as srv:
+        run = subprocess.run(
+            [sys.executable, "-m", "voxserve.cli", "bench", "soak", "--base-url", srv.base_url,
+             "--duration", "25", "--tts-concurrency", "2", "--asr-concurrency", "1",
+             "--hostile", "1", "--hostile-hold", "20", "--warmup-s", "5", "--window-s", "5",
+             "--max-rss-growth", "0.25", "--min-continuity", "0.9", "--no-progress", "-o", str(out)],
+            check=False, capture_output=True, text=True, timeout=150,
+        )
+        state = srv.state
+        assert state.admission.active == 0 and state.ws_open == 0
+        assert state.asr_admission.active == 0 and state.asr.budget.held == 0
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(out.read_text())
+    assert result["verdict"] == "pass"
+    hostile = result["hostile"]
+    assert all(h["attempts"] >= 1 and h["ended_by_server"] == h["attempts"] for h in hostile.values()), hostile
+    assert set(hostile["stalled_upload"]["statuses"]) <= {"408"}
+    assert set(hostile["oversized_ws"]["statuses"]) == {"1009"}
+    assert result["speech"]["completed"] >= 4 and not result["speech"]["failures_by_status"]
+    assert result["transcribe"]["completed"] >= 2 and not result["transcribe"]["failures_by_status"]
+    assert result["settled"]["idle"] and result["health"]["failures"] == 0
