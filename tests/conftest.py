@@ -102,3 +102,20 @@ def wait_for(predicate: Callable[[], object], timeout: float) -> float:
             raise AssertionError("condition not reached in time")
         time.sleep(0.002)
     return time.monotonic() - start
+
+
+def silent_speech_reader(srv: RunningServer, text: str) -> socket.socket:
+    """A connection that asks for a speech stream of `text` and then reads nothing, with a
+    4 KB receive buffer, so the server's writes stall soon. The caller closes it."""
+    body = httpx.Request(
+        "POST", "http://x/", json={"model": "tts-1", "voice": "alloy", "response_format": "pcm", "input": text}
+    ).content
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", int(srv.base_url.rsplit(":", 1)[1])))
+    sock.sendall(
+        b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    return sock

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.asr_support import SHORT, speak_pcm, wav_bytes
-from tests.conftest import RunningServer, run_server, wait_for
+from tests.conftest import RunningServer, run_server, silent_speech_reader, wait_for
 from voxserve.cli import build_parser, server_config
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig
 
@@ -92,20 +92,9 @@ def test_slow_upload_gets_408(strict: RunningServer) -> None:
 def test_stream_past_the_timeout_is_cut_off_and_freed(strict: RunningServer) -> None:
     engine = strict.state.engine
     before = set(engine.stream_ids())
-    body = httpx.Request(
-        "POST", "http://x/", json={"model": "tts-1", "voice": "alloy", "response_format": "pcm", "input": LONG[:1000]}
-    ).content
-    # A reader that takes nothing for a while, with a small receive buffer: the stream
-    # cannot end within the timeout, so the server cuts it off.
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", _port(strict)))
-    with sock:
-        sock.sendall(
-            b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-            + f"content-length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
+    # A reader that takes nothing for a while: the stream cannot end within the timeout,
+    # so the server cuts it off.
+    with silent_speech_reader(strict, LONG[:1000]) as sock:
         time.sleep(TIMEOUT_S + 0.5)
         wait_for(lambda: strict.state.admission.active == 0, timeout=1)
         assert not any(engine.has_work(i) for i in set(engine.stream_ids()) - before)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.asr_support import SHORT, speak_pcm, wav_bytes
-from tests.conftest import RunningServer, run_server, wait_for
+from tests.conftest import RunningServer, run_server, silent_speech_reader, wait_for
 from voxserve.api.remote import Remote, RemoteStream, SpeechJob, TranscriptionJob, TTSCatalog
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig
 from voxserve.engine.transcribe import Transcript
@@ -174,6 +174,9 @@ def test_upload_budget_answers_429_as_bytes_arrive(srv: RunningServer, clip: byt
         assert b"retry-after: 2" in head.lower() and b'"type":"rate_limit_error"' in head
         assert state.uploads.refused == refused_before + 1
         assert state.uploads.held >= 2 * part  # the refused upload gave its share back
+        page = httpx.get(f"{srv.base_url}/metrics").text
+        assert f"voxserve_asr_upload_refused_total {refused_before + 1:.1f}" in page
+        assert f"voxserve_asr_buffered_upload_bytes {float(state.uploads.held)}" in page
         _served_meanwhile(srv, clip)  # a small upload still fits beside the two
         for s in hogs:
             data, _ = _read_all(s, timeout=BODY_IDLE_S + 5)
@@ -209,18 +212,7 @@ def test_oversized_headers_get_431(srv: RunningServer) -> None:
 
 def test_speech_client_that_stops_reading_frees_its_slot(srv: RunningServer) -> None:
     state = srv.state
-    body = httpx.Request(
-        "POST", "http://x/", json={"model": "tts-1", "voice": "alloy", "response_format": "pcm", "input": STORY[:4000]}
-    ).content
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", _port(srv)))
-    with sock:
-        sock.sendall(
-            b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-            + f"content-length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
+    with silent_speech_reader(srv, STORY[:4000]) as sock:
         wait_for(lambda: state.admission.active == 1, timeout=10)
         began = time.monotonic()
         with httpx.Client(base_url=srv.base_url, timeout=30) as c:  # served meanwhile

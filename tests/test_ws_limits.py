@@ -29,7 +29,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from tests.conftest import RunningServer, run_server, wait_for
 from voxserve.api.origin import OriginPolicy
-from voxserve.api.ws import TokenBucket, message_size
+from voxserve.api.ws_limits import TokenBucket, message_size
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig, WSConfig
 
 pytestmark = pytest.mark.timeout(120)

@@ -141,7 +141,8 @@ def _add_limit_args(p: argparse.ArgumentParser) -> None:
                    help="connections served at once (503 past it)")
     g.add_argument("--backlog", type=int, default=d.backlog, help="connections the kernel may queue")
     g.add_argument("--allowed-origins", default=",".join(d.allowed_origins), metavar="ORIGINS",
-                   help="comma-separated browser origins that may open WebSockets besides the server's own; * for any")
+                   help="comma-separated browser origins that may open WebSockets and send POSTs besides the "
+                   "server's own; * for any")
     g.add_argument("--allowed-hosts", default=",".join(d.allowed_hosts), metavar="HOSTS",
                    help="comma-separated Host header values accepted (against DNS rebinding; default: any)")
     g.add_argument("--ws-max-sessions", type=int, default=w.max_sessions, help="WebSocket sessions open at once")

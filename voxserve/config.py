@@ -225,8 +225,9 @@ class ServerConfig:
     ws: WSConfig = field(default_factory=WSConfig)
     """Limits on WebSocket sessions."""
     allowed_origins: tuple[str, ...] = ()
-    """Browser origins (`https://app.example.com`) allowed to open a WebSocket besides the
-    server's own; `*` allows any. A request with no `Origin` (not a browser) is allowed."""
+    """Browser origins (`https://app.example.com`) allowed to open a WebSocket or send a
+    request other than GET, HEAD or OPTIONS, besides the server's own; `*` allows any. A
+    request with no `Origin` (not a browser) is allowed."""
     allowed_hosts: tuple[str, ...] = ()
     """`Host` header values accepted (`voxserve.example.com`, `localhost:8000`), against DNS
     rebinding; empty accepts any."""

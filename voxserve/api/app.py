@@ -212,8 +212,10 @@ async def running_state(
         state.asr_admission = Admission(
             config.asr.max_requests, config.asr.max_queue, config.asr.queue_timeout_s
         )
-        state.uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
-        state.metrics.attach_asr(asr.snapshot)
+        uploads = state.uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
+        state.metrics.attach_asr(
+            lambda: {**asr.snapshot(), "upload_bytes": uploads.held, "upload_refused": uploads.refused}
+        )
         asr.start()
         warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
     await asyncio.gather(*warmups)

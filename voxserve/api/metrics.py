@@ -82,6 +82,13 @@ class _ASRCollector(Collector):
         yield CounterMetricFamily(
             "voxserve_asr_decoded_audio_seconds", "Audio seconds decoded by the engine", s["audio_seconds"]
         )
+        if "upload_bytes" in s:  # where uploads are read (not on a Ray ASR replica)
+            yield GaugeMetricFamily(
+                "voxserve_asr_buffered_upload_bytes", "Upload bytes read but not yet decoded", s["upload_bytes"]
+            )
+            yield CounterMetricFamily(
+                "voxserve_asr_upload_refused", "Uploads refused with 429 for the upload budget", s["upload_refused"]
+            )
         sizes: dict[int, int] = s["batch_sizes"]
         buckets: list[tuple[str, float]] = []
         for bound in _BATCH_BUCKETS:

@@ -68,7 +68,6 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -77,6 +76,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxserve.api.schemas import SpeechRequest, VoiceRef, validate
 from voxserve.api.speech import open_speech
+from voxserve.api.ws_limits import Message, TokenBucket, message_size, session_slot
 from voxserve.config import WSConfig
 from voxserve.errors import VoxError
 from voxserve.text.incremental import TextSegmenter
@@ -84,7 +84,7 @@ from voxserve.text.incremental import TextSegmenter
 if TYPE_CHECKING:
     from voxserve.api.app import AppState
 
-__all__ = ["SessionConfig", "TokenBucket", "message_size", "speech_stream"]
+__all__ = ["SessionConfig", "speech_stream"]
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +96,6 @@ HOLD_SLOT_S = 2.0
 next clause of the same reply. An LLM at 20 tokens/s writes a clause in well under a
 second, so a reply keeps one slot from its first clause to its last and never queues
 again behind new streams half-way through a sentence."""
-
-Message = MutableMapping[str, Any]
-
 
 class SessionConfig(BaseModel):
     """The fields of a `session.config` message."""
@@ -112,38 +109,6 @@ class SessionConfig(BaseModel):
     response_format: Literal["pcm", "wav"] = "pcm"
     sample_rate: int | None = Field(None, ge=8000, le=48000, strict=True)
     split: Literal["sentence", "clause"] = "clause"
-
-
-class TokenBucket:
-    """`rate` events a second on average, up to `burst` at once. Pure: the caller passes
-    the time."""
-
-    def __init__(self, rate: float, burst: int, now: float):
-        self.rate = rate
-        self.burst = float(burst)
-        self.tokens = float(burst)
-        self.stamp = now
-
-    def take(self, now: float) -> bool:
-        """Spend one token; False (and nothing spent) when none is left."""
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens < 1.0:
-            return False
-        self.tokens -= 1.0
-        return True
-
-
-def message_size(message: Message, limit: int) -> int:
-    """Bytes in a `websocket.receive` message's payload, exact up to `limit` (past it, any
-    number over `limit`), without encoding a text that is plainly small or plainly big."""
-    data = message.get("bytes")
-    if data is not None:
-        return len(data)
-    text = message.get("text") or ""
-    if len(text) > limit or 4 * len(text) <= limit:  # UTF-8 takes 1 to 4 bytes a character
-        return len(text)
-    return len(text.encode("utf-8", "surrogatepass"))
 
 
 @dataclass(frozen=True)
@@ -542,42 +507,16 @@ class _Session:
         await self.send_event({"type": "audio.done", "segment": segment.index})
 
 
-async def _refuse_busy(state: AppState, ws: WebSocket) -> None:
-    """Past `max_sessions`: accept, say why, close with 1013 (try again later)."""
-    limit = state.config.ws.max_sessions
-    log.warning("refused a WebSocket session: %d are open, the limit is %d", state.ws_open, limit)
-    event = {
-        "type": "error",
-        "code": "too_many_sessions",
-        "message": f"the server has {limit} sessions open, its limit; try again later",
-    }
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(state.config.ws.send_timeout_s):
-            await ws.accept()
-            await ws.send_text(json.dumps(event))
-            await ws.close(1013, "too many sessions")
-
-
 async def speech_stream(ws: WebSocket) -> None:
     state: AppState = ws.app.state.vox
-    if state.ws_open >= state.config.ws.max_sessions:
-        await _refuse_busy(state, ws)
-        return
-    state.ws_open += 1  # counted before the first await, so the check above cannot race
-    state.metrics.ws_sessions.inc()
-    started = time.perf_counter()
-    session: _Session | None = None
-    try:
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(state.config.ws.send_timeout_s):
-                await ws.accept()
-                session = _Session(state, ws)
-        if session is not None:
+    async with session_slot(state, ws) as accepted:
+        if not accepted:
+            return
+        started = time.perf_counter()
+        session = _Session(state, ws)
+        try:
             await session.run()
-    finally:
-        state.ws_open -= 1
-        state.metrics.ws_sessions.dec()
-        if session is not None:
+        finally:
             log.info(
                 "session %s ended after %.1f s, %d segments: %s",
                 session.id, time.perf_counter() - started, session.count, session.ended,

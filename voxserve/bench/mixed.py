@@ -224,12 +224,17 @@ async def run_mixed(s: MixedSettings) -> dict[str, Any]:
             sampler = asyncio.create_task(
                 _sample_resources(session, metrics_url, start, s.sample_interval_s, samples, stop))
             reporter = asyncio.create_task(progress()) if s.progress else None
-            hostile = [run_hostile(s.base_url, s.hostile, end, start, hostile_records,
-                                   s.hostile_hold_s)] if s.hostile else []
+            # A hostile attempt begun before the end may run up to `hostile_hold_s` past
+            # it; the load's figures (wall time, throughput, probes) stop with the load.
+            hostile = asyncio.ensure_future(run_hostile(
+                s.base_url, s.hostile, end, start, hostile_records, s.hostile_hold_s)) if s.hostile else None
             try:
                 await asyncio.gather(*(tts_client(i) for i in range(s.tts_concurrency)),
-                                     *(asr_client(i) for i in range(s.asr_concurrency)),
-                                     *hostile)
+                                     *(asr_client(i) for i in range(s.asr_concurrency)))
+            except BaseException:
+                if hostile is not None:
+                    hostile.cancel()
+                raise
             finally:
                 wall = time.perf_counter() - start
                 stop.set()
@@ -237,6 +242,9 @@ async def run_mixed(s: MixedSettings) -> dict[str, Any]:
                 if reporter is not None:
                     await reporter
                 probes = prober.stop()
+                if hostile is not None:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await hostile
             settled = await _settle(session, metrics_url, s.settle_s) if s.hostile else None
     speech = summarize_speech(tts_records, wall, s.underrun_threshold_s)
     asr = summarize_transcribe(asr_records, wall)

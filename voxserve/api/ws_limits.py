@@ -1,0 +1,100 @@
+"""What every WebSocket route shares to stay bounded: the cap on open sessions, the
+message-size check and the per-session message rate.
+
+`session_slot` admits a session under `WSConfig.max_sessions` (one more is accepted,
+told why in an `error` event, and closed with 1013, "try again later"), counts it in
+`AppState.ws_open` and the `voxserve_ws_sessions` gauge until it ends, and accepts the
+handshake within `send_timeout_s`. Routes only parse and speak their protocol. No engine
+work here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from starlette.websockets import WebSocket
+
+if TYPE_CHECKING:
+    from voxserve.api.app import AppState
+
+__all__ = ["Message", "TokenBucket", "message_size", "session_slot"]
+
+log = logging.getLogger(__name__)
+
+Message = MutableMapping[str, Any]
+"""An ASGI `websocket.receive` message."""
+
+
+class TokenBucket:
+    """`rate` events a second on average, up to `burst` at once. Pure: the caller passes
+    the time."""
+
+    def __init__(self, rate: float, burst: int, now: float):
+        self.rate = rate
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.stamp = now
+
+    def take(self, now: float) -> bool:
+        """Spend one token; False (and nothing spent) when none is left."""
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
+def message_size(message: Message, limit: int) -> int:
+    """Bytes in a `websocket.receive` message's payload, exact up to `limit` (past it, any
+    number over `limit`), without encoding a text that is plainly small or plainly big."""
+    data = message.get("bytes")
+    if data is not None:
+        return len(data)
+    text = message.get("text") or ""
+    if len(text) > limit or 4 * len(text) <= limit:  # UTF-8 takes 1 to 4 bytes a character
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+async def _refuse_busy(state: AppState, ws: WebSocket) -> None:
+    """Past `max_sessions`: accept, say why, close with 1013 (try again later)."""
+    limit = state.config.ws.max_sessions
+    log.warning("refused a WebSocket session: %d are open, the limit is %d", state.ws_open, limit)
+    event = {
+        "type": "error",
+        "code": "too_many_sessions",
+        "message": f"the server has {limit} sessions open, its limit; try again later",
+    }
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(state.config.ws.send_timeout_s):
+            await ws.accept()
+            await ws.send_text(json.dumps(event))
+            await ws.close(1013, "too many sessions")
+
+
+@contextlib.asynccontextmanager
+async def session_slot(state: AppState, ws: WebSocket) -> AsyncIterator[bool]:
+    """Admit and accept one session; yields False when it was refused or the client left
+    during the handshake (nothing more to do), True while the session may run."""
+    if state.ws_open >= state.config.ws.max_sessions:
+        await _refuse_busy(state, ws)
+        yield False
+        return
+    state.ws_open += 1  # counted before the first await, so the check above cannot race
+    state.metrics.ws_sessions.inc()
+    try:
+        accepted = False
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(state.config.ws.send_timeout_s):
+                await ws.accept()
+                accepted = True
+        yield accepted
+    finally:
+        state.ws_open -= 1
+        state.metrics.ws_sessions.dec()
