@@ -1,174 +1,136 @@
-"""`voxserve serve | speak | transcribe | voices | bench`: the command line, mirroring the config
-dataclasses. Environment variables are read here, once."""
+"""`voxserve serve | speak | transcribe | voices | bench`: the command line.
+
+Engine and server flags are generated from the config dataclasses (`voxserve.flags`);
+this module says which configs each command has, names the few flags whose names differ
+from their fields, and builds the configs from the parsed arguments. The `VOXSERVE_*`
+variables come from `voxserve.env`, read once when the server's config is built.
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from voxserve.audio.encode import wav_file
-from voxserve.config import (
-    ASRConfig,
-    RayConfig,
-    ServerConfig,
-    TTSConfig,
-    VocoderChunking,
-    WSConfig,
-    default_cores,
-)
+from voxserve.config import ASRConfig, RayConfig, ServerConfig, TTSConfig, WSConfig
+from voxserve.env import Environment
+from voxserve.flags import ConfigFlags, Shared
 
-__all__ = ["build_parser", "main", "ray_config", "server_config"]
+__all__ = [
+    "build_parser", "main", "ray_config", "serve_flags", "server_config", "speak_flags", "transcribe_flags",
+]  # fmt: skip
 
 
-def _add_tts_args(p: argparse.ArgumentParser) -> None:
-    d = TTSConfig()
-    c = VocoderChunking()
-    g = p.add_argument_group("TTS engine")
-    g.add_argument("--voice-dir", type=Path, help="folder with a Piper .onnx + .onnx.json pair (default: bundled en_US-joe-medium)")
-    g.add_argument("--cache-dir", type=Path, help="where split model stages are cached (default: ~/.cache/voxserve)")
-    g.add_argument("--workers", type=int, default=default_cores(), help="inference threads (default: CPU cores)")
-    g.add_argument("--first-chunk-frames", type=int, default=c.first_chunk_frames, help="frames in a stream's first chunk")
-    g.add_argument("--chunk-frames", type=int, default=c.chunk_frames, help="frames in later chunks (256 samples each)")
-    g.add_argument("--max-chunk-frames", type=int, default=c.max_chunk_frames, help="later chunks double up to this many frames")
-    g.add_argument("--context-frames", type=int, default=c.left_context, help="vocoder context frames on each side")
-    g.add_argument("--noise-scale", type=float, default=None, help="stage A noise (default: the voice's; 0 = deterministic)")
-    g.add_argument("--noise-w", type=float, default=None, help="duration noise (default: the voice's; 0 = deterministic)")
-    g.add_argument("--output-gain", type=float, default=d.output_gain, help="fixed gain on vocoder output")
-    g.add_argument("--credits", type=int, default=d.credits, help="chunks a stream may hold untaken")
-    g.add_argument("--max-streams", type=int, default=d.max_streams, help="streams decoded at once")
-    g.add_argument("--max-queue", type=int, default=d.max_queue, help="streams waiting for a slot before 429")
-    g.add_argument("--queue-timeout", type=float, default=d.queue_timeout_s, help="seconds a stream may wait for a slot")
-    g.add_argument("--max-input-chars", type=int, default=d.max_input_chars, help="longest accepted input text")
+@functools.cache
+def _tts_flags() -> ConfigFlags[TTSConfig]:
+    return ConfigFlags(
+        TTSConfig,
+        "TTS engine",
+        rename={"audio_workers": "tts-audio-workers"},  # --audio-workers is the ASR one
+        shared=[
+            Shared(
+                "--context-frames",
+                (("chunking", "left_context"), ("chunking", "right_context")),
+                "vocoder context frames on each side: sets both --left-context and --right-context",
+            )
+        ],
+    )
+
+
+_SERVING_ONLY_ASR = ("enabled", "max_upload_mb", "max_buffered_upload_mb", "max_buffered_audio_s",
+                     "max_requests", "max_queue", "queue_timeout_s")  # fmt: skip
+"""ASR fields that only a server uses: `transcribe` reads one local file, with no queue."""
+
+
+@functools.cache
+def _asr_flags(serving: bool) -> ConfigFlags[ASRConfig]:
+    return ConfigFlags(
+        ASRConfig,
+        "ASR engine",
+        prefix="asr-",
+        rename={
+            "enabled": "asr",  # --no-asr
+            "model_dir": "asr-model",
+            "audio_workers": "audio-workers",
+            "max_upload_mb": "max-upload-mb",
+            "max_buffered_upload_mb": "max-buffered-upload-mb",
+            "max_audio_seconds": "max-audio-seconds",
+        },
+        skip={} if serving else {name: "only `serve` has it" for name in _SERVING_ONLY_ASR},
+    )
+
+
+@functools.cache
+def _server_flags() -> ConfigFlags[ServerConfig]:
+    return ConfigFlags(
+        ServerConfig,
+        "Server, connections and browsers (see README: Security)",
+        rename={"min_upload_bytes_per_s": "min-upload-rate"},
+        metavars={"min_upload_bytes_per_s": "BYTES_PER_S", "allowed_origins": "ORIGINS", "allowed_hosts": "HOSTS"},
+        skip={
+            "tts": "the TTS engine's flags",
+            "asr": "the ASR engine's flags",
+            "ws": "the WebSocket sessions' flags",
+            "api_key": "--api-key",
+        },
+    )
+
+
+@functools.cache
+def _ws_flags() -> ConfigFlags[WSConfig]:
+    return ConfigFlags(WSConfig, "WebSocket sessions", prefix="ws-")
+
+
+@functools.cache
+def _ray_flags() -> ConfigFlags[RayConfig]:
+    replicas = {"count": "replicas", "min": "min-replicas", "max": "max-replicas", "target": "target-requests"}
+    return ConfigFlags(
+        RayConfig,
+        "Ray Serve (scale out; needs `pip install voxserve[ray]`, see docs/SCALING.md)",
+        prefixes={"tts": "tts-", "asr": "asr-"},
+        rename={f"{side}.{field}": f"{side}-{name}" for side in ("tts", "asr") for field, name in replicas.items()},
+        metavars={f"{side}.{field}": "N" for side in ("tts", "asr") for field in replicas},
+        skip={"address": "--ray"},
+    )
+
+
+def serve_flags() -> tuple[ConfigFlags[Any], ...]:
+    """Every config's flags that `voxserve serve` has."""
+    return (_server_flags(), _ws_flags(), _tts_flags(), _asr_flags(True), _ray_flags())
+
+
+def speak_flags() -> tuple[ConfigFlags[Any], ...]:
+    return (_tts_flags(),)
+
+
+def transcribe_flags() -> tuple[ConfigFlags[Any], ...]:
+    return (_asr_flags(False),)
 
 
 def _tts_config(args: argparse.Namespace) -> TTSConfig:
-    chunking = VocoderChunking(
-        first_chunk_frames=args.first_chunk_frames,
-        chunk_frames=args.chunk_frames,
-        max_chunk_frames=args.max_chunk_frames,
-        left_context=args.context_frames,
-        right_context=args.context_frames,
-    )
-    return replace(
-        TTSConfig(),
-        voice_dir=args.voice_dir,
-        cache_dir=args.cache_dir,
-        workers=args.workers,
-        chunking=chunking,
-        output_gain=args.output_gain,
-        noise_scale=args.noise_scale,
-        noise_w=args.noise_w,
-        credits=args.credits,
-        max_streams=args.max_streams,
-        max_queue=args.max_queue,
-        queue_timeout_s=args.queue_timeout,
-        max_input_chars=args.max_input_chars,
-    )
+    return _tts_flags().build(args)
 
 
-def _add_asr_args(p: argparse.ArgumentParser, serving: bool = True) -> None:
-    d = ASRConfig()
-    g = p.add_argument_group("ASR engine")
+def _asr_config(args: argparse.Namespace, serving: bool) -> ASRConfig:
+    flags = _asr_flags(serving)
     if serving:
-        g.add_argument("--no-asr", action="store_true", help="do not load the speech-to-text model")
-    g.add_argument("--asr-model", type=Path, help="a CTranslate2 Whisper folder (default: bundled tiny.en)")
-    g.add_argument("--asr-compute-type", default=d.compute_type, help="CTranslate2 compute type")
-    g.add_argument("--asr-workers", type=int, default=d.workers, help="decoding threads (default: CPU cores)")
-    g.add_argument("--asr-max-batch", type=int, default=d.max_batch, help="most 30 s pieces per batch")
-    g.add_argument("--asr-batch-wait-ms", type=float, default=d.batch_wait_ms, help="how long a piece waits for company")
-    g.add_argument("--asr-beam-size", type=int, default=d.beam_size, help="beam width (1 = greedy)")
-    g.add_argument("--audio-workers", type=int, default=d.audio_workers, help="threads that decode, cut and featurize uploads")
-    g.add_argument("--asr-nice", type=int, default=d.nice,
-                   help="how much lower than speech transcription runs (nice increment, 0-19; 0 = same)")
-    if serving:
-        g.add_argument("--max-upload-mb", type=float, default=d.max_upload_mb, help="largest upload in MiB (413 past it)")
-        g.add_argument(
-            "--max-buffered-upload-mb", type=float, default=d.max_buffered_upload_mb,
-            help="upload bytes held by all transcriptions together, read but not yet decoded (429 past it)",
-        )
-        g.add_argument("--asr-max-requests", type=int, default=d.max_requests, help="transcriptions in progress at once")
-        g.add_argument("--asr-max-queue", type=int, default=d.max_queue, help="transcriptions waiting for a slot before 429")
-        g.add_argument(
-            "--asr-max-buffered-audio",
-            type=float,
-            default=d.max_buffered_audio_s,
-            help="seconds of decoded audio held by all transcriptions together (429 past it)",
-        )
-    g.add_argument("--max-audio-seconds", type=float, default=d.max_audio_seconds, help="longest accepted audio")
-
-
-def _asr_config(args: argparse.Namespace) -> ASRConfig:
-    return replace(
-        ASRConfig(),
-        enabled=not getattr(args, "no_asr", False),
-        model_dir=args.asr_model,
-        compute_type=args.asr_compute_type,
-        workers=args.asr_workers,
-        max_batch=args.asr_max_batch,
-        batch_wait_ms=args.asr_batch_wait_ms,
-        beam_size=args.asr_beam_size,
-        audio_workers=args.audio_workers,
-        nice=args.asr_nice,
-        max_upload_mb=getattr(args, "max_upload_mb", ASRConfig.max_upload_mb),
-        max_buffered_upload_mb=getattr(args, "max_buffered_upload_mb", ASRConfig.max_buffered_upload_mb),
-        max_requests=getattr(args, "asr_max_requests", ASRConfig.max_requests),
-        max_queue=getattr(args, "asr_max_queue", ASRConfig.max_queue),
-        max_audio_seconds=args.max_audio_seconds,
-        max_buffered_audio_s=getattr(
-            args, "asr_max_buffered_audio", max(ASRConfig.max_buffered_audio_s, args.max_audio_seconds)
-        ),
-    )
-
-
-def _add_limit_args(p: argparse.ArgumentParser) -> None:
-    d = ServerConfig()
-    w = WSConfig()
-    g = p.add_argument_group("Connections, WebSockets and browsers (see README: Security)")
-    g.add_argument("--header-timeout", type=float, default=d.header_timeout_s,
-                   help="seconds a client may take to send its request headers")
-    g.add_argument("--body-idle-timeout", type=float, default=d.body_idle_timeout_s,
-                   help="an upload that sends nothing for this long gets 408")
-    g.add_argument("--min-upload-rate", type=int, default=d.min_upload_bytes_per_s, metavar="BYTES_PER_S",
-                   help="slowest average upload rate accepted (408 below it)")
-    g.add_argument("--send-stall-timeout", type=float, default=d.send_stall_timeout_s,
-                   help="a client that reads nothing for this long is cut off and its slot freed")
-    g.add_argument("--limit-concurrency", type=int, default=d.limit_concurrency,
-                   help="connections served at once (503 past it)")
-    g.add_argument("--backlog", type=int, default=d.backlog, help="connections the kernel may queue")
-    g.add_argument("--allowed-origins", default=",".join(d.allowed_origins), metavar="ORIGINS",
-                   help="comma-separated browser origins that may open WebSockets and send POSTs besides the "
-                   "server's own; * for any")
-    g.add_argument("--allowed-hosts", default=",".join(d.allowed_hosts), metavar="HOSTS",
-                   help="comma-separated Host header values accepted (against DNS rebinding; default: any)")
-    g.add_argument("--ws-max-sessions", type=int, default=w.max_sessions, help="WebSocket sessions open at once")
-    g.add_argument("--ws-max-message-bytes", type=int, default=w.max_message_bytes,
-                   help="largest WebSocket message (close 1009 past it)")
-    g.add_argument("--ws-max-pending-chars", type=int, default=w.max_pending_chars,
-                   help="text a session may have waiting to be spoken")
-    g.add_argument("--ws-idle-timeout", type=float, default=w.idle_timeout_s,
-                   help="seconds a WebSocket session may stay silent with nothing to speak")
-    g.add_argument("--ws-messages-per-s", type=float, default=w.messages_per_s,
-                   help="sustained WebSocket messages per second per session")
-    g.add_argument("--ws-message-burst", type=int, default=w.message_burst,
-                   help="WebSocket messages a session may send at once above that rate")
-    g.add_argument("--ws-send-timeout", type=float, default=w.send_timeout_s,
-                   help="a WebSocket client that takes nothing for this long is gone")
-
-
-def _names(value: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in value.split(",") if v.strip())
+        return flags.build(args)
+    # No buffered-audio flag here: the budget grows to hold the one file when it must.
+    longest = flags.given(args).get(("max_audio_seconds",), ASRConfig.max_audio_seconds)
+    return flags.build(args, max_buffered_audio_s=max(ASRConfig.max_buffered_audio_s, longest))
 
 
 _MAX_KEY_FILE = 4096
 """Largest API key file read, in bytes."""
 
 
-def _api_key(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+def _api_key(args: argparse.Namespace, env: Environment) -> str | None:
     """`--api-key`, else `--api-key-file`, else $VOXSERVE_API_KEY, else $VOXSERVE_API_KEY_FILE.
 
     A file keeps the key out of `ps` and of the environment of child processes. Raises
@@ -178,9 +140,9 @@ def _api_key(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
         raise ValueError("give --api-key or --api-key-file, not both")
     if args.api_key is not None:
         return str(args.api_key)
-    if args.api_key_file is None and "VOXSERVE_API_KEY" in env:
-        return env["VOXSERVE_API_KEY"]
-    path = args.api_key_file or env.get("VOXSERVE_API_KEY_FILE")
+    if args.api_key_file is None and env.api_key is not None:
+        return env.api_key
+    path = args.api_key_file or env.api_key_file
     if not path:
         return None
     try:
@@ -196,65 +158,31 @@ def _api_key(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
     return key
 
 
-def server_config(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> ServerConfig:
-    """The server's config from `serve` arguments.
+def server_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> ServerConfig:
+    """The server's config from `serve` arguments, and from the `VOXSERVE_*` variables in
+    `env` (default: this process's environment) for what the flags leave out.
 
     Raises ValueError for settings that do not fit together.
     """
-    ws = WSConfig(
-        max_sessions=args.ws_max_sessions,
-        max_message_bytes=args.ws_max_message_bytes,
-        max_pending_chars=args.ws_max_pending_chars,
-        idle_timeout_s=args.ws_idle_timeout,
-        messages_per_s=args.ws_messages_per_s,
-        message_burst=args.ws_message_burst,
-        send_timeout_s=args.ws_send_timeout,
-    )
-    return ServerConfig(
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
+    environment = Environment.read(env)
+    from_env: dict[str, Any] = {}
+    if args.host is None and environment.host is not None:
+        from_env["host"] = environment.host
+    if args.port is None and environment.port is not None:
+        from_env["port"] = environment.port
+    return _server_flags().build(
+        args,
         tts=_tts_config(args),
-        asr=_asr_config(args),
-        api_key=_api_key(args, env),
-        metrics_require_key=args.metrics_require_key,
-        request_timeout_s=args.request_timeout,
-        ws=ws,
-        allowed_origins=_names(args.allowed_origins),
-        allowed_hosts=_names(args.allowed_hosts),
-        header_timeout_s=args.header_timeout,
-        body_idle_timeout_s=args.body_idle_timeout,
-        min_upload_bytes_per_s=args.min_upload_rate,
-        send_stall_timeout_s=args.send_stall_timeout,
-        limit_concurrency=args.limit_concurrency,
-        backlog=args.backlog,
+        asr=_asr_config(args, serving=True),
+        ws=_ws_flags().build(args),
+        api_key=_api_key(args, environment),
+        **from_env,
     )
-
-
-def _add_ray_args(p: argparse.ArgumentParser) -> None:
-    d = RayConfig()
-    g = p.add_argument_group("Ray Serve (scale out; needs `pip install voxserve[ray]`, see docs/SCALING.md)")
-    g.add_argument(
-        "--ray", nargs="?", const="", metavar="ADDRESS",
-        help="serve on a Ray cluster: join ADDRESS (what `ray start --head` prints), or start a local one",
-    )
-    for name, r in (("tts", d.tts), ("asr", d.asr)):
-        up = name.upper()
-        g.add_argument(f"--{name}-replicas", type=int, metavar="N", default=r.count, help=f"{up} engine replicas")
-        g.add_argument(f"--{name}-min-replicas", type=int, metavar="N", help=f"autoscale {up} replicas from N...")
-        g.add_argument(f"--{name}-max-replicas", type=int, metavar="N", help=f"...up to N {up} replicas")
-    g.add_argument("--frontend-replicas", type=int, metavar="N", default=d.frontend_replicas, help="HTTP front ends")
 
 
 def ray_config(args: argparse.Namespace) -> RayConfig:
     """Where and how `serve --ray` deploys. Raises ValueError for bounds that do not fit."""
-    d = RayConfig()
-    return RayConfig(
-        address=args.ray or None,
-        tts=replace(d.tts, count=args.tts_replicas, min=args.tts_min_replicas, max=args.tts_max_replicas),
-        asr=replace(d.asr, count=args.asr_replicas, min=args.asr_min_replicas, max=args.asr_max_replicas),
-        frontend_replicas=args.frontend_replicas,
-    )
+    return _ray_flags().build(args, address=args.ray or None)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -317,8 +245,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     from voxserve.engine.transcribe import Transcript, start_transcription
     from voxserve.errors import VoxError
 
-    config = _asr_config(args)
-    engine = ASREngine(config)
+    engine = ASREngine(_asr_config(args, serving=False))
     options = TranscribeOptions(
         task=args.task,
         language=args.language,
@@ -380,9 +307,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the HTTP server")
-    serve.add_argument("--host", default=os.environ.get("VOXSERVE_HOST", ServerConfig.host))
-    serve.add_argument("--port", type=int, default=int(os.environ.get("VOXSERVE_PORT", ServerConfig.port)))
-    serve.add_argument("--log-level", default="info")
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument(
         "--api-key",
@@ -394,18 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the API key from this file (default: $VOXSERVE_API_KEY_FILE)",
     )
     serve.add_argument(
-        "--metrics-require-key", action="store_true", help="require the API key on /metrics too"
+        "--ray", nargs="?", const="", metavar="ADDRESS",
+        help="serve on a Ray cluster: join ADDRESS (what `ray start --head` prints), or start a local one",
     )
-    serve.add_argument(
-        "--request-timeout",
-        type=float,
-        default=ServerConfig.request_timeout_s,
-        help="seconds a request may take, upload to last byte (408 / 504 / stream cut off)",
-    )
-    _add_limit_args(serve)
-    _add_tts_args(serve)
-    _add_asr_args(serve)
-    _add_ray_args(serve)
+    for flags in serve_flags():
+        flags.add_to(serve)
     serve.set_defaults(func=_serve)
 
     speak = sub.add_parser("speak", help="synthesize text to a WAV file, no server")
@@ -414,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     speak.add_argument("--voice", default="alloy")
     speak.add_argument("--speed", type=float, default=1.0)
     speak.add_argument("--sample-rate", type=int, default=None, help="default: the voice's own rate")
-    _add_tts_args(speak)
+    for flags in speak_flags():
+        flags.add_to(speak)
     speak.set_defaults(func=_speak)
 
     transcribe = sub.add_parser("transcribe", help="transcribe an audio file, no server")
@@ -428,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     transcribe.add_argument("--temperature", type=float, default=0.0)
     transcribe.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     transcribe.add_argument("--word-timestamps", action="store_true", help="add word timings (verbose_json)")
-    _add_asr_args(transcribe, serving=False)
+    for flags in transcribe_flags():
+        flags.add_to(transcribe)
     transcribe.set_defaults(func=_transcribe)
 
     voices = sub.add_parser("voices", help="list voices")

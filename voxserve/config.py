@@ -1,7 +1,9 @@
 """Frozen configuration for every component.
 
-Each component receives only its own slice. Environment variables are read once, in
-`ServerConfig.from_env_and_args`, never deep inside the engine.
+Each component receives only its own slice. Every field has a docstring: it is the help of
+the field's command-line flag, which `voxserve.flags` generates. This module reads no
+environment variable: `voxserve.env` reads the `VOXSERVE_*` ones, once, and `voxserve.cli`
+passes them into `ServerConfig`.
 """
 
 from __future__ import annotations
@@ -206,9 +208,9 @@ class ServerConfig:
     """HTTP server settings."""
 
     host: str = "127.0.0.1"
-    """Interface to bind."""
+    """Interface to bind (`VOXSERVE_HOST` when no flag gives it)."""
     port: int = 8000
-    """TCP port to bind."""
+    """TCP port to bind (`VOXSERVE_PORT` when no flag gives it)."""
     log_level: str = "info"
     """uvicorn log level."""
     default_sample_rate: int = 24000

@@ -33,6 +33,7 @@ from voxserve.audio.mel import LogMel
 from voxserve.config import ASRConfig
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
+from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.results import ResultStream
 from voxserve.engine.segments import (
     COMPRESSION_RATIO_THRESHOLD,
@@ -41,7 +42,7 @@ from voxserve.engine.segments import (
     needs_fallback,
     window_segments,
 )
-from voxserve.engine.threads import join_workers, lower_priority, prestart, run_lowered
+from voxserve.engine.threads import lower_priority, prestart, run_lowered
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.runners.whisper import DecodeInput, DecodeOptions, DecodeOutput, WhisperRunner
 
@@ -148,8 +149,12 @@ class ASRStats:
     busy_s: dict[int, float] = field(default_factory=dict)
 
 
-class ASREngine:
+class ASREngine(WorkerEngine):
+    kind = "asr"
+    stop_timeout_s = 5.0
+
     def __init__(self, config: ASRConfig, clock: Callable[[], float] = time.monotonic):
+        super().__init__(config.workers)
         self.config = config
         # CTranslate2 starts its decoding threads as the model loads; they inherit the
         # loading thread's lowered priority (`ASRConfig.nice`).
@@ -170,19 +175,11 @@ class ASREngine:
         )
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
-        self._threads: list[threading.Thread] = []
         self._stopping = False
         self._in_flight = 0
-        self.dead_workers: list[str] = []
         self.stats = ASRStats()
 
-    # -- lifecycle ---------------------------------------------------------------------
-    def start(self) -> None:
-        for i in range(self.config.workers):
-            t = threading.Thread(target=self._worker, args=(i,), name=f"asr-worker-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
-
+    # -- lifecycle (start, healthy and stop come from WorkerEngine) --------------------
     def drain(self) -> None:
         """Refuse new requests and fail the open ones, dropping their queued pieces. Does
         not block: a batch being decoded finishes (its results are discarded) and `stop`
@@ -195,25 +192,11 @@ class ASREngine:
             self._jobs.clear()
             self._cond.notify_all()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Drain, then wait up to `timeout` for the workers to exit."""
-        self.drain()
-        busy = join_workers(self._threads, timeout)
-        if busy:
-            names = ", ".join(t.name for t in busy)
-            log.warning("not waiting longer for %s, still in an inference call", names)
-
-    def warmup(self) -> None:
+    def _warm(self) -> None:
         """Decode one second of silence so that first-call costs are not a client's."""
-        started = time.perf_counter()
         features, frames = self.mel(np.zeros(SAMPLE_RATE, dtype=np.float32))
         opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0)
         self.runner.run([DecodeInput(features, frames, align=True)], opts)
-        log.info("ASR warm-up took %.0f ms", (time.perf_counter() - started) * 1e3)
-
-    @property
-    def healthy(self) -> bool:
-        return not self.dead_workers and all(t.is_alive() for t in self._threads)
 
     @property
     def name(self) -> str:
@@ -357,32 +340,27 @@ class ASREngine:
 
     def _worker(self, index: int) -> None:
         lower_priority(self.config.nice)
-        try:
-            while True:
-                with self._cond:
-                    batch = None
-                    while not self._stopping:
-                        batch = self._batcher.next_batch(self._clock())
-                        if batch is not None:
-                            break
-                        deadline = self._batcher.deadline()
-                        self._cond.wait(None if deadline is None else max(0.0, deadline - self._clock()))
-                    if batch is None:
-                        return
-                    self._in_flight += len(batch)
-                    self.stats.batches += 1
-                    self.stats.batch_sizes[len(batch)] += 1
-                started = time.perf_counter()
-                self._run(batch)
-                with self._cond:
-                    self._in_flight -= len(batch)
-                    busy = self.stats.busy_s
-                    busy[index] = busy.get(index, 0.0) + time.perf_counter() - started
-                    self._cond.notify_all()
-        except BaseException:
-            log.exception("ASR worker %d died", index)
-            self.dead_workers.append(threading.current_thread().name)
-            raise
+        while True:
+            with self._cond:
+                batch = None
+                while not self._stopping:
+                    batch = self._batcher.next_batch(self._clock())
+                    if batch is not None:
+                        break
+                    deadline = self._batcher.deadline()
+                    self._cond.wait(None if deadline is None else max(0.0, deadline - self._clock()))
+                if batch is None:
+                    return
+                self._in_flight += len(batch)
+                self.stats.batches += 1
+                self.stats.batch_sizes[len(batch)] += 1
+            started = time.perf_counter()
+            self._run(batch)
+            with self._cond:
+                self._in_flight -= len(batch)
+                busy = self.stats.busy_s
+                busy[index] = busy.get(index, 0.0) + time.perf_counter() - started
+                self._cond.notify_all()
 
     def _run(self, batch: list[Pending[_Piece]]) -> None:
         opts = batch[0].key

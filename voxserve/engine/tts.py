@@ -21,9 +21,9 @@ import numpy as np
 import soxr
 
 from voxserve.config import TTSConfig
+from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.scheduler import AcousticWork, Scheduler, SegmentInput, VocoderWork, Work
 from voxserve.engine.stream import ChunkStream, StreamItem
-from voxserve.engine.threads import join_workers
 from voxserve.errors import InvalidRequest, NotFound, ServerError, Unavailable
 from voxserve.runners.piper import (
     AcousticInput,
@@ -133,12 +133,16 @@ def decode_chunk(vocoder: VocoderRunner, work: VocoderWork) -> np.ndarray:
     return pcm[a * vocoder.hop : b * vocoder.hop]
 
 
-class TTSEngine:
+class TTSEngine(WorkerEngine):
+    kind = "tts"
+    stop_timeout_s = 2.0
+
     def __init__(
         self,
         config: TTSConfig,
         clock: Callable[[], float] = time.monotonic,
     ):
+        super().__init__(config.workers)
         self.config = config
         files = find_voice(config.voice_dir) if config.voice_dir else bundled_voice()
         self.model = PiperModel(files, config.cache_dir)
@@ -163,19 +167,12 @@ class TTSEngine:
         )
         self._outputs: dict[int, _Output] = {}
         self._ids = itertools.count(1)
-        self._threads: list[threading.Thread] = []
         self._stopping = False
-        self.dead_workers: list[str] = []
+        self._in_hand: dict[int, Work] = {}
+        """What each worker is running, by worker index; failed if the worker dies."""
         self.stats = EngineStats()
 
-    # -- lifecycle -------------------------------------------------------------------
-    def start(self) -> None:
-        for i in range(self.config.workers):
-            t = threading.Thread(target=self._worker, args=(i,), name=f"tts-worker-{i}")
-            t.daemon = True
-            t.start()
-            self._threads.append(t)
-
+    # -- lifecycle (start, healthy and stop come from WorkerEngine) ------------------
     def drain(self) -> None:
         """Refuse new streams and fail the live ones (their writers end now); workers exit
         after the item they are running. Does not block: `stop` waits for them."""
@@ -185,14 +182,6 @@ class TTSEngine:
                 out.handle.stream.fail(Unavailable("server is shutting down"))
             self._outputs.clear()
             self._cond.notify_all()
-
-    def stop(self, timeout: float = 2.0) -> None:
-        """Drain, then wait up to `timeout` for the workers to exit."""
-        self.drain()
-        busy = join_workers(self._threads, timeout)
-        if busy:
-            names = ", ".join(t.name for t in busy)
-            log.warning("not waiting longer for %s, still in an inference call", names)
 
     def synthesize(self, text: str, voice: Voice, speed: float = 1.0, sample_rate: int | None = None,
                    timeout: float = 60.0) -> np.ndarray:
@@ -209,13 +198,12 @@ class TTSEngine:
         finally:
             self.abort(handle.id)
 
-    def warmup(self) -> None:
+    def _warm(self) -> None:
         """Synthesize before the first client, so that ONNX Runtime's first-run costs are
         not a client's: one short utterance (about 4 s of audio, enough to seed the cost
         meter that admission uses), then one segment of the longest length per worker,
         all at once, so that every worker's sessions size their memory arenas now rather
         than while clients are served (RSS then stays flat from the start)."""
-        started = time.perf_counter()
         voice = self.voices[0]
         self.synthesize("Warming up the voice: one, two, three, four, five, six, seven.", voice)
         words = ("the quick brown fox jumps over a lazy dog near the quiet river bank " * 8).split()
@@ -226,11 +214,6 @@ class TTSEngine:
             longest = f"{longest} {word}".strip()
         with ThreadPoolExecutor(self.config.workers, thread_name_prefix="warmup") as pool:
             list(pool.map(lambda _: self.synthesize(longest + ".", voice), range(self.config.workers)))
-        log.info("warm-up took %.0f ms", (time.perf_counter() - started) * 1e3)
-
-    @property
-    def healthy(self) -> bool:
-        return not self.dead_workers and all(t.is_alive() for t in self._threads)
 
     @property
     def sample_rate(self) -> int:
@@ -298,7 +281,7 @@ class TTSEngine:
         with self._cond:
             if self._stopping:
                 raise Unavailable("server is shutting down")
-            if not any(t.is_alive() for t in self._threads):
+            if not self.any_worker_alive():
                 raise Unavailable("no TTS worker is alive; see /health")
             self._outputs[stream_id] = _Output(handle, resampler, self.config.output_gain)
             self._sched.add(stream_id, prepared.segments, self._clock())
@@ -366,32 +349,31 @@ class TTSEngine:
 
     # -- workers ---------------------------------------------------------------------
     def _worker(self, index: int) -> None:
-        work: Work | None = None
-        try:
-            while True:
-                with self._cond:
-                    work = None
-                    while not self._stopping:
-                        work = self._sched.next_work(self._clock())
-                        if work is not None:
-                            break
-                        self._cond.wait()
-                    if work is None:
-                        return
-                started = time.perf_counter()
-                audio = self._run(work)
-                with self._cond:
-                    spent = time.perf_counter() - started
-                    busy = self.stats.busy_s
-                    busy[index] = busy.get(index, 0.0) + spent
-                    self.stats.cost.add(spent, audio)
-        except BaseException as exc:  # the thread ends here; /health reports it
-            name = threading.current_thread().name
-            log.critical("TTS worker %s died: %r", name, exc, exc_info=exc)
+        while True:
             with self._cond:
-                self.dead_workers.append(name)
-            if work is not None:
-                self._fail(work, RuntimeError(f"worker {name} died"))
+                self._in_hand.pop(index, None)
+                work = None
+                while not self._stopping:
+                    work = self._sched.next_work(self._clock())
+                    if work is not None:
+                        break
+                    self._cond.wait()
+                if work is None:
+                    return
+                self._in_hand[index] = work
+            started = time.perf_counter()
+            audio = self._run(work)
+            with self._cond:
+                spent = time.perf_counter() - started
+                busy = self.stats.busy_s
+                busy[index] = busy.get(index, 0.0) + spent
+                self.stats.cost.add(spent, audio)
+
+    def _worker_died(self, index: int, exc: BaseException) -> None:
+        with self._cond:
+            work = self._in_hand.pop(index, None)
+        if work is not None:
+            self._fail(work, RuntimeError(f"worker {threading.current_thread().name} died"))
 
     def _run(self, work: Work) -> float:
         """Run one unit of work; returns the seconds of audio it produced."""

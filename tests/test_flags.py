@@ -1,0 +1,252 @@
+"""Flags generated from the config dataclasses: every field has one, its help is the
+field's docstring, and a value given on the command line arrives in the config. The
+`VOXSERVE_*` variables are read in one place."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import re
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import pytest
+
+import voxserve.config
+from voxserve.cli import (
+    build_parser,
+    ray_config,
+    serve_flags,
+    server_config,
+    speak_flags,
+    transcribe_flags,
+)
+from voxserve.config import ServerConfig, TTSConfig
+from voxserve.env import VARIABLES, Environment
+from voxserve.flags import ConfigFlags, Flag, comma_list, field_docs, flag_name
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _subparser(command: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command]
+
+
+def _options(command: str) -> dict[str, argparse.Action]:
+    return {o: a for a in _subparser(command)._actions for o in a.option_strings}
+
+
+def _leaves(
+    cls: type, stop: Collection[str] = (), path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], type]]:
+    """Every field path of `cls` that is not itself a config dataclass, with its owner;
+    the fields named in `stop` count as leaves."""
+    hints = get_type_hints(cls)
+    out: list[tuple[tuple[str, ...], type]] = []
+    for f in dataclasses.fields(cls):
+        here = (*path, f.name)
+        hint = hints[f.name]
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint) and ".".join(here) not in stop:
+            out += _leaves(hint, stop, here)
+        else:
+            out.append((here, cls))
+    return out
+
+
+def _owner(flags: ConfigFlags[Any], flag: Flag) -> type:
+    cls: type = flags.cls
+    for name in flag.path[:-1]:
+        cls = get_type_hints(cls)[name]
+    return cls
+
+
+def test_every_config_field_has_a_flag() -> None:
+    options = _options("serve")
+    classes = {flags.cls for flags in serve_flags()}
+    for flags in serve_flags():
+        flagged = {flag.path for flag in flags.flags}
+        for path, owner in _leaves(flags.cls, flags.skip):
+            key = ".".join(path)
+            if path in flagged:
+                continue
+            assert key in flags.skip, f"{owner.__name__}.{path[-1]} has no flag"
+            covered = flags.skip[key]
+            if covered.startswith("--"):
+                assert covered in options, (key, covered)
+            else:  # a nested config with flags of its own
+                hint = get_type_hints(flags.cls)[key]
+                assert hint in classes, (key, covered)
+        for flag in flags.flags:
+            assert flag.option in options, flag.option
+    # Every config dataclass is reached, so a new one cannot be left out.
+    defined = {
+        cls for _, cls in inspect.getmembers(voxserve.config, inspect.isclass)
+        if dataclasses.is_dataclass(cls) and cls.__module__ == voxserve.config.__name__
+    }  # fmt: skip
+    reached = {owner for flags in serve_flags() for _, owner in _leaves(flags.cls, flags.skip)}
+    assert defined == reached
+
+
+def test_help_comes_from_the_docstring() -> None:
+    options = _options("serve")
+    for flags in serve_flags():
+        for flag in flags.flags:
+            doc = field_docs(_owner(flags, flag))[flag.path[-1]]
+            assert doc and flag.help == doc
+            help_text = options[flag.option].help
+            assert help_text is not None and help_text.replace("%%", "%").startswith(doc), flag.option
+    assert field_docs(TTSConfig)["credits"] == (
+        "Chunks a stream may have decoded but not yet taken by its HTTP writer."
+    )
+    # Multi-line docstrings are joined into one line.
+    assert "\n" not in field_docs(ServerConfig)["request_timeout_s"]
+
+
+def _other_value(flags: ConfigFlags[Any], flag: Flag) -> tuple[list[str], Any]:
+    """Arguments that set `flag` to a value unlike its default, and that value."""
+    value = flags.default
+    for name in flag.path:
+        value = getattr(value, name)
+    hint = get_type_hints(_owner(flags, flag))[flag.path[-1]]
+    if hint is bool:
+        return ([f"--no-{flag.option[2:]}"] if value else [flag.option]), not value
+    if hint == tuple[str, ...]:
+        return [flag.option, " https://a.example, https://b.example:8443 ,"], (
+            "https://a.example",
+            "https://b.example:8443",
+        )
+    if value is None:
+        if "Path" in str(hint):
+            return [flag.option, "/srv/voices"], Path("/srv/voices")
+        number = 2 if "int" in str(hint) else 0.25
+        return [flag.option, str(number)], number
+    if isinstance(value, Path | str):
+        return [flag.option, f"{value}x"], type(value)(f"{value}x")
+    if isinstance(value, int):
+        return [flag.option, str(value + 1)], value + 1
+    return [flag.option, str(value * 2)], value * 2
+
+
+def _at(config: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        config = getattr(config, name)
+    return config
+
+
+def test_every_flag_round_trips_into_the_config() -> None:
+    argv = ["serve", "--ray", "--api-key", "vx-key"]  # --metrics-require-key needs a key
+    expected: list[tuple[ConfigFlags[Any], Flag, Any]] = []
+    for flags in serve_flags():
+        for flag in flags.flags:
+            args, value = _other_value(flags, flag)
+            argv += args
+            expected.append((flags, flag, value))
+    args = build_parser().parse_args(argv)
+    config, layout = server_config(args, {}), ray_config(args)
+    roots: dict[type, Any] = {type(config): config, type(layout): layout}
+    roots.update({type(config.tts): config.tts, type(config.asr): config.asr, type(config.ws): config.ws})
+    for flags, flag, value in expected:
+        got = _at(roots[flags.cls], flag.path)
+        assert got == value and type(got) is type(value), (flag.option, got, value)
+    assert config.api_key == "vx-key" and layout.address is None
+
+
+def test_unset_flags_keep_the_dataclass_defaults() -> None:
+    config = server_config(build_parser().parse_args(["serve"]), {})
+    assert config == ServerConfig()
+    assert ray_config(build_parser().parse_args(["serve", "--ray", "h:6379"])).address == "h:6379"
+
+
+def test_context_frames_sets_both_sides_unless_a_side_is_given() -> None:
+    def chunking(*argv: str) -> tuple[int, int]:
+        c = server_config(build_parser().parse_args(["serve", *argv]), {}).tts.chunking
+        return c.left_context, c.right_context
+
+    assert chunking() == (10, 10)
+    assert chunking("--context-frames", "6") == (6, 6)
+    assert chunking("--context-frames", "6", "--right-context", "3") == (6, 3)
+    assert chunking("--left-context", "4") == (4, 10)
+
+
+def test_speak_and_transcribe_share_the_engine_flags() -> None:
+    speak, transcribe = _options("speak"), _options("transcribe")
+    for flags in speak_flags():
+        assert all(flag.option in speak for flag in flags.flags)
+    (asr,) = transcribe_flags()
+    assert all(flag.option in transcribe for flag in asr.flags)
+    # A local file has no upload, queue or shared budget: those stay `serve` flags.
+    assert "--max-upload-mb" not in transcribe and "--asr-max-queue" not in transcribe
+    assert {"--asr-workers", "--asr-beam-size", "--max-audio-seconds", "--audio-workers"} <= set(transcribe)
+
+
+def test_flag_names() -> None:
+    assert flag_name("queue_timeout_s") == "--queue-timeout"
+    assert flag_name("messages_per_s", "ws-") == "--ws-messages-per-s"
+    assert flag_name("max_batch", "asr-") == "--asr-max-batch"
+    assert comma_list(" a, b,,c ,") == ("a", "b", "c") and comma_list("") == ()
+
+
+def test_a_field_without_a_docstring_is_refused() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Undocumented:
+        documented: int = 1
+        """Has help."""
+        bare: int = 2
+
+    with pytest.raises(ValueError, match="bare needs a docstring"):
+        ConfigFlags(Undocumented, "test")
+
+
+# -- the environment ----------------------------------------------------------------
+
+
+def test_host_and_port_come_from_the_environment_unless_flagged() -> None:
+    env = {"VOXSERVE_HOST": "0.0.0.0", "VOXSERVE_PORT": "9100"}
+    config = server_config(build_parser().parse_args(["serve"]), env)
+    assert (config.host, config.port) == ("0.0.0.0", 9100)
+    flagged = server_config(build_parser().parse_args(["serve", "--host", "::1", "--port", "9200"]), env)
+    assert (flagged.host, flagged.port) == ("::1", 9200)
+    with pytest.raises(ValueError, match="VOXSERVE_PORT must be a port number"):
+        server_config(build_parser().parse_args(["serve"]), {"VOXSERVE_PORT": "http"})
+
+
+def test_a_bad_port_variable_is_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from voxserve.cli import main
+
+    monkeypatch.setenv("VOXSERVE_PORT", "eighty")
+    assert main(["serve", "--no-asr"]) == 2
+    assert "VOXSERVE_PORT" in capsys.readouterr().err
+
+
+def test_environment_read() -> None:
+    assert Environment.read({}) == Environment()
+    read = Environment.read({"VOXSERVE_API_KEY": "", "VOXSERVE_API_KEY_FILE": "", "OTHER": "x"})
+    assert read.api_key == "" and read.api_key_file is None
+
+
+ENVIRONMENT_WRITERS = {
+    "voxserve/env.py": "reads VOXSERVE_*",
+    "voxserve/runners/piper.py": "XDG_CACHE_HOME, the user's cache folder convention",
+    "voxserve/ray/environment.py": "sets Ray's and glibc's variables for a local Ray instance",
+    "voxserve/bench/asr_offline.py": "sets HF_HUB_OFFLINE for faster-whisper",
+}
+
+
+def test_the_environment_is_read_in_one_place() -> None:
+    for path in sorted((ROOT / "voxserve").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        source = path.read_text(encoding="utf-8")
+        if re.search(r"\bos\.environ\b|\bgetenv\(", source):
+            assert rel in ENVIRONMENT_WRITERS, f"{rel} touches the environment; read VOXSERVE_* in voxserve.env"
+        if rel != "voxserve/env.py":
+            assert not re.search(r"environ\w*(\.get)?\(?\[?\s*[\"']VOXSERVE_", source), rel
+
+
+def test_the_readme_lists_every_variable() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name in VARIABLES:
+        assert f"`{name}`" in readme, name

@@ -1,0 +1,258 @@
+"""Command-line flags generated from the config dataclasses, so that every field has one.
+
+A flag's name is its field's name (`max_streams` -> `--max-streams`, after an optional
+prefix such as `asr-`; a trailing `_s`, seconds, is dropped: `queue_timeout_s` ->
+`--queue-timeout`); its type comes from the field's annotation and its help from the
+docstring under the field. A nested config dataclass gives flags for its own fields.
+
+- `int`, `float`, `str`, `Path`: one value; `X | None`: the same, absent means the default.
+- `bool`: `--x` and `--no-x`.
+- `tuple[str, ...]`: a comma-separated list (`--allowed-origins a,b`).
+
+Flags default to "not given", and `ConfigFlags.build` replaces only the fields given on a
+default instance, so the dataclasses stay the one place where defaults live.
+
+This module owns the mapping from fields to flags and back. It knows no config class by
+name and reads no environment: `voxserve.cli` says which classes get which flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import itertools
+import re
+import sys
+import textwrap
+import types
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar, Union, get_args, get_origin, get_type_hints
+
+__all__ = ["ConfigFlags", "Flag", "Shared", "comma_list", "field_docs", "flag_name"]
+
+C = TypeVar("C")
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's docstring (the string literal after it in the class body), with its
+    whitespace collapsed; fields without one are left out."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    klass = ast.parse(source).body[0]
+    if not isinstance(klass, ast.ClassDef):
+        raise TypeError(f"{cls.__name__}: expected a class definition")
+    docs: dict[str, str] = {}
+    body = klass.body
+    for node, after in itertools.pairwise(body):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        literal = after.value if isinstance(after, ast.Expr) else None
+        text = literal.value if isinstance(literal, ast.Constant) else None
+        if isinstance(text, str):
+            docs[node.target.id] = " ".join(text.split())
+    return docs
+
+
+def flag_name(field: str, prefix: str = "") -> str:
+    """`--` + prefix + the field's name in kebab case, without a trailing `_s` (seconds)."""
+    if field.endswith("_s") and not field.endswith("_per_s"):
+        field = field[:-2]
+    return "--" + prefix + field.replace("_", "-")
+
+
+def comma_list(value: str) -> tuple[str, ...]:
+    """`a, b,,c` -> ("a", "b", "c"); an empty string is an empty list."""
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One generated flag and the field it sets."""
+
+    option: str
+    """`--max-streams`."""
+    dest: str
+    """Attribute on the parsed namespace."""
+    path: tuple[str, ...]
+    """Field names from the root config down: ("chunking", "left_context")."""
+    help: str
+    """The field's docstring, as shown by `--help` (before the default is added)."""
+    kind: str
+    """"bool", "int", "float", "str", "path" or "list"."""
+    convert: Callable[[str], Any]
+    """Turns the flag's text into the field's value."""
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A flag that sets several fields to one value, unless their own flags are given
+    (`--context-frames` sets both context sides)."""
+
+    option: str
+    paths: tuple[tuple[str, ...], ...]
+    help: str
+    type: Callable[[str], Any] = int
+
+
+class ConfigFlags(Generic[C]):
+    """The flags of one config dataclass (and of the dataclasses nested in it).
+
+    `rename` maps a field (a dotted path from this class, such as `chunking.left_context`)
+    to its whole flag name without the dashes, prefix included: use it only where an
+    existing flag's name differs from its field's. `skip` names fields that get no flag
+    here, each with the option that covers it elsewhere (or why it has none), so that
+    "every field has a flag" stays checkable. `prefixes` gives nested dataclass fields
+    their own prefix (RayConfig's `tts` -> `tts-`); without one they share this class's.
+    """
+
+    def __init__(
+        self,
+        cls: type[C],
+        title: str,
+        *,
+        prefix: str = "",
+        rename: Mapping[str, str] | None = None,
+        skip: Mapping[str, str] | None = None,
+        prefixes: Mapping[str, str] | None = None,
+        metavars: Mapping[str, str] | None = None,
+        shared: Collection[Shared] = (),
+    ) -> None:
+        self.cls = cls
+        self.title = title
+        self.default: C = cls()
+        self.skip: dict[str, str] = dict(skip or {})
+        self.shared = tuple(shared)
+        self._rename = dict(rename or {})
+        self._prefixes = dict(prefixes or {})
+        self._metavars = dict(metavars or {})
+        self.flags: list[Flag] = []
+        self._seen: set[str] = set()
+        self._walk(cls, self.default, (), prefix)
+        named = set(self._rename) | set(self.skip) | set(self._metavars) | set(self._prefixes)
+        unknown = named - self._seen
+        if unknown:
+            raise ValueError(f"{cls.__name__}: no such fields: {', '.join(sorted(unknown))}")
+
+    # -- building the flags ------------------------------------------------------------
+    def _walk(self, cls: type, default: Any, path: tuple[str, ...], prefix: str) -> None:
+        hints = get_type_hints(cls, vars(sys.modules[cls.__module__]))
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            here = (*path, f.name)
+            key = ".".join(here)
+            self._seen.add(key)
+            if key in self.skip:
+                continue
+            hint = hints[f.name]
+            value = getattr(default, f.name)
+            if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+                self._walk(hint, value, here, prefix + self._prefixes.get(key, ""))
+                continue
+            if f.name not in docs:
+                raise ValueError(f"{cls.__name__}.{f.name} needs a docstring: it is its flag's help")
+            option = "--" + self._rename[key] if key in self._rename else flag_name(f.name, prefix)
+            kind, convert = _kind(hint, f"{cls.__name__}.{f.name}")
+            self.flags.append(Flag(option, option[2:].replace("-", "_"), here, docs[f.name], kind, convert))
+
+    def add_to(self, parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+        """Add this class's flags to `parser`, as one argument group."""
+        group = parser.add_argument_group(self.title)
+        for flag in self.flags:
+            value = self._value(flag.path)
+            shown = "" if value is None or value == () else f" (default: {_show(value)})"
+            text = (flag.help + shown).replace("%", "%%")
+            if flag.kind == "bool":
+                group.add_argument(flag.option, dest=flag.dest, action=argparse.BooleanOptionalAction,
+                                   default=None, help=text)  # fmt: skip
+                continue
+            metavar = self._metavars.get(".".join(flag.path)) or _metavar(flag)
+            group.add_argument(flag.option, dest=flag.dest, type=flag.convert, default=None,
+                               metavar=metavar, help=text)  # fmt: skip
+        for extra in self.shared:
+            dest = extra.option[2:].replace("-", "_")
+            group.add_argument(extra.option, dest=dest, type=extra.type, default=None, metavar="N",
+                               help=extra.help.replace("%", "%%"))  # fmt: skip
+        return group
+
+    # -- reading them back -------------------------------------------------------------
+    def given(self, args: argparse.Namespace) -> dict[tuple[str, ...], Any]:
+        """The fields set on the command line, by path (shared flags included)."""
+        values: dict[tuple[str, ...], Any] = {}
+        for extra in self.shared:
+            value = getattr(args, extra.option[2:].replace("-", "_"), None)
+            if value is not None:
+                values.update((path, value) for path in extra.paths)
+        for flag in self.flags:
+            value = getattr(args, flag.dest, None)
+            if value is not None:
+                values[flag.path] = value
+        return values
+
+    def build(self, args: argparse.Namespace, **fields: Any) -> C:
+        """The config with the flags given on `args`, then `fields`, replacing defaults.
+
+        Raises ValueError (from the dataclasses' own checks) for values that do not fit."""
+        values = self.given(args)
+        values.update(((name,), value) for name, value in fields.items())
+        return _replace(self.default, values)
+
+    def _value(self, path: tuple[str, ...]) -> Any:
+        value: Any = self.default
+        for name in path:
+            value = getattr(value, name)
+        return value
+
+
+def _replace(obj: Any, values: Mapping[tuple[str, ...], Any]) -> Any:
+    """`obj` with the fields at `values`' paths replaced, nested dataclasses rebuilt."""
+    if not values:
+        return obj
+    direct = {path[0]: v for path, v in values.items() if len(path) == 1}
+    nested: dict[str, dict[tuple[str, ...], Any]] = {}
+    for path, v in values.items():
+        if len(path) > 1:
+            nested.setdefault(path[0], {})[path[1:]] = v
+    for name, inner in nested.items():
+        direct[name] = _replace(direct.get(name, getattr(obj, name)), inner)
+    return dataclasses.replace(obj, **direct)
+
+
+def _kind(hint: Any, where: str) -> tuple[str, Callable[[str], Any]]:
+    """("bool" | "int" | ... , the argparse `type`) for a field's annotation."""
+    if get_origin(hint) in (Union, types.UnionType):
+        inner = [a for a in get_args(hint) if a is not type(None)]
+        if len(inner) == 1:
+            return _kind(inner[0], where)
+    if hint is bool:
+        return "bool", bool  # not used: BooleanOptionalAction takes no value
+    if hint in (int, float, str, Path):
+        return hint.__name__.lower(), hint
+    if get_origin(hint) is tuple and get_args(hint) == (str, ...):
+        return "list", comma_list
+    raise TypeError(f"{where}: no flag type for {hint!r}; teach voxserve.flags._kind")
+
+
+def _metavar(flag: Flag) -> str:
+    kind = flag.kind
+    if kind == "list":
+        return "A,B"
+    if flag.path[-1].endswith("_s") and not flag.path[-1].endswith("_per_s"):
+        return "SECONDS"
+    if kind in ("int", "float"):
+        return "N"
+    if kind == "path":
+        return "DIR" if flag.path[-1].endswith("_dir") else "PATH"
+    return re.sub(r"\W", "_", flag.path[-1]).upper()
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
