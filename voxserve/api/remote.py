@@ -31,16 +31,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from voxserve.api.app import assemble, model_list
-from voxserve.api.metrics import Metrics
 from voxserve.api.openapi import openapi_endpoint
 from voxserve.api.playground import playground_routes
-from voxserve.api.schemas import SPEECH_MODELS, SpeechRequest
+from voxserve.api.schemas import SpeechRequest, TranscriptionForm
 from voxserve.api.speech import read_speech_request, speech_head
+from voxserve.api.stack import assemble
 from voxserve.api.streaming import StreamResponse, unless_gone, until_disconnect
 from voxserve.api.transcriptions import (
-    ASR_MODELS,
-    TranscriptionForm,
     asr_disabled,
     observe,
     read_upload,
@@ -49,6 +46,8 @@ from voxserve.api.transcriptions import (
 from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.uploads import UploadBudget
+from voxserve.serving.catalog import model_ids, model_list
+from voxserve.serving.metrics import Metrics
 
 __all__ = [
     "REPLICA_HEADER",
@@ -224,10 +223,7 @@ async def _health(request: Request) -> Response:
 
 async def _models(request: Request) -> Response:
     state: RemoteState = request.app.state.vox
-    ids = [*SPEECH_MODELS, state.catalog.model]
-    if state.asr_name is not None:
-        ids += [*ASR_MODELS, state.asr_name]
-    return JSONResponse(model_list(ids, state.started_at))
+    return JSONResponse(model_list(model_ids(state.catalog.model, state.asr_name), state.started_at))
 
 
 async def _voices(request: Request) -> Response:

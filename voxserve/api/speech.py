@@ -41,7 +41,7 @@ from voxserve.errors import (
 )
 
 if TYPE_CHECKING:
-    from voxserve.api.app import AppState
+    from voxserve.serving.state import AppState
 
 __all__ = ["open_speech", "read_body", "read_speech_request", "require_json", "speech", "speech_head"]
 

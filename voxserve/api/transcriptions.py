@@ -20,16 +20,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from voxserve.api.formats import CONTENT_TYPES, as_json, as_srt, as_text, as_verbose_json, as_vtt
-from voxserve.api.metrics import Metrics
-from voxserve.api.schemas import validate
+from voxserve.api.schemas import TranscriptionForm, validate
 from voxserve.api.streaming import StreamResponse, unless_gone, until_disconnect
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine, TranscribeOptions
@@ -43,13 +41,14 @@ from voxserve.errors import (
     ServerError,
     VoxError,
 )
+from voxserve.serving.catalog import ASR_MODELS
+from voxserve.serving.metrics import Metrics
 
 if TYPE_CHECKING:
-    from voxserve.api.app import AppState
+    from voxserve.serving.state import AppState
 
 __all__ = [
     "ASR_MODELS",
-    "TranscriptionForm",
     "asr_disabled",
     "collect_transcript",
     "observe",
@@ -63,24 +62,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ASR_MODELS = ("whisper-1",)
 MAX_FIELD_BYTES = 64 * 1024
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off", "")
-
-
-class TranscriptionForm(BaseModel):
-    """The non-file fields of a transcription or translation request."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    model: str = Field(min_length=1, max_length=200, description="whisper-1 or the model's own name")
-    language: str | None = Field(None, max_length=16, description="ISO-639-1 code of the audio")
-    prompt: str | None = Field(None, max_length=8192, description="Text that primes every piece")
-    temperature: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)
-    response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = "json"
-    timestamp_granularities: list[Literal["segment", "word"]] = Field(default_factory=list)
-    stream: bool = False
 
 
 async def transcriptions(request: Request) -> Response | StreamResponse:

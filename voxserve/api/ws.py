@@ -82,7 +82,7 @@ from voxserve.errors import VoxError
 from voxserve.text.incremental import TextSegmenter
 
 if TYPE_CHECKING:
-    from voxserve.api.app import AppState
+    from voxserve.serving.state import AppState
 
 __all__ = ["SessionConfig", "speech_stream"]
 

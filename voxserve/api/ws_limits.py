@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.websockets import WebSocket
 
 if TYPE_CHECKING:
-    from voxserve.api.app import AppState
+    from voxserve.serving.state import AppState
 
 __all__ = ["Message", "TokenBucket", "message_size", "session_slot"]
 

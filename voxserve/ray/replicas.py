@@ -25,8 +25,6 @@ from typing import Any
 
 from ray import serve
 
-from voxserve.api.app import running_state, voice_list
-from voxserve.api.metrics import Metrics
 from voxserve.api.remote import SpeechJob, TranscriptionJob, TTSCatalog
 from voxserve.api.speech import open_speech
 from voxserve.api.transcriptions import collect_transcript, observe, open_transcription, sse_events
@@ -36,6 +34,9 @@ from voxserve.engine.asr import ASREngine
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.tts import TTSEngine
 from voxserve.ray.loopback import bind_replica_grpc_to_node
+from voxserve.serving.catalog import voice_list
+from voxserve.serving.metrics import Metrics
+from voxserve.serving.state import running_state
 
 __all__ = ["ASRReplica", "TTSReplica", "replica_name"]
 
