@@ -36,18 +36,15 @@ from voxserve.api.playground import playground_routes
 from voxserve.api.schemas import SpeechRequest, TranscriptionForm
 from voxserve.api.speech import read_speech_request, speech_head
 from voxserve.api.stack import assemble
-from voxserve.api.streaming import StreamResponse, unless_gone, until_disconnect
-from voxserve.api.transcriptions import (
-    asr_disabled,
-    observe,
-    read_upload,
-    render,
-)
+from voxserve.api.streaming import StreamResponse, until_disconnect
+from voxserve.api.transcriptions import read_upload, render
 from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.uploads import UploadBudget
 from voxserve.serving.catalog import model_ids, model_list
 from voxserve.serving.metrics import Metrics
+from voxserve.serving.transcription import asr_disabled, observe
+from voxserve.serving.waiting import unless_gone
 
 __all__ = [
     "REPLICA_HEADER",

@@ -75,10 +75,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxserve.api.schemas import SpeechRequest, VoiceRef, validate
-from voxserve.api.speech import open_speech
+from voxserve.api.speech import speech_params
 from voxserve.api.ws_limits import Message, TokenBucket, message_size, session_slot
 from voxserve.config import WSConfig
 from voxserve.errors import VoxError
+from voxserve.serving.speech import open_speech
 from voxserve.text.incremental import TextSegmenter
 
 if TYPE_CHECKING:
@@ -481,7 +482,7 @@ class _Session:
             if not self._slot:
                 await self.state.admission.acquire()  # 429 when the server is full
                 self._slot = True
-            source, on_close = await open_speech(self.state, body, request_id, started, admitted=True)
+            stream = await open_speech(self.state, speech_params(body), request_id, started, admitted=True)
         except VoxError as exc:
             await self.send_error(exc.message, exc.code or "error", segment=segment.index, status=exc.status)
             return
@@ -491,19 +492,16 @@ class _Session:
             await self.send_event(
                 {"type": "audio.start", "segment": segment.index, "text": segment.text, "sample_rate": rate}
             )
-            async for data in source:
-                if data:
-                    await self.send_audio(data)
+            async with contextlib.aclosing(stream.chunks()) as chunks:
+                async for chunk in chunks:
+                    if chunk.data:
+                        await self.send_audio(chunk.data)
             completed = True
         except VoxError as exc:  # the engine failed mid-segment
             await self.send_error(exc.message, exc.code or "error", segment=segment.index, status=exc.status)
             return
         finally:
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
-            on_close(completed)
+            stream.close(completed)
         await self.send_event({"type": "audio.done", "segment": segment.index})
 
 

@@ -26,8 +26,8 @@ from typing import Any
 from ray import serve
 
 from voxserve.api.remote import SpeechJob, TranscriptionJob, TTSCatalog
-from voxserve.api.speech import open_speech
-from voxserve.api.transcriptions import collect_transcript, observe, open_transcription, sse_events
+from voxserve.api.speech import speech_body, speech_params
+from voxserve.api.transcriptions import transcript_events, transcription_params
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
@@ -36,7 +36,9 @@ from voxserve.engine.tts import TTSEngine
 from voxserve.ray.loopback import bind_replica_grpc_to_node
 from voxserve.serving.catalog import voice_list
 from voxserve.serving.metrics import Metrics
+from voxserve.serving.speech import open_speech
 from voxserve.serving.state import running_state
+from voxserve.serving.transcription import Transcriber
 
 __all__ = ["ASRReplica", "TTSReplica", "replica_name"]
 
@@ -72,15 +74,16 @@ class TTSReplica:
         (and a wait in the admission queue) as a client disconnect does."""
         yield self.name
         started = time.perf_counter()
-        source, on_close = await open_speech(self.state, job.body, job.request_id, started)
+        stream = await open_speech(self.state, speech_params(job.body), job.request_id, started)
         completed = False
         try:
-            async for data in source:
-                if data:
-                    yield data
+            async with contextlib.aclosing(speech_body(stream, job.body.stream_format)) as body:
+                async for data in body:
+                    if data:
+                        yield data
             completed = True
         finally:
-            on_close(completed)
+            stream.close(completed)
 
     def catalog(self) -> TTSCatalog:
         engine = self.state.engine
@@ -121,39 +124,35 @@ class ASRReplica:
         self.admission = Admission(asr.max_requests, asr.max_queue, asr.queue_timeout_s)
         self.metrics = Metrics(None)
         self.metrics.attach_asr(self.engine.snapshot)
+        self.transcriber = Transcriber(self.engine, self.pool, self.admission, self.metrics)
         self.engine.start()
         await asyncio.get_running_loop().run_in_executor(None, self.engine.warmup)
         self.name = replica_name()
 
     async def transcribe(self, job: TranscriptionJob) -> tuple[str, Transcript]:
         started = time.perf_counter()
-        await self.admission.acquire()
+        stream = await self.transcriber.open(
+            transcription_params(job.body, job.task), job.data, job.request_id, started
+        )
         try:
-            transcription = await open_transcription(
-                self.engine, self.pool, job.body, job.data, job.task, job.request_id
-            )
-            transcript = await collect_transcript(transcription)
+            transcript = await stream.transcript()
         finally:
-            self.admission.release()
-        observe(self.metrics, job.task, job.body.response_format, transcript.duration, started)
+            stream.close()
         return self.name, transcript
 
     async def stream(self, job: TranscriptionJob) -> AsyncIterator[str | bytes]:
         """This replica's name, then the SSE events of a streamed transcription."""
         yield self.name
         started = time.perf_counter()
-        await self.admission.acquire()
+        stream = await self.transcriber.open(
+            transcription_params(job.body, job.task), job.data, job.request_id, started
+        )
         try:
-            transcription = await open_transcription(
-                self.engine, self.pool, job.body, job.data, job.task, job.request_id
-            )
-            try:
-                async for event in sse_events(self.metrics, transcription, started):
+            async with contextlib.aclosing(transcript_events(stream)) as events:
+                async for event in events:
                     yield event
-            finally:
-                transcription.cancel()
         finally:
-            self.admission.release()
+            stream.close()
 
     def model_name(self) -> str:
         return self.engine.name
