@@ -143,3 +143,15 @@ def test_each_layer_imports_only_the_layers_below(layer: str) -> None:
     )
     assert not wrong
 
+
+
+def test_ray_imports_the_http_app_only_where_it_mounts_it() -> None:
+    graph = import_graph()
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if _layer(module) == "voxserve.ray" and module != "voxserve.ray.frontend"
+        for target in targets
+        if _layer(target) == "voxserve.api"
+    )
+    assert not wrong

@@ -4,8 +4,9 @@
 the very functions the single-machine handlers use (`read_speech_request`,
 `read_upload`), then hand each one to an engine replica through `TTSBackend` or
 `ASRBackend`. `voxserve.ray` implements those with Ray Serve handles; the replica runs
-the single-machine pipeline (`open_speech`, `open_transcription`) and its errors come
-back as the same `VoxError`s, rendered here in the OpenAI shape. Nothing here imports
+the serving layer (`voxserve.serving`) and sends back its items (`voxserve.serving.jobs`),
+framed here by the single-machine framing (`speech_body`, `transcript_events`); its
+errors come back as the same `VoxError`s, rendered here in the OpenAI shape. Nothing here imports
 Ray, and no model loads in this process.
 
 As on one machine, an upload is read in full, under the upload budget
@@ -21,9 +22,9 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 from starlette.applications import Starlette
@@ -33,16 +34,17 @@ from starlette.routing import BaseRoute, Route
 
 from voxserve.api.openapi import openapi_endpoint
 from voxserve.api.playground import playground_routes
-from voxserve.api.schemas import SpeechRequest, TranscriptionForm
-from voxserve.api.speech import read_speech_request, speech_head
+from voxserve.api.speech import read_speech_request, speech_body, speech_head, speech_params
 from voxserve.api.stack import assemble
 from voxserve.api.streaming import StreamResponse, until_disconnect
-from voxserve.api.transcriptions import read_upload, render
+from voxserve.api.transcriptions import read_upload, render, transcript_events, transcription_params
 from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.uploads import UploadBudget
 from voxserve.serving.catalog import model_ids, model_list
+from voxserve.serving.jobs import Opened, SpeechJob, TranscriptionJob, TTSCatalog
 from voxserve.serving.metrics import Metrics
+from voxserve.serving.speech import AudioChunk
 from voxserve.serving.transcription import asr_disabled, observe
 from voxserve.serving.waiting import unless_gone
 
@@ -64,47 +66,22 @@ REPLICA_HEADER = "x-voxserve-replica"
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class TTSCatalog:
-    """What a TTS replica serves: its voice model's name and the `/v1/audio/voices` list."""
-
-    model: str
-    voices: list[dict[str, str | None]]
-
-
-@dataclass(frozen=True)
-class SpeechJob:
-    """A validated speech request on its way to a TTS replica."""
-
-    body: SpeechRequest
-    request_id: str
-
-
-@dataclass(frozen=True)
-class TranscriptionJob:
-    """A validated transcription or translation, with its upload, on its way to an ASR replica."""
-
-    body: TranscriptionForm
-    data: bytes
-    task: str
-    request_id: str
-
-
 @dataclass
 class RemoteStream:
-    """A response body being produced by one replica."""
+    """A reply being produced by one replica, after it said the work had started."""
 
     replica: str
-    body: AsyncIterator[bytes]
-    """Raises a `VoxError` if the replica fails: before the first bytes the client gets
-    it as a JSON error, after them a truncated body. Closing it cancels the replica's work."""
+    opened: Opened
+    items: AsyncIterator[Any]
+    """The serving layer's items (`AudioChunk`s, or text deltas). Raises a `VoxError` if
+    the replica fails; closing it cancels the replica's work."""
 
 
 class TTSBackend(Protocol):
     async def catalog(self) -> TTSCatalog: ...
 
     async def speech(self, job: SpeechJob) -> RemoteStream:
-        """Start the job on a replica; returns once the replica has taken it."""
+        """Start the job on a replica; returns once the stream is admitted and submitted."""
         ...
 
 
@@ -116,7 +93,7 @@ class ASRBackend(Protocol):
         ...
 
     async def stream(self, job: TranscriptionJob) -> RemoteStream:
-        """SSE events of a `stream=true` transcription."""
+        """The text deltas of a `stream=true` transcription, once it has started."""
         ...
 
 
@@ -152,19 +129,47 @@ async def _unless_gone(request: Request, work: Awaitable[T]) -> T:
     return await unless_gone(work, until_disconnect(request), "client disconnected before a replica took its request")
 
 
-async def _first_audio(metrics: Metrics, body: AsyncIterator[bytes], started: float) -> AsyncIterator[bytes]:
-    """Pass the body through, observing time to its first bytes as seen by this front end."""
-    first = True
-    try:
-        async for data in body:
-            if first and data:
-                first = False
-                metrics.ttfp.observe(time.perf_counter() - started)
-            yield data
-    finally:
-        aclose = getattr(body, "aclose", None)
-        if aclose is not None:
-            await aclose()
+class _RemoteSpeech:
+    """A replica's speech stream, as `speech_body` reads it; observes time to the first
+    audio as seen by this front end."""
+
+    def __init__(self, stream: RemoteStream, metrics: Metrics, started: float):
+        self.characters = stream.opened.characters
+        self.sample_rate = stream.opened.sample_rate
+        self._items = stream.items
+        self._metrics = metrics
+        self._started = started
+
+    async def chunks(self) -> AsyncGenerator[AudioChunk, None]:
+        first = True
+        try:
+            async for chunk in self._items:
+                if first and chunk.data:
+                    first = False
+                    self._metrics.ttfp.observe(time.perf_counter() - self._started)
+                yield chunk
+        finally:
+            await _aclose(self._items)
+
+
+class _RemoteDeltas:
+    """A replica's transcription, as `transcript_events` reads it."""
+
+    def __init__(self, stream: RemoteStream):
+        self._items = stream.items
+
+    async def deltas(self) -> AsyncGenerator[str, None]:
+        try:
+            async for delta in self._items:
+                yield delta
+        finally:
+            await _aclose(self._items)
+
+
+async def _aclose(items: AsyncIterator[Any]) -> None:
+    aclose = getattr(items, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 async def _speech(request: Request) -> StreamResponse:
@@ -173,9 +178,10 @@ async def _speech(request: Request) -> StreamResponse:
     body = await read_speech_request(request, state.config.tts.max_input_chars)
     request_id = request.headers.get("x-request-id") or state.new_request_id()
     media_type, headers = speech_head(body, state.config.default_sample_rate, request_id)
-    stream = await _unless_gone(request, state.remote.tts.speech(SpeechJob(body, request_id)))
+    stream = await _unless_gone(request, state.remote.tts.speech(SpeechJob(speech_params(body), request_id)))
     state.served("tts", stream.replica, headers)
-    return StreamResponse(_first_audio(state.metrics, stream.body, started), media_type, headers)
+    audio = speech_body(_RemoteSpeech(stream, state.metrics, started), body.stream_format)
+    return StreamResponse(audio, media_type, headers)
 
 
 async def _transcriptions(request: Request) -> Response | StreamResponse:
@@ -199,12 +205,12 @@ async def _transcribe(request: Request, task: str) -> Response | StreamResponse:
     lease = state.uploads.lease()
     try:
         body, data = await read_upload(request, state.config.asr.max_upload_mb, task, lease)
-        job = TranscriptionJob(body, data, task, request_id)
+        job = TranscriptionJob(transcription_params(body, task), data, request_id)
         del data
         if body.stream:
             stream = await _unless_gone(request, asr.stream(job))
             state.served("asr", stream.replica, headers)
-            return StreamResponse(stream.body, "text/event-stream", headers)
+            return StreamResponse(transcript_events(_RemoteDeltas(stream)), "text/event-stream", headers)
         replica, transcript = await _unless_gone(request, asr.transcribe(job))
     finally:
         lease.release()  # the replica has the bytes (or the request failed)

@@ -16,6 +16,7 @@ a server on their machine speak. The `x-request-id` header has been checked by
 from __future__ import annotations
 
 import base64
+import contextlib
 import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Protocol
@@ -135,15 +136,17 @@ async def speech_body(stream: Speech, stream_format: str) -> AsyncGenerator[byte
     """The response body: the encoded audio, or SSE events (`speech.audio.delta`, then
     `speech.audio.done` with usage; a failure after the start is an `error` event)."""
     if stream_format != "sse":
-        async for chunk in stream.chunks():
-            yield chunk.data
+        async with contextlib.aclosing(stream.chunks()) as chunks:
+            async for chunk in chunks:
+                yield chunk.data
         return
     samples = 0
     try:
-        async for chunk in stream.chunks():
-            samples += chunk.samples
-            if chunk.data:
-                yield sse({"type": "speech.audio.delta", "audio": base64.b64encode(chunk.data).decode()})
+        async with contextlib.aclosing(stream.chunks()) as chunks:
+            async for chunk in chunks:
+                samples += chunk.samples
+                if chunk.data:
+                    yield sse({"type": "speech.audio.delta", "audio": base64.b64encode(chunk.data).decode()})
     except VoxError as exc:
         yield sse_error(exc)
         return

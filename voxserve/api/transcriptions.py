@@ -15,6 +15,7 @@ away drops the request's queued pieces. Streaming (`stream=true`) sends a
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -225,9 +226,10 @@ async def transcript_events(stream: TextDeltas) -> AsyncGenerator[bytes, None]:
     failure after the start is an `error` event."""
     parts: list[str] = []
     try:
-        async for delta in stream.deltas():
-            parts.append(delta)
-            yield sse({"type": "transcript.text.delta", "delta": delta})
+        async with contextlib.aclosing(stream.deltas()) as deltas:
+            async for delta in deltas:
+                parts.append(delta)
+                yield sse({"type": "transcript.text.delta", "delta": delta})
     except VoxError as exc:
         yield sse_error(exc)
         return

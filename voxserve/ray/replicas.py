@@ -3,14 +3,14 @@
 Each replica is one Ray actor that runs the single-machine engine unchanged: the TTS
 replica enters `running_state` (engine, deadline scheduler, admission with its capacity
 gate, credits, text and audio pools, warm-up) exactly as the app's lifespan does, and
-serves each stream with `open_speech`, the function the HTTP handler calls. The ASR
-replica runs `open_transcription` and `collect_transcript` on its own engine, pool and
-admission. Models load from the installed packages on whichever node runs the replica.
+serves each stream with `voxserve.serving.speech.open_speech`, the function the HTTP
+handler calls. The ASR replica runs `voxserve.serving.transcription.Transcriber` on its own
+engine, pool and admission. Models load from the installed packages on whichever node runs the replica.
 
-Replies are plain bytes and dataclasses. A streaming reply's first item is the
-replica's name, sent before any work, so that the front end can label the response;
-errors (`VoxError`s such as 429) are raised and reach the front end intact.
-No HTTP here.
+Replies are the serving layer's dataclasses (`voxserve.serving.jobs`). A streaming
+reply's first item is the replica's name, sent before any work, so that the front end
+can label the response; errors (`VoxError`s such as 429) are raised and reach the front
+end intact. No HTTP here: this module imports the serving layer, never `voxserve.api`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,6 @@ from typing import Any
 
 from ray import serve
 
-from voxserve.api.remote import SpeechJob, TranscriptionJob, TTSCatalog
-from voxserve.api.speech import speech_body, speech_params
-from voxserve.api.transcriptions import transcript_events, transcription_params
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
@@ -35,8 +32,9 @@ from voxserve.engine.transcribe import Transcript
 from voxserve.engine.tts import TTSEngine
 from voxserve.ray.loopback import bind_replica_grpc_to_node
 from voxserve.serving.catalog import voice_list
+from voxserve.serving.jobs import Opened, SpeechJob, TranscriptionJob, TTSCatalog
 from voxserve.serving.metrics import Metrics
-from voxserve.serving.speech import open_speech
+from voxserve.serving.speech import AudioChunk, open_speech
 from voxserve.serving.state import running_state
 from voxserve.serving.transcription import Transcriber
 
@@ -69,18 +67,19 @@ class TTSReplica:
         )
         self.name = replica_name()
 
-    async def speech(self, job: SpeechJob) -> AsyncIterator[str | bytes]:
-        """This replica's name, then the encoded body; cancelling the call ends the stream
-        (and a wait in the admission queue) as a client disconnect does."""
+    async def speech(self, job: SpeechJob) -> AsyncIterator[str | Opened | AudioChunk]:
+        """This replica's name, `Opened` once the stream is admitted and submitted, then its
+        chunks; cancelling the call ends the stream (and a wait in the admission queue) as
+        a client disconnect does."""
         yield self.name
         started = time.perf_counter()
-        stream = await open_speech(self.state, speech_params(job.body), job.request_id, started)
+        stream = await open_speech(self.state, job.params, job.request_id, started)
         completed = False
         try:
-            async with contextlib.aclosing(speech_body(stream, job.body.stream_format)) as body:
-                async for data in body:
-                    if data:
-                        yield data
+            yield Opened(stream.characters, stream.sample_rate)
+            async with contextlib.aclosing(stream.chunks()) as chunks:
+                async for chunk in chunks:
+                    yield chunk
             completed = True
         finally:
             stream.close(completed)
@@ -131,26 +130,24 @@ class ASRReplica:
 
     async def transcribe(self, job: TranscriptionJob) -> tuple[str, Transcript]:
         started = time.perf_counter()
-        stream = await self.transcriber.open(
-            transcription_params(job.body, job.task), job.data, job.request_id, started
-        )
+        stream = await self.transcriber.open(job.params, job.data, job.request_id, started)
         try:
             transcript = await stream.transcript()
         finally:
             stream.close()
         return self.name, transcript
 
-    async def stream(self, job: TranscriptionJob) -> AsyncIterator[str | bytes]:
-        """This replica's name, then the SSE events of a streamed transcription."""
+    async def stream(self, job: TranscriptionJob) -> AsyncIterator[str | Opened]:
+        """This replica's name, `Opened` once the audio is decoded and feeding the engine,
+        then the text of each piece as it finishes."""
         yield self.name
         started = time.perf_counter()
-        stream = await self.transcriber.open(
-            transcription_params(job.body, job.task), job.data, job.request_id, started
-        )
+        stream = await self.transcriber.open(job.params, job.data, job.request_id, started)
         try:
-            async with contextlib.aclosing(transcript_events(stream)) as events:
-                async for event in events:
-                    yield event
+            yield Opened()
+            async with contextlib.aclosing(stream.deltas()) as deltas:
+                async for delta in deltas:
+                    yield delta
         finally:
             stream.close()
 
