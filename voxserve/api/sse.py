@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from voxserve.api.errors import error_event
 from voxserve.errors import VoxError
 
 __all__ = ["sse", "sse_error"]
@@ -18,4 +19,4 @@ def sse(event: Mapping[str, object]) -> bytes:
 
 def sse_error(exc: VoxError) -> bytes:
     """`{"type": "error", "error": {...}}`, the error in OpenAI's shape."""
-    return sse({"type": "error", "error": exc.body()["error"]})
+    return sse(error_event(exc))

@@ -11,19 +11,19 @@ from collections.abc import Callable
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from voxserve.api.access_log import AccessLog
 from voxserve.api.auth import RequireKey
 from voxserve.api.deadline import RequestDeadline
-from voxserve.api.errors import error_response
+from voxserve.api.errors import error_response, status_error
 from voxserve.api.hosts import AllowedHosts
 from voxserve.api.metrics import RequestCounter
 from voxserve.api.origin import CheckOrigin
 from voxserve.api.request_id import CheckRequestId
 from voxserve.config import ServerConfig
-from voxserve.errors import ClientClosed, ClientError, VoxError
+from voxserve.errors import ClientClosed, ClientError, ServerError, VoxError
 from voxserve.serving.metrics import Metrics
 
 __all__ = ["assemble"]
@@ -40,10 +40,7 @@ async def _vox_error(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-    body = {"error": {"message": str(exc.detail), "type": kind, "param": None, "code": code}}
-    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+    return error_response(status_error(exc.status_code, str(exc.detail)), dict(exc.headers or {}))
 
 
 async def _client_left(request: Request, exc: Exception) -> Response:
@@ -55,8 +52,7 @@ async def _client_left(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    body = {"error": {"message": "internal server error", "type": "server_error", "param": None, "code": "internal_error"}}
-    return JSONResponse(body, status_code=500)
+    return error_response(ServerError("internal server error"))
 
 
 def assemble(
