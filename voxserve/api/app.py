@@ -11,15 +11,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
 
-from voxserve.api.openapi import openapi_endpoint
-from voxserve.api.playground import playground_routes
 from voxserve.api.remote import Remote, create_remote_app
+from voxserve.api.routes import route_table
 from voxserve.api.speech import speech
 from voxserve.api.stack import assemble
 from voxserve.api.transcriptions import transcriptions, translations
@@ -27,32 +22,9 @@ from voxserve.api.ws import speech_stream
 from voxserve.config import ServerConfig
 from voxserve.engine.asr import ASREngine
 from voxserve.engine.tts import TTSEngine
-from voxserve.serving.catalog import engines_health, model_ids, model_list, voice_list
 from voxserve.serving.state import AppState, running_state
 
 __all__ = ["create_app"]
-
-
-async def health(request: Request) -> Response:
-    state: AppState = request.app.state.vox
-    status = engines_health(state.engine, state.asr)
-    return JSONResponse(status.body(), status_code=200 if status.ok else 503)
-
-
-async def models(request: Request) -> Response:
-    state: AppState = request.app.state.vox
-    ids = model_ids(state.engine.model.name, state.asr.name if state.asr is not None else None)
-    return JSONResponse(model_list(ids, state.started_at))
-
-
-async def voices(request: Request) -> Response:
-    state: AppState = request.app.state.vox
-    return JSONResponse({"object": "list", "voices": voice_list(state.engine)})
-
-
-async def metrics_endpoint(request: Request) -> Response:
-    state: AppState = request.app.state.vox
-    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def create_app(
@@ -78,16 +50,5 @@ def create_app(
         async with running_state(config, engine, asr, publish):
             yield
 
-    routes = [
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
-        Route("/openapi.json", openapi_endpoint, methods=["GET"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/audio/voices", voices, methods=["GET"]),
-        Route("/v1/audio/speech", speech, methods=["POST"]),
-        Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
-        Route("/v1/audio/translations", translations, methods=["POST"]),
-        WebSocketRoute("/v1/audio/speech/stream", speech_stream),
-        *playground_routes(),
-    ]
+    routes = route_table(speech, transcriptions, translations, speech_stream)
     return assemble(config, routes, lifespan, lambda: holder["state"].metrics if holder else None)

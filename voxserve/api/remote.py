@@ -21,19 +21,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from prometheus_client import Counter
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.responses import Response
 
-from voxserve.api.openapi import openapi_endpoint
-from voxserve.api.playground import playground_routes
+from voxserve.api.routes import route_table
 from voxserve.api.speech import read_speech_request, speech_body, speech_head, speech_params
 from voxserve.api.stack import assemble
 from voxserve.api.streaming import StreamResponse, until_disconnect
@@ -41,10 +38,11 @@ from voxserve.api.transcriptions import read_upload, render, transcript_events, 
 from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.uploads import UploadBudget
-from voxserve.serving.catalog import model_ids, model_list
+from voxserve.serving.catalog import Health, model_ids
 from voxserve.serving.jobs import Opened, SpeechJob, TranscriptionJob, TTSCatalog
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.speech import AudioChunk
+from voxserve.serving.state import new_request_id
 from voxserve.serving.transcription import asr_disabled, observe
 from voxserve.serving.waiting import unless_gone
 
@@ -117,7 +115,17 @@ class RemoteState:
     started_at: float = field(default_factory=time.time)
 
     def new_request_id(self) -> str:
-        return f"req_{uuid.uuid4().hex[:20]}"
+        return new_request_id()
+
+    def health(self) -> Health:
+        # Ray Serve checks each replica (`check_health`) and replaces one whose workers died.
+        return Health(True, [])
+
+    def model_ids(self) -> list[str]:
+        return model_ids(self.catalog.model, self.asr_name)
+
+    def voices(self) -> list[dict[str, str | None]]:
+        return self.catalog.voices
 
     def served(self, deployment: str, replica: str, headers: dict[str, str]) -> None:
         headers[REPLICA_HEADER] = replica
@@ -219,26 +227,6 @@ async def _transcribe(request: Request, task: str) -> Response | StreamResponse:
     return render(transcript, body, task, headers)
 
 
-async def _health(request: Request) -> Response:
-    # Ray Serve checks each replica (`check_health`) and replaces one whose workers died.
-    return JSONResponse({"status": "ok"})
-
-
-async def _models(request: Request) -> Response:
-    state: RemoteState = request.app.state.vox
-    return JSONResponse(model_list(model_ids(state.catalog.model, state.asr_name), state.started_at))
-
-
-async def _voices(request: Request) -> Response:
-    state: RemoteState = request.app.state.vox
-    return JSONResponse({"object": "list", "voices": state.catalog.voices})
-
-
-async def _metrics(request: Request) -> Response:
-    state: RemoteState = request.app.state.vox
-    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-
 def create_remote_app(config: ServerConfig, remote: Remote) -> Starlette:
     """The front-end app. Its lifespan asks a TTS (and an ASR) replica what they serve."""
     holder: dict[str, RemoteState] = {}
@@ -264,15 +252,5 @@ def create_remote_app(config: ServerConfig, remote: Remote) -> Starlette:
         finally:
             lag.cancel()
 
-    routes: list[BaseRoute] = [
-        Route("/health", _health, methods=["GET"]),
-        Route("/metrics", _metrics, methods=["GET"]),
-        Route("/openapi.json", openapi_endpoint, methods=["GET"]),
-        Route("/v1/models", _models, methods=["GET"]),
-        Route("/v1/audio/voices", _voices, methods=["GET"]),
-        Route("/v1/audio/speech", _speech, methods=["POST"]),
-        Route("/v1/audio/transcriptions", _transcriptions, methods=["POST"]),
-        Route("/v1/audio/translations", _translations, methods=["POST"]),
-        *playground_routes(),
-    ]
+    routes = route_table(_speech, _transcriptions, _translations)
     return assemble(config, routes, lifespan, lambda: holder["state"].metrics if holder else None)

@@ -6,7 +6,7 @@ them from here; `voxserve.api` only turns them into responses.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -19,6 +19,7 @@ __all__ = [
     "METRICS_CONTENT_TYPE",
     "SPEECH_MODELS",
     "Health",
+    "ServerInfo",
     "engines_health",
     "metrics_text",
     "model_ids",
@@ -44,6 +45,20 @@ class Health:
         if self.ok:
             return {"status": "ok"}
         return {"status": "unhealthy", "dead_workers": self.dead_workers}
+
+
+class ServerInfo(Protocol):
+    """What the catalog routes read of a running server, on one machine
+    (`voxserve.serving.state.AppState`) or as a Ray front end (`voxserve.api.remote`)."""
+
+    started_at: float
+    metrics: Metrics
+
+    def health(self) -> Health: ...
+
+    def model_ids(self) -> list[str]: ...
+
+    def voices(self) -> list[dict[str, str | None]]: ...
 
 
 def engines_health(tts: TTSEngine | None, asr: ASREngine | None) -> Health:

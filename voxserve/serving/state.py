@@ -23,6 +23,7 @@ from voxserve.engine.asr import ASREngine
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget
+from voxserve.serving.catalog import Health, engines_health, model_ids, voice_list
 from voxserve.serving.metrics import Metrics
 
 __all__ = ["WORKER_JOIN_S", "AppState", "new_request_id", "running_state"]
@@ -62,6 +63,15 @@ class AppState:
 
     def new_request_id(self) -> str:
         return new_request_id()
+
+    def health(self) -> Health:
+        return engines_health(self.engine, self.asr)
+
+    def model_ids(self) -> list[str]:
+        return model_ids(self.engine.model.name, self.asr.name if self.asr is not None else None)
+
+    def voices(self) -> list[dict[str, str | None]]:
+        return voice_list(self.engine)
 
     def drain(self) -> None:
         """First step of a shutdown, without blocking: refuse new work with 503 and fail
