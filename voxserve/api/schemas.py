@@ -13,6 +13,7 @@ from voxserve.serving.catalog import SPEECH_MODELS
 from voxserve.text.split import speakable
 
 __all__ = [
+    "REPLICA_HEADER",
     "SPEECH_MODELS",
     "SpeechRequest",
     "TranscriptionForm",
@@ -20,6 +21,9 @@ __all__ = [
     "parse_json_body",
     "validate",
 ]
+
+REPLICA_HEADER = "x-voxserve-replica"
+"""Names the Ray replica that served a response."""
 
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 

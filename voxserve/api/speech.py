@@ -19,22 +19,18 @@ import base64
 import contextlib
 import time
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Protocol
 
 from starlette.requests import Request
 
-from voxserve.api.schemas import SpeechRequest, parse_json_body, validate
+from voxserve.api.schemas import REPLICA_HEADER, SpeechRequest, parse_json_body, validate
 from voxserve.api.sse import sse, sse_error
 from voxserve.api.streaming import StreamResponse, until_disconnect
 from voxserve.audio.encode import content_type
 from voxserve.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType, VoxError
-from voxserve.serving.speech import AudioChunk, SpeechParams, open_speech
-
-if TYPE_CHECKING:
-    from voxserve.serving.state import AppState
+from voxserve.serving.service import Service, Speech
+from voxserve.serving.speech import SpeechParams
 
 __all__ = [
-    "Speech",
     "read_body",
     "read_speech_request",
     "require_json",
@@ -63,14 +59,14 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 async def speech(request: Request) -> StreamResponse:
-    state: AppState = request.app.state.vox
+    state: Service = request.app.state.vox
     started = time.perf_counter()
     body = await read_speech_request(request, state.config.tts.max_input_chars)
     request_id = request.headers.get("x-request-id") or state.new_request_id()
-    stream = await open_speech(
-        state, speech_params(body), request_id, started, gone=lambda: until_disconnect(request)
-    )
+    stream = await state.open_speech(speech_params(body), request_id, started, lambda: until_disconnect(request))
     media_type, headers = speech_head(body, state.config.default_sample_rate, request_id)
+    if stream.replica is not None:
+        headers[REPLICA_HEADER] = stream.replica
     return StreamResponse(speech_body(stream, body.stream_format), media_type, headers, stream.close)
 
 
@@ -121,15 +117,6 @@ def speech_head(body: SpeechRequest, default_rate: int, request_id: str) -> tupl
     rate = body.sample_rate or default_rate
     media_type = "text/event-stream" if body.stream_format == "sse" else content_type(body.response_format)
     return media_type, {"x-sample-rate": str(rate), "x-request-id": request_id}
-
-
-class Speech(Protocol):
-    """A speech stream being produced, here or on a Ray replica."""
-
-    characters: int
-    sample_rate: int
-
-    def chunks(self) -> AsyncGenerator[AudioChunk, None]: ...
 
 
 async def speech_body(stream: Speech, stream_format: str) -> AsyncGenerator[bytes, None]:

@@ -18,33 +18,25 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from voxserve.api.formats import CONTENT_TYPES, as_json, as_srt, as_text, as_verbose_json, as_vtt
-from voxserve.api.schemas import TranscriptionForm, validate
+from voxserve.api.schemas import REPLICA_HEADER, TranscriptionForm, validate
 from voxserve.api.sse import sse, sse_error
 from voxserve.api.streaming import StreamResponse, until_disconnect
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.uploads import UploadLease
 from voxserve.errors import InvalidRequest, PayloadTooLarge, VoxError
 from voxserve.serving.catalog import ASR_MODELS
-from voxserve.serving.transcription import (
-    Transcriber,
-    TranscriptionParams,
-    TranscriptionStream,
-    asr_disabled,
-)
-
-if TYPE_CHECKING:
-    from voxserve.serving.state import AppState
+from voxserve.serving.service import Service, TranscriptionReply
+from voxserve.serving.transcription import TranscriptionParams, asr_disabled
 
 __all__ = [
     "ASR_MODELS",
-    "TextDeltas",
     "asr_disabled",
     "read_upload",
     "render",
@@ -67,47 +59,44 @@ async def translations(request: Request) -> Response | StreamResponse:
     return await _serve(request, "translate")
 
 
-def _transcriber(state: AppState) -> Transcriber:
-    if state.asr is None:
-        raise asr_disabled()
-    assert state.asr_pool is not None and state.asr_admission is not None
-    return Transcriber(state.asr, state.asr_pool, state.asr_admission, state.metrics)
-
-
 async def _serve(request: Request, task: str) -> Response | StreamResponse:
-    state: AppState = request.app.state.vox
-    transcriber = _transcriber(state)
+    state: Service = request.app.state.vox
+    state.check_transcriptions()  # 404 when off; 429 now skips the upload
     started = time.perf_counter()
     request_id = request.headers.get("x-request-id") or state.new_request_id()
-    body, stream = await _read_and_open(request, state, transcriber, task, request_id, started)
     headers = {"x-request-id": request_id}
-    if body.stream:
-        return StreamResponse(transcript_events(stream), "text/event-stream", headers, stream.close)
+    assert state.uploads is not None
+    lease = state.uploads.lease()
     try:
-        transcript = await stream.transcript(lambda: until_disconnect(request))
+        body, reply = await _read_and_open(request, state, task, request_id, started, lease)
+        if body.stream:
+            if reply.replica is not None:
+                headers[REPLICA_HEADER] = reply.replica
+            return StreamResponse(transcript_events(reply), "text/event-stream", headers, reply.close)
+        try:
+            transcript = await reply.transcript(lambda: until_disconnect(request))
+        finally:
+            reply.close()
     finally:
-        stream.close()
+        lease.release()
+    if reply.replica is not None:
+        headers[REPLICA_HEADER] = reply.replica
     return render(transcript, body, task, headers)
 
 
 async def _read_and_open(
-    request: Request, state: AppState, transcriber: Transcriber, task: str, request_id: str, started: float
-) -> tuple[TranscriptionForm, TranscriptionStream]:
-    """Read the upload under the upload budget, then take a transcription slot and decode.
+    request: Request, state: Service, task: str, request_id: str, started: float, lease: UploadLease
+) -> tuple[TranscriptionForm, TranscriptionReply]:
+    """Read the upload under the upload budget, then take a transcription slot.
 
     The slot comes after the body: a client that stalls mid-upload holds its connection
-    and its share of the budget until the body timeout, never a slot. The upload's bytes
-    go back to the budget once decoded. Returns holding the slot."""
-    assert state.uploads is not None
-    transcriber.admission.refuse_if_full()  # a request that would be refused now skips its upload
-    lease = state.uploads.lease()
-    try:
-        body, data = await read_upload(request, state.config.asr.max_upload_mb, task, lease)
-        params = transcription_params(body, task)
-        stream = await transcriber.open(params, data, request_id, started, lambda: until_disconnect(request))
-    finally:
-        lease.release()
-    return body, stream
+    and its share of the budget until the body timeout, never a slot. The upload's
+    bytes go back to the budget once decoded (or handed to a Ray replica)."""
+    body, data = await read_upload(request, state.config.asr.max_upload_mb, task, lease)
+    params = transcription_params(body, task)
+    gone = lambda: until_disconnect(request)
+    reply = await state.open_transcription(params, data, request_id, started, gone, body.stream, lease)
+    return body, reply
 
 
 def transcription_params(body: TranscriptionForm, task: str) -> TranscriptionParams:
@@ -215,13 +204,7 @@ def render(t: Transcript, body: TranscriptionForm, task: str, headers: dict[str,
     return PlainTextResponse(text, headers=headers, media_type=CONTENT_TYPES[fmt])
 
 
-class TextDeltas(Protocol):
-    """A transcription whose text arrives piece by piece, here or from a Ray replica."""
-
-    def deltas(self) -> AsyncGenerator[str, None]: ...
-
-
-async def transcript_events(stream: TextDeltas) -> AsyncGenerator[bytes, None]:
+async def transcript_events(stream: TranscriptionReply) -> AsyncGenerator[bytes, None]:
     """`transcript.text.delta` events as pieces finish, then `transcript.text.done`; a
     failure after the start is an `error` event."""
     parts: list[str] = []

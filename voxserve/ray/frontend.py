@@ -20,12 +20,12 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentRes
 from starlette.applications import Starlette
 
 from voxserve.api.app import create_app
-from voxserve.api.remote import Remote, RemoteStream
 from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.errors import Overloaded, ServerError, Unavailable, VoxError
 from voxserve.ray.loopback import bind_replica_grpc_to_node
 from voxserve.serving.jobs import Opened, SpeechJob, TranscriptionJob, TTSCatalog
+from voxserve.serving.remote import Remote, RemoteStream
 
 __all__ = ["Frontend", "RayASR", "RayTTS", "as_vox_error"]
 

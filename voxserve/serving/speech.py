@@ -14,19 +14,23 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from voxserve.audio.encode import StreamEncoder, make_encoder
+from voxserve.config import ServerConfig
+from voxserve.engine.admission import Admission
+from voxserve.engine.pool import BoundedPool
 from voxserve.engine.stream import StreamFailed
-from voxserve.engine.tts import StreamHandle
+from voxserve.engine.tts import StreamHandle, TTSEngine
 from voxserve.errors import NotFound
 from voxserve.serving.catalog import SPEECH_MODELS
 from voxserve.serving.failures import raise_failure
-from voxserve.serving.state import AppState
+from voxserve.serving.metrics import Metrics
 from voxserve.serving.waiting import unless_gone
 
-__all__ = ["AudioChunk", "SpeechParams", "SpeechStream", "open_speech"]
+__all__ = ["AudioChunk", "SpeechParams", "SpeechResources", "SpeechStream", "open_speech"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,17 @@ class SpeechParams:
     """Output rate in Hz; None for the server's default."""
 
 
+class SpeechResources(Protocol):
+    """What a speech stream uses of a running server (`voxserve.serving.state.AppState`)."""
+
+    config: ServerConfig
+    engine: TTSEngine
+    admission: Admission
+    metrics: Metrics
+    text_pool: BoundedPool
+    audio_pool: BoundedPool
+
+
 @dataclass(frozen=True)
 class AudioChunk:
     data: bytes
@@ -62,7 +77,7 @@ class SpeechStream:
 
     def __init__(
         self,
-        state: AppState,
+        state: SpeechResources,
         handle: StreamHandle,
         encoder: StreamEncoder,
         fmt: str,
@@ -71,6 +86,8 @@ class SpeechStream:
         holds_slot: bool,
     ):
         self.state = state
+        self.replica: str | None = None
+        """Where the stream runs, when that is another process (a Ray replica)."""
         self.request_id = handle.request_id
         self.sample_rate = handle.sample_rate
         self.characters = characters
@@ -132,7 +149,7 @@ def _encode_step(encoder: StreamEncoder, pcm: np.ndarray, last: bool) -> bytes:
 
 
 async def open_speech(
-    state: AppState,
+    state: SpeechResources,
     params: SpeechParams,
     request_id: str,
     started: float,

@@ -22,9 +22,17 @@ from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import TTSEngine
-from voxserve.engine.uploads import UploadBudget
+from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.serving.catalog import Health, engines_health, model_ids, voice_list
 from voxserve.serving.metrics import Metrics
+from voxserve.serving.speech import SpeechParams, SpeechStream, open_speech
+from voxserve.serving.transcription import (
+    Transcriber,
+    TranscriptionParams,
+    TranscriptionStream,
+    asr_disabled,
+)
+from voxserve.serving.waiting import Gone
 
 __all__ = ["WORKER_JOIN_S", "AppState", "new_request_id", "running_state"]
 
@@ -72,6 +80,37 @@ class AppState:
 
     def voices(self) -> list[dict[str, str | None]]:
         return voice_list(self.engine)
+
+    async def open_speech(
+        self, params: SpeechParams, request_id: str, started: float, gone: Gone | None = None
+    ) -> SpeechStream:
+        return await open_speech(self, params, request_id, started, gone)
+
+    def transcriber(self) -> Transcriber:
+        if self.asr is None:
+            raise asr_disabled()
+        assert self.asr_pool is not None and self.asr_admission is not None
+        return Transcriber(self.asr, self.asr_pool, self.asr_admission, self.metrics)
+
+    def check_transcriptions(self) -> None:
+        self.transcriber().admission.refuse_if_full()  # a request refused now skips its upload
+
+    async def open_transcription(
+        self,
+        params: TranscriptionParams,
+        data: bytes,
+        request_id: str,
+        started: float,
+        gone: Gone,
+        stream: bool,
+        lease: UploadLease,
+    ) -> TranscriptionStream:
+        """Take a transcription slot, then decode: the upload's bytes go back to the budget
+        once decoded (or refused)."""
+        try:
+            return await self.transcriber().open(params, data, request_id, started, gone)
+        finally:
+            lease.release()
 
     def drain(self) -> None:
         """First step of a shutdown, without blocking: refuse new work with 503 and fail

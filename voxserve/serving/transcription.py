@@ -74,6 +74,8 @@ class TranscriptionStream:
         started: float,
     ):
         self.request_id = transcription.handle.request_id
+        self.replica: str | None = None
+        """Where the work runs, when that is another process (a Ray replica)."""
         self._transcription = transcription
         self._params = params
         self._admission = admission

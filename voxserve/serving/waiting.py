@@ -7,14 +7,17 @@ Ray replica passes nothing, and its caller cancels the call instead. Pure asynci
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from voxserve.errors import ClientClosed
 
-__all__ = ["unless_gone"]
+__all__ = ["Gone", "unless_gone"]
 
 T = TypeVar("T")
+
+Gone = Callable[[], Awaitable[None]]
+"""Makes an awaitable that resolves when the client leaves."""
 
 
 async def unless_gone(work: Awaitable[T], gone: Awaitable[None] | None, message: str) -> T:
