@@ -5,11 +5,12 @@ request's own size (413 without taking the rest) and the upload budget shared by
 upload not decoded yet (`--max-buffered-upload-mb`, 429 with Retry-After). Only then does
 it wait for a transcription slot (`--asr-max-requests`), so a client that stalls
 mid-upload costs a connection and its share of the budget until the body timeout
-(`voxserve.api.deadline`), never a slot. With the slot, it hands the upload to the shared
-transcription pipeline: decode and cut in the audio pool (the upload's bytes then go back
-to the budget), batched decoding in the ASR engine. It only awaits. A client that goes
-away drops the request's queued pieces. Streaming (`stream=true`) sends a
-`transcript.text.delta` SSE event as each piece finishes, in order, then
+(`voxserve.api.deadline`), never a slot. Then the serving layer takes over
+(`voxserve.serving.service.Service.open_transcription`): here, decode and cut in the
+audio pool (the upload's bytes then go back to the budget) and batched decoding in the
+ASR engine; on a Ray front end, an ASR replica. The handler only parses and awaits. A
+client that goes away drops the request's queued pieces. Streaming (`stream=true`) sends
+a `transcript.text.delta` SSE event as each piece finishes, in order, then
 `transcript.text.done`.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable
 from typing import Any
 
 from starlette.datastructures import FormData, UploadFile
@@ -33,11 +34,10 @@ from voxserve.engine.uploads import UploadLease
 from voxserve.errors import InvalidRequest, PayloadTooLarge, VoxError
 from voxserve.serving.catalog import ASR_MODELS
 from voxserve.serving.service import Service, TranscriptionReply
-from voxserve.serving.transcription import TranscriptionParams, asr_disabled
+from voxserve.serving.transcription import TranscriptionParams
 
 __all__ = [
     "ASR_MODELS",
-    "asr_disabled",
     "read_upload",
     "render",
     "transcript_events",
@@ -94,7 +94,10 @@ async def _read_and_open(
     bytes go back to the budget once decoded (or handed to a Ray replica)."""
     body, data = await read_upload(request, state.config.asr.max_upload_mb, task, lease)
     params = transcription_params(body, task)
-    gone = lambda: until_disconnect(request)
+
+    def gone() -> Awaitable[None]:
+        return until_disconnect(request)
+
     reply = await state.open_transcription(params, data, request_id, started, gone, body.stream, lease)
     return body, reply
 
