@@ -21,8 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from voxserve.api.formats import CONTENT_TYPES
-from voxserve.api.schemas import ResponseFormat, SpeechRequest
-from voxserve.api.transcriptions import TranscriptionForm
+from voxserve.api.schemas import ResponseFormat, SpeechRequest, TranscriptionForm
 from voxserve.audio.encode import content_type
 from voxserve.config import TTSConfig
 

@@ -1,54 +1,36 @@
 """The HTTP front end of a scaled-out deployment: the same app, with the engines elsewhere.
 
-`create_app(config, remote=...)` builds this. The routes read and validate requests with
-the very functions the single-machine handlers use (`read_speech_request`,
-`read_upload`), then hand each one to an engine replica through `TTSBackend` or
-`ASRBackend`. `voxserve.ray` implements those with Ray Serve handles; the replica runs
-the single-machine pipeline (`open_speech`, `open_transcription`) and its errors come
-back as the same `VoxError`s, rendered here in the OpenAI shape. Nothing here imports
-Ray, and no model loads in this process.
-
-As on one machine, an upload is read in full, under the upload budget
-(`--max-buffered-upload-mb`, 429 past it), before a replica is asked for a slot.
-
-Every engine response names the replica that served it in `x-voxserve-replica`, and
-`voxserve_replica_requests` counts requests by deployment and replica.
+`create_app(config, remote=...)` builds this: the one route table and the one set of
+handlers (`voxserve.api.routes`), over a `voxserve.serving.remote.RemoteState` that hands
+each validated request to an engine replica. As on one machine, an upload is read in
+full, under the upload budget (`--max-buffered-upload-mb`, 429 past it), before a
+replica is asked for a slot. Every engine response names the replica that served it in
+`x-voxserve-replica`. Nothing here imports Ray, and no model loads in this process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from collections.abc import AsyncIterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 
-from voxserve.api.app import assemble, model_list
-from voxserve.api.metrics import Metrics
-from voxserve.api.openapi import openapi_endpoint
-from voxserve.api.playground import playground_routes
-from voxserve.api.schemas import SPEECH_MODELS, SpeechRequest
-from voxserve.api.speech import read_speech_request, speech_head
-from voxserve.api.streaming import StreamResponse, unless_gone, until_disconnect
-from voxserve.api.transcriptions import (
-    ASR_MODELS,
-    TranscriptionForm,
-    asr_disabled,
-    observe,
-    read_upload,
-    render,
-)
+from voxserve.api.routes import route_table
+from voxserve.api.schemas import REPLICA_HEADER
+from voxserve.api.speech import speech
+from voxserve.api.stack import assemble
+from voxserve.api.transcriptions import transcriptions, translations
 from voxserve.config import ServerConfig
-from voxserve.engine.transcribe import Transcript
-from voxserve.engine.uploads import UploadBudget
+from voxserve.serving.jobs import SpeechJob, TranscriptionJob, TTSCatalog
+from voxserve.serving.remote import (
+    ASRBackend,
+    Remote,
+    RemoteState,
+    RemoteStream,
+    TTSBackend,
+    remote_state,
+)
 
 __all__ = [
     "REPLICA_HEADER",
@@ -63,182 +45,6 @@ __all__ = [
     "create_remote_app",
 ]
 
-REPLICA_HEADER = "x-voxserve-replica"
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class TTSCatalog:
-    """What a TTS replica serves: its voice model's name and the `/v1/audio/voices` list."""
-
-    model: str
-    voices: list[dict[str, str | None]]
-
-
-@dataclass(frozen=True)
-class SpeechJob:
-    """A validated speech request on its way to a TTS replica."""
-
-    body: SpeechRequest
-    request_id: str
-
-
-@dataclass(frozen=True)
-class TranscriptionJob:
-    """A validated transcription or translation, with its upload, on its way to an ASR replica."""
-
-    body: TranscriptionForm
-    data: bytes
-    task: str
-    request_id: str
-
-
-@dataclass
-class RemoteStream:
-    """A response body being produced by one replica."""
-
-    replica: str
-    body: AsyncIterator[bytes]
-    """Raises a `VoxError` if the replica fails: before the first bytes the client gets
-    it as a JSON error, after them a truncated body. Closing it cancels the replica's work."""
-
-
-class TTSBackend(Protocol):
-    async def catalog(self) -> TTSCatalog: ...
-
-    async def speech(self, job: SpeechJob) -> RemoteStream:
-        """Start the job on a replica; returns once the replica has taken it."""
-        ...
-
-
-class ASRBackend(Protocol):
-    async def model_name(self) -> str: ...
-
-    async def transcribe(self, job: TranscriptionJob) -> tuple[str, Transcript]:
-        """The replica that served the job, and its transcript."""
-        ...
-
-    async def stream(self, job: TranscriptionJob) -> RemoteStream:
-        """SSE events of a `stream=true` transcription."""
-        ...
-
-
-@dataclass(frozen=True)
-class Remote:
-    tts: TTSBackend
-    asr: ASRBackend | None
-    """None when the deployment runs no ASR replicas."""
-
-
-@dataclass
-class RemoteState:
-    config: ServerConfig
-    remote: Remote
-    catalog: TTSCatalog
-    asr_name: str | None
-    metrics: Metrics
-    replica_requests: Counter
-    uploads: UploadBudget
-    """Upload bytes read and not yet handed to an ASR replica, all requests together."""
-    started_at: float = field(default_factory=time.time)
-
-    def new_request_id(self) -> str:
-        return f"req_{uuid.uuid4().hex[:20]}"
-
-    def served(self, deployment: str, replica: str, headers: dict[str, str]) -> None:
-        headers[REPLICA_HEADER] = replica
-        self.replica_requests.labels(deployment, replica).inc()
-
-
-async def _unless_gone(request: Request, work: Awaitable[T]) -> T:
-    """Await `work`, cancelling it (and so the replica's call) if the client leaves first."""
-    return await unless_gone(work, until_disconnect(request), "client disconnected before a replica took its request")
-
-
-async def _first_audio(metrics: Metrics, body: AsyncIterator[bytes], started: float) -> AsyncIterator[bytes]:
-    """Pass the body through, observing time to its first bytes as seen by this front end."""
-    first = True
-    try:
-        async for data in body:
-            if first and data:
-                first = False
-                metrics.ttfp.observe(time.perf_counter() - started)
-            yield data
-    finally:
-        aclose = getattr(body, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-
-async def _speech(request: Request) -> StreamResponse:
-    state: RemoteState = request.app.state.vox
-    started = time.perf_counter()
-    body = await read_speech_request(request, state.config.tts.max_input_chars)
-    request_id = request.headers.get("x-request-id") or state.new_request_id()
-    media_type, headers = speech_head(body, state.config.default_sample_rate, request_id)
-    stream = await _unless_gone(request, state.remote.tts.speech(SpeechJob(body, request_id)))
-    state.served("tts", stream.replica, headers)
-    return StreamResponse(_first_audio(state.metrics, stream.body, started), media_type, headers)
-
-
-async def _transcriptions(request: Request) -> Response | StreamResponse:
-    return await _transcribe(request, "transcribe")
-
-
-async def _translations(request: Request) -> Response | StreamResponse:
-    return await _transcribe(request, "translate")
-
-
-async def _transcribe(request: Request, task: str) -> Response | StreamResponse:
-    state: RemoteState = request.app.state.vox
-    asr = state.remote.asr
-    if asr is None:
-        raise asr_disabled()
-    started = time.perf_counter()
-    request_id = request.headers.get("x-request-id") or state.new_request_id()
-    headers = {"x-request-id": request_id}
-    # The whole upload is read, under the upload budget, before a replica is asked for
-    # a slot: a client that stalls mid-upload holds a connection here, never a slot there.
-    lease = state.uploads.lease()
-    try:
-        body, data = await read_upload(request, state.config.asr.max_upload_mb, task, lease)
-        job = TranscriptionJob(body, data, task, request_id)
-        del data
-        if body.stream:
-            stream = await _unless_gone(request, asr.stream(job))
-            state.served("asr", stream.replica, headers)
-            return StreamResponse(stream.body, "text/event-stream", headers)
-        replica, transcript = await _unless_gone(request, asr.transcribe(job))
-    finally:
-        lease.release()  # the replica has the bytes (or the request failed)
-    state.served("asr", replica, headers)
-    observe(state.metrics, task, body.response_format, transcript.duration, started)
-    return render(transcript, body, task, headers)
-
-
-async def _health(request: Request) -> Response:
-    # Ray Serve checks each replica (`check_health`) and replaces one whose workers died.
-    return JSONResponse({"status": "ok"})
-
-
-async def _models(request: Request) -> Response:
-    state: RemoteState = request.app.state.vox
-    ids = [*SPEECH_MODELS, state.catalog.model]
-    if state.asr_name is not None:
-        ids += [*ASR_MODELS, state.asr_name]
-    return JSONResponse(model_list(ids, state.started_at))
-
-
-async def _voices(request: Request) -> Response:
-    state: RemoteState = request.app.state.vox
-    return JSONResponse({"object": "list", "voices": state.catalog.voices})
-
-
-async def _metrics(request: Request) -> Response:
-    state: RemoteState = request.app.state.vox
-    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
 
 def create_remote_app(config: ServerConfig, remote: Remote) -> Starlette:
     """The front-end app. Its lifespan asks a TTS (and an ASR) replica what they serve."""
@@ -248,32 +54,14 @@ def create_remote_app(config: ServerConfig, remote: Remote) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         catalog = await remote.tts.catalog()
         asr_name = await remote.asr.model_name() if remote.asr is not None else None
-        metrics = Metrics(None)
-        replica_requests = Counter(
-            "voxserve_replica_requests",
-            "Requests handed to each engine replica",
-            ["deployment", "replica"],
-            registry=metrics.registry,
-        )
-        uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
-        state = RemoteState(config, remote, catalog, asr_name, metrics, replica_requests, uploads)
+        state = remote_state(config, remote, catalog, asr_name)
         holder["state"] = state
         app.state.vox = state
-        lag = asyncio.create_task(metrics.watch_loop_lag())
+        lag = asyncio.create_task(state.metrics.watch_loop_lag())
         try:
             yield
         finally:
             lag.cancel()
 
-    routes: list[BaseRoute] = [
-        Route("/health", _health, methods=["GET"]),
-        Route("/metrics", _metrics, methods=["GET"]),
-        Route("/openapi.json", openapi_endpoint, methods=["GET"]),
-        Route("/v1/models", _models, methods=["GET"]),
-        Route("/v1/audio/voices", _voices, methods=["GET"]),
-        Route("/v1/audio/speech", _speech, methods=["POST"]),
-        Route("/v1/audio/transcriptions", _transcriptions, methods=["POST"]),
-        Route("/v1/audio/translations", _translations, methods=["POST"]),
-        *playground_routes(),
-    ]
+    routes = route_table(speech, transcriptions, translations)
     return assemble(config, routes, lifespan, lambda: holder["state"].metrics if holder else None)

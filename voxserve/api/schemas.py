@@ -9,11 +9,22 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from voxserve.errors import InvalidRequest
+from voxserve.serving.catalog import SPEECH_MODELS
 from voxserve.text.split import speakable
 
-__all__ = ["SPEECH_MODELS", "SpeechRequest", "VoiceRef", "parse_json_body", "validate"]
+__all__ = [
+    "REPLICA_HEADER",
+    "SPEECH_MODELS",
+    "SpeechRequest",
+    "TranscriptionForm",
+    "VoiceRef",
+    "parse_json_body",
+    "validate",
+]
 
-SPEECH_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+REPLICA_HEADER = "x-voxserve-replica"
+"""Names the Ray replica that served a response."""
+
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 
 
@@ -55,6 +66,20 @@ class SpeechRequest(BaseModel):
     @property
     def voice_name(self) -> str:
         return self.voice if isinstance(self.voice, str) else self.voice.id
+
+
+class TranscriptionForm(BaseModel):
+    """The non-file fields of a transcription or translation request."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1, max_length=200, description="whisper-1 or the model's own name")
+    language: str | None = Field(None, max_length=16, description="ISO-639-1 code of the audio")
+    prompt: str | None = Field(None, max_length=8192, description="Text that primes every piece")
+    temperature: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = "json"
+    timestamp_granularities: list[Literal["segment", "word"]] = Field(default_factory=list)
+    stream: bool = False
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -9,11 +9,12 @@ Starlette's StreamingResponse is not enough here:
 - a failure after bytes went out ends the body without its final chunk: the client sees
   a truncated response, never a clean end of a broken stream.
 
-`on_close(completed)` always runs exactly once.
+A response wraps a body iterator and one `close(completed)`, which always runs exactly
+once, after the body is closed: the stream handle's close (`voxserve.serving`).
 
 Before a response starts, a handler that waits (for a stream slot, a transcript, a Ray
-replica) uses `unless_gone` with `until_disconnect`, so a client that leaves meanwhile
-cancels the wait and its work.
+replica) uses `voxserve.serving.waiting.unless_gone` with `until_disconnect`, so a client
+that leaves meanwhile cancels the wait and its work.
 """
 
 from __future__ import annotations
@@ -21,19 +22,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from starlette.requests import Request
 
 from voxserve.api.errors import error_response
-from voxserve.errors import ClientClosed, VoxError
+from voxserve.errors import VoxError
 
-__all__ = ["StreamResponse", "unless_gone", "until_disconnect"]
+__all__ = ["StreamResponse", "until_disconnect"]
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 async def until_disconnect(request: Request) -> None:
@@ -44,39 +43,19 @@ async def until_disconnect(request: Request) -> None:
             return
 
 
-async def unless_gone(work: Awaitable[T], gone: Awaitable[None] | None, message: str) -> T:
-    """Await `work`; if `gone` resolves first (the client left), cancel `work` and raise
-    ClientClosed(message). A caller that is cancelled cancels `work` too."""
-    task = asyncio.ensure_future(work)
-    if gone is None:
-        return await task
-    left = asyncio.ensure_future(gone)
-    try:
-        await asyncio.wait({task, left}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
-        raise
-    finally:
-        left.cancel()
-    if not task.done():
-        task.cancel()
-        raise ClientClosed(message)
-    return task.result()
-
-
 class StreamResponse:
     def __init__(
         self,
         body: AsyncIterator[bytes],
         media_type: str,
         headers: dict[str, str] | None = None,
-        on_close: Callable[[bool], None] | None = None,
+        close: Callable[[bool], None] | None = None,
         status: int = 200,
     ):
         self.body = body
         self.status = status
         self.headers = {"content-type": media_type, "cache-control": "no-store", **(headers or {})}
-        self.on_close = on_close
+        self._close = close
 
     async def _first_bytes(self) -> bytes | None:
         """The first non-empty piece of the body, or None if it ends empty."""
@@ -134,8 +113,8 @@ class StreamResponse:
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
-            if self.on_close is not None:
+            if self._close is not None:
                 try:
-                    self.on_close(completed)
+                    self._close(completed)
                 except Exception:  # pragma: no cover - cleanup must not mask the stream
                     log.exception("stream cleanup failed")

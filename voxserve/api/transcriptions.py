@@ -5,82 +5,50 @@ request's own size (413 without taking the rest) and the upload budget shared by
 upload not decoded yet (`--max-buffered-upload-mb`, 429 with Retry-After). Only then does
 it wait for a transcription slot (`--asr-max-requests`), so a client that stalls
 mid-upload costs a connection and its share of the budget until the body timeout
-(`voxserve.api.deadline`), never a slot. With the slot, it hands the upload to the shared
-transcription pipeline: decode and cut in the audio pool (the upload's bytes then go back
-to the budget), batched decoding in the ASR engine. It only awaits. A client that goes
-away drops the request's queued pieces. Streaming (`stream=true`) sends a
-`transcript.text.delta` SSE event as each piece finishes, in order, then
+(`voxserve.api.deadline`), never a slot. Then the serving layer takes over
+(`voxserve.serving.service.Service.open_transcription`): here, decode and cut in the
+audio pool (the upload's bytes then go back to the budget) and batched decoding in the
+ASR engine; on a Ray front end, an ASR replica. The handler only parses and awaits. A
+client that goes away drops the request's queued pieces. Streaming (`stream=true`) sends
+a `transcript.text.delta` SSE event as each piece finishes, in order, then
 `transcript.text.done`.
 """
 
 from __future__ import annotations
 
-import json
-import logging
+import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import AsyncGenerator, Awaitable
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from voxserve.api.formats import CONTENT_TYPES, as_json, as_srt, as_text, as_verbose_json, as_vtt
-from voxserve.api.metrics import Metrics
-from voxserve.api.schemas import validate
-from voxserve.api.streaming import StreamResponse, unless_gone, until_disconnect
-from voxserve.engine.admission import Admission
-from voxserve.engine.asr import ASREngine, TranscribeOptions
-from voxserve.engine.stream import StreamFailed
-from voxserve.engine.transcribe import Transcript, Transcription, start_transcription
+from voxserve.api.schemas import REPLICA_HEADER, TranscriptionForm, validate
+from voxserve.api.sse import sse, sse_error
+from voxserve.api.streaming import StreamResponse, until_disconnect
+from voxserve.engine.transcribe import Transcript
 from voxserve.engine.uploads import UploadLease
-from voxserve.errors import (
-    InvalidRequest,
-    NotFound,
-    PayloadTooLarge,
-    ServerError,
-    VoxError,
-)
-
-if TYPE_CHECKING:
-    from voxserve.api.app import AppState
+from voxserve.errors import InvalidRequest, PayloadTooLarge, VoxError
+from voxserve.serving.catalog import ASR_MODELS
+from voxserve.serving.service import Service, TranscriptionReply
+from voxserve.serving.transcription import TranscriptionParams
 
 __all__ = [
     "ASR_MODELS",
-    "TranscriptionForm",
-    "asr_disabled",
-    "collect_transcript",
-    "observe",
-    "open_transcription",
     "read_upload",
     "render",
-    "sse_events",
+    "transcript_events",
+    "transcription_params",
     "transcriptions",
     "translations",
 ]
 
-log = logging.getLogger(__name__)
-
-ASR_MODELS = ("whisper-1",)
 MAX_FIELD_BYTES = 64 * 1024
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off", "")
-
-
-class TranscriptionForm(BaseModel):
-    """The non-file fields of a transcription or translation request."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    model: str = Field(min_length=1, max_length=200, description="whisper-1 or the model's own name")
-    language: str | None = Field(None, max_length=16, description="ISO-639-1 code of the audio")
-    prompt: str | None = Field(None, max_length=8192, description="Text that primes every piece")
-    temperature: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)
-    response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = "json"
-    timestamp_granularities: list[Literal["segment", "word"]] = Field(default_factory=list)
-    stream: bool = False
 
 
 async def transcriptions(request: Request) -> Response | StreamResponse:
@@ -91,85 +59,60 @@ async def translations(request: Request) -> Response | StreamResponse:
     return await _serve(request, "translate")
 
 
-def _engine(state: AppState) -> ASREngine:
-    if state.asr is None:
-        raise asr_disabled()
-    return state.asr
-
-
-def asr_disabled() -> NotFound:
-    return NotFound("speech-to-text is off on this server; start it without --no-asr", code="asr_disabled")
-
-
 async def _serve(request: Request, task: str) -> Response | StreamResponse:
-    state: AppState = request.app.state.vox
-    engine = _engine(state)
-    admission = state.asr_admission
-    assert admission is not None
+    state: Service = request.app.state.vox
+    state.check_transcriptions()  # 404 when off; 429 now skips the upload
     started = time.perf_counter()
     request_id = request.headers.get("x-request-id") or state.new_request_id()
-    body, transcription = await _admit_and_open(request, state, engine, admission, task, request_id)
-    try:
-        response = await _respond(request, state, body, transcription, task, request_id, started)
-    except BaseException:
-        admission.release()
-        raise
-    if isinstance(response, StreamResponse):
-        close = response.on_close
-
-        def on_close(completed: bool) -> None:
-            admission.release()
-            if close is not None:
-                close(completed)
-
-        response.on_close = on_close
-    else:
-        admission.release()
-    return response
-
-
-async def _admit_and_open(
-    request: Request, state: AppState, engine: ASREngine, admission: Admission, task: str, request_id: str
-) -> tuple[TranscriptionForm, Transcription]:
-    """Read the upload under the upload budget, then take a transcription slot and decode.
-
-    The slot comes after the body: a client that stalls mid-upload holds its connection
-    and its share of the budget until the body timeout, never a slot. The upload's bytes
-    go back to the budget once decoded. Returns holding the slot."""
+    headers = {"x-request-id": request_id}
     assert state.uploads is not None
-    admission.refuse_if_full()  # a request that would be refused now skips its upload
     lease = state.uploads.lease()
     try:
-        body, data = await read_upload(request, state.config.asr.max_upload_mb, task, lease)
-        await unless_gone(admission.acquire(), until_disconnect(request), "client disconnected while queued")
+        body, reply = await _read_and_open(request, state, task, request_id, started, lease)
+        if body.stream:
+            if reply.replica is not None:
+                headers[REPLICA_HEADER] = reply.replica
+            return StreamResponse(transcript_events(reply), "text/event-stream", headers, reply.close)
         try:
-            pool = state.asr_pool
-            assert pool is not None
-            transcription = await open_transcription(engine, pool, body, data, task, request_id)
-        except BaseException:
-            admission.release()
-            raise
+            transcript = await reply.transcript(lambda: until_disconnect(request))
+        finally:
+            reply.close()
     finally:
         lease.release()
-    return body, transcription
-
-
-async def _respond(
-    request: Request,
-    state: AppState,
-    body: TranscriptionForm,
-    transcription: Transcription,
-    task: str,
-    request_id: str,
-    started: float,
-) -> Response | StreamResponse:
-    headers = {"x-request-id": request_id}
-    if body.stream:
-        events = sse_events(state.metrics, transcription, started)
-        return StreamResponse(events, "text/event-stream", headers, lambda _: transcription.cancel())
-    transcript = await collect_transcript(transcription, lambda: until_disconnect(request))
-    observe(state.metrics, task, body.response_format, transcript.duration, started)
+    if reply.replica is not None:
+        headers[REPLICA_HEADER] = reply.replica
     return render(transcript, body, task, headers)
+
+
+async def _read_and_open(
+    request: Request, state: Service, task: str, request_id: str, started: float, lease: UploadLease
+) -> tuple[TranscriptionForm, TranscriptionReply]:
+    """Read the upload under the upload budget, then take a transcription slot.
+
+    The slot comes after the body: a client that stalls mid-upload holds its connection
+    and its share of the budget until the body timeout, never a slot. The upload's
+    bytes go back to the budget once decoded (or handed to a Ray replica)."""
+    body, data = await read_upload(request, state.config.asr.max_upload_mb, task, lease)
+    params = transcription_params(body, task)
+
+    def gone() -> Awaitable[None]:
+        return until_disconnect(request)
+
+    reply = await state.open_transcription(params, data, request_id, started, gone, body.stream, lease)
+    return body, reply
+
+
+def transcription_params(body: TranscriptionForm, task: str) -> TranscriptionParams:
+    """What the serving layer needs of a validated form."""
+    return TranscriptionParams(
+        model=body.model,
+        task=task,
+        response_format=body.response_format,
+        language=body.language,
+        prompt=body.prompt,
+        temperature=body.temperature,
+        timings=body.response_format in ("srt", "vtt", "verbose_json"),
+    )
 
 
 async def read_upload(
@@ -185,27 +128,6 @@ async def read_upload(
     finally:
         await form.close()
     return body, data
-
-
-async def open_transcription(
-    engine: ASREngine, pool: Executor, body: TranscriptionForm, data: bytes, task: str, request_id: str
-) -> Transcription:
-    """Check the model, then decode and cut the audio and start feeding it to the engine.
-    The HTTP handler calls this; so does a Ray ASR replica (`voxserve.ray`)."""
-    if body.model not in ASR_MODELS and body.model != engine.name:
-        raise NotFound(
-            f"model {body.model!r} does not exist; use one of: {', '.join((*ASR_MODELS, engine.name))}",
-            param="model",
-            code="model_not_found",
-        )
-    options = TranscribeOptions(
-        task=task,
-        language=body.language or None,
-        prompt=body.prompt or None,
-        temperature=body.temperature,
-        timings=body.response_format in ("srt", "vtt", "verbose_json"),
-    )
-    return await start_transcription(engine, data, options, pool, request_id)
 
 
 async def _read_form(request: Request, limit: int, lease: UploadLease | None) -> FormData:
@@ -273,35 +195,6 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
     return body, upload
 
 
-async def collect_transcript(
-    transcription: Transcription, gone: Callable[[], Awaitable[None]] | None = None
-) -> Transcript:
-    """The whole transcript. `gone` resolves when the client leaves, which cancels the
-    request's work; without it (a Ray ASR replica), cancelling the caller does."""
-    try:
-        return await unless_gone(
-            transcription.collect(),
-            gone() if gone is not None else None,
-            "client disconnected while its audio was transcribed",
-        )
-    except StreamFailed as exc:
-        if isinstance(exc.__cause__, VoxError):  # e.g. 503 while the server shuts down
-            raise exc.__cause__ from None
-        raise ServerError(str(exc)) from exc
-    finally:
-        transcription.cancel()  # nothing left to drop after success; frees the stream
-
-
-def observe(m: Metrics, task: str, fmt: str, duration: float, started: float) -> None:
-    """Count one answered transcription in the ASR metrics."""
-    elapsed = time.perf_counter() - started
-    m.asr_requests.labels(task, fmt).inc()
-    m.asr_audio_seconds.inc(duration)
-    m.asr_latency.observe(elapsed)
-    if elapsed > 0:
-        m.asr_rtfx.observe(duration / elapsed)
-
-
 def render(t: Transcript, body: TranscriptionForm, task: str, headers: dict[str, str]) -> Response:
     fmt = body.response_format
     if fmt == "json":
@@ -314,27 +207,16 @@ def render(t: Transcript, body: TranscriptionForm, task: str, headers: dict[str,
     return PlainTextResponse(text, headers=headers, media_type=CONTENT_TYPES[fmt])
 
 
-async def sse_events(metrics: Metrics, transcription: Transcription, started: float) -> AsyncIterator[bytes]:
-    """`transcript.text.delta` events as pieces finish, then `transcript.text.done`."""
+async def transcript_events(stream: TranscriptionReply) -> AsyncGenerator[bytes, None]:
+    """`transcript.text.delta` events as pieces finish, then `transcript.text.done`; a
+    failure after the start is an `error` event."""
     parts: list[str] = []
     try:
-        async for window in transcription.windows():
-            delta = "".join(s.text for s in window.segments)
-            if not parts:
-                delta = delta.lstrip()
-            if delta:
+        async with contextlib.aclosing(stream.deltas()) as deltas:
+            async for delta in deltas:
                 parts.append(delta)
-                yield _sse({"type": "transcript.text.delta", "delta": delta})
-    except StreamFailed as exc:
-        log.error("transcription %s failed after start: %s", transcription.handle.request_id, exc)
-        cause = exc.__cause__
-        error = cause if isinstance(cause, VoxError) else ServerError(str(exc))
-        body = error.body()["error"]
-        yield _sse({"type": "error", "error": body})
+                yield sse({"type": "transcript.text.delta", "delta": delta})
+    except VoxError as exc:
+        yield sse_error(exc)
         return
-    observe(metrics, "transcribe", "stream", transcription.duration, started)
-    yield _sse({"type": "transcript.text.done", "text": "".join(parts).strip()})
-
-
-def _sse(event: dict[str, object]) -> bytes:
-    return f"data: {json.dumps(event, separators=(',', ':'), ensure_ascii=False)}\n\n".encode()
+    yield sse({"type": "transcript.text.done", "text": "".join(parts).strip()})

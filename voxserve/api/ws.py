@@ -13,8 +13,8 @@ The server sends, per segment, `{"type": "audio.start", "segment", "text", "samp
 then binary frames of audio as the engine decodes them (16-bit mono PCM, or a WAV stream
 per segment), then `{"type": "audio.done", "segment"}`. After `input.done` it sends
 `{"type": "input.flushed"}` once the flushed text is spoken, and `{"type": "session.done"}`
-before it closes. A mistake gets `{"type": "error", "message", "code", ...}` and the
-session stays usable.
+before it closes. A mistake gets `{"type": "error", "error", "message", "code", ...}`
+(`error` is the object of an HTTP error body) and the session stays usable.
 
 A segment starts as soon as the text holds a complete clause or sentence
 (`voxserve.text.incremental`). Each segment is a stream of the shared engine, opened by
@@ -74,15 +74,17 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from voxserve.api.errors import error_event
 from voxserve.api.schemas import SpeechRequest, VoiceRef, validate
-from voxserve.api.speech import open_speech
+from voxserve.api.speech import speech_params
 from voxserve.api.ws_limits import Message, TokenBucket, message_size, session_slot
 from voxserve.config import WSConfig
-from voxserve.errors import VoxError
+from voxserve.errors import ClientError, ServerError, VoxError
+from voxserve.serving.speech import open_speech
 from voxserve.text.incremental import TextSegmenter
 
 if TYPE_CHECKING:
-    from voxserve.api.app import AppState
+    from voxserve.serving.state import AppState
 
 __all__ = ["SessionConfig", "speech_stream"]
 
@@ -185,8 +187,13 @@ class _Session:
     async def send_audio(self, data: bytes) -> None:
         await self._send({"type": "websocket.send", "bytes": data})
 
-    async def send_error(self, message: str, code: str, **extra: Any) -> None:
-        await self.send_event({"type": "error", "message": message, "code": code, **extra})
+    async def send_error(self, message: str, code: str, exc: VoxError | None = None, **extra: Any) -> None:
+        """An `error` event: `error` holds the same object as an HTTP error body (`exc`, or
+        the protocol error `code`); `message`, `code` and `extra` repeat it at the top."""
+        if exc is None:
+            kind = ServerError if code == "internal_error" else ClientError
+            exc = kind(message, param=extra.get("param"), code=code)
+        await self.send_event({**error_event(exc), "message": message, "code": code, **extra})
 
     async def _close(self, code: int, reason: str = "") -> None:
         await self._send({"type": "websocket.close", "code": code, "reason": reason[:120]})
@@ -311,7 +318,7 @@ class _Session:
             try:
                 closing = await self._handle(message.get("text") or "")
             except VoxError as exc:
-                await self.send_error(exc.message, exc.code or "error", param=exc.param)
+                await self.send_error(exc.message, exc.code or "error", exc, param=exc.param)
                 continue
             if closing:
                 break
@@ -378,7 +385,7 @@ class _Session:
             name = config.voice if isinstance(config.voice, str) else config.voice.id
             self.state.engine.resolve_voice(name)
         except VoxError as exc:
-            await self.send_error(exc.message, exc.code or "invalid_value", param="voice")
+            await self.send_error(exc.message, exc.code or "invalid_value", exc, param="voice")
             return
         if config.split != self.config.split:
             pending = self.segmenter.pending
@@ -481,9 +488,9 @@ class _Session:
             if not self._slot:
                 await self.state.admission.acquire()  # 429 when the server is full
                 self._slot = True
-            source, on_close = await open_speech(self.state, body, request_id, started, admitted=True)
+            stream = await open_speech(self.state, speech_params(body), request_id, started, admitted=True)
         except VoxError as exc:
-            await self.send_error(exc.message, exc.code or "error", segment=segment.index, status=exc.status)
+            await self.send_error(exc.message, exc.code or "error", exc, segment=segment.index, status=exc.status)
             return
         completed = False
         try:
@@ -491,19 +498,16 @@ class _Session:
             await self.send_event(
                 {"type": "audio.start", "segment": segment.index, "text": segment.text, "sample_rate": rate}
             )
-            async for data in source:
-                if data:
-                    await self.send_audio(data)
+            async with contextlib.aclosing(stream.chunks()) as chunks:
+                async for chunk in chunks:
+                    if chunk.data:
+                        await self.send_audio(chunk.data)
             completed = True
         except VoxError as exc:  # the engine failed mid-segment
-            await self.send_error(exc.message, exc.code or "error", segment=segment.index, status=exc.status)
+            await self.send_error(exc.message, exc.code or "error", exc, segment=segment.index, status=exc.status)
             return
         finally:
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
-            on_close(completed)
+            stream.close(completed)
         await self.send_event({"type": "audio.done", "segment": segment.index})
 
 

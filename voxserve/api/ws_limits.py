@@ -19,8 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.websockets import WebSocket
 
+from voxserve.api.errors import error_event
+from voxserve.errors import ClientError
+
 if TYPE_CHECKING:
-    from voxserve.api.app import AppState
+    from voxserve.serving.state import AppState
 
 __all__ = ["Message", "TokenBucket", "message_size", "session_slot"]
 
@@ -66,11 +69,9 @@ async def _refuse_busy(state: AppState, ws: WebSocket) -> None:
     """Past `max_sessions`: accept, say why, close with 1013 (try again later)."""
     limit = state.config.ws.max_sessions
     log.warning("refused a WebSocket session: %d are open, the limit is %d", state.ws_open, limit)
-    event = {
-        "type": "error",
-        "code": "too_many_sessions",
-        "message": f"the server has {limit} sessions open, its limit; try again later",
-    }
+    message = f"the server has {limit} sessions open, its limit; try again later"
+    error = ClientError(message, code="too_many_sessions")
+    event = {**error_event(error), "code": "too_many_sessions", "message": message}
     with contextlib.suppress(Exception):
         async with asyncio.timeout(state.config.ws.send_timeout_s):
             await ws.accept()

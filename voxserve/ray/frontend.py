@@ -20,11 +20,12 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentRes
 from starlette.applications import Starlette
 
 from voxserve.api.app import create_app
-from voxserve.api.remote import Remote, RemoteStream, SpeechJob, TranscriptionJob, TTSCatalog
 from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.errors import Overloaded, ServerError, Unavailable, VoxError
 from voxserve.ray.loopback import bind_replica_grpc_to_node
+from voxserve.serving.jobs import Opened, SpeechJob, TranscriptionJob, TTSCatalog
+from voxserve.serving.remote import Remote, RemoteStream
 
 __all__ = ["Frontend", "RayASR", "RayTTS", "as_vox_error"]
 
@@ -59,19 +60,22 @@ async def _result(response: DeploymentResponse[Any] | DeploymentResponseGenerato
 
 
 async def _open(generator: DeploymentResponse[Any] | DeploymentResponseGenerator[Any]) -> RemoteStream:
-    """Wait for the replica's name, the first item of every streamed reply."""
+    """Wait for the replica's name and its `Opened`, the first items of every streamed
+    reply: errors before them (429, 404...) are raised here, before any response."""
     assert isinstance(generator, DeploymentResponseGenerator)
     try:
         replica = await generator.__anext__()
+        opened = await generator.__anext__()
     except BaseException as exc:
         generator.cancel()
         if isinstance(exc, Exception):
             raise as_vox_error(exc) from exc
         raise
-    return RemoteStream(str(replica), _relay(generator))
+    assert isinstance(opened, Opened)
+    return RemoteStream(str(replica), opened, _relay(generator))
 
 
-async def _relay(generator: DeploymentResponseGenerator[Any]) -> AsyncIterator[bytes]:
+async def _relay(generator: DeploymentResponseGenerator[Any]) -> AsyncIterator[Any]:
     finished = False
     try:
         async for data in generator:

@@ -3,14 +3,14 @@
 Each replica is one Ray actor that runs the single-machine engine unchanged: the TTS
 replica enters `running_state` (engine, deadline scheduler, admission with its capacity
 gate, credits, text and audio pools, warm-up) exactly as the app's lifespan does, and
-serves each stream with `open_speech`, the function the HTTP handler calls. The ASR
-replica runs `open_transcription` and `collect_transcript` on its own engine, pool and
-admission. Models load from the installed packages on whichever node runs the replica.
+serves each stream with `voxserve.serving.speech.open_speech`, the function the HTTP
+handler calls. The ASR replica runs `voxserve.serving.transcription.Transcriber` on its own
+engine, pool and admission. Models load from the installed packages on whichever node runs the replica.
 
-Replies are plain bytes and dataclasses. A streaming reply's first item is the
-replica's name, sent before any work, so that the front end can label the response;
-errors (`VoxError`s such as 429) are raised and reach the front end intact.
-No HTTP here.
+Replies are the serving layer's dataclasses (`voxserve.serving.jobs`). A streaming
+reply's first item is the replica's name, sent before any work, so that the front end
+can label the response; errors (`VoxError`s such as 429) are raised and reach the front
+end intact. No HTTP here: this module imports the serving layer, never `voxserve.api`.
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ from typing import Any
 
 from ray import serve
 
-from voxserve.api.app import running_state, voice_list
-from voxserve.api.metrics import Metrics
-from voxserve.api.remote import SpeechJob, TranscriptionJob, TTSCatalog
-from voxserve.api.speech import open_speech
-from voxserve.api.transcriptions import collect_transcript, observe, open_transcription, sse_events
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.tts import TTSEngine
 from voxserve.ray.loopback import bind_replica_grpc_to_node
+from voxserve.serving.catalog import voice_list
+from voxserve.serving.jobs import Opened, SpeechJob, TranscriptionJob, TTSCatalog
+from voxserve.serving.metrics import Metrics
+from voxserve.serving.speech import AudioChunk, open_speech
+from voxserve.serving.state import running_state
+from voxserve.serving.transcription import Transcriber
 
 __all__ = ["ASRReplica", "TTSReplica", "replica_name"]
 
@@ -66,20 +67,22 @@ class TTSReplica:
         )
         self.name = replica_name()
 
-    async def speech(self, job: SpeechJob) -> AsyncIterator[str | bytes]:
-        """This replica's name, then the encoded body; cancelling the call ends the stream
-        (and a wait in the admission queue) as a client disconnect does."""
+    async def speech(self, job: SpeechJob) -> AsyncIterator[str | Opened | AudioChunk]:
+        """This replica's name, `Opened` once the stream is admitted and submitted, then its
+        chunks; cancelling the call ends the stream (and a wait in the admission queue) as
+        a client disconnect does."""
         yield self.name
         started = time.perf_counter()
-        source, on_close = await open_speech(self.state, job.body, job.request_id, started)
+        stream = await open_speech(self.state, job.params, job.request_id, started)
         completed = False
         try:
-            async for data in source:
-                if data:
-                    yield data
+            yield Opened(stream.characters, stream.sample_rate)
+            async with contextlib.aclosing(stream.chunks()) as chunks:
+                async for chunk in chunks:
+                    yield chunk
             completed = True
         finally:
-            on_close(completed)
+            stream.close(completed)
 
     def catalog(self) -> TTSCatalog:
         engine = self.state.engine
@@ -120,39 +123,33 @@ class ASRReplica:
         self.admission = Admission(asr.max_requests, asr.max_queue, asr.queue_timeout_s)
         self.metrics = Metrics(None)
         self.metrics.attach_asr(self.engine.snapshot)
+        self.transcriber = Transcriber(self.engine, self.pool, self.admission, self.metrics)
         self.engine.start()
         await asyncio.get_running_loop().run_in_executor(None, self.engine.warmup)
         self.name = replica_name()
 
     async def transcribe(self, job: TranscriptionJob) -> tuple[str, Transcript]:
         started = time.perf_counter()
-        await self.admission.acquire()
+        stream = await self.transcriber.open(job.params, job.data, job.request_id, started)
         try:
-            transcription = await open_transcription(
-                self.engine, self.pool, job.body, job.data, job.task, job.request_id
-            )
-            transcript = await collect_transcript(transcription)
+            transcript = await stream.transcript()
         finally:
-            self.admission.release()
-        observe(self.metrics, job.task, job.body.response_format, transcript.duration, started)
+            stream.close()
         return self.name, transcript
 
-    async def stream(self, job: TranscriptionJob) -> AsyncIterator[str | bytes]:
-        """This replica's name, then the SSE events of a streamed transcription."""
+    async def stream(self, job: TranscriptionJob) -> AsyncIterator[str | Opened]:
+        """This replica's name, `Opened` once the audio is decoded and feeding the engine,
+        then the text of each piece as it finishes."""
         yield self.name
         started = time.perf_counter()
-        await self.admission.acquire()
+        stream = await self.transcriber.open(job.params, job.data, job.request_id, started)
         try:
-            transcription = await open_transcription(
-                self.engine, self.pool, job.body, job.data, job.task, job.request_id
-            )
-            try:
-                async for event in sse_events(self.metrics, transcription, started):
-                    yield event
-            finally:
-                transcription.cancel()
+            yield Opened()
+            async with contextlib.aclosing(stream.deltas()) as deltas:
+                async for delta in deltas:
+                    yield delta
         finally:
-            self.admission.release()
+            stream.close()
 
     def model_name(self) -> str:
         return self.engine.name

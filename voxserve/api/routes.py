@@ -1,0 +1,45 @@
+"""The one route table, for the app on one machine and for a Ray front end.
+
+Both serve the same paths with the same methods and the same catalog, OpenAPI and
+playground handlers; each app passes the handlers that reach its engines (here, or on
+Ray replicas) and, where it has one, the speech WebSocket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from voxserve.api import catalog
+from voxserve.api.openapi import openapi_endpoint
+from voxserve.api.playground import playground_routes
+from voxserve.api.streaming import StreamResponse
+
+__all__ = ["route_table"]
+
+Endpoint = Callable[[Request], Awaitable[Response | StreamResponse]]
+
+
+def route_table(
+    speech: Endpoint,
+    transcriptions: Endpoint,
+    translations: Endpoint,
+    speech_stream: Callable[[WebSocket], Awaitable[None]] | None = None,
+) -> list[BaseRoute]:
+    routes: list[BaseRoute] = [
+        Route("/health", catalog.health, methods=["GET"]),
+        Route("/metrics", catalog.metrics, methods=["GET"]),
+        Route("/openapi.json", openapi_endpoint, methods=["GET"]),
+        Route("/v1/models", catalog.models, methods=["GET"]),
+        Route("/v1/audio/voices", catalog.voices, methods=["GET"]),
+        Route("/v1/audio/speech", speech, methods=["POST"]),
+        Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
+        Route("/v1/audio/translations", translations, methods=["POST"]),
+    ]
+    if speech_stream is not None:
+        routes.append(WebSocketRoute("/v1/audio/speech/stream", speech_stream))
+    return [*routes, *playground_routes()]

@@ -1,0 +1,199 @@
+"""Open a speech stream: check the model and voice, prepare the text off the loop, wait
+for a stream slot, submit to the engine, and hand back a `SpeechStream` that owns the
+stream's life cycle.
+
+Every channel calls `open_speech`: `POST /v1/audio/speech`, the speech WebSocket, and
+each TTS replica of a Ray deployment. No HTTP here: the caller frames the chunks (raw
+bytes, SSE events, WebSocket frames) and decides what "the client left" means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from voxserve.audio.encode import StreamEncoder, make_encoder
+from voxserve.config import ServerConfig
+from voxserve.engine.admission import Admission
+from voxserve.engine.pool import BoundedPool
+from voxserve.engine.stream import StreamFailed
+from voxserve.engine.tts import StreamHandle, TTSEngine
+from voxserve.errors import NotFound
+from voxserve.serving.catalog import SPEECH_MODELS
+from voxserve.serving.failures import raise_failure
+from voxserve.serving.metrics import Metrics
+from voxserve.serving.waiting import unless_gone
+
+__all__ = ["AudioChunk", "SpeechParams", "SpeechResources", "SpeechStream", "open_speech"]
+
+log = logging.getLogger(__name__)
+
+_CHEAP_FORMATS = ("pcm", "wav")
+
+
+@dataclass(frozen=True)
+class SpeechParams:
+    """A validated speech request, whatever channel it came by."""
+
+    model: str
+    text: str
+    voice: str
+    response_format: str = "pcm"
+    speed: float = 1.0
+    sample_rate: int | None = None
+    """Output rate in Hz; None for the server's default."""
+
+
+class SpeechResources(Protocol):
+    """What a speech stream uses of a running server (`voxserve.serving.state.AppState`)."""
+
+    config: ServerConfig
+    engine: TTSEngine
+    admission: Admission
+    metrics: Metrics
+    text_pool: BoundedPool
+    audio_pool: BoundedPool
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    data: bytes
+    """Encoded audio in the stream's format; may be empty (an encoder that holds bytes back)."""
+    samples: int
+    """Samples this chunk carried."""
+
+
+class SpeechStream:
+    """One submitted stream. Read `chunks()` once; taking a chunk gives the engine its
+    credit back. `close()` ends it, exactly once whatever calls it: the engine drops the
+    stream's work, the admission slot goes back (unless the caller holds it), and a stream
+    that did not finish counts as aborted."""
+
+    def __init__(
+        self,
+        state: SpeechResources,
+        handle: StreamHandle,
+        encoder: StreamEncoder,
+        fmt: str,
+        characters: int,
+        started: float,
+        holds_slot: bool,
+    ):
+        self.state = state
+        self.replica: str | None = None
+        """Where the stream runs, when that is another process (a Ray replica)."""
+        self.request_id = handle.request_id
+        self.sample_rate = handle.sample_rate
+        self.characters = characters
+        """Characters of the input text."""
+        self._handle = handle
+        self._encoder = encoder
+        self._inline = fmt in _CHEAP_FORMATS
+        self._started = started
+        self._holds_slot = holds_slot
+        self._closed = False
+
+    async def chunks(self) -> AsyncGenerator[AudioChunk, None]:
+        """Encoded chunks as the engine decodes them, the last one included. A failure of
+        the engine ends it with the `VoxError` the client is told (logged and counted)."""
+        state, handle = self.state, self._handle
+        first = True
+        total = 0
+        while True:
+            try:
+                item = await handle.stream.get()
+            except StreamFailed as exc:
+                log.error("stream %s failed: %s", handle.request_id, exc)
+                state.metrics.stream_errors.inc()
+                raise_failure(exc)
+            state.engine.taken(handle.id)
+            if self._inline:
+                data = _encode_step(self._encoder, item.pcm, item.last)
+            else:
+                data = await state.audio_pool.run(_encode_step, self._encoder, item.pcm, item.last)
+            total += len(item.pcm)
+            if first and len(item.pcm):
+                first = False
+                state.metrics.ttfp.observe(time.perf_counter() - self._started)
+            yield AudioChunk(data, len(item.pcm))
+            if item.last:
+                elapsed = time.perf_counter() - self._started
+                if total:
+                    state.metrics.rtf.observe(elapsed / (total / handle.sample_rate))
+                state.metrics.audio_seconds.inc(total / handle.sample_rate)
+                return
+
+    def close(self, completed: bool = False) -> None:
+        """End the stream (`completed`: its last chunk was delivered). Later calls do nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self.state.engine.abort(self._handle.id)
+        if self._holds_slot:
+            self.state.admission.release()
+        if not completed:
+            self.state.metrics.streams_aborted.inc()
+
+
+def _encode_step(encoder: StreamEncoder, pcm: np.ndarray, last: bool) -> bytes:
+    data = encoder.feed(pcm) if len(pcm) else b""
+    if last:
+        data += encoder.flush()
+    return data
+
+
+async def open_speech(
+    state: SpeechResources,
+    params: SpeechParams,
+    request_id: str,
+    started: float,
+    gone: Callable[[], Awaitable[None]] | None = None,
+    admitted: bool = False,
+) -> SpeechStream:
+    """Check the model and voice, prepare the text, wait for a stream slot and submit the
+    stream. The caller closes the returned stream once, however it ends.
+
+    `gone` resolves when the client leaves, which ends a wait in the admission queue with
+    499. A Ray TTS replica runs this with no `gone`: there, the caller cancels the call.
+
+    `admitted`: the caller already holds a stream slot and keeps it (a WebSocket session
+    between two segments of one reply), so the stream neither waits for one nor gives it
+    back.
+    """
+    engine = state.engine
+    if params.model not in SPEECH_MODELS and params.model != engine.model.name:
+        raise NotFound(
+            f"model {params.model!r} does not exist; use one of: "
+            f"{', '.join((*SPEECH_MODELS, engine.model.name))}",
+            param="model",
+            code="model_not_found",
+        )
+    voice = engine.resolve_voice(params.voice)
+    rate = params.sample_rate or state.config.default_sample_rate
+    if not admitted:
+        state.admission.refuse_if_full()  # before the phonemizer's work, not after
+
+    loop = asyncio.get_running_loop()
+    prepared = await state.text_pool.run(engine.prepare, params.text, voice, params.speed)
+    if not admitted:
+        await unless_gone(
+            state.admission.acquire(),  # raises Overloaded (429)
+            gone() if gone is not None else None,
+            "client disconnected while queued",
+        )
+    try:
+        handle = engine.submit(prepared, rate, loop, request_id)
+        encoder = make_encoder(params.response_format, rate)
+    except BaseException:
+        if not admitted:
+            state.admission.release()
+        raise
+    state.metrics.streams_started.inc()
+    fmt = params.response_format
+    return SpeechStream(state, handle, encoder, fmt, prepared.characters, started, not admitted)

@@ -1,0 +1,194 @@
+"""What a running server holds, and how it starts and stops: `AppState` and `running_state`.
+
+The app's lifespan runs `running_state`, and so does each TTS replica of a Ray
+deployment. Handlers read the state (through Starlette's `app.state.vox`); this module
+never imports them, nor anything of HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from voxserve.config import ServerConfig
+from voxserve.engine.admission import Admission
+from voxserve.engine.asr import ASREngine
+from voxserve.engine.pool import BoundedPool
+from voxserve.engine.tts import TTSEngine
+from voxserve.engine.uploads import UploadBudget, UploadLease
+from voxserve.serving.catalog import Health, engines_health, model_ids, voice_list
+from voxserve.serving.metrics import Metrics
+from voxserve.serving.speech import SpeechParams, SpeechStream, open_speech
+from voxserve.serving.transcription import (
+    Transcriber,
+    TranscriptionParams,
+    TranscriptionStream,
+    asr_disabled,
+)
+from voxserve.serving.waiting import Gone
+
+__all__ = ["WORKER_JOIN_S", "AppState", "new_request_id", "running_state"]
+
+log = logging.getLogger(__name__)
+
+WORKER_JOIN_S = 0.5
+"""How long shutdown waits, in all, for worker threads to leave the inference call they
+are in (its results are discarded). A whisper batch can take seconds: then an exit hook
+waits for it (`voxserve.engine.threads`), and `voxserve serve` leaves without it."""
+
+
+def new_request_id() -> str:
+    """An id for a request that came without `x-request-id`."""
+    return f"req_{uuid.uuid4().hex[:20]}"
+
+
+@dataclass
+class AppState:
+    config: ServerConfig
+    engine: TTSEngine
+    admission: Admission
+    metrics: Metrics
+    text_pool: BoundedPool
+    audio_pool: BoundedPool
+    started_at: float = field(default_factory=time.time)
+    asr: ASREngine | None = None
+    """The speech-to-text engine; None when started with ASR off."""
+    asr_pool: ThreadPoolExecutor | None = None
+    """Threads that decode, cut and featurize uploads for the ASR engine."""
+    asr_admission: Admission | None = None
+    """Transcriptions in progress at once; more wait, then get 429."""
+    ws_open: int = 0
+    """WebSocket sessions open now, on every WebSocket route (`config.ws.max_sessions`)."""
+    uploads: UploadBudget | None = None
+    """Upload bytes read by transcriptions and not decoded yet, all together (429 past it)."""
+
+    def new_request_id(self) -> str:
+        return new_request_id()
+
+    def health(self) -> Health:
+        return engines_health(self.engine, self.asr)
+
+    def model_ids(self) -> list[str]:
+        return model_ids(self.engine.model.name, self.asr.name if self.asr is not None else None)
+
+    def voices(self) -> list[dict[str, str | None]]:
+        return voice_list(self.engine)
+
+    async def open_speech(
+        self, params: SpeechParams, request_id: str, started: float, gone: Gone | None = None
+    ) -> SpeechStream:
+        return await open_speech(self, params, request_id, started, gone)
+
+    def transcriber(self) -> Transcriber:
+        if self.asr is None:
+            raise asr_disabled()
+        assert self.asr_pool is not None and self.asr_admission is not None
+        return Transcriber(self.asr, self.asr_pool, self.asr_admission, self.metrics)
+
+    def check_transcriptions(self) -> None:
+        self.transcriber().admission.refuse_if_full()  # a request refused now skips its upload
+
+    async def open_transcription(
+        self,
+        params: TranscriptionParams,
+        data: bytes,
+        request_id: str,
+        started: float,
+        gone: Gone,
+        stream: bool,
+        lease: UploadLease,
+    ) -> TranscriptionStream:
+        """Take a transcription slot, then decode: the upload's bytes go back to the budget
+        once decoded (or refused)."""
+        try:
+            return await self.transcriber().open(params, data, request_id, started, gone)
+        finally:
+            lease.release()
+
+    def drain(self) -> None:
+        """First step of a shutdown, without blocking: refuse new work with 503 and fail
+        every live stream and transcription, so that their responses end now instead of
+        running on until uvicorn's graceful timeout cancels them."""
+        self.admission.close()
+        self.engine.drain()
+        if self.asr_admission is not None:
+            self.asr_admission.close()
+        if self.asr is not None:
+            self.asr.drain()
+
+    def engine_snapshot(self) -> dict[str, Any]:
+        stats = self.engine.stats
+        return {
+            "active": self.engine.active_streams,
+            "queued": self.admission.queued,
+            "rejected": self.admission.rejected,
+            "chunks": stats.chunks,
+            "acoustic_runs": stats.acoustic_runs,
+            "failures": stats.failures,
+            "busy": dict(stats.busy_s),
+            "healthy": self.engine.healthy,
+            "capacity": self.engine.capacity_streams(),
+            "gated": self.admission.gated,
+        }
+
+
+@contextlib.asynccontextmanager
+async def running_state(
+    config: ServerConfig,
+    engine: TTSEngine,
+    asr: ASREngine | None,
+    publish: Callable[[AppState], None] | None = None,
+) -> AsyncIterator[AppState]:
+    """Start the engines, admission and pools, warm them up and yield their state; drain
+    and stop everything on exit. The app's lifespan runs this, and so does each TTS
+    replica of a Ray deployment (`voxserve.ray`). `publish` receives the state before
+    the engines start, so that a shutdown during warm-up can already drain it."""
+    tts = config.tts
+    state = AppState(
+        config=config,
+        engine=engine,
+        admission=Admission(
+            tts.max_streams, tts.max_queue, tts.queue_timeout_s, gate=engine.keeping_up
+        ),
+        metrics=Metrics(lambda: state.engine_snapshot()),
+        text_pool=BoundedPool(tts.text_workers, tts.max_streams + tts.max_queue, "text"),
+        audio_pool=BoundedPool(tts.audio_workers, 4 * (tts.max_streams + tts.max_queue), "audio"),
+    )
+    if publish is not None:
+        publish(state)
+    engine.start()
+    warmups = [asyncio.get_running_loop().run_in_executor(None, engine.warmup)]
+    if asr is not None:
+        state.asr = asr
+        state.asr_pool = asr.audio_pool()
+        state.asr_admission = Admission(
+            config.asr.max_requests, config.asr.max_queue, config.asr.queue_timeout_s
+        )
+        uploads = state.uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
+        state.metrics.attach_asr(
+            lambda: {**asr.snapshot(), "upload_bytes": uploads.held, "upload_refused": uploads.refused}
+        )
+        asr.start()
+        warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
+    await asyncio.gather(*warmups)
+    lag = asyncio.create_task(state.metrics.watch_loop_lag())
+    log.info("voxserve ready: voice %s, %d workers", engine.model.name, tts.workers)
+    try:
+        yield state
+    finally:
+        lag.cancel()
+        state.drain()
+        deadline = time.monotonic() + WORKER_JOIN_S
+        engine.stop(timeout=WORKER_JOIN_S)
+        state.text_pool.shutdown()
+        state.audio_pool.shutdown()
+        if asr is not None and state.asr_pool is not None:
+            asr.stop(timeout=max(0.0, deadline - time.monotonic()))
+            state.asr_pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,178 @@
+"""Open a transcription: wait for a transcription slot, decode and cut the upload, feed
+the engine, and hand back a `TranscriptionStream` that owns the request's life cycle.
+
+`POST /v1/audio/transcriptions` (and translations) and each ASR replica of a Ray
+deployment call `Transcriber.open`. The upload arrives as bytes: reading it, under the
+upload budget, is the channel's part. No HTTP here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from voxserve.engine.admission import Admission
+from voxserve.engine.asr import ASREngine, TranscribeOptions
+from voxserve.engine.stream import StreamFailed
+from voxserve.engine.transcribe import Transcript, Transcription, start_transcription
+from voxserve.errors import NotFound
+from voxserve.serving.catalog import ASR_MODELS
+from voxserve.serving.failures import raise_failure
+from voxserve.serving.metrics import Metrics
+from voxserve.serving.waiting import unless_gone
+
+__all__ = ["Transcriber", "TranscriptionParams", "TranscriptionStream", "asr_disabled", "observe"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TranscriptionParams:
+    """A validated transcription or translation request, whatever channel it came by."""
+
+    model: str
+    task: str
+    """transcribe or translate"""
+    response_format: str = "json"
+    """Only labels the metrics; the channel renders the transcript."""
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    timings: bool = False
+    """Segment and word times are wanted."""
+
+
+def asr_disabled() -> NotFound:
+    return NotFound("speech-to-text is off on this server; start it without --no-asr", code="asr_disabled")
+
+
+def observe(m: Metrics, task: str, fmt: str, duration: float, started: float) -> None:
+    """Count one answered transcription in the ASR metrics."""
+    elapsed = time.perf_counter() - started
+    m.asr_requests.labels(task, fmt).inc()
+    m.asr_audio_seconds.inc(duration)
+    m.asr_latency.observe(elapsed)
+    if elapsed > 0:
+        m.asr_rtfx.observe(duration / elapsed)
+
+
+class TranscriptionStream:
+    """One admitted transcription. Read it once, as text deltas (`deltas()`) or as the
+    whole transcript (`transcript()`); either records the metrics when it ends. `close()`
+    ends it, exactly once whatever calls it: the engine drops the request's queued
+    pieces, its audio's share of the budget goes back, and so does its slot."""
+
+    def __init__(
+        self,
+        transcription: Transcription,
+        params: TranscriptionParams,
+        admission: Admission,
+        metrics: Metrics,
+        started: float,
+    ):
+        self.request_id = transcription.handle.request_id
+        self.replica: str | None = None
+        """Where the work runs, when that is another process (a Ray replica)."""
+        self._transcription = transcription
+        self._params = params
+        self._admission = admission
+        self._metrics = metrics
+        self._started = started
+        self._closed = False
+
+    @property
+    def duration(self) -> float:
+        return self._transcription.duration
+
+    async def deltas(self) -> AsyncGenerator[str, None]:
+        """The text of each piece as it finishes, in order (the first one without its
+        leading space; empty pieces skipped)."""
+        first = True
+        try:
+            async for window in self._transcription.windows():
+                delta = "".join(s.text for s in window.segments)
+                if first:
+                    delta = delta.lstrip()
+                if delta:
+                    first = False
+                    yield delta
+        except StreamFailed as exc:
+            log.error("transcription %s failed after start: %s", self.request_id, exc)
+            raise_failure(exc)
+        observe(self._metrics, "transcribe", "stream", self.duration, self._started)
+
+    async def transcript(self, gone: Callable[[], Awaitable[None]] | None = None) -> Transcript:
+        """The whole transcript. `gone` resolves when the client leaves, which cancels the
+        work; without it (a Ray ASR replica), cancelling the caller does."""
+        try:
+            transcript = await unless_gone(
+                self._transcription.collect(),
+                gone() if gone is not None else None,
+                "client disconnected while its audio was transcribed",
+            )
+        except StreamFailed as exc:
+            raise_failure(exc)
+        finally:
+            self._transcription.cancel()  # nothing left to drop after success; frees the stream
+        params = self._params
+        observe(self._metrics, params.task, params.response_format, transcript.duration, self._started)
+        return transcript
+
+    def close(self, completed: bool = False) -> None:
+        """End the request and give its slot back. Later calls do nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self._transcription.cancel()
+        self._admission.release()
+
+
+@dataclass
+class Transcriber:
+    """An ASR engine with its audio pool, its admission and the metrics it records in."""
+
+    engine: ASREngine
+    pool: Executor
+    admission: Admission
+    metrics: Metrics
+
+    async def open(
+        self,
+        params: TranscriptionParams,
+        data: bytes,
+        request_id: str,
+        started: float,
+        gone: Callable[[], Awaitable[None]] | None = None,
+    ) -> TranscriptionStream:
+        """Wait for a slot (`gone` ends the wait with 499), check the model, then decode and
+        cut the audio and start feeding the engine. Returns holding the slot; the caller
+        closes the stream once."""
+        await unless_gone(
+            self.admission.acquire(), gone() if gone is not None else None, "client disconnected while queued"
+        )
+        try:
+            transcription = await self._start(params, data, request_id)
+        except BaseException:
+            self.admission.release()
+            raise
+        return TranscriptionStream(transcription, params, self.admission, self.metrics, started)
+
+    async def _start(self, params: TranscriptionParams, data: bytes, request_id: str) -> Transcription:
+        engine = self.engine
+        if params.model not in ASR_MODELS and params.model != engine.name:
+            raise NotFound(
+                f"model {params.model!r} does not exist; use one of: {', '.join((*ASR_MODELS, engine.name))}",
+                param="model",
+                code="model_not_found",
+            )
+        options = TranscribeOptions(
+            task=params.task,
+            language=params.language or None,
+            prompt=params.prompt or None,
+            temperature=params.temperature,
+            timings=params.timings,
+        )
+        return await start_transcription(engine, data, options, self.pool, request_id)
