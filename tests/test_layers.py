@@ -155,3 +155,39 @@ def test_ray_imports_the_http_app_only_where_it_mounts_it() -> None:
         if _layer(target) == "voxserve.api"
     )
     assert not wrong
+
+
+# The CLI composes everything, but its offline commands (speak, transcribe, voices) reach
+# the engines only through the serving layer (`voxserve.serving.offline`), as every
+# channel does. What it imports of the engine layer is process set-up for `serve`.
+_CLI_ENGINE_IMPORTS = {"voxserve.engine", "voxserve.engine.memory", "voxserve.engine.threads"}
+
+
+def test_the_cli_reaches_the_engines_through_the_serving_layer() -> None:
+    targets = import_graph()["voxserve.cli"]
+    assert "voxserve.serving.offline" in targets
+    wrong = sorted(
+        t
+        for t in targets
+        if _layer(t) == "voxserve.runners" or (_layer(t) == "voxserve.engine" and t not in _CLI_ENGINE_IMPORTS)
+    )
+    assert not wrong
+
+
+# The load generator speaks HTTP to whatever server it measures. Only the two modules
+# that measure this machine's offline limit (`voxserve bench offline`, `bench asr-offline`)
+# run the engines and runners in process.
+_BENCH_OFFLINE = {"voxserve.bench.offline", "voxserve.bench.asr_offline"}
+
+
+def test_bench_speaks_http_except_where_it_measures_the_offline_limit() -> None:
+    graph = import_graph()
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if _layer(module) == "voxserve.bench"
+        for target in targets
+        if _layer(target) in {"voxserve.api", "voxserve.serving", "voxserve.ray"}
+        or (_layer(target) in {"voxserve.engine", "voxserve.runners"} and module not in _BENCH_OFFLINE)
+    )
+    assert not wrong

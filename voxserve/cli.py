@@ -4,6 +4,8 @@ Engine and server flags are generated from the config dataclasses (`voxserve.fla
 this module says which configs each command has, names the few flags whose names differ
 from their fields, and builds the configs from the parsed arguments. The `VOXSERVE_*`
 variables come from `voxserve.env`, read once when the server's config is built.
+`speak`, `transcribe` and `voices` run through the serving layer
+(`voxserve.serving.offline`), never the engines directly.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from voxserve.audio.encode import wav_file
 from voxserve.config import ASRConfig, RayConfig, ServerConfig, TTSConfig, WSConfig
@@ -220,56 +224,43 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _speak(args: argparse.Namespace) -> int:
-    from voxserve.engine.tts import TTSEngine
+    from voxserve.serving.offline import OfflineTTS
 
-    engine = TTSEngine(_tts_config(args))
-    engine.start()
-    try:
+    with OfflineTTS(_tts_config(args)) as tts:
         text = sys.stdin.read() if args.text == "-" else args.text
-        pcm = engine.synthesize(text, engine.resolve_voice(args.voice), args.speed, args.sample_rate)
-    finally:
-        engine.stop()
-    rate = args.sample_rate or engine.sample_rate
+        spoken = tts.speak(text, args.voice, args.speed, args.sample_rate)
+    pcm = np.frombuffer(spoken.pcm, dtype="<i2")
+    rate = spoken.sample_rate
     Path(args.output).write_bytes(wav_file(pcm, rate))
     print(f"wrote {args.output}: {len(pcm) / rate:.2f} s at {rate} Hz")
     return 0
 
 
 def _transcribe(args: argparse.Namespace) -> int:
-    import asyncio
     import json
     import time
 
     from voxserve.api.formats import as_json, as_srt, as_text, as_verbose_json, as_vtt
-    from voxserve.engine.asr import ASREngine, TranscribeOptions
-    from voxserve.engine.transcribe import Transcript, start_transcription
     from voxserve.errors import VoxError
+    from voxserve.serving.offline import OfflineASR
 
-    engine = ASREngine(_asr_config(args, serving=False))
-    options = TranscribeOptions(
-        task=args.task,
-        language=args.language,
-        prompt=args.prompt,
-        temperature=args.temperature,
-        timings=args.response_format in ("srt", "vtt", "verbose_json"),
-    )
+    asr = OfflineASR(_asr_config(args, serving=False))
     data = Path(args.file).read_bytes()
-
-    async def run() -> Transcript:
-        with engine.audio_pool() as pool:
-            transcription = await start_transcription(engine, data, options, pool)
-            return await transcription.collect()
-
-    engine.start()
-    try:
+    with asr:
         started = time.perf_counter()
-        transcript = asyncio.run(run())
+        try:
+            transcript = asr.transcribe(
+                data,
+                task=args.task,
+                language=args.language,
+                prompt=args.prompt,
+                temperature=args.temperature,
+                timings=args.response_format in ("srt", "vtt", "verbose_json"),
+            )
+        except VoxError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 2
         elapsed = time.perf_counter() - started
-    except VoxError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return 2
-    finally:
-        engine.stop()
     fmt = args.response_format
     if fmt in ("json", "verbose_json"):
         body = as_json(transcript) if fmt == "json" else as_verbose_json(
@@ -288,17 +279,17 @@ def _transcribe(args: argparse.Namespace) -> int:
 
 
 def _voices(args: argparse.Namespace) -> int:
-    from voxserve.engine.tts import OPENAI_VOICES
-    from voxserve.runners.piper import PiperModel, bundled_voice, find_voice
+    from voxserve.serving.offline import voice_catalog
 
-    model = PiperModel(find_voice(args.voice_dir) if args.voice_dir else bundled_voice(), args.cache_dir)
-    names = [s.name for s in model.speakers]
-    print(f"model {model.name} ({model.sample_rate} Hz)")
-    for name in names:
-        print(f"  {name}")
+    catalog = voice_catalog(args.voice_dir, args.cache_dir)
+    print(f"model {catalog.model} ({catalog.sample_rate} Hz)")
+    for voice in catalog.voices:
+        if voice["alias_of"] is None:
+            print(f"  {voice['name']}")
     print("OpenAI voice names:")
-    for i, alias in enumerate(OPENAI_VOICES):
-        print(f"  {alias} -> {names[i % len(names)]}")
+    for voice in catalog.voices:
+        if voice["alias_of"] is not None:
+            print(f"  {voice['name']} -> {voice['alias_of']}")
     return 0
 
 

@@ -11,9 +11,11 @@
 - `jobs`: the messages a Ray front end sends its replicas, and their replies;
 - `failures`: the one mapping of an engine's stream failure to a `VoxError`;
 - `waiting`: `unless_gone`, a wait that ends when the client leaves;
-- `metrics`: the Prometheus registry every channel records in.
+- `metrics`: the Prometheus registry every channel records in;
+- `offline`: one speech stream, one transcription or the voice list in this process,
+  for the CLI's offline commands.
 
-The HTTP handlers (`voxserve.api`), the WebSocket handler and the Ray replicas
-(`voxserve.ray`) call these. This package imports the engines, never `voxserve.api`,
+The HTTP handlers (`voxserve.api`), the WebSocket handler, the Ray replicas
+(`voxserve.ray`) and the CLI's offline commands call these. This package imports the engines, never `voxserve.api`,
 Starlette or Ray: routing, parsing, status codes, headers and framing stay in `api`.
 """
