@@ -27,6 +27,16 @@ def test_speak_writes_a_wav(tmp_path, capsys) -> None:
     assert "wrote" in capsys.readouterr().out
 
 
+def test_speak_refuses_bad_settings_with_a_message(tmp_path, capsys) -> None:
+    out = tmp_path / "no.wav"
+    assert main(["speak", "Hello.", "-o", str(out), "--sample-rate", "100"]) == 2
+    assert main(["speak", "Hello.", "-o", str(out), "--voice", "nobody"]) == 2
+    err = capsys.readouterr().err
+    assert "sample_rate" in err or "sample rate" in err, err
+    assert "nobody" in err and "Traceback" not in err
+    assert not out.exists()
+
+
 def test_voices_lists_the_bundled_voice_and_aliases(capsys) -> None:
     assert main(["voices"]) == 0
     out = capsys.readouterr().out

@@ -224,11 +224,16 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _speak(args: argparse.Namespace) -> int:
+    from voxserve.errors import VoxError
     from voxserve.serving.offline import OfflineTTS
 
     with OfflineTTS(_tts_config(args)) as tts:
         text = sys.stdin.read() if args.text == "-" else args.text
-        spoken = tts.speak(text, args.voice, args.speed, args.sample_rate)
+        try:
+            spoken = tts.speak(text, args.voice, args.speed, args.sample_rate)
+        except (VoxError, ValueError) as exc:  # a bad voice, speed or sample rate
+            print(f"error: {getattr(exc, 'message', exc)}", file=sys.stderr)
+            return 2
     pcm = np.frombuffer(spoken.pcm, dtype="<i2")
     rate = spoken.sample_rate
     Path(args.output).write_bytes(wav_file(pcm, rate))

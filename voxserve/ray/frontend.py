@@ -1,7 +1,7 @@
 """The ingress deployment and the handles it calls the engine replicas through.
 
 `Frontend` builds the ordinary app with `create_app(config, remote=...)`; `RayTTS` and
-`RayASR` implement `voxserve.api.remote`'s backends on Ray Serve deployment handles.
+`RayASR` implement `voxserve.serving.remote`'s backends on Ray Serve deployment handles.
 Streams come back as Serve streaming generators, relayed chunk by chunk, never
 buffered. Errors are turned back into `VoxError`s here, in one place: a replica's own
 error arrives as its cause (same status and OpenAI shape as on one machine), a replica
