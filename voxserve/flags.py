@@ -31,11 +31,14 @@ import types
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, get_args, get_origin, get_type_hints
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["ConfigFlags", "Flag", "Shared", "comma_list", "field_docs", "flag_name"]
 
-C = TypeVar("C")
+C = TypeVar("C", bound="DataclassInstance")
 
 
 @functools.cache
@@ -208,7 +211,7 @@ class ConfigFlags(Generic[C]):
         return value
 
 
-def _replace(obj: Any, values: Mapping[tuple[str, ...], Any]) -> Any:
+def _replace(obj: C, values: Mapping[tuple[str, ...], Any]) -> C:
     """`obj` with the fields at `values`' paths replaced, nested dataclasses rebuilt."""
     if not values:
         return obj

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
@@ -26,6 +26,9 @@ from voxserve.errors import Overloaded, ServerError, Unavailable, VoxError
 from voxserve.ray.loopback import bind_replica_grpc_to_node
 from voxserve.serving.jobs import Opened, SpeechJob, TranscriptionJob, TTSCatalog
 from voxserve.serving.remote import Remote, RemoteStream
+
+if TYPE_CHECKING:
+    from voxserve.ray.replicas import ASRReplica, TTSReplica
 
 __all__ = ["Frontend", "RayASR", "RayTTS", "as_vox_error"]
 
@@ -89,7 +92,7 @@ async def _relay(generator: DeploymentResponseGenerator[Any]) -> AsyncIterator[A
 
 
 class RayTTS:
-    def __init__(self, handle: DeploymentHandle):
+    def __init__(self, handle: DeploymentHandle[TTSReplica]):
         self._handle = handle
         self._stream = handle.options(stream=True)
 
@@ -102,7 +105,7 @@ class RayTTS:
 
 
 class RayASR:
-    def __init__(self, handle: DeploymentHandle):
+    def __init__(self, handle: DeploymentHandle[ASRReplica]):
         self._handle = handle
         self._stream = handle.options(stream=True)
 
@@ -122,7 +125,12 @@ class Frontend:
     """The Serve ingress: the voxserve HTTP app, built on its replica from handles to the
     engine deployments (`serve.ingress()` calls `__serve_build_asgi_app__`)."""
 
-    def __init__(self, config: ServerConfig, tts: DeploymentHandle, asr: DeploymentHandle | None = None):
+    def __init__(
+        self,
+        config: ServerConfig,
+        tts: DeploymentHandle[TTSReplica],
+        asr: DeploymentHandle[ASRReplica] | None = None,
+    ):
         bind_replica_grpc_to_node()
         self._config = config
         self._remote = Remote(RayTTS(tts), RayASR(asr) if asr is not None else None)

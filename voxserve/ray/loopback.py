@@ -35,7 +35,9 @@ def bind_replica_grpc_to_node() -> bool:
         return False
     from ray.serve._private import replica as serve_replica
 
-    original: Callable[[Any, str], int] = serve_replica.add_port_to_grpc_server
+    # Not re-exported: replica.py imports it from ray._common.tls_utils, and the replica
+    # calls it through its own module's name, so that is the one to read and replace.
+    original: Callable[[Any, str], int] = serve_replica.add_port_to_grpc_server  # type: ignore[attr-defined]
     if getattr(original, "voxserve_loopback", False):
         return True
 
@@ -45,5 +47,5 @@ def bind_replica_grpc_to_node() -> bool:
         return original(server, address)
 
     add_port.voxserve_loopback = True  # type: ignore[attr-defined]
-    serve_replica.add_port_to_grpc_server = add_port
+    serve_replica.add_port_to_grpc_server = add_port  # type: ignore[attr-defined]
     return True

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -215,7 +216,7 @@ class PiperModel:
     def __init__(self, files: VoiceFiles, cache_dir: Path | None = None):
         self.files = files
         with files.config.open(encoding="utf-8") as f:
-            self.config: dict = json.load(f)
+            self.config: dict[str, Any] = json.load(f)
         self.sample_rate = int(self.config["audio"]["sample_rate"])
         self.hop = int(self.config.get("hop_length", 256))
         inference = self.config.get("inference", {})
