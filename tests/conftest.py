@@ -16,21 +16,56 @@ from dataclasses import dataclass, replace
 import httpx
 import pytest
 import uvicorn
+from starlette.applications import Starlette
 
 from voxserve.api.app import create_app
 from voxserve.api.server import uvicorn_config
 from voxserve.config import ServerConfig, TTSConfig
+from voxserve.engine.admission import Admission
+from voxserve.engine.asr import ASREngine
+from voxserve.engine.uploads import UploadBudget
+from voxserve.serving.remote import RemoteState
+from voxserve.serving.state import AppState
 
 
 @dataclass
 class RunningServer:
     base_url: str
-    app: object
+    app: Starlette
     server: uvicorn.Server
 
     @property
-    def state(self):  # the AppState, once started
-        return self.app.state.vox  # type: ignore[attr-defined]
+    def state(self) -> AppState:
+        """The AppState of a single-machine server, once started."""
+        state = self.app.state.vox
+        assert isinstance(state, AppState), "a Ray-style front end: use remote_state"
+        return state
+
+    @property
+    def remote_state(self) -> RemoteState:
+        """The RemoteState of a server started with `remote`, once started."""
+        state = self.app.state.vox
+        assert isinstance(state, RemoteState), "a single-machine server: use state"
+        return state
+
+    # The parts of AppState that only some configurations have, for tests that need them.
+    @property
+    def asr(self) -> ASREngine:
+        asr = self.state.asr
+        assert asr is not None, "this server runs without ASR"
+        return asr
+
+    @property
+    def asr_admission(self) -> Admission:
+        admission = self.state.asr_admission
+        assert admission is not None, "this server runs without ASR"
+        return admission
+
+    @property
+    def uploads(self) -> UploadBudget:
+        uploads = self.state.uploads
+        assert uploads is not None, "this server has no upload budget"
+        return uploads
 
 
 def _free_port() -> int:
@@ -64,6 +99,10 @@ def run_server(
         thread.join(15)
 
 
+MakeServer = Callable[[ServerConfig], contextlib.AbstractContextManager[RunningServer]]
+"""The `make_server` fixture: a server with this config for the length of a `with` block."""
+
+
 @pytest.fixture(scope="session")
 def server() -> Iterator[RunningServer]:
     # Default settings, except that synthesis is made deterministic (no noise), so that
@@ -85,7 +124,7 @@ def client(base_url: str) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture()
-def make_server():
+def make_server() -> MakeServer:
     return run_server
 
 

@@ -91,7 +91,7 @@ def test_block_slices_match_one_array() -> None:
 
 
 def test_past_its_share_or_the_budget_while_others_are_served(server: RunningServer, client: httpx.Client) -> None:
-    asr = server.state.asr
+    asr = server.asr
     share = asr.config.max_audio_seconds  # 1 h by default, a third of the 3 h budget
     assert asr.config.max_buffered_audio_s >= 2 * share
     normal = wav_bytes(speak_pcm(client, SHORT[0]))

@@ -5,6 +5,7 @@ foreign `Host` is refused on every route and on the WebSocket, before auth."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import socket
@@ -15,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import RunningServer, run_server
+from tests.conftest import MakeServer, RunningServer, run_server
 from voxserve.api.hosts import split_host
 from voxserve.cli import build_parser, main, server_config
 from voxserve.config import ASRConfig, ServerConfig
@@ -130,7 +131,7 @@ def test_health_and_metrics_stay_open_and_count_refusals(keyed: RunningServer) -
     assert 'status="401"' in metrics.text
 
 
-def test_metrics_require_key_closes_metrics_only(make_server) -> None:
+def test_metrics_require_key_closes_metrics_only(make_server: MakeServer) -> None:
     with make_server(_config(metrics_require_key=True)) as running:
         _assert_refused(httpx.get(f"{running.base_url}/metrics"))
         _assert_refused(httpx.get(f"{running.base_url}/metrics", headers=_bearer("nope")))
@@ -152,7 +153,7 @@ def test_the_key_never_reaches_the_logs(
 # -- the command line: flag, environment variable, and settings that do not fit ----------
 
 
-def _serve_args(*argv: str):
+def _serve_args(*argv: str) -> argparse.Namespace:
     return build_parser().parse_args(["serve", *argv])
 
 
@@ -186,7 +187,7 @@ def test_cli_rejects_settings_that_do_not_fit(argv: list[str], env: dict[str, st
         server_config(_serve_args(*argv), env)
 
 
-def test_serve_exits_2_on_a_bad_setting(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_serve_exits_2_on_a_bad_setting(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("VOXSERVE_API_KEY", raising=False)
     assert main(["serve", "--metrics-require-key", "--no-asr"]) == 2
     assert "needs an API key" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import MakeServer, RunningServer
 from voxserve.bench.load import run_level
 from voxserve.bench.offline import chunk_windows
 from voxserve.cli import main
@@ -36,7 +37,7 @@ def _speech_args(base_url: str, tmp_path: Path, *extra: str) -> list[str]:
 
 
 @pytest.mark.timeout(90)
-def test_speech_bench_json_plot_and_compare(server, tmp_path: Path, capsys) -> None:
+def test_speech_bench_json_plot_and_compare(server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, png = tmp_path / "run.json", tmp_path / "run.png"
     rc = main(_speech_args(server.base_url, tmp_path, "--concurrency", "1,2",
                            "--num-prompts", "3", "-o", str(out), "--plot", str(png)))
@@ -84,7 +85,7 @@ def test_speech_bench_json_plot_and_compare(server, tmp_path: Path, capsys) -> N
 
 
 @pytest.mark.timeout(90)
-def test_speech_bench_records_429s(make_server, tmp_path: Path) -> None:
+def test_speech_bench_records_429s(make_server: MakeServer, tmp_path: Path) -> None:
     out = tmp_path / "busy.json"
     with make_server(ServerConfig(tts=replace(TTSConfig(), max_streams=1, max_queue=0))) as busy:
         rc = main(_speech_args(busy.base_url, tmp_path, "--concurrency", "3", "--num-prompts",
@@ -100,7 +101,7 @@ def test_speech_bench_records_429s(make_server, tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_unknown_voice_fails_fast(server, tmp_path: Path, capsys) -> None:
+def test_unknown_voice_fails_fast(server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(_speech_args(server.base_url, tmp_path, "--voice", "nobody", "--concurrency", "1",
                            "--num-prompts", "1", "-o", str(tmp_path / "x.json")))
     assert rc == 2
@@ -108,7 +109,7 @@ def test_unknown_voice_fails_fast(server, tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.timeout(90)
-def test_make_asr_set_then_transcribe(server, tmp_path: Path, capsys) -> None:
+def test_make_asr_set_then_transcribe(server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     prompts = tmp_path / "asr.txt"
     prompts.write_text("Hello there, how are you today.\nThe kettle is boiling.\n")
     folder = tmp_path / "asr"

@@ -109,10 +109,10 @@ def test_a_foreign_page_cannot_make_the_server_work(server: RunningServer) -> No
     clients that send no Origin are served."""
     with httpx.Client(base_url=server.base_url, timeout=30) as c:
         clip = wav_bytes(speak_pcm(c, "Turn left at the corner."))
-    upload = {"files": {"file": ("a.wav", clip)}, "data": {"model": "whisper-1"}}
+    files, form = {"file": ("a.wav", clip)}, {"model": "whisper-1"}
     transcribed = server.state.metrics.asr_audio_seconds._value.get()
     for origin in ("https://evil.example", "null", server.base_url.replace("127.0.0.1", "localhost")):
-        r = httpx.post(f"{server.base_url}/v1/audio/transcriptions", headers={"origin": origin}, timeout=30, **upload)
+        r = httpx.post(f"{server.base_url}/v1/audio/transcriptions", headers={"origin": origin}, timeout=30, files=files, data=form)
         error = _error(r, 403, "origin_not_allowed")
         assert error["param"] == "origin" and "--allowed-origins" in error["message"]
         r = httpx.post(f"{server.base_url}/v1/audio/speech", json=SPEECH, headers={"origin": origin}, timeout=30)
@@ -120,7 +120,7 @@ def test_a_foreign_page_cannot_make_the_server_work(server: RunningServer) -> No
         assert httpx.get(f"{server.base_url}/v1/models", headers={"origin": origin}).status_code == 200
     assert server.state.metrics.asr_audio_seconds._value.get() == transcribed  # nothing was decoded
     for headers in ({"origin": server.base_url}, {}):
-        r = httpx.post(f"{server.base_url}/v1/audio/transcriptions", headers=headers, timeout=60, **upload)
+        r = httpx.post(f"{server.base_url}/v1/audio/transcriptions", headers=headers, timeout=60, files=files, data=form)
         assert r.status_code == 200 and "left" in r.json()["text"].lower(), r.text
     _others_served(server.base_url)
 

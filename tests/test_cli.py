@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import wave
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from voxserve.cli import build_parser, main, server_config
 
 
-def test_speak_writes_a_wav(tmp_path, capsys) -> None:
+def test_speak_writes_a_wav(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "hello.wav"
     assert main(["speak", "Hello from the command line.", "-o", str(out), "--sample-rate", "16000"]) == 0
     with wave.open(str(out)) as w:
@@ -27,7 +28,7 @@ def test_speak_writes_a_wav(tmp_path, capsys) -> None:
     assert "wrote" in capsys.readouterr().out
 
 
-def test_speak_refuses_bad_settings_with_a_message(tmp_path, capsys) -> None:
+def test_speak_refuses_bad_settings_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "no.wav"
     assert main(["speak", "Hello.", "-o", str(out), "--sample-rate", "100"]) == 2
     assert main(["speak", "Hello.", "-o", str(out), "--voice", "nobody"]) == 2
@@ -37,13 +38,13 @@ def test_speak_refuses_bad_settings_with_a_message(tmp_path, capsys) -> None:
     assert not out.exists()
 
 
-def test_voices_lists_the_bundled_voice_and_aliases(capsys) -> None:
+def test_voices_lists_the_bundled_voice_and_aliases(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["voices"]) == 0
     out = capsys.readouterr().out
     assert "joe" in out and "alloy -> joe" in out
 
 
-def test_voice_dir_serves_any_piper_voice(tmp_path, capsys) -> None:
+def test_voice_dir_serves_any_piper_voice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import shutil
 
     from voxserve.runners.piper import bundled_voice
@@ -59,7 +60,7 @@ def test_voice_dir_serves_any_piper_voice(tmp_path, capsys) -> None:
     assert "en_US-test-medium" in capsys.readouterr().out
 
 
-def test_voice_dir_without_a_voice_is_a_clear_error(tmp_path) -> None:
+def test_voice_dir_without_a_voice_is_a_clear_error(tmp_path: Path) -> None:
     import pytest
 
     from voxserve.runners.piper import find_voice
@@ -79,7 +80,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_serve_takes_the_key_from_a_file_and_keeps_it_out_of_ps(tmp_path) -> None:
+def test_serve_takes_the_key_from_a_file_and_keeps_it_out_of_ps(tmp_path: Path) -> None:
     key_file = tmp_path / "key"
     key_file.write_text(KEY + "\n")
     key_file.chmod(0o600)
@@ -124,7 +125,7 @@ def test_serve_takes_the_key_from_a_file_and_keeps_it_out_of_ps(tmp_path) -> Non
     assert KEY not in stderr
 
 
-def test_the_key_file_can_come_from_the_environment(tmp_path) -> None:
+def test_the_key_file_can_come_from_the_environment(tmp_path: Path) -> None:
     key_file = tmp_path / "key"
     key_file.write_text(f"  {KEY}\r\n")
     args = build_parser().parse_args(["serve"])
@@ -136,7 +137,9 @@ def test_the_key_file_can_come_from_the_environment(tmp_path) -> None:
     assert server_config(args, both).api_key == "from-env"
 
 
-def test_a_bad_key_file_is_a_clear_error_and_exit_2(tmp_path, monkeypatch, capsys) -> None:
+def test_a_bad_key_file_is_a_clear_error_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("VOXSERVE_API_KEY", raising=False)
     monkeypatch.delenv("VOXSERVE_API_KEY_FILE", raising=False)
     empty = tmp_path / "empty"

@@ -21,6 +21,7 @@ import av
 import httpx
 import numpy as np
 import pytest
+from av.audio.stream import AudioStream
 
 from tests.asr_support import SHORT, normalize, speak, speak_pcm, wav_bytes
 from tests.conftest import RunningServer
@@ -63,7 +64,7 @@ def beside_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secret_wav: b
 
 def test_the_attack_is_real_without_the_allow_list(beside_server: Path) -> None:
     # Opened with every demuxer, as before the fix, the concat script reads the local file.
-    with av.open(io.BytesIO(ATTACKS["concat"].encode()), metadata_errors="ignore") as container:
+    with av.open(io.BytesIO(ATTACKS["concat"].encode()), "r", metadata_errors="ignore") as container:
         assert container.format.name == "concat"
         samples = sum(frame.samples for frame in container.decode(audio=0))
     with av.open(str(beside_server / SECRET_PATH)) as local:
@@ -141,9 +142,12 @@ def _encode(fmt: str, codec: str, rate: int) -> bytes:
     buf = io.BytesIO()
     with av.open(buf, "w", format=fmt) as out:
         stream = out.add_stream(codec, rate=rate, layout="mono")
+        assert isinstance(stream, AudioStream)  # an audio codec's name gives an audio stream
+        formats = stream.codec_context.codec.audio_formats
+        assert formats  # an audio codec lists its sample formats
         frame = av.AudioFrame.from_ndarray(tone, format="flt", layout="mono")
         frame.sample_rate = rate
-        resampler = av.AudioResampler(format=stream.codec_context.codec.audio_formats[0].name, layout="mono", rate=rate)
+        resampler = av.AudioResampler(format=formats[0].name, layout="mono", rate=rate)
         for piece in resampler.resample(frame):
             out.mux(stream.encode(piece))
         out.mux(stream.encode(None))

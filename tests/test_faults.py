@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.conftest import tts_config
+from tests.conftest import MakeServer, RunningServer, tts_config
+from voxserve.runners.piper import FaultHook, PiperModel
 
 TEXT = "One sentence here. And another sentence follows it. Then a third one closes the text."
 
@@ -22,7 +24,7 @@ class WorkerCrash(BaseException):
     """Not an Exception: escapes the per-work error handling and kills the thread."""
 
 
-def fail_on(stage: str, call: int, exc: type[BaseException] = InjectedFault):
+def fail_on(stage: str, call: int, exc: type[BaseException] = InjectedFault) -> FaultHook:
     lock = threading.Lock()
     seen = {"n": 0}
 
@@ -44,13 +46,13 @@ def post(client: httpx.Client, **fields: object) -> httpx.Response:
 
 
 @pytest.fixture()
-def hooked(server):
+def hooked(server: RunningServer) -> Iterator[PiperModel]:
     model = server.state.engine.model
     yield model
     model.set_fault_hook(None)
 
 
-def test_failure_before_audio_is_a_500_in_openai_shape(hooked, client: httpx.Client) -> None:
+def test_failure_before_audio_is_a_500_in_openai_shape(hooked: PiperModel, client: httpx.Client) -> None:
     hooked.set_fault_hook(fail_on("acoustic", 1))
     r = post(client)
     assert r.status_code == 500
@@ -61,7 +63,7 @@ def test_failure_before_audio_is_a_500_in_openai_shape(hooked, client: httpx.Cli
     assert client.get("/health").status_code == 200
 
 
-def test_failure_mid_stream_truncates_the_body(hooked, client: httpx.Client) -> None:
+def test_failure_mid_stream_truncates_the_body(hooked: PiperModel, client: httpx.Client) -> None:
     hooked.set_fault_hook(fail_on("vocoder", 3))
     with pytest.raises(httpx.RemoteProtocolError):
         post(client)
@@ -69,7 +71,7 @@ def test_failure_mid_stream_truncates_the_body(hooked, client: httpx.Client) -> 
     assert post(client).status_code == 200
 
 
-def test_failure_mid_stream_sends_an_sse_error_event(hooked, client: httpx.Client) -> None:
+def test_failure_mid_stream_sends_an_sse_error_event(hooked: PiperModel, client: httpx.Client) -> None:
     hooked.set_fault_hook(fail_on("vocoder", 3))
     r = post(client, stream_format="sse")
     events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
@@ -78,7 +80,7 @@ def test_failure_mid_stream_sends_an_sse_error_event(hooked, client: httpx.Clien
     assert events[-1]["error"]["type"] == "server_error"
 
 
-def test_dead_worker_turns_health_503(make_server) -> None:
+def test_dead_worker_turns_health_503(make_server: MakeServer) -> None:
     with make_server(tts_config(workers=2)) as srv:
         srv.state.engine.model.set_fault_hook(fail_on("acoustic", 1, WorkerCrash))
         with httpx.Client(base_url=srv.base_url, timeout=5) as c:

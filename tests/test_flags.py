@@ -32,7 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _subparser(command: str) -> argparse.ArgumentParser:
     parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub: argparse._SubParsersAction[argparse.ArgumentParser] = next(
+        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+    )
     return sub.choices[command]
 
 
@@ -142,8 +144,8 @@ def test_every_flag_round_trips_into_the_config() -> None:
     expected: list[tuple[ConfigFlags[Any], Flag, Any]] = []
     for flags in serve_flags():
         for flag in flags.flags:
-            args, value = _other_value(flags, flag)
-            argv += args
+            more, value = _other_value(flags, flag)
+            argv += more
             expected.append((flags, flag, value))
     args = build_parser().parse_args(argv)
     config, layout = server_config(args, {}), ray_config(args)

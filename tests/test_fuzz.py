@@ -14,7 +14,7 @@ strategies; the list of operations comes from the same builder the server serves
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import hypothesis
@@ -37,6 +37,9 @@ from tests.conftest import RunningServer
 from voxserve.api.openapi import openapi_document
 from voxserve.api.schemas import SPEECH_MODELS
 from voxserve.api.transcriptions import ASR_MODELS
+
+if TYPE_CHECKING:
+    from schemathesis.specs.openapi.schemas import OpenApiCase
 
 MAX_EXAMPLES = 30
 """Generated requests per operation: enough to reach each field's edges, and the whole run
@@ -92,7 +95,7 @@ def known(server: RunningServer) -> dict[str, dict[str, list[Any]]]:
                 "response_format": "wav",
             },
         ).content
-    asr = {"model": [*ASR_MODELS, state.asr.name], "file": [clip]}
+    asr: dict[str, list[Any]] = {"model": [*ASR_MODELS, server.asr.name], "file": [clip]}
     return {
         "/v1/audio/speech": {
             "model": [*SPEECH_MODELS, state.engine.model.name],
@@ -103,7 +106,7 @@ def known(server: RunningServer) -> dict[str, dict[str, list[Any]]]:
     }
 
 
-def steer(case: schemathesis.Case, data: st.DataObject, known: dict[str, list[Any]]) -> None:
+def steer(case: OpenApiCase, data: st.DataObject, known: dict[str, list[Any]]) -> None:
     """Mostly swap a generated value for one the server knows. The case stays valid: any
     string is a valid model or voice to the schema, the server knows only some."""
     if (
@@ -121,7 +124,7 @@ def steer(case: schemathesis.Case, data: st.DataObject, known: dict[str, list[An
     case.body = body
 
 
-def _with_mutation(case: schemathesis.Case) -> bool:
+def _with_mutation(case: OpenApiCase) -> bool:
     """A negative case that really breaks the schema (the negative strategy also yields
     unmutated, valid cases when it finds nothing to break)."""
     return case.meta is not None and bool(getattr(case.meta.phase.data, "mutations", ()))
@@ -152,7 +155,7 @@ def test_operation_holds_its_schema(
 
     @SETTINGS
     @hypothesis.given(case=operation.as_strategy(mode), data=st.data())
-    def run(case: schemathesis.Case, data: st.DataObject) -> None:
+    def run(case: OpenApiCase, data: st.DataObject) -> None:
         steer(case, data, known.get(path, {}))
         checks = [*CHECKS, negative_data_rejection] if _with_mutation(case) else CHECKS
         case.call_and_validate(session=session, checks=checks, timeout=60)
@@ -166,7 +169,6 @@ def test_document_is_valid_and_lists_every_route(
     api_schema.validate()  # against the OpenAPI 3.1 meta-schema
     served = httpx.get(f"{server.base_url}/openapi.json", timeout=10).json()
     # The playground page and its static files are not part of the API.
-    app_routes = server.app.routes  # type: ignore[attr-defined]
-    api = [r for r in app_routes if isinstance(r, Route) and r.include_in_schema]
+    api = [r for r in server.app.routes if isinstance(r, Route) and r.include_in_schema]
     routes = {(m, r.path) for r in api for m in (r.methods or set()) - {"HEAD"}}
     assert {(m.upper(), p) for p, item in served["paths"].items() for m in item} == routes

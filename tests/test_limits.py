@@ -32,7 +32,8 @@ def _port(srv: RunningServer) -> int:
 
 def _error(r: httpx.Response, status: int) -> dict[str, Any]:
     assert r.status_code == status, r.text
-    return r.json()["error"]
+    error: dict[str, Any] = r.json()["error"]
+    return error
 
 
 @pytest.fixture(scope="module")
@@ -117,12 +118,12 @@ def test_transcription_past_the_timeout_gets_504_and_frees_its_audio(
         )
     error = _error(r, 504)
     assert error["code"] == "request_timeout" and error["type"] == "server_error"
-    asr = strict.state.asr
-    wait_for(lambda: asr.budget.held == 0 and strict.state.asr_admission.active == 0, timeout=2)
+    asr = strict.asr
+    wait_for(lambda: asr.budget.held == 0 and strict.asr_admission.active == 0, timeout=2)
 
 
 def test_buffered_audio_budget_answers_429(server: RunningServer, client: httpx.Client) -> None:
-    asr = server.state.asr
+    asr = server.asr
     assert asr.budget.held == 0
     refused_before = asr.budget.refused  # the session server is shared with other tests
     audio = wav_bytes(speak_pcm(client, SHORT[0]))
@@ -144,8 +145,8 @@ def test_buffered_audio_budget_answers_429(server: RunningServer, client: httpx.
 
 def test_disconnect_mid_upload_frees_everything_within_100ms(server: RunningServer) -> None:
     # The upload holds its share of the upload budget while it arrives, never a slot.
-    admission = server.state.asr_admission
-    uploads = server.state.uploads
+    admission = server.asr_admission
+    uploads = server.uploads
     head = (
         b"POST /v1/audio/transcriptions HTTP/1.1\r\nhost: x\r\n"
         b"content-type: multipart/form-data; boundary=b\r\ncontent-length: 5000000\r\n\r\n"
@@ -158,7 +159,7 @@ def test_disconnect_mid_upload_frees_everything_within_100ms(server: RunningServ
         closed_at = time.monotonic()
     wait_for(lambda: uploads.held == 0, timeout=2)
     assert time.monotonic() - closed_at < 0.1
-    assert admission.active == 0 and server.state.asr.budget.held == 0
+    assert admission.active == 0 and server.asr.budget.held == 0
 
     # The same for speech: a JSON body cut off half-way.
     tts = server.state.admission
@@ -178,7 +179,7 @@ def _nice(tid: int) -> int:
 
 
 def test_transcription_threads_run_below_speech(server: RunningServer, client: httpx.Client) -> None:
-    asr_nice = server.state.asr.config.nice
+    asr_nice = server.asr.config.nice
     assert asr_nice == 10
     audio = wav_bytes(speak_pcm(client, SHORT[1]))
     r = client.post("/v1/audio/transcriptions", files={"file": ("a.wav", audio)}, data={"model": "whisper-1"})
@@ -192,4 +193,4 @@ def test_transcription_threads_run_below_speech(server: RunningServer, client: h
     # CTranslate2's own decoding threads were started by a lowered thread, so they are
     # lowered too: the process has more lowered threads than the Python ones.
     lowered = [int(t) for t in os.listdir("/proc/self/task") if _nice(int(t)) == asr_nice]
-    assert len(lowered) >= len(asr) + server.state.asr.config.workers
+    assert len(lowered) >= len(asr) + server.asr.config.workers

@@ -11,7 +11,7 @@ import time
 import aiohttp
 import httpx
 
-from tests.conftest import tts_config, wait_for
+from tests.conftest import MakeServer, RunningServer, tts_config, wait_for
 
 LONG = " ".join(
     f"This is sentence number {i} of a long story that keeps the engine busy for a while."
@@ -19,11 +19,11 @@ LONG = " ".join(
 )
 
 
-def _post(text: str, fmt: str = "pcm") -> dict:
+def _post(text: str, fmt: str = "pcm") -> dict[str, str]:
     return {"model": "tts-1", "voice": "alloy", "input": text, "response_format": fmt}
 
 
-def test_idle_server_uses_no_cpu(server) -> None:
+def test_idle_server_uses_no_cpu(server: RunningServer) -> None:
     httpx.get(f"{server.base_url}/health")
     time.sleep(0.3)
     before = time.process_time()
@@ -32,7 +32,7 @@ def test_idle_server_uses_no_cpu(server) -> None:
     assert used < 0.1, f"idle process used {used:.3f} s of CPU in 2 s"
 
 
-def test_disconnect_drops_the_stream_within_100ms(server) -> None:
+def test_disconnect_drops_the_stream_within_100ms(server: RunningServer) -> None:
     engine = server.state.engine
     before = set(engine.stream_ids())
     with (
@@ -52,7 +52,7 @@ def test_disconnect_drops_the_stream_within_100ms(server) -> None:
     assert time.monotonic() - closed_at < 0.1
 
 
-def test_admission_queue_then_429(make_server) -> None:
+def test_admission_queue_then_429(make_server: MakeServer) -> None:
     config = tts_config(max_streams=1, max_queue=1, queue_timeout_s=20.0)
 
     async def run(base: str) -> list[tuple[int, str | None, int]]:
@@ -64,7 +64,7 @@ def test_admission_queue_then_429(make_server) -> None:
                     body = await r.read()
                     return r.status, r.headers.get("retry-after"), len(body)
 
-            return await asyncio.gather(one(0), one(0.3), one(0.6))
+            return list(await asyncio.gather(one(0), one(0.3), one(0.6)))
 
     with make_server(config) as srv:
         results = asyncio.run(run(srv.base_url))
@@ -75,7 +75,7 @@ def test_admission_queue_then_429(make_server) -> None:
     assert results[1][2] > 48000  # real audio after queueing
 
 
-def test_client_leaving_the_queue_frees_its_place(make_server) -> None:
+def test_client_leaving_the_queue_frees_its_place(make_server: MakeServer) -> None:
     config = tts_config(max_streams=1, max_queue=4)
     with (
         make_server(config) as srv,
@@ -96,7 +96,7 @@ def test_client_leaving_the_queue_frees_its_place(make_server) -> None:
         wait_for(lambda: srv.state.admission.queued == 0, timeout=1)
 
 
-def test_slow_reader_holds_at_most_its_credits(server) -> None:
+def test_slow_reader_holds_at_most_its_credits(server: RunningServer) -> None:
     engine = server.state.engine
     credits = engine.config.credits
     before = set(engine.stream_ids())
@@ -133,7 +133,7 @@ def test_slow_reader_holds_at_most_its_credits(server) -> None:
         sock.close()
 
 
-def test_health_stays_fast_while_32_streams_run(server) -> None:
+def test_health_stays_fast_while_32_streams_run(server: RunningServer) -> None:
     text = "This sentence keeps one of thirty two streams busy, while health is probed."
 
     async def run(base: str) -> tuple[list[float], list[int]]:

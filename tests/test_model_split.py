@@ -4,6 +4,7 @@ the whole-latent decode."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -33,7 +34,7 @@ def ids(model: PiperModel) -> np.ndarray:
     return Phonemizer(model.config).ids(TEXT)[0]
 
 
-def test_split_is_cached_by_hash(model: PiperModel, tmp_path) -> None:
+def test_split_is_cached_by_hash(model: PiperModel, tmp_path: Path) -> None:
     a, b = split_model(model.files.model, tmp_path)
     assert a.exists() and b.exists()
     mtime = a.stat().st_mtime_ns

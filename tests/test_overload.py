@@ -35,7 +35,7 @@ def test_overload_sheds_with_429_and_stays_bounded(tmp_path: Path) -> None:
         )
         state = srv.state
         assert state.admission.active == 0 and state.admission.queued == 0
-        assert state.asr_admission.active == 0 and state.asr.budget.held == 0
+        assert srv.asr_admission.active == 0 and srv.asr.budget.held == 0
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(out.read_text())
     assert result["verdict"] == "pass"
@@ -74,7 +74,7 @@ def test_soak_with_hostile_clients_costs_them_only_their_connections(tmp_path: P
         )
         state = srv.state
         assert state.admission.active == 0 and state.ws_open == 0
-        assert state.asr_admission.active == 0 and state.asr.budget.held == 0
+        assert srv.asr_admission.active == 0 and srv.asr.budget.held == 0
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(out.read_text())
     assert result["verdict"] == "pass"

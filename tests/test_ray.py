@@ -139,6 +139,7 @@ def deployment() -> Iterator[RayDeployment]:
         assert subprocess.run(["pgrep", "-x", "haproxy"], check=False, capture_output=True).returncode == 0
         running.base_url = f"http://127.0.0.1:{port}"
         head = cluster.head_node
+        assert head is not None  # initialize_head=True started it
         running.agent_url = f"http://{head.node_ip_address}:{head.dashboard_agent_listen_port}"
         yield running
     finally:

@@ -111,8 +111,8 @@ def test_signal_under_load_exits_promptly_and_cleanly(sig: signal.Signals, tmp_p
         )
     try:
         _wait_healthy(base, proc, log)
-        with httpx.Client(base_url=base, timeout=30) as c:
-            audio = speak(c, " ".join(SHORT), "wav", 16000)
+        with httpx.Client(base_url=base, timeout=30) as client:
+            audio = speak(client, " ".join(SHORT), "wav", 16000)
 
         calls = [Call() for _ in range(STREAMS)]
         asr_call = Call()

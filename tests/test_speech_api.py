@@ -22,7 +22,7 @@ def speech(client: httpx.Client, **fields: object) -> httpx.Response:
 
 
 def decoded_seconds(data: bytes) -> float:
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), "r") as container:
         samples, rate = 0, 0
         for frame in container.decode(audio=0):
             samples += frame.samples
@@ -150,7 +150,7 @@ BAD_BODIES = [
 
 
 @pytest.mark.parametrize(("body", "status", "param"), BAD_BODIES)
-def test_bad_requests_get_openai_errors(client: httpx.Client, body: dict, status: int, param: str) -> None:
+def test_bad_requests_get_openai_errors(client: httpx.Client, body: dict[str, object], status: int, param: str) -> None:
     r = client.post("/v1/audio/speech", json=body)
     assert r.status_code == status, r.text
     error = r.json()["error"]

@@ -115,15 +115,14 @@ def _served_meanwhile(srv: RunningServer, clip: bytes) -> float:
 def test_stalled_uploads_take_no_slot(srv: RunningServer, clip: bytes) -> None:
     """More stalled uploads than transcription slots: a normal clip is still transcribed
     at once, and each stalled upload gets 408 after the body idle timeout, then EOF."""
-    state = srv.state
     n = MAX_REQUESTS + 6
     with contextlib.ExitStack() as stack:
         socks = [stack.enter_context(socket.create_connection(("127.0.0.1", _port(srv)))) for _ in range(n)]
         began = time.monotonic()
         for s in socks:
             s.sendall(_upload_head(200_000) + b"RIFF" + b"\0" * 1000)
-        wait_for(lambda: state.uploads.held >= n * 1000, timeout=5)
-        assert state.asr_admission.active == 0 and state.asr_admission.queued == 0  # no slot held
+        wait_for(lambda: srv.uploads.held >= n * 1000, timeout=5)
+        assert srv.asr_admission.active == 0 and srv.asr_admission.queued == 0  # no slot held
         elapsed = _served_meanwhile(srv, clip)
         assert elapsed < 5, f"a normal clip took {elapsed:.1f} s beside {n} stalled uploads"
         if elapsed < BODY_IDLE_S * 0.8:  # served while the stalled uploads were all still there
@@ -133,8 +132,8 @@ def test_stalled_uploads_take_no_slot(srv: RunningServer, clip: bytes) -> None:
             assert data.startswith(b"HTTP/1.1 408"), data[:200]
             assert b'"code":"request_timeout"' in data and b"connection: close" in data.lower()
             assert BODY_IDLE_S * 0.8 < closed_at - began < BODY_IDLE_S + 4
-    wait_for(lambda: state.uploads.held == 0, timeout=2)
-    assert state.asr_admission.active == 0
+    wait_for(lambda: srv.uploads.held == 0, timeout=2)
+    assert srv.asr_admission.active == 0
 
 
 def test_slow_drip_upload_gets_408(srv: RunningServer) -> None:
@@ -152,36 +151,35 @@ def test_slow_drip_upload_gets_408(srv: RunningServer) -> None:
     assert data.startswith(b"HTTP/1.1 408"), data[:200]
     assert b"bytes/s, below the minimum" in data
     assert BODY_IDLE_S * 0.9 < waited < BODY_IDLE_S + 3
-    assert srv.state.uploads.held == 0
+    assert srv.uploads.held == 0
 
 
 def test_upload_budget_answers_429_as_bytes_arrive(srv: RunningServer, clip: bytes) -> None:
     """Two uploads hold most of the 1 MiB budget and stall; a third that would pass it
     gets 429 with Retry-After before it has sent its whole body."""
-    state = srv.state
     part = 400_000
     with contextlib.ExitStack() as stack:
         hogs = [stack.enter_context(socket.create_connection(("127.0.0.1", _port(srv)))) for _ in range(2)]
         for s in hogs:
             s.sendall(_upload_head(900_000) + b"\0" * part)
-        wait_for(lambda: state.uploads.held >= 2 * part, timeout=5)
-        refused_before = state.uploads.refused
+        wait_for(lambda: srv.uploads.held >= 2 * part, timeout=5)
+        refused_before = srv.uploads.refused
         with socket.create_connection(("127.0.0.1", _port(srv))) as third:
             third.sendall(_upload_head(900_000) + b"\0" * part)  # 500 KB of its body never sent
             third.settimeout(10)
             head = third.recv(65536)
         assert head.startswith(b"HTTP/1.1 429"), head[:200]
         assert b"retry-after: 2" in head.lower() and b'"type":"rate_limit_error"' in head
-        assert state.uploads.refused == refused_before + 1
-        assert state.uploads.held >= 2 * part  # the refused upload gave its share back
+        assert srv.uploads.refused == refused_before + 1
+        assert srv.uploads.held >= 2 * part  # the refused upload gave its share back
         page = httpx.get(f"{srv.base_url}/metrics").text
         assert f"voxserve_asr_upload_refused_total {refused_before + 1:.1f}" in page
-        assert f"voxserve_asr_buffered_upload_bytes {float(state.uploads.held)}" in page
+        assert f"voxserve_asr_buffered_upload_bytes {float(srv.uploads.held)}" in page
         _served_meanwhile(srv, clip)  # a small upload still fits beside the two
         for s in hogs:
             data, _ = _read_all(s, timeout=BODY_IDLE_S + 5)
             assert data.startswith(b"HTTP/1.1 408"), data[:200]
-    wait_for(lambda: state.uploads.held == 0, timeout=2)
+    wait_for(lambda: srv.uploads.held == 0, timeout=2)
 
 
 def test_half_sent_headers_are_closed_after_the_header_timeout(srv: RunningServer, clip: bytes) -> None:
@@ -274,7 +272,7 @@ def test_ray_front_end_reads_the_upload_before_it_asks_a_replica() -> None:
     config = ServerConfig(asr=replace(ASRConfig(), enabled=False), body_idle_timeout_s=1.0)
     with run_server(config, remote=Remote(_NoTTS(), asr)) as front:
         asr.app = front.app
-        uploads = front.state.uploads
+        uploads = front.remote_state.uploads
         with socket.create_connection(("127.0.0.1", _port(front))) as stalled:
             stalled.sendall(_upload_head(200_000) + b"\0" * 5000)
             wait_for(lambda: uploads.held >= 5000, timeout=5)

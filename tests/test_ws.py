@@ -17,7 +17,7 @@ from tests.asr_support import SHORT, wav_bytes, wer
 from tests.conftest import RunningServer, run_server, wait_for
 from voxserve.api.ws import HOLD_SLOT_S
 from voxserve.config import ServerConfig
-from voxserve.text.incremental import TextSegmenter
+from voxserve.text.incremental import SplitMode, TextSegmenter
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -186,8 +186,8 @@ def test_websocket_needs_the_api_key_when_the_server_has_one() -> None:
         (["one, two, three, four"], "clause", ["one, two, three,", "four"]),
     ],
 )
-def test_segmenter(tokens: list[str], mode: str, expected: list[str]) -> None:
-    seg = TextSegmenter(mode)  # type: ignore[arg-type]
+def test_segmenter(tokens: list[str], mode: SplitMode, expected: list[str]) -> None:
+    seg = TextSegmenter(mode)
     out = [piece for token in tokens for piece in seg.feed(token)] + seg.flush()
     assert out == expected
 

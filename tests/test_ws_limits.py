@@ -26,6 +26,7 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
+from websockets.typing import Origin
 
 from tests.conftest import RunningServer, run_server, wait_for
 from voxserve.api.origin import OriginPolicy
@@ -198,7 +199,12 @@ def test_abbreviation_fragments_are_cut_and_spoken_while_health_answers(server: 
     """Default limits: the text is cut at the clause limit and spoken; the reader stops
     reading while the segment queue is full, and the loop never stalls."""
     with served_meanwhile(server), connect(_url(server), close_timeout=1) as ws:
-        sender = threading.Thread(target=lambda: [_send(ws, type="input.text", text=f) for f in FRAGMENTS])
+
+        def send_fragments() -> None:
+            for f in FRAGMENTS:
+                _send(ws, type="input.text", text=f)
+
+        sender = threading.Thread(target=send_fragments)
         sender.start()
         first = json.loads(ws.recv(timeout=30))
         assert first["type"] == "audio.start", first
@@ -344,19 +350,20 @@ def test_an_idle_session_is_closed_but_not_while_it_speaks(srv: RunningServer) -
 # -- Origin ----------------------------------------------------------------------------------
 def test_origin_same_origin_or_allowed_only(srv: RunningServer, server: RunningServer) -> None:
     own = srv.base_url
-    for origin in [None, own, APP_ORIGIN, APP_ORIGIN + ":443"]:
-        with connect(_url(srv), origin=origin) as ws:  # type: ignore[arg-type]
+    for origin in [None, Origin(own), Origin(APP_ORIGIN), Origin(APP_ORIGIN + ":443")]:
+        with connect(_url(srv), origin=origin) as ws:
             _send(ws, type="session.close")
             assert _until_closed(ws)[1] == 1000, origin
-    for origin in ["https://evil.example", "http://app.example.com", "null", own.replace("127.0.0.1", "localhost")]:
+    foreign = ["https://evil.example", "http://app.example.com", "null", own.replace("127.0.0.1", "localhost")]
+    for origin in map(Origin, foreign):
         with pytest.raises(InvalidStatus) as refused:
-            connect(_url(srv), origin=origin)  # type: ignore[arg-type]
+            connect(_url(srv), origin=origin)
         assert refused.value.response.status_code == 403, origin
     assert srv.state.ws_open == 0
     # The default server: its own origin, or none.
     with pytest.raises(InvalidStatus):
-        connect(_url(server), origin=APP_ORIGIN)  # type: ignore[arg-type]
-    with connect(_url(server), origin=server.base_url) as ws:  # type: ignore[arg-type]
+        connect(_url(server), origin=Origin(APP_ORIGIN))
+    with connect(_url(server), origin=Origin(server.base_url)) as ws:
         _send(ws, type="session.close")
         assert _until_closed(ws)[1] == 1000
 
@@ -402,5 +409,5 @@ def test_a_failure_that_is_not_a_vox_error_ends_the_session_with_1011(
             events, code = _until_closed(ws, timeout=10)
         assert _errors(events) == ["internal_error"] and code == 1011
         wait_for(lambda: srv.state.ws_open == 0 and not srv.state.admission.active, timeout=5)
-    failures = [r for r in caplog.records if r.name == "voxserve.api.ws" and r.exc_info]
-    assert len(failures) == 1 and "cannot schedule new futures" in str(failures[0].exc_info[1])
+    failures = [r.exc_info[1] for r in caplog.records if r.name == "voxserve.api.ws" and r.exc_info]
+    assert len(failures) == 1 and "cannot schedule new futures" in str(failures[0])
