@@ -39,7 +39,7 @@ serve: $(RUNTIME_STAMP)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check voxserve tests
-	$(BIN)/mypy voxserve
+	$(BIN)/mypy voxserve tests
 
 test: lint
 	$(BIN)/python -m pytest
