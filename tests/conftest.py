@@ -23,8 +23,9 @@ from voxserve.api.server import uvicorn_config
 from voxserve.config import ServerConfig, TTSConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
+from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget
-from voxserve.serving.remote import RemoteState
+from voxserve.serving.remote import Remote, RemoteState
 from voxserve.serving.state import AppState
 
 
@@ -76,13 +77,13 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def run_server(
-    config: ServerConfig | None = None, engine: object | None = None, remote: object | None = None
+    config: ServerConfig | None = None, engine: TTSEngine | None = None, remote: Remote | None = None
 ) -> Iterator[RunningServer]:
-    """A server on a free loopback port; with `remote` (`voxserve.api.remote.Remote`), a
-    Ray-style front end whose engines are the given backends."""
+    """A server on a free loopback port; with `remote`, a Ray-style front end whose
+    engines are the given backends."""
     port = _free_port()
     config = replace(config or ServerConfig(), host="127.0.0.1", port=port)
-    app = create_app(config, engine, remote)  # type: ignore[arg-type]
+    app = create_app(config, engine, remote)
     # The production uvicorn settings (connection limits included), quieter logs.
     server = uvicorn.Server(uvicorn_config(app, config, log_level="warning", timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)

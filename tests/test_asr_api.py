@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from tests.asr_support import SHORT, speak, speak_pcm, wav_bytes, wer
+from tests.conftest import MakeServer, RunningServer
 from voxserve.config import ASRConfig, ServerConfig
 
 pytestmark = pytest.mark.timeout(120)
@@ -132,7 +133,7 @@ def test_word_only_granularity_leaves_out_segments(client: httpx.Client, clip: d
     assert "segments" not in r.json() and r.json()["words"]
 
 
-def test_sse_stream_raw(client: httpx.Client, server: Any, clip: dict[str, Any]) -> None:
+def test_sse_stream_raw(client: httpx.Client, server: RunningServer, clip: dict[str, Any]) -> None:
     events = []
     with client.stream(
         "POST", URL, files={"file": ("a.wav", clip["files"]["wav"])}, data={"model": "whisper-1", "stream": "true"}
@@ -285,7 +286,7 @@ def test_upload_limit_while_streaming(base_url: str) -> None:
     assert 25 << 20 <= sent < 35 << 20
 
 
-def test_concurrent_requests_are_batched(base_url: str, server: Any) -> None:
+def test_concurrent_requests_are_batched(base_url: str, server: RunningServer) -> None:
     with httpx.Client(base_url=base_url, timeout=60) as c:
         clips = [wav_bytes(speak_pcm(c, text)) for text in SHORT]
         before = _batch_histogram(c.get("/metrics").text)
@@ -323,7 +324,7 @@ def _batch_histogram(text: str) -> dict[str, float]:
     return out
 
 
-def test_admission_answers_429_past_the_queue(make_server: Any, clip: dict[str, Any]) -> None:
+def test_admission_answers_429_past_the_queue(make_server: MakeServer, clip: dict[str, Any]) -> None:
     config = ServerConfig(asr=ASRConfig(max_requests=1, max_queue=0, workers=1))
     with make_server(config) as srv:
 

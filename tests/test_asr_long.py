@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.asr_support import LONG, RATE, normalize, wav_bytes, wer, with_gaps
+from tests.conftest import RunningServer
 from voxserve.audio.cut import plan_spans
 from voxserve.audio.decode import decode_audio
 
@@ -113,8 +114,8 @@ def test_long_audio_cuts_quietly_and_keeps_exact_timestamps(client: httpx.Client
         assert abs(words[hits[0]]["start"] - onset) < 1.0, (i, words[hits[0]], onset)
 
 
-def test_disconnect_drops_queued_pieces(base_url: str, server: Any, long_clip: dict[str, Any]) -> None:
-    engine = server.state.asr
+def test_disconnect_drops_queued_pieces(base_url: str, server: RunningServer, long_clip: dict[str, Any]) -> None:
+    engine = server.asr
     before = engine.snapshot()
     boundary = b"vox"
     body = (

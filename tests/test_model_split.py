@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 from voxserve.config import TTSConfig, VocoderChunking
-from voxserve.engine.scheduler import Scheduler, SegmentInput, VocoderWork
+from voxserve.engine.scheduler import AcousticWork, Scheduler, SegmentInput, VocoderWork
 from voxserve.engine.tts import TTSEngine, decode_chunk
 from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice, split_model
 from voxserve.text.phonemize import Phonemizer
@@ -63,8 +63,8 @@ def _chunked(model: PiperModel, z: np.ndarray, chunking: VocoderChunking) -> np.
     sched = Scheduler(chunking, model.hop, model.sample_rate, credits=100)
     sched.add(1, [SegmentInput(np.zeros(3, np.int64), 0, 1, 0)], now=0.0)
     work = sched.next_work(0.0)
-    assert work is not None
-    sched.complete_acoustic(work, z)  # type: ignore[arg-type]
+    assert isinstance(work, AcousticWork)
+    sched.complete_acoustic(work, z)
     parts, now = [], 0.0
     while (work := sched.next_work(now)) is not None:
         assert isinstance(work, VocoderWork)

@@ -13,7 +13,6 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
@@ -21,7 +20,7 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.asr_support import SHORT, normalize, speak, speak_pcm, wav_bytes
-from tests.conftest import RunningServer, tts_config
+from tests.conftest import MakeServer, RunningServer, tts_config
 from voxserve.config import ASRConfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -251,7 +250,7 @@ def test_screenshots(playground: Playground) -> None:
     assert not playground.problems
 
 
-def test_api_key_field_unlocks_a_keyed_server(browser: Browser, make_server: Any) -> None:
+def test_api_key_field_unlocks_a_keyed_server(browser: Browser, make_server: MakeServer) -> None:
     config = replace(
         tts_config(), asr=ASRConfig(enabled=False), api_key=KEY, metrics_require_key=True
     )

@@ -56,7 +56,8 @@ def test_tail_is_merged_and_covers_every_frame() -> None:
     s = make(credits=100)
     s.add(1, [seg()], 0.0)
     a = s.next_work(0.0)
-    s.complete_acoustic(a, latent(90))  # type: ignore[arg-type]
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(90))
     spans, last = [], None
     while (w := s.next_work(0.0)) is not None:
         assert isinstance(w, VocoderWork)
@@ -125,7 +126,8 @@ def test_stage_a_runs_one_sentence_ahead_after_first_packet() -> None:
     s = make()
     s.add(1, [seg(), seg(), seg()], 0.0)
     a0 = s.next_work(0.0)
-    s.complete_acoustic(a0, latent(100))  # type: ignore[arg-type]
+    assert isinstance(a0, AcousticWork)
+    s.complete_acoustic(a0, latent(100))
     assert isinstance(s.next_work(0.0), VocoderWork)
     # Before the first packet, no look-ahead: the core stays free for other first chunks.
     assert s.next_work(0.0) is None
@@ -148,7 +150,8 @@ def test_abort_drops_all_work_and_ignores_late_results() -> None:
     assert s.pending_work(1)
     assert s.abort(1)
     assert not s.pending_work(1) and not s.has(1)
-    s.complete_acoustic(a, latent(40))  # type: ignore[arg-type]  # late result: ignored
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(40))  # late result: ignored
     assert s.next_work(0.0) is None and len(s) == 0
 
 
@@ -156,7 +159,8 @@ def test_empty_last_segment_still_ends_the_stream() -> None:
     s = make()
     s.add(1, [seg()], 0.0)
     a = s.next_work(0.0)
-    s.complete_acoustic(a, latent(0))  # type: ignore[arg-type]
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(0))
     w = s.next_work(0.0)
     assert isinstance(w, VocoderWork) and w.last and w.hi == w.lo
     chunk = s.complete_vocoder(w, 0, 0.0)
@@ -176,7 +180,8 @@ def test_chunks_grow_to_the_maximum() -> None:
     s = make(credits=100)
     s.add(1, [seg()], 0.0)
     a = s.next_work(0.0)
-    s.complete_acoustic(a, latent(200))  # type: ignore[arg-type]
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(200))
     spans = []
     while (w := s.next_work(0.0)) is not None:
         assert isinstance(w, VocoderWork)

@@ -8,6 +8,7 @@ import json
 import time
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from websockets.exceptions import InvalidStatus
@@ -54,7 +55,7 @@ def _send(ws: ClientConnection, **message: Any) -> None:
     ws.send(json.dumps(message))
 
 
-def test_fragments_split_mid_word_are_spoken_by_clause(server: RunningServer, client: Any) -> None:
+def test_fragments_split_mid_word_are_spoken_by_clause(server: RunningServer, client: httpx.Client) -> None:
     text = "Well, the quick brown fox jumps over the lazy dog, and then it runs away. The museum opens early."
     with connect(_url(server)) as ws:
         _send(ws, type="session.config", voice="alloy", response_format="pcm")
