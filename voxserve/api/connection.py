@@ -32,8 +32,11 @@ import json
 import logging
 import socket
 import struct
+from typing import Any
 
+from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
 from voxserve.config import ServerConfig
 from voxserve.errors import HeadersTooLarge, RequestTimeout, VoxError
@@ -81,8 +84,14 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     max_head_bytes: int = MAX_HEAD_BYTES
     max_headers: int = MAX_HEADERS
 
-    def __init__(self, *args: object, **kwargs: object):
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
         self._head_timer: asyncio.TimerHandle | None = None
         self._stall_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0
@@ -92,6 +101,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """A request's first bytes have arrived, its headers have not."""
 
     # Header timeout
+    # Narrower than asyncio.Protocol's BaseTransport, as in uvicorn's own override.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         sock = transport.get_extra_info("socket")

@@ -21,6 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from voxserve.bench.metrics import word_errors
 from voxserve.config import ASRConfig, TTSConfig, default_cores
 from voxserve.engine.asr import ASREngine, TranscribeOptions
 from voxserve.engine.transcribe import start_transcription
+
+if TYPE_CHECKING:  # main() imports it at run time, once HF_HUB_OFFLINE is set
+    from faster_whisper import WhisperModel
 
 __all__ = ["main"]
 
@@ -109,9 +113,9 @@ def run_engine(engine: ASREngine, clips: list[bytes], pool: ThreadPoolExecutor) 
     return time.perf_counter() - started, texts
 
 
-def run_sequential(model: object, audio: np.ndarray, beam_size: int) -> tuple[float, str]:
+def run_sequential(model: WhisperModel, audio: np.ndarray, beam_size: int) -> tuple[float, str]:
     started = time.perf_counter()
-    segments, _ = model.transcribe(audio, language="en", beam_size=beam_size)  # type: ignore[attr-defined]
+    segments, _ = model.transcribe(audio, language="en", beam_size=beam_size)
     text = "".join(s.text for s in segments)  # the generator decodes as it is read
     return time.perf_counter() - started, text
 

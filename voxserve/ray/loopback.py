@@ -46,6 +46,6 @@ def bind_replica_grpc_to_node() -> bool:
             address = f"{LOOPBACK}:{address[len(ALL_INTERFACES):]}"
         return original(server, address)
 
-    add_port.voxserve_loopback = True  # type: ignore[attr-defined]
+    add_port.voxserve_loopback = True  # type: ignore[attr-defined]  # marks it: wrap only once
     serve_replica.add_port_to_grpc_server = add_port  # type: ignore[attr-defined]
     return True
