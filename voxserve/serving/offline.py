@@ -19,6 +19,7 @@ from typing import Self
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
+from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.tts import TTSEngine
@@ -53,12 +54,10 @@ class _OneStream:
     audio_pool: BoundedPool
 
 
-class OfflineTTS:
-    """A TTS engine run for one command: `with OfflineTTS(config) as tts: tts.speak(...)`.
-    The engine starts on entry (no warm-up) and stops on exit."""
+class _Running:
+    """An engine run for one command: it starts on entry (no warm-up) and stops on exit."""
 
-    def __init__(self, config: TTSConfig):
-        self.engine = TTSEngine(config)
+    engine: WorkerEngine
 
     def __enter__(self) -> Self:
         self.engine.start()
@@ -66,6 +65,13 @@ class OfflineTTS:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.engine.stop()
+
+
+class OfflineTTS(_Running):
+    """A TTS engine run for one command: `with OfflineTTS(config) as tts: tts.speak(...)`."""
+
+    def __init__(self, config: TTSConfig):
+        self.engine: TTSEngine = TTSEngine(config)
 
     def speak(self, text: str, voice: str, speed: float = 1.0, sample_rate: int | None = None) -> Spoken:
         """The whole utterance as raw PCM, at `sample_rate` (default: the voice's own).
@@ -98,19 +104,11 @@ class OfflineTTS:
             resources.audio_pool.shutdown()
 
 
-class OfflineASR:
-    """An ASR engine run for one command: `with OfflineASR(config) as asr: asr.transcribe(...)`.
-    The engine starts on entry (no warm-up) and stops on exit."""
+class OfflineASR(_Running):
+    """An ASR engine run for one command: `with OfflineASR(config) as asr: asr.transcribe(...)`."""
 
     def __init__(self, config: ASRConfig):
-        self.engine = ASREngine(config)
-
-    def __enter__(self) -> Self:
-        self.engine.start()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.engine.stop()
+        self.engine: ASREngine = ASREngine(config)
 
     def transcribe(
         self,
