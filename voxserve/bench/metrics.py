@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "Stalls",
     "WordErrors",
     "continuity_ok_rate",
     "max_underrun",
     "normalize_text",
     "percentile",
+    "playback_stalls",
     "summarize",
     "word_error_rate",
     "word_errors",
@@ -72,6 +74,47 @@ def max_underrun(arrivals: Sequence[float], samples: Sequence[int], rate: int) -
             worst = max(worst, deficit)
         received += size
     return worst / rate
+
+
+@dataclass(frozen=True)
+class Stalls:
+    """How a stream plays on a player that waits whenever it runs dry."""
+
+    count: int
+    """Waits longer than the threshold."""
+    total_s: float
+    """Their summed length."""
+    end_s: float
+    """When the last sample has played, on the arrivals' clock (waits included)."""
+
+
+def playback_stalls(arrivals: Sequence[float], samples: Sequence[int], rate: int,
+                    threshold_s: float = 0.0) -> Stalls:
+    """Play a stream in real time from its first chunk and count the stalls.
+
+    Unlike `max_underrun`, which keeps the schedule set by the first chunk, this player
+    does what a real one does: when it runs dry it waits for the next chunk and goes on
+    from there, so one late chunk delays everything after it but is counted once. Every
+    wait moves the playback clock; only waits longer than `threshold_s` count as stalls
+    (a player's own small buffer hides shorter ones).
+    """
+    if len(arrivals) != len(samples):
+        raise ValueError("arrivals and samples must have one entry per chunk")
+    if rate <= 0:
+        raise ValueError(f"sample rate must be positive, got {rate}")
+    if not arrivals:
+        return Stalls(0, 0.0, math.nan)
+    count, total = 0, 0.0
+    end = arrivals[0]
+    for arrival, size in zip(arrivals, samples, strict=True):
+        wait = arrival - end
+        if wait > 0:
+            if wait > threshold_s:
+                count += 1
+                total += wait
+            end = arrival
+        end += size / rate
+    return Stalls(count, total, end)
 
 
 def continuity_ok_rate(underruns: Sequence[float], threshold_s: float = 0.1) -> float:
