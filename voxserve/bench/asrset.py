@@ -22,9 +22,11 @@ __all__ = ["make_asr_set"]
 
 
 async def _fetch(session: aiohttp.ClientSession, target: SpeechTarget,
-                 text: str) -> tuple[bytes, int]:
-    async with session.post(target.url, data=target.body(text),
-                            headers={"content-type": "application/json"}) as resp:
+                 text: str, api_key: str | None) -> tuple[bytes, int]:
+    headers = {"content-type": "application/json"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    async with session.post(target.url, data=target.body(text), headers=headers) as resp:
         body = await resp.read()
         if resp.status != 200:
             raise BenchError(f"{target.url} answered {resp.status}: "
@@ -37,8 +39,11 @@ async def _fetch(session: aiohttp.ClientSession, target: SpeechTarget,
 
 
 async def make_asr_set(target: SpeechTarget, prompts: list[str], out_dir: Path,
-                       concurrency: int = 2) -> list[Path]:
-    """Synthesize every prompt into out_dir; returns the WAV paths in prompt order."""
+                       concurrency: int = 2, api_key: str | None = None) -> list[Path]:
+    """Synthesize every prompt into out_dir; returns the WAV paths in prompt order.
+
+    `api_key` is sent as a Bearer token, for a server started with one.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     slots = asyncio.Semaphore(concurrency)
     timeout = aiohttp.ClientTimeout(total=target.timeout_s)
@@ -48,7 +53,7 @@ async def make_asr_set(target: SpeechTarget, prompts: list[str], out_dir: Path,
 
         async def one(index: int, text: str) -> dict[str, object]:
             async with slots:
-                pcm, rate = await _fetch(session, target, text)
+                pcm, rate = await _fetch(session, target, text, api_key)
             name = f"{index:0{width}d}"
             samples = np.frombuffer(pcm[: len(pcm) // 2 * 2], dtype="<i2")
             (out_dir / f"{name}.wav").write_bytes(wav_file(samples, rate))
