@@ -1,5 +1,5 @@
-"""`voxserve bench speech | transcribe | make-asr-set | stream-text | soak | overload | compare |
-plot | offline`.
+"""`voxserve bench speech | transcribe | make-asr-set | stream-text | realtime | voice-loop |
+soak | overload | compare | plot | offline`.
 
 Parses flags, builds the run settings, calls the measuring module and writes the report.
 Only `offline` touches the engine, and it is imported lazily so that the HTTP benches stay
@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from voxserve.bench.levels import BenchError
 
 if TYPE_CHECKING:
+    from voxserve.bench.liveclips import LiveClip
+    from voxserve.bench.rtclient import LiveOptions
     from voxserve.bench.speech import SpeechApi
 
 __all__ = ["add_bench_parser"]
@@ -313,6 +315,117 @@ def _stream_text(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _add_live_args(p: argparse.ArgumentParser, levels: str) -> None:
+    """Flags shared by `bench realtime` and `bench voice-loop`."""
+    p.add_argument("--base-url", default=DEFAULT_URL, help=f"server root (default {DEFAULT_URL})")
+    p.add_argument("--api-key", default=None, help="sent as 'Authorization: Bearer KEY'")
+    p.add_argument("--concurrency", type=_levels, default=_levels(levels),
+                   help=f"comma-separated levels, each C live sessions at once (default {levels})")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--audio-dir", type=Path,
+                        help="16-bit WAV clips with NAME.txt references, as `bench make-asr-set` "
+                        "writes (default: the built-in prompts of up to 200 characters, spoken "
+                        "by the server's TTS at the start)")
+    source.add_argument("--manifest", type=Path,
+                        help='JSON lines: {"audio": path, "text": reference}')
+    p.add_argument("--num-clips", type=int, default=None, help="only the first N clips")
+    p.add_argument("--model", default="whisper-1", help="transcription model (default whisper-1)")
+    p.add_argument("--language", default=None, help="transcription language (default: detect)")
+    p.add_argument("--silence-ms", type=int, default=500,
+                   help="server VAD: silence that ends a turn (default 500)")
+    p.add_argument("--threshold", type=float, default=0.5, help="server VAD threshold (default 0.5)")
+    p.add_argument("--prefix-padding-ms", type=int, default=300,
+                   help="server VAD prefix padding (default 300)")
+    p.add_argument("--frame-ms", type=int, choices=(20, 40), default=20,
+                   help="audio per input_audio_buffer.append message (default 20)")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds an utterance may take from its end of speech to completed "
+                   "(default 30)")
+    p.add_argument("--probe-health", action=argparse.BooleanOptionalAction, default=True,
+                   help="probe GET /health during the run (default on)")
+    p.add_argument("--health-interval-ms", type=float, default=50.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", "-o", type=Path, default=None,
+                   help="result JSON (default bench-KIND-YYYYmmdd-HHMMSS.json)")
+    p.add_argument("--plot", type=Path, default=None, help="also draw the run into this PNG")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--fail-on-error", action="store_true",
+                   help="exit 1 if any utterance or turn failed")
+    p.set_defaults(request_rate=None)
+
+
+def _live_options(args: argparse.Namespace) -> LiveOptions:
+    from voxserve.bench.rtclient import LiveOptions, VadSettings
+
+    for flag, value in (("--timeout", args.timeout), ("--health-interval-ms", args.health_interval_ms)):
+        if value <= 0:
+            raise ValueError(f"{flag} must be positive, got {value:g}")
+    return LiveOptions(
+        base_url=args.base_url, api_key=args.api_key,
+        vad=VadSettings(args.threshold, args.prefix_padding_ms, args.silence_ms),
+        model=args.model, language=args.language, frame_s=args.frame_ms / 1e3,
+        timeout_s=args.timeout, seed=args.seed, progress=args.progress,
+        probe_health=args.probe_health, health_interval_s=args.health_interval_ms / 1e3)
+
+
+def _live_clips(args: argparse.Namespace) -> list[LiveClip]:
+    from voxserve.bench.liveclips import spoken_clips
+
+    if args.num_clips is not None and args.num_clips < 1:
+        raise ValueError(f"--num-clips must be at least 1, got {args.num_clips}")
+    return asyncio.run(spoken_clips(args.base_url, args.api_key, args.audio_dir, args.manifest,
+                                    args.num_clips))
+
+
+def _live_settings(args: argparse.Namespace, clips: list[LiveClip], **extra: Any) -> dict[str, Any]:
+    settings = _settings(args, model=args.model, language=args.language,
+                         silence_ms=args.silence_ms, threshold=args.threshold,
+                         prefix_padding_ms=args.prefix_padding_ms, frame_ms=args.frame_ms,
+                         timeout_s=args.timeout, api_key_set=args.api_key is not None,
+                         input=str(args.manifest or args.audio_dir or "builtin (server TTS)"),
+                         clips=[{"name": c.name, "audio_s": c.audio_s, "reference": c.reference}
+                                for c in clips], **extra)
+    settings.pop("request_rate")
+    return settings
+
+
+def _realtime(args: argparse.Namespace) -> int:
+    from voxserve.bench.realtime import bench_realtime
+
+    options = _live_options(args)
+    clips = _live_clips(args)
+    settings = _live_settings(args, clips, utterances_per_session=args.utterances,
+                              gap_s=args.gap_s, files=args.files, file_seconds=args.file_seconds)
+    started = time.perf_counter()
+    measured = asyncio.run(bench_realtime(options, clips, args.concurrency, args.utterances,
+                                          args.gap_s, args.files, args.file_seconds, args.warmup))
+    return _finish("realtime", args, settings, measured, started)
+
+
+def _voice_loop(args: argparse.Namespace) -> int:
+    from voxserve.bench.liveclips import live_prompts
+    from voxserve.bench.prompts import load_prompts, pick
+    from voxserve.bench.voice_loop import LoopSettings, bench_voice_loop
+
+    options = _live_options(args)
+    loop = LoopSettings(turns=args.turns, voice=args.voice, llm_ttft_s=args.llm_ttft_ms / 1e3,
+                        tokens_per_s=args.tokens_per_s, chars_per_token=args.chars_per_token,
+                        pause_s=args.pause_ms / 1e3,
+                        stall_threshold_s=args.stall_threshold_ms / 1e3)
+    pool = load_prompts(args.replies) if args.replies else live_prompts()
+    replies = pick(pool, max(args.concurrency) * args.turns, args.seed)
+    clips = _live_clips(args)
+    settings = _live_settings(args, clips, turns=args.turns, voice=args.voice,
+                              llm_ttft_ms=args.llm_ttft_ms, tokens_per_s=args.tokens_per_s,
+                              chars_per_token=args.chars_per_token, pause_ms=args.pause_ms,
+                              stall_threshold_s=loop.stall_threshold_s,
+                              replies_source=str(args.replies or "builtin"), replies=replies)
+    started = time.perf_counter()
+    measured = asyncio.run(bench_voice_loop(options, loop, clips, replies, args.concurrency,
+                                            args.warmup > 0))
+    return _finish("voice-loop", args, settings, measured, started)
+
+
 def _add_mixed_args(p: argparse.ArgumentParser, duration: float, tts: int, asr: int,
                     warmup: float, window: float) -> None:
     p.add_argument("--base-url", default=DEFAULT_URL)
@@ -425,6 +538,44 @@ def add_bench_parser(subparsers: Any) -> None:
     stream.add_argument("--split", choices=("clause", "sentence"), default="clause")
     stream.add_argument("--underrun-threshold-ms", type=float, default=100.0)
     stream.set_defaults(func=_guarded(_stream_text))
+
+    realtime = sub.add_parser("realtime", help="live transcription sessions on /v1/realtime: "
+                              "end of speech to completed, WER live vs file")
+    _add_live_args(realtime, "1,4,8")
+    realtime.add_argument("--utterances", type=int, default=4,
+                          help="clips each session speaks, in turn (default 4)")
+    realtime.add_argument("--gap-s", type=float, default=1.5,
+                          help="silence between a session's clips (default 1.5)")
+    realtime.add_argument("--files", type=int, default=0, metavar="C",
+                          help="also run C loops uploading a long file to "
+                          "/v1/audio/transcriptions during each level (default 0)")
+    realtime.add_argument("--file-seconds", type=float, default=60.0,
+                          help="length of that file: the clips joined, repeated (default 60)")
+    realtime.add_argument("--warmup", type=int, default=1,
+                          help="clips spoken in an untimed session first (default 1; 0: none)")
+    realtime.set_defaults(func=_guarded(_realtime))
+
+    voice = sub.add_parser("voice-loop", help="simulated voice agents: end of the user's speech "
+                           "to the first audio of the spoken reply")
+    _add_live_args(voice, "1,4,8,16")
+    voice.add_argument("--turns", type=int, default=4, help="turns per conversation (default 4)")
+    voice.add_argument("--voice", default="alloy", help="voice of the replies (default alloy)")
+    voice.add_argument("--llm-ttft-ms", type=float, default=0.0,
+                       help="the simulated LLM's time to first token after completed (default 0)")
+    voice.add_argument("--tokens-per-s", type=float, default=20.0,
+                       help="rate the simulated LLM streams its reply at (default 20)")
+    voice.add_argument("--chars-per-token", type=int, default=4,
+                       help="characters per LLM token (default 4, as English BPE tokens)")
+    voice.add_argument("--pause-ms", type=float, default=500.0,
+                       help="the user's pause after a reply has played (default 500)")
+    voice.add_argument("--stall-threshold-ms", type=float, default=20.0,
+                       help="playback waits up to this long are not counted as stalls (default 20)")
+    voice.add_argument("--replies", type=Path, default=None,
+                       help="text file, one reply per line (default: the built-in prompts of "
+                       "up to 200 characters)")
+    voice.add_argument("--warmup", type=int, default=1, choices=(0, 1),
+                       help="one untimed turn first (default 1)")
+    voice.set_defaults(func=_guarded(_voice_loop))
 
     soak = sub.add_parser("soak", help="mixed TTS + ASR load for minutes: no errors, no leaks")
     _add_mixed_args(soak, duration=600, tts=8, asr=2, warmup=60, window=60)

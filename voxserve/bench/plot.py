@@ -31,6 +31,20 @@ _PANELS: dict[str, list[tuple[str, str, tuple[str, ...], bool]]] = {
         ("Word error rate", "%", ("WER %",), False),
         ("/health under load", "p99, ms", ("health p99 ms",), True),
     ],
+    "realtime": [
+        ("End of speech to completed", "ms",
+         ("completed p50 ms", "completed p90 ms", "completed p99 ms"), True),
+        ("End of speech to speech_stopped", "p50, ms", ("stopped p50 ms",), False),
+        ("Word error rate, live and file", "%", ("WER live %", "WER file %"), False),
+        ("/health under load", "p99, ms", ("health p99 ms",), True),
+    ],
+    "voice-loop": [
+        ("Voice to voice (end of speech to first reply audio)", "ms",
+         ("v2v p50 ms", "v2v p90 ms", "v2v p99 ms"), True),
+        ("End of speech to completed", "p50, ms", ("completed p50 ms",), False),
+        ("Replies played without a stall", "% of turns", ("cont OK %",), False),
+        ("/health under load", "p99, ms", ("health p99 ms",), True),
+    ],
 }
 
 
@@ -47,12 +61,13 @@ def _series(result: dict[str, Any], metric: Metric) -> tuple[list[int], list[flo
 def _log_ticks(lo: float, hi: float) -> list[float]:
     """Round ticks (1-2-5 per decade, finer on a narrow range) between lo and hi."""
     first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    ticks: list[float] = []
     for steps in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 7), (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
         ticks = [m * 10.0**k for k in range(first, last + 1) for m in steps]
         ticks = [t for t in ticks if lo <= t <= hi]
         if len(ticks) >= 3:
             return ticks
-    return [lo, (lo * hi) ** 0.5, hi]
+    return ticks if len(ticks) == 2 else [lo, (lo * hi) ** 0.5, hi]
 
 
 def plot_results(runs: list[tuple[str, dict[str, Any]]], path: Path) -> None:
@@ -67,7 +82,7 @@ def plot_results(runs: list[tuple[str, dict[str, Any]]], path: Path) -> None:
 
     kinds = {result["kind"] for _, result in runs}
     if len(kinds) != 1:
-        raise ValueError("runs of different kinds (speech, transcribe) cannot share a plot")
+        raise ValueError(f"runs of different kinds ({', '.join(sorted(kinds))}) cannot share a plot")
     kind = kinds.pop()
     by_label = {m.label: m for m in METRICS[kind]}
     panels = _PANELS[kind]
@@ -78,12 +93,12 @@ def plot_results(runs: list[tuple[str, dict[str, Any]]], path: Path) -> None:
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (title, ylabel, names, log_y) in zip(axes.flat, panels, strict=False):
         for i, (label, result) in enumerate(runs):
-            for style, name in zip(("-", "--"), names, strict=False):
+            for style, name in zip(("-", "--", ":"), names, strict=False):
                 xs, ys = _series(result, by_label[name])
                 if xs:
                     parts = [label] if len(runs) > 1 else []
                     if len(names) > 1:
-                        parts.append(name.split()[1])  # "p50" / "p99"
+                        parts.append(name.split()[1])  # "p50" / "p99", "live" / "file"
                     ax.plot(xs, ys, style, marker="o", color=colors[i % len(colors)],
                             label=" ".join(parts) or None)
         ax.set_title(title, fontsize=11)

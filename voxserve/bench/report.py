@@ -63,6 +63,32 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("health p99 ms", ("health", "p99"), 1e3, ".1f"),
         Metric("health max ms", ("health", "max"), 1e3, ".1f"),
     ),
+    # Latencies from the end of speech: to `completed`, and to `speech_stopped`.
+    "realtime": (
+        Metric("completed p50 ms", ("summary", "completed_latency_s", "p50"), 1e3, ".0f"),
+        Metric("completed p90 ms", ("summary", "completed_latency_s", "p90"), 1e3, ".0f"),
+        Metric("completed p99 ms", ("summary", "completed_latency_s", "p99"), 1e3, ".0f"),
+        Metric("completed max ms", ("summary", "completed_latency_s", "max"), 1e3, ".0f"),
+        Metric("stopped p50 ms", ("summary", "speech_stopped_latency_s", "p50"), 1e3, ".0f"),
+        Metric("deltas/utt", ("summary", "deltas_per_utterance"), 1, ".1f", True),
+        Metric("WER live %", ("summary", "wer_live"), 100, ".1f"),
+        Metric("WER file %", ("summary", "wer_file"), 100, ".1f"),
+        Metric("files RTFx", ("summary", "files", "rtfx"), 1, ".1f", True),
+        Metric("health p50 ms", ("health", "p50"), 1e3, ".1f"),
+        Metric("health p99 ms", ("health", "p99"), 1e3, ".1f"),
+        Metric("health max ms", ("health", "max"), 1e3, ".1f"),
+    ),
+    # Voice-to-voice: the end of the user's speech to the reply's first audio byte.
+    "voice-loop": (
+        Metric("v2v p50 ms", ("summary", "voice_to_voice_s", "p50"), 1e3, ".0f"),
+        Metric("v2v p90 ms", ("summary", "voice_to_voice_s", "p90"), 1e3, ".0f"),
+        Metric("v2v p99 ms", ("summary", "voice_to_voice_s", "p99"), 1e3, ".0f"),
+        Metric("completed p50 ms", ("summary", "completed_latency_s", "p50"), 1e3, ".0f"),
+        Metric("cont OK %", ("summary", "continuity_ok_rate"), 100, ".0f", True),
+        Metric("stall s", ("summary", "stall_total_s"), 1, ".2f"),
+        Metric("WER %", ("summary", "wer_live"), 100, ".1f"),
+        Metric("health p99 ms", ("health", "p99"), 1e3, ".1f"),
+    ),
 }
 
 
@@ -177,7 +203,7 @@ def write_json(result: dict[str, Any], path: Path) -> None:
 def load_result(path: Path) -> dict[str, Any]:
     result = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(result, dict) or result.get("kind") not in METRICS:
-        raise ValueError(f"{path} is not a voxserve bench result (speech or transcribe)")
+        raise ValueError(f"{path} is not a voxserve bench result ({', '.join(METRICS)})")
     return result
 
 
