@@ -4,13 +4,22 @@ speech from the bundled Piper voice."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import soxr
 
 from voxserve.audio.pcm import FORMATS, LEGACY_FORMATS, InputDecoder, alaw_table, ulaw_table
+from voxserve.config import TTSConfig
+from voxserve.engine.vad import FRAME_SAMPLES, SAMPLE_RATE, SileroVAD, VADEngine, VADStream
+from voxserve.errors import Unavailable
+from voxserve.serving.offline import OfflineTTS
+
+SENTENCE = "The museum opens early on weekends, so we should arrive before the crowds."
 
 
 def random_cuts(length: int, pieces: int, rng: np.random.Generator) -> list[tuple[int, int]]:
@@ -117,3 +126,157 @@ def test_flush_gives_out_what_is_held_and_decoding_goes_on() -> None:
     second = np.concatenate([decoder.feed(data[24001:]), decoder.flush()])
     assert abs(len(first) + len(second) - 16000) <= 1
     assert peak_hz(second, 16000) == pytest.approx(440, abs=2)
+
+
+# -- VAD -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spoken() -> tuple[np.ndarray, int, int]:
+    """The sentence at 16 kHz with 1 s of silence before and after, and the first and
+    last sample of the speech in it."""
+    with OfflineTTS(TTSConfig(noise_w=0.0, noise_scale=0.0)) as tts:
+        voice = tts.speak(SENTENCE, "alloy")
+    assert voice.sample_rate == 22050
+    pcm = np.frombuffer(voice.pcm, "<i2").astype(np.float32) / 32768
+    speech = soxr.resample(pcm, 22050, SAMPLE_RATE)
+    second = np.zeros(SAMPLE_RATE, dtype=np.float32)
+    audio = np.concatenate([second, speech, second]).astype(np.float32)
+    audible = np.flatnonzero(np.abs(audio) > 1e-3)
+    return audio, int(audible[0]), int(audible[-1])
+
+
+@pytest.fixture(scope="module")
+def vad() -> SileroVAD:
+    return SileroVAD()
+
+
+@pytest.fixture(scope="module")
+def whole(spoken: tuple[np.ndarray, int, int], vad: SileroVAD) -> np.ndarray:
+    """The probabilities of the audio scored in one call."""
+    return vad.score(VADStream(), spoken[0])
+
+
+@pytest.fixture()
+def engine(vad: SileroVAD) -> Iterator[VADEngine]:
+    running = VADEngine(vad)
+    running.start()
+    yield running
+    running.stop()
+
+
+def test_vad_finds_the_speech_and_the_silence(
+    spoken: tuple[np.ndarray, int, int], whole: np.ndarray
+) -> None:
+    audio, first, last = spoken
+    assert len(whole) == len(audio) // FRAME_SAMPLES
+    starts = np.arange(len(whole)) * FRAME_SAMPLES
+    before = whole[starts + FRAME_SAMPLES <= first]
+    # One frame of hangover: the model's state decays over the frame after the speech.
+    after = whole[starts >= last + FRAME_SAMPLES]
+    during = whole[(starts >= first) & (starts + FRAME_SAMPLES <= last)]
+    assert len(before) >= 30 and len(after) >= 28 and len(during) > 100
+    assert before.max() < 0.2
+    assert after.max() < 0.2
+    assert (during > 0.5).mean() > 0.85
+
+
+def test_vad_in_random_pieces_equals_one_piece(
+    spoken: tuple[np.ndarray, int, int], vad: SileroVAD, whole: np.ndarray
+) -> None:
+    audio = spoken[0]
+    stream = VADStream()
+    parts = []
+    for a, b in random_cuts(len(audio), 37, np.random.default_rng(3)):
+        parts.append(vad.score(stream, audio[a:b]))
+        assert stream.frames_done == b // FRAME_SAMPLES
+        assert stream.samples_seen == b
+    assert np.abs(np.concatenate(parts) - whole).max() < 1e-5
+
+
+def test_vad_reset_starts_the_model_afresh_and_keeps_the_frame_count(
+    spoken: tuple[np.ndarray, int, int], vad: SileroVAD
+) -> None:
+    audio = spoken[0]
+    stream = VADStream()
+    vad.score(stream, audio[:20000])
+    stream.reset()
+    assert stream.frames_done == 20000 // FRAME_SAMPLES
+    after = vad.score(stream, audio[20000:40000])
+    assert stream.frames_done == 40000 // FRAME_SAMPLES
+    # From a fresh stream fed the same frames (the held 32 samples first), the same scores.
+    held = 20000 % FRAME_SAMPLES
+    fresh = vad.score(VADStream(), audio[20000 - held : 40000])
+    assert np.abs(after - fresh).max() < 1e-5
+
+
+def test_vad_refuses_more_than_one_channel(vad: SileroVAD) -> None:
+    with pytest.raises(ValueError, match="mono"):
+        vad.score(VADStream(), np.zeros((2, 1024), dtype=np.float32))
+
+
+def test_vad_engine_scores_off_the_loop_the_same(
+    spoken: tuple[np.ndarray, int, int], engine: VADEngine, whole: np.ndarray
+) -> None:
+    audio = spoken[0]
+
+    async def run() -> list[np.ndarray]:
+        stream = VADStream()
+        spans = random_cuts(len(audio), 37, np.random.default_rng(5))
+        return [await engine.score(stream, audio[a:b]) for a, b in spans]
+
+    parts = asyncio.run(run())
+    assert np.abs(np.concatenate(parts) - whole).max() < 1e-5
+    snapshot = engine.snapshot()
+    assert snapshot["frames"] >= len(whole)  # and start's warm-up frame
+    assert 0 < snapshot["calls"] <= 38 and snapshot["busy_s"] > 0 and snapshot["pending"] == 0
+
+
+def test_a_cancelled_waiter_leaves_the_stream_whole(
+    spoken: tuple[np.ndarray, int, int], engine: VADEngine, whole: np.ndarray
+) -> None:
+    audio = spoken[0]
+    spans = random_cuts(len(audio), 12, np.random.default_rng(11))
+    cancelled = 5
+
+    async def run() -> tuple[VADStream, list[np.ndarray]]:
+        stream = VADStream()
+        kept = []
+        for i, (a, b) in enumerate(spans):
+            if i != cancelled:
+                kept.append(await engine.score(stream, audio[a:b]))
+                continue
+            # Another session's long call keeps the thread busy, so this call's work is
+            # still queued when its waiter goes.
+            other = asyncio.create_task(engine.score(VADStream(), np.tile(audio, 4)))
+            waiter = asyncio.create_task(engine.score(stream, audio[a:b]))
+            await asyncio.sleep(0)  # both calls are made and their work queued
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            await other
+        return stream, kept
+
+    stream, kept = asyncio.run(run())
+    assert stream.frames_done == len(whole)
+    a, b = spans[cancelled]
+    lost = slice(a // FRAME_SAMPLES, b // FRAME_SAMPLES)
+    assert lost.stop > lost.start
+    expected = np.concatenate([whole[: lost.start], whole[lost.stop :]])
+    assert np.abs(np.concatenate(kept) - expected).max() < 1e-5
+
+
+def test_vad_engine_stops_once_and_then_refuses(vad: SileroVAD) -> None:
+    engine = VADEngine(vad)
+
+    async def one_frame() -> np.ndarray:
+        return await engine.score(VADStream(), np.zeros(FRAME_SAMPLES, dtype=np.float32))
+
+    with pytest.raises(Unavailable):
+        asyncio.run(one_frame())
+    engine.start()
+    assert len(asyncio.run(one_frame())) == 1
+    engine.stop()
+    engine.stop()
+    with pytest.raises(Unavailable):
+        asyncio.run(one_frame())
