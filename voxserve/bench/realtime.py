@@ -131,7 +131,7 @@ async def run_session(http: aiohttp.ClientSession, options: LiveOptions, index: 
     record.frames_sent = len(live.pacer.sent_at)
     record.late_s = live.pacing()
     for u in record.utterances:
-        if record.error is not None:
+        if record.error is not None and not u.finished():
             u.fail("session", record.error)
         u.finish()
     return record

@@ -219,6 +219,7 @@ class RealtimeClient:
         self._items: dict[str, Utterance] = {}
         self._done: dict[int, asyncio.Event] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._closing = False
 
     @classmethod
     async def connect(cls, http: aiohttp.ClientSession, options: LiveOptions,
@@ -274,6 +275,7 @@ class RealtimeClient:
         return done
 
     async def close(self) -> None:
+        self._closing = True
         await self.ws.close()
         if self._reader is not None:
             try:
@@ -297,6 +299,8 @@ class RealtimeClient:
         except (aiohttp.ClientError, ConnectionError) as exc:
             self.ended = f"reading the session failed: {type(exc).__name__}: {exc}"
         self.close_code = self.ws.close_code
+        if self._closing and self.ended is None:
+            return  # the bench closed it: what never came is the utterances' own failure
         if self.ended is None:
             last = self.error_events[-1] if self.error_events else None
             self.ended = (f"the server closed the session (code {self.close_code})"
