@@ -1,0 +1,84 @@
+"""`voxserve bench realtime` and `bench voice-loop` end to end: short runs against a real
+voxserve on loopback, whose own TTS speaks the clips and whose `/v1/realtime` hears them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RunningServer
+from voxserve.cli import main
+
+
+def _live_args(kind: str, server: RunningServer, out: Path, *extra: str) -> list[str]:
+    return ["bench", kind, "--base-url", server.base_url, "--concurrency", "1", "--num-clips",
+            "2", "--language", "en", "--no-progress", "-o", str(out), *extra]
+
+
+@pytest.mark.timeout(90)
+def test_realtime_bench_one_session_two_utterances(server: RunningServer, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out, png = tmp_path / "rt.json", tmp_path / "rt.png"
+    rc = main(_live_args("realtime", server, out, "--utterances", "2", "--gap-s", "1.0",
+                         "--warmup", "0", "--plot", str(png)))
+    assert rc == 0
+    result = json.loads(out.read_text())
+    settings = result["settings"]
+    assert result["kind"] == "realtime" and "git_revision" in settings and settings["host"]
+    assert settings["silence_ms"] == 500 and settings["frame_ms"] == 20
+    assert settings["utterances_per_session"] == 2 and len(settings["clips"]) == 2
+    (level,) = result["levels"]
+    s = level["summary"]
+    assert s["utterances"] == 2 and s["completed"] == 2 and s["failed"] == 0, s["failures_by_status"]
+    assert s["error_events"] == {} and s["unmatched_events"] == 0
+    for key in ("completed_latency_s", "speech_stopped_latency_s"):
+        assert 0 < s[key]["p50"] <= s[key]["p90"] <= s[key]["max"] < 5
+    # the server cannot call the turn over before its silence has passed
+    assert s["speech_stopped_latency_s"]["p50"] >= 0.4
+    assert s["wer_live"] < 0.5 and s["wer_file"] is not None and s["wer_file"] < 0.5
+    assert s["deltas_per_utterance"] >= 0 and s["pacing_late_max_s"] < 0.5
+    assert s["file_pass"]["completed"] == 2
+    assert level["health"]["n"] > 0 and level["health"]["failures"] == 0
+    (session,) = level["records"]
+    assert session["error"] is None and session["frames_sent"] > 100
+    assert session["events"][:3] == ["session.created", "session.updated",
+                                     "input_audio_buffer.speech_started"]
+    for u in session["utterances"]:
+        assert u["failure"] is None and u["transcript"] and len(u["items"]) == 1
+        assert u["end_of_speech_at_s"] < u["speech_stopped_at_s"] <= u["completed_at_s"]
+        assert u["committed"] == 1 and u["usage_s"] > 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "completed p50 ms" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(90)
+def test_voice_loop_bench_one_conversation_two_turns(server: RunningServer, tmp_path: Path) -> None:
+    replies = tmp_path / "replies.txt"
+    replies.write_text("Sure, I can help with that.\nThe train leaves at noon.\n")
+    out = tmp_path / "vl.json"
+    rc = main(_live_args("voice-loop", server, out, "--turns", "2", "--warmup", "0",
+                         "--replies", str(replies), "--pause-ms", "200"))
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert result["kind"] == "voice-loop" and result["settings"]["tokens_per_s"] == 20
+    (level,) = result["levels"]
+    s = level["summary"]
+    assert s["turns"] == 2 and s["completed"] == 2 and s["failed"] == 0, s["failures_by_status"]
+    assert 0 < s["voice_to_voice_s"]["p50"] <= s["voice_to_voice_s"]["max"] < 5
+    assert 0 < s["completed_latency_s"]["p50"] < 5
+    assert 0.0 <= s["continuity_ok_rate"] <= 1.0 and s["stall_total_s"] >= 0
+    assert s["wer_live"] < 0.5 and level["health"]["n"] > 0
+    (conversation,) = level["records"]
+    assert conversation["error"] is None
+    for turn in conversation["turns"]:
+        # voice to voice is measured on every turn, after the transcript came
+        assert turn["voice_to_voice_s"] is not None and turn["failure"] is None
+        assert turn["voice_to_voice_s"] > turn["completed_latency_s"] > 0
+        assert turn["sample_rate"] == 24000 and turn["reply_audio_s"] > 0.5
+        assert turn["segments"] >= 1 and turn["stalls"] >= 0
+    first, second = conversation["turns"]
+    # the user spoke again only after the first reply had played
+    assert second["user"]["start_ms"] > 0 and first["played_until_s"] is not None
+    assert second["reply_started_at_s"] > first["played_until_s"]
