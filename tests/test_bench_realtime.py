@@ -4,12 +4,14 @@ voxserve on loopback, whose own TTS speaks the clips and whose `/v1/realtime` he
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunningServer
+from tests.conftest import MakeServer, RunningServer, tts_config
 from voxserve.cli import main
+from voxserve.config import RealtimeConfig
 
 
 def _live_args(kind: str, server: RunningServer, out: Path, *extra: str) -> list[str]:
@@ -82,3 +84,20 @@ def test_voice_loop_bench_one_conversation_two_turns(server: RunningServer, tmp_
     # the user spoke again only after the first reply had played
     assert second["user"]["start_ms"] > 0 and first["played_until_s"] is not None
     assert second["reply_started_at_s"] > first["played_until_s"]
+
+
+@pytest.mark.timeout(90)
+def test_realtime_bench_records_refused_sessions(make_server: MakeServer, tmp_path: Path) -> None:
+    out = tmp_path / "busy.json"
+    config = replace(tts_config(noise_w=0.0, noise_scale=0.0), realtime=RealtimeConfig(max_sessions=1))
+    with make_server(config) as busy:
+        rc = main(_live_args("realtime", busy, out, "--concurrency", "2", "--utterances", "1",
+                             "--warmup", "0", "--no-probe-health", "--fail-on-error"))
+    assert rc == 1  # one session was refused and --fail-on-error was given
+    level = json.loads(out.read_text())["levels"][0]
+    s = level["summary"]
+    assert s["completed"] == 1 and s["failed"] == 1 and s["sessions_failed"] == 1
+    assert s["failures_by_status"] == {"session_too_many_sessions": 1}
+    refused = [r for r in level["records"] if r["error"]]
+    assert len(refused) == 1 and "too_many_sessions" in refused[0]["error"]
+    assert "health" not in level

@@ -10,14 +10,14 @@ the clip's last sample above -45 dBFS): the time to the `completed` event and to
 Once per level, after the live sessions, the same clips are uploaded as files to
 `POST /v1/audio/transcriptions` one at a time, so the live WER stands beside the file WER
 on the same audio. With `files` > 0, that many loops upload a long file (the clips joined)
-during the level, to show live latency with file transcriptions beside it. Speaks HTTP and
-WebSocket only.
+while the sessions run, to show live latency with file transcriptions beside it; no upload
+starts after the sessions end, and the ones in flight then finish and count. Speaks HTTP
+and WebSocket only.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import random
 import statistics
@@ -95,7 +95,7 @@ async def run_session(http: aiohttp.ClientSession, options: LiveOptions, index: 
     except SessionFailed as exc:
         record.error = str(exc)
         for u in record.utterances:
-            u.fail("session", str(exc))
+            u.fail(exc.failure, str(exc))
             u.finish()
             if on_done is not None:
                 on_done()
@@ -198,24 +198,19 @@ async def _file_pass(http: aiohttp.ClientSession, target: TranscribeTarget,
 async def _file_loop(http: aiohttp.ClientSession, target: TranscribeTarget, clip: Clip,
                      data: bytes, stop: asyncio.Event, origin: float,
                      records: list[TranscribeRecord]) -> None:
-    """Upload the long file again and again until `stop`; one cut short is not kept."""
+    """Upload the long file again and again until `stop`; the upload in flight then ends
+    normally and counts (the live sessions are over by then, so it disturbs nothing)."""
     while not stop.is_set():
         now = time.perf_counter() - origin
         rec = TranscribeRecord(len(records), clip.path.name, clip.audio_s, now, now, clip.reference)
-        upload = asyncio.ensure_future(transcribe(http, target, clip, data, rec))
-        stopper = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({upload, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        stopper.cancel()
-        if not upload.done():
-            upload.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await upload
-            return
-        records.append(upload.result())
+        records.append(await transcribe(http, target, clip, data, rec))
 
 
-def _files_summary(records: list[TranscribeRecord], wall_s: float) -> dict[str, Any]:
-    out = summarize_transcribe(records, wall_s)
+def _files_summary(records: list[TranscribeRecord]) -> dict[str, Any]:
+    """`bench transcribe`'s figures, over the time from the level's start to the end of
+    the last upload; RTFx per request is each upload's audio over its latency."""
+    wall = max((r.sent_at_s + (r.latency_s or 0.0) for r in records), default=0.0)
+    out = summarize_transcribe(records, wall)
     out["rtfx_per_request"] = summarize([r.audio_s / r.latency_s for r in records
                                          if r.ok and r.latency_s])
     out["records"] = [asdict(r) for r in records]
@@ -280,7 +275,7 @@ async def bench_realtime(options: LiveOptions, clips: list[LiveClip], levels: li
             summary["file_pass"] = {**summarize_transcribe(file_pass, sum(
                 r.latency_s or 0.0 for r in file_pass)), "records": [asdict(r) for r in file_pass]}
             if files:
-                summary["files"] = _files_summary(file_records, wall)
+                summary["files"] = _files_summary(file_records)
             return LevelRun(list(sessions), origin, wall), summary
 
         return await measure_levels(levels, level, options.base_url, options.probe_health,

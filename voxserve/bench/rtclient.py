@@ -109,6 +109,16 @@ class LiveOptions:
 class SessionFailed(Exception):
     """The session could not be opened, or the server ended it."""
 
+    def __init__(self, message: str, code: str | None = None):
+        super().__init__(message)
+        self.code = code
+        """The server's error code when it said one (`too_many_sessions`...)."""
+
+    @property
+    def failure(self) -> str:
+        """The records' short reason: `session`, or `session_<code>`."""
+        return f"session_{self.code}" if self.code else "session"
+
 
 @dataclass
 class Utterance:
@@ -145,7 +155,8 @@ class Utterance:
     """The items' final transcripts joined (set by `finish`)."""
     usage_s: float = 0.0
     failure: str | None = None
-    """Short reason (`not_detected`, `timeout`, `transcription_failed`, `session`)."""
+    """Short reason: `not_detected`, `timeout`, `transcription_failed`, or `session` /
+    `session_<code>` (the code when the server refused the session)."""
     error: str | None = None
     completed_latency_s: float | None = None
     speech_stopped_latency_s: float | None = None
@@ -234,7 +245,8 @@ class RealtimeClient:
         try:
             created = await _next_event(ws, timeout_s)
             if created.get("type") != "session.created":
-                raise SessionFailed(f"expected session.created first, got {_brief(created)}")
+                raise SessionFailed(f"expected session.created first, got {_brief(created)}",
+                                    _error_code(created))
             update = session_update(vad, options.model, options.language)
             await ws.send_str(json.dumps(update))
             while True:
@@ -242,7 +254,8 @@ class RealtimeClient:
                 if event.get("type") == "session.updated":
                     break
                 if event.get("type") == "error":
-                    raise SessionFailed(f"session.update refused: {_brief(event)}")
+                    raise SessionFailed(f"session.update refused: {_brief(event)}",
+                                        _error_code(event))
             session = event.get("session")
             if not isinstance(session, dict):
                 raise SessionFailed(f"session.updated carries no session object: {_brief(event)}")
@@ -383,6 +396,12 @@ async def _next_event(ws: aiohttp.ClientWebSocketResponse, timeout_s: float) -> 
     if not isinstance(event, dict):
         raise SessionFailed(f"the server sent {message.data[:200]!r}, not a JSON object")
     return event
+
+
+def _error_code(event: dict[str, Any]) -> str | None:
+    error = event.get("error")
+    code = error.get("code") if event.get("type") == "error" and isinstance(error, dict) else None
+    return str(code) if code else None
 
 
 def _brief(event: dict[str, Any]) -> str:

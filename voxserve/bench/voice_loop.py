@@ -107,7 +107,8 @@ class TurnRecord:
     played_until_s: float | None = None
     failure: str | None = None
     """`user_<why>` when the transcription failed, `reply_error`, `reply_timeout`,
-    `no_audio` or `session`."""
+    `no_audio`, or `session` / `session_<code>` when the conversation ended early (the
+    code when the server refused it, e.g. `session_too_many_sessions`)."""
     error: str | None = None
 
     def fail(self, failure: str, error: str) -> None:
@@ -255,6 +256,7 @@ async def run_conversation(http: aiohttp.ClientSession, options: LiveOptions, lo
     live: LiveSession | None = None
     reply: ReplyStream | None = None
     reported = 0
+    failure = "session"
     try:
         live = await LiveSession.open(http, options, origin)
         reply = await ReplyStream.open(http, options, loop.voice, origin)
@@ -282,6 +284,7 @@ async def run_conversation(http: aiohttp.ClientSession, options: LiveOptions, lo
                 on_done()
     except SessionFailed as exc:
         record.error = str(exc)
+        failure = exc.failure
     finally:
         if reply is not None:
             await reply.close()
@@ -299,7 +302,7 @@ async def run_conversation(http: aiohttp.ClientSession, options: LiveOptions, lo
         turn.user.finish()
         turn.completed_latency_s = turn.user.completed_latency_s
         if turn.voice_to_voice_s is None and turn.failure is None:
-            turn.fail("session", record.error or "the conversation ended before this turn")
+            turn.fail(failure, record.error or "the conversation ended before this turn")
     for _ in range(len(record.turns) - reported):
         if on_done is not None:
             on_done()
