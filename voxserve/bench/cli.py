@@ -390,9 +390,10 @@ def _live_settings(args: argparse.Namespace, clips: list[LiveClip], **extra: Any
 
 
 def _realtime(args: argparse.Namespace) -> int:
-    from voxserve.bench.realtime import bench_realtime
+    from voxserve.bench.realtime import bench_realtime, check_plan
 
     options = _live_options(args)
+    check_plan(options, args.utterances, args.gap_s, args.files, args.file_seconds)
     clips = _live_clips(args)
     settings = _live_settings(args, clips, utterances_per_session=args.utterances,
                               gap_s=args.gap_s, files=args.files, file_seconds=args.file_seconds)
@@ -412,6 +413,7 @@ def _voice_loop(args: argparse.Namespace) -> int:
                         tokens_per_s=args.tokens_per_s, chars_per_token=args.chars_per_token,
                         pause_s=args.pause_ms / 1e3,
                         stall_threshold_s=args.stall_threshold_ms / 1e3)
+    loop.check()
     pool = load_prompts(args.replies) if args.replies else live_prompts()
     replies = pick(pool, max(args.concurrency) * args.turns, args.seed)
     clips = _live_clips(args)

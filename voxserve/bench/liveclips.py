@@ -14,6 +14,7 @@ import wave
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import numpy as np
 import soxr
 
@@ -132,7 +133,11 @@ async def spoken_clips(base_url: str, api_key: str | None, audio_dir: Path | Non
         prompts = live_prompts()[:num_clips] if num_clips else live_prompts()
         target = SpeechTarget(base_url, request_sample_rate=LIVE_RATE, timeout_s=timeout_s)
         with tempfile.TemporaryDirectory(prefix="voxserve-live-") as tmp:
-            await make_asr_set(target, prompts, Path(tmp), api_key=api_key)
+            try:
+                await make_asr_set(target, prompts, Path(tmp), api_key=api_key)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise BenchError(f"speaking the clips with {target.url} failed: "
+                                 f"{type(exc).__name__}: {exc}") from exc
             return load_live_clips(load_manifest(Path(tmp) / "manifest.jsonl"))
     if num_clips:
         clips = clips[:num_clips]

@@ -51,7 +51,7 @@ from voxserve.bench.transcribe import (
     transcribe,
 )
 
-__all__ = ["SessionRecord", "bench_realtime", "run_session", "summarize_realtime"]
+__all__ = ["SessionRecord", "bench_realtime", "check_plan", "run_session", "summarize_realtime"]
 
 UPLOAD_TIMEOUT_S = 600.0
 
@@ -217,15 +217,24 @@ def _files_summary(records: list[TranscribeRecord]) -> dict[str, Any]:
     return out
 
 
-async def bench_realtime(options: LiveOptions, clips: list[LiveClip], levels: list[int],
-                         utterances: int = 4, gap_s: float = 1.5, files: int = 0,
-                         file_seconds: float = 60.0, warmup: int = 1) -> dict[str, Any]:
-    """Warm up, then run every level: {"levels": [...], "health": {...}}."""
+def check_plan(options: LiveOptions, utterances: int, gap_s: float, files: int,
+               file_seconds: float) -> None:
+    """Raise ValueError for settings that cannot make a meaningful run."""
     if utterances < 1:
         raise ValueError(f"each session speaks at least one clip, got {utterances}")
     if gap_s < options.vad.silence_duration_ms / 1000:
         raise ValueError(f"a gap of {gap_s:g} s is shorter than the {options.vad.silence_duration_ms}"
                          f" ms of silence that ends a turn: the clips would run into one turn")
+    if files < 0 or file_seconds <= 0:
+        raise ValueError(f"--files must be >= 0 and --file-seconds positive, got {files} "
+                         f"and {file_seconds:g}")
+
+
+async def bench_realtime(options: LiveOptions, clips: list[LiveClip], levels: list[int],
+                         utterances: int = 4, gap_s: float = 1.5, files: int = 0,
+                         file_seconds: float = 60.0, warmup: int = 1) -> dict[str, Any]:
+    """Warm up, then run every level: {"levels": [...], "health": {...}}."""
+    check_plan(options, utterances, gap_s, files, file_seconds)
     target = TranscribeTarget(options.base_url, options.model, options.language, options.timeout_s)
     long_data, long_ref, long_s = joined_wav(clips, 1.0, file_seconds) if files else (b"", None, 0.0)
     long_clip = Clip(Path("joined.wav"), long_s, long_ref)

@@ -79,6 +79,17 @@ class LoopSettings:
     stall_threshold_s: float = 0.02
     """Shorter waits of the player are not counted as stalls (its buffer hides them)."""
 
+    def check(self) -> None:
+        """Raise ValueError for settings that cannot make a meaningful run."""
+        if self.turns < 1:
+            raise ValueError(f"a conversation takes at least one turn, got {self.turns}")
+        if self.tokens_per_s <= 0 or self.chars_per_token < 1:
+            raise ValueError(f"tokens per second must be positive and a token at least one "
+                             f"character, got {self.tokens_per_s:g} and {self.chars_per_token}")
+        if min(self.llm_ttft_s, self.pause_s, self.stall_threshold_s) < 0:
+            raise ValueError("the LLM's time to first token, the pause and the stall "
+                             "threshold cannot be negative")
+
 
 @dataclass
 class TurnRecord:
@@ -347,10 +358,7 @@ async def bench_voice_loop(options: LiveOptions, loop: LoopSettings, clips: list
     Conversation i speaks clips[(i * turns + t) % len(clips)] and hears
     replies[(i * turns + t) % len(replies)] at turn t.
     """
-    if loop.turns < 1:
-        raise ValueError(f"a conversation takes at least one turn, got {loop.turns}")
-    if loop.tokens_per_s <= 0:
-        raise ValueError(f"tokens per second must be positive, got {loop.tokens_per_s}")
+    loop.check()
     if not replies:
         raise ValueError("no reply texts")
     mean_s = statistics.fmean(c.audio_s for c in clips)
