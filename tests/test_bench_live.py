@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 from voxserve.bench.levels import BenchError
-from voxserve.bench.liveclips import LIVE_RATE, joined_wav, last_loud_sample, load_live_clips
+from voxserve.bench.liveclips import (
+    LIVE_RATE,
+    LiveClip,
+    joined_wav,
+    last_loud_sample,
+    load_live_clips,
+    spread,
+)
 from voxserve.bench.metrics import playback_stalls
 from voxserve.bench.pacer import AudioPacer
 from voxserve.bench.rtclient import Utterance, nearest_span
@@ -153,3 +160,14 @@ def test_llm_tokens_are_fixed_size_pieces() -> None:
     assert llm_tokens("", 4) == []
     with pytest.raises(ValueError):
         llm_tokens("x", 0)
+
+
+def test_spread_picks_short_and_long_clips_alike() -> None:
+    clips = [LiveClip(f"{i:02d}.wav", np.zeros(24000 * (i + 1), dtype=np.int16), None, 0)
+             for i in (5, 0, 9, 3, 7, 1, 8, 2, 6, 4)]  # 1 s to 10 s, out of order
+    four = spread(clips, 4, seed=0)
+    assert sorted(c.audio_s for c in four) == [1.0, 3.0, 6.0, 8.0]
+    assert spread(clips, 4, seed=0) == four  # seeded
+    assert sorted(c.audio_s for c in spread(clips, 10, seed=1)) == [float(s) for s in range(1, 11)]
+    twelve = spread(clips, 12, seed=2)
+    assert len(twelve) == 12 and {c.name for c in twelve} == {c.name for c in clips}

@@ -9,6 +9,7 @@ the server's own TTS. Reads files and resamples; speaks HTTP only to make the de
 from __future__ import annotations
 
 import math
+import random
 import tempfile
 import wave
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ __all__ = [
     "load_live_clips",
     "read_wav",
     "spoken_clips",
+    "spread",
 ]
 
 LIVE_RATE = 24000
@@ -113,6 +115,20 @@ def load_live_clips(clips: list[Clip]) -> list[LiveClip]:
     if not out:
         raise BenchError("no clips to stream")
     return out
+
+
+def spread(clips: list[LiveClip], count: int, seed: int) -> list[LiveClip]:
+    """`count` clips spread evenly over the set sorted by length (the whole set, cycled,
+    when more are asked than it holds), in a seeded random order.
+
+    A level that speaks few clips then gets short and long ones alike, as a level that
+    speaks many does, so that levels differ in load and not in what is said.
+    """
+    ordered = sorted(clips, key=lambda c: (c.audio_s, c.name))
+    m = len(ordered)
+    picked = [ordered[k * m // count] if count <= m else ordered[k % m] for k in range(count)]
+    random.Random(seed).shuffle(picked)
+    return picked
 
 
 def live_prompts() -> list[str]:

@@ -1,7 +1,9 @@
 """`bench realtime`: C live transcription sessions on `WS /v1/realtime`, at real time.
 
-Each session opens with server VAD, waits a random offset within one clip's length (so the
-sessions do not speak in lock step), then speaks its clips at real time with `gap_s` of
+A level's C sessions speak C * `utterances` clips spread over the set's lengths
+(`liveclips.spread`), so every level says short and long clips alike. Each session waits a
+random offset within one clip's length (so the sessions do not speak in lock step), opens
+with server VAD, then speaks its clips at real time with `gap_s` of
 silence between them, and keeps sending silence until every clip has its `completed` or
 its timeout has passed. Per clip it measures, from the end of speech (when the bench sent
 the clip's last sample above -45 dBFS): the time to the `completed` event and to the
@@ -33,7 +35,7 @@ from tqdm import tqdm
 
 from voxserve.bench.levels import BenchError, measure_levels
 from voxserve.bench.live import LiveSession
-from voxserve.bench.liveclips import LiveClip, joined_wav
+from voxserve.bench.liveclips import LiveClip, joined_wav, spread
 from voxserve.bench.load import LevelRun
 from voxserve.bench.metrics import summarize, word_errors
 from voxserve.bench.rtclient import (
@@ -256,8 +258,8 @@ async def bench_realtime(options: LiveOptions, clips: list[LiveClip], levels: li
 
         async def level(concurrency: int) -> tuple[LevelRun[SessionRecord], dict[str, Any]]:
             rng = random.Random(options.seed * 1000 + concurrency)
-            plan = [[clips[(i * utterances + j) % len(clips)] for j in range(utterances)]
-                    for i in range(concurrency)]
+            chosen = spread(clips, concurrency * utterances, options.seed)
+            plan = [chosen[i * utterances : (i + 1) * utterances] for i in range(concurrency)]
             offsets = [rng.uniform(0.0, mean_s) for _ in range(concurrency)]
             bar = tqdm(total=concurrency * utterances, desc=f"realtime c={concurrency}",
                        unit="utt", disable=not options.progress, leave=True)

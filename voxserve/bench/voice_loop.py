@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from voxserve.bench.levels import BenchError, measure_levels
 from voxserve.bench.live import LiveSession
-from voxserve.bench.liveclips import LiveClip
+from voxserve.bench.liveclips import LiveClip, spread
 from voxserve.bench.load import LevelRun
 from voxserve.bench.metrics import playback_stalls
 from voxserve.bench.rtclient import (
@@ -355,8 +355,8 @@ async def bench_voice_loop(options: LiveOptions, loop: LoopSettings, clips: list
                            warmup: bool = True) -> dict[str, Any]:
     """Warm up with one turn, then run every level: {"levels": [...], "health": {...}}.
 
-    Conversation i speaks clips[(i * turns + t) % len(clips)] and hears
-    replies[(i * turns + t) % len(replies)] at turn t.
+    The users say C * turns clips spread over the set's lengths (`liveclips.spread`);
+    conversation i hears replies[(i * turns + t) % len(replies)] at turn t.
     """
     loop.check()
     if not replies:
@@ -381,11 +381,11 @@ async def bench_voice_loop(options: LiveOptions, loop: LoopSettings, clips: list
             bar = tqdm(total=concurrency * n, desc=f"voice-loop c={concurrency}", unit="turn",
                        disable=not options.progress, leave=True)
             origin = time.perf_counter()
+            said = spread(clips, concurrency * n, options.seed)
             try:
                 conversations = await asyncio.gather(*(
                     run_conversation(
-                        http, options, loop, i,
-                        [clips[(i * n + t) % len(clips)] for t in range(n)],
+                        http, options, loop, i, said[i * n : (i + 1) * n],
                         [replies[(i * n + t) % len(replies)] for t in range(n)],
                         offsets[i], origin, lambda: bar.update(1))
                     for i in range(concurrency)))
