@@ -179,3 +179,22 @@ def test_offline_measures_audio_per_second(tmp_path: Path) -> None:
     points = json.loads(out.read_text())["points"]
     assert {p["mode"] for p in points} == {"full", "chunked"}
     assert all(p["audio_per_s"] > 1 and p["segments"] >= 1 for p in points)
+
+
+def test_git_revision_reads_a_checkout_and_a_worktree(tmp_path: Path) -> None:
+    from voxserve.bench.report import git_revision
+
+    main_git = tmp_path / "main" / ".git"
+    (main_git / "refs" / "heads").mkdir(parents=True)
+    (main_git / "HEAD").write_text("ref: refs/heads/main\n")
+    (main_git / "refs" / "heads" / "main").write_text("a" * 40 + "\n")
+    (main_git / "packed-refs").write_text("b" * 40 + " refs/heads/topic\n")
+    assert git_revision(tmp_path / "main" / "voxserve" / "bench" / "report.py") == "a" * 40
+    own = main_git / "worktrees" / "wt"
+    own.mkdir(parents=True)
+    (own / "HEAD").write_text("ref: refs/heads/topic\n")
+    (own / "commondir").write_text("../..\n")
+    (tmp_path / "wt").mkdir()
+    (tmp_path / "wt" / ".git").write_text(f"gitdir: {own}\n")
+    assert git_revision(tmp_path / "wt" / "voxserve" / "report.py") == "b" * 40
+    assert git_revision(Path("/")) is None

@@ -28,7 +28,7 @@ def test_realtime_bench_one_session_two_utterances(server: RunningServer, tmp_pa
     assert rc == 0
     result = json.loads(out.read_text())
     settings = result["settings"]
-    assert result["kind"] == "realtime" and "git_revision" in settings and settings["host"]
+    assert result["kind"] == "realtime" and settings["git_revision"] and settings["host"]
     assert settings["silence_ms"] == 500 and settings["frame_ms"] == 20
     assert settings["utterances_per_session"] == 2 and len(settings["clips"]) == 2
     (level,) = result["levels"]

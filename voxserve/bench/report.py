@@ -137,21 +137,42 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _git_dirs(folder: Path) -> tuple[Path, Path] | None:
+    """(the checkout's git dir, the shared one) when `folder` holds a checkout.
+
+    In a `git worktree` checkout `.git` is a file naming its own git dir, whose
+    `commondir` leads to the refs the worktrees share.
+    """
+    git = folder / ".git"
+    if git.is_dir():
+        return git, git
+    if git.is_file():
+        text = git.read_text().strip()
+        if text.startswith("gitdir: "):
+            own = (folder / text[8:]).resolve()
+            common = own / "commondir"
+            shared = (own / common.read_text().strip()).resolve() if common.exists() else own
+            return own, shared
+    return None
+
+
 def git_revision(start: Path | None = None) -> str | None:
     """The commit checked out where voxserve lives, read from .git files (no git process)."""
     here = (start or Path(__file__)).resolve()
     for folder in (here, *here.parents):
-        git = folder / ".git"
-        if not git.is_dir():
-            continue
         try:
-            head = (git / "HEAD").read_text().strip()
+            dirs = _git_dirs(folder)
+            if dirs is None:
+                continue
+            own, shared = dirs
+            head = (own / "HEAD").read_text().strip()
             if not head.startswith("ref: "):
                 return head
             ref = head[5:]
-            if (git / ref).exists():
-                return (git / ref).read_text().strip()
-            packed = git / "packed-refs"
+            for git in (own, shared):
+                if (git / ref).exists():
+                    return (git / ref).read_text().strip()
+            packed = shared / "packed-refs"
             if packed.exists():
                 for line in packed.read_text().splitlines():
                     if line.endswith(" " + ref):
