@@ -150,7 +150,7 @@ def test_every_flag_round_trips_into_the_config() -> None:
     args = build_parser().parse_args(argv)
     config, layout = server_config(args, {}), ray_config(args)
     roots: dict[type, Any] = {type(config): config, type(layout): layout}
-    roots.update({type(config.tts): config.tts, type(config.asr): config.asr, type(config.ws): config.ws})
+    roots.update({type(config.tts): config.tts, type(config.asr): config.asr, type(config.ws): config.ws, type(config.realtime): config.realtime})
     for flags, flag, value in expected:
         got = _at(roots[flags.cls], flag.path)
         assert got == value and type(got) is type(value), (flag.option, got, value)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from voxserve.audio.encode import wav_file
-from voxserve.config import ASRConfig, RayConfig, ServerConfig, TTSConfig, WSConfig
+from voxserve.config import ASRConfig, RayConfig, RealtimeConfig, ServerConfig, TTSConfig, WSConfig
 from voxserve.env import Environment
 from voxserve.flags import ConfigFlags, Shared
 
@@ -81,6 +81,7 @@ def _server_flags() -> ConfigFlags[ServerConfig]:
             "tts": "the TTS engine's flags",
             "asr": "the ASR engine's flags",
             "ws": "the WebSocket sessions' flags",
+            "realtime": "the live transcription sessions' flags",
             "api_key": "--api-key",
         },
     )
@@ -89,6 +90,11 @@ def _server_flags() -> ConfigFlags[ServerConfig]:
 @functools.cache
 def _ws_flags() -> ConfigFlags[WSConfig]:
     return ConfigFlags(WSConfig, "WebSocket sessions", prefix="ws-")
+
+
+@functools.cache
+def _realtime_flags() -> ConfigFlags[RealtimeConfig]:
+    return ConfigFlags(RealtimeConfig, "live transcription sessions (WS /v1/realtime)", prefix="realtime-")
 
 
 @functools.cache
@@ -106,7 +112,7 @@ def _ray_flags() -> ConfigFlags[RayConfig]:
 
 def serve_flags() -> tuple[ConfigFlags[Any], ...]:
     """Every config's flags that `voxserve serve` has."""
-    return (_server_flags(), _ws_flags(), _tts_flags(), _asr_flags(True), _ray_flags())
+    return (_server_flags(), _ws_flags(), _realtime_flags(), _tts_flags(), _asr_flags(True), _ray_flags())
 
 
 def speak_flags() -> tuple[ConfigFlags[Any], ...]:
@@ -179,6 +185,7 @@ def server_config(args: argparse.Namespace, env: Mapping[str, str] | None = None
         tts=_tts_config(args),
         asr=_asr_config(args, serving=True),
         ws=_ws_flags().build(args),
+        realtime=_realtime_flags().build(args),
         api_key=_api_key(args, environment),
         **from_env,
     )

@@ -204,6 +204,54 @@ class WSConfig:
 
 
 @dataclass(frozen=True)
+class RealtimeConfig:
+    """Live transcription sessions (`WS /v1/realtime`): how many, how big, how fast."""
+
+    max_sessions: int = 8
+    """Live sessions open at once; one more gets an error event and close code 1013. The
+    default is what this 2-core machine keeps within its latency target with file
+    transcriptions beside it (docs/REALTIME.md); they also count under `--ws-max-sessions`."""
+    max_message_bytes: int = 256 * 1024
+    """Largest message a client may send; larger ones end the session (1009). 256 KiB of
+    base64 holds 4 s of 24 kHz PCM."""
+    messages_per_s: float = 200.0
+    """Sustained message rate a session may send (a token bucket)."""
+    message_burst: int = 1000
+    """Messages a session may send at once above the sustained rate."""
+    max_buffer_s: float = 60.0
+    """Audio held for the current turn, not yet committed, in seconds. An append past it
+    is refused with an error event (the session stays open); commit or clear to go on."""
+    max_turn_s: float = 30.0
+    """Under server VAD, a turn that has lasted this long is committed even while the
+    user goes on speaking (one Whisper window), and the next turn starts at once."""
+    max_pending_turns: int = 4
+    """Committed turns of one session being transcribed at once; past it the server stops
+    reading that session until one finishes."""
+    final_target_ms: float = 400.0
+    """A turn's transcript is due this long after the end of its speech is known: its
+    deadline in the ASR batcher, where live turns go before file pieces."""
+    early_final_ms: float = 96.0
+    """Once speech has paused this long, the final transcript is decoded at once (when a
+    worker is idle), while the rest of `silence_duration_ms` runs; speech that resumes
+    drops it. 0 waits for the end of the turn."""
+    delta_interval_ms: float = 1000.0
+    """Partial transcripts of a turn in progress are decoded at most this often, and only
+    when an ASR worker is idle; 0 turns them off."""
+    idle_timeout_s: float = 60.0
+    """A session that sends nothing for this long is closed."""
+
+    def __post_init__(self) -> None:
+        if min(self.max_sessions, self.max_message_bytes, self.message_burst, self.max_pending_turns) < 1:
+            raise ValueError("realtime session, message, burst and pending-turn limits must be >= 1")
+        if min(self.messages_per_s, self.max_buffer_s, self.max_turn_s, self.idle_timeout_s) <= 0:
+            raise ValueError("realtime message rate, buffer, turn length and idle timeout must be positive")
+        if min(self.final_target_ms, self.early_final_ms, self.delta_interval_ms) < 0:
+            raise ValueError("realtime final target, early final and delta interval must be >= 0")
+        if self.max_turn_s > self.max_buffer_s:
+            raise ValueError("max_turn_s must not exceed max_buffer_s")
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """HTTP server settings."""
 
@@ -226,6 +274,8 @@ class ServerConfig:
     """Also require the key on `/metrics`; `/health` always stays open."""
     ws: WSConfig = field(default_factory=WSConfig)
     """Limits on WebSocket sessions."""
+    realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
+    """Live transcription sessions."""
     allowed_origins: tuple[str, ...] = ()
     """Browser origins (`https://app.example.com`) allowed to open a WebSocket or send a
     request other than GET, HEAD or OPTIONS, besides the server's own; `*` allows any. A

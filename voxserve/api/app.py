@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 
+from voxserve.api.realtime import realtime
 from voxserve.api.remote import Remote, create_remote_app
 from voxserve.api.routes import route_table
 from voxserve.api.speech import speech
@@ -50,5 +51,5 @@ def create_app(
         async with running_state(config, engine, asr, publish):
             yield
 
-    routes = route_table(speech, transcriptions, translations, speech_stream)
+    routes = route_table(speech, transcriptions, translations, speech_stream, realtime)
     return assemble(config, routes, lifespan, lambda: holder["state"].metrics if holder else None)

@@ -15,7 +15,18 @@ from typing import Any
 from voxserve.api.errors import error_response
 from voxserve.errors import Unauthorized
 
-__all__ = ["RequireKey"]
+__all__ = ["SUBPROTOCOL_PREFIX", "RequireKey"]
+
+SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
+"""A browser cannot set headers on a WebSocket: as with OpenAI's Realtime API, it may
+offer the key as the subprotocol `openai-insecure-api-key.KEY` instead."""
+
+
+def _subprotocol_key(scope: dict[str, Any]) -> bytes | None:
+    for offered in scope.get("subprotocols") or ():
+        if isinstance(offered, str) and offered.startswith(SUBPROTOCOL_PREFIX):
+            return offered[len(SUBPROTOCOL_PREFIX) :].encode()
+    return None
 
 _USAGE = "send it in an Authorization header as 'Bearer YOUR_KEY'"
 
@@ -36,6 +47,12 @@ class RequireKey:
     def _refusal(self, scope: dict[str, Any]) -> Unauthorized | None:
         """Why this request may not pass, or None when it carries the key."""
         values = [v for k, v in scope.get("headers", ()) if k == b"authorization"]
+        if not values and scope["type"] == "websocket":
+            offered = _subprotocol_key(scope)
+            if offered is not None:
+                if hmac.compare_digest(offered, self._key):
+                    return None
+                return Unauthorized(f"incorrect API key in the {SUBPROTOCOL_PREFIX}* subprotocol")
         if not values:
             return Unauthorized(f"this server needs an API key; {_USAGE}")
         if len(values) > 1:

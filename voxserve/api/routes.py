@@ -29,6 +29,7 @@ def route_table(
     transcriptions: Endpoint,
     translations: Endpoint,
     speech_stream: Callable[[WebSocket], Awaitable[None]] | None = None,
+    realtime: Callable[[WebSocket], Awaitable[None]] | None = None,
 ) -> list[BaseRoute]:
     routes: list[BaseRoute] = [
         Route("/health", catalog.health, methods=["GET"]),
@@ -42,4 +43,6 @@ def route_table(
     ]
     if speech_stream is not None:
         routes.append(WebSocketRoute("/v1/audio/speech/stream", speech_stream))
+    if realtime is not None:
+        routes.append(WebSocketRoute("/v1/realtime", realtime))
     return [*routes, *playground_routes()]

@@ -88,7 +88,7 @@ def uvicorn_config(app: Starlette, config: ServerConfig, **overrides: Any) -> uv
         "lifespan": "on",
         "limit_concurrency": config.limit_concurrency,
         "backlog": config.backlog,
-        "ws_max_size": config.ws.max_message_bytes,
+        "ws_max_size": max(config.ws.max_message_bytes, config.realtime.max_message_bytes),
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
         "access_log": False,
     }

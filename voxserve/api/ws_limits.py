@@ -65,6 +65,19 @@ def message_size(message: Message, limit: int) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
+def _subprotocol(ws: WebSocket) -> str | None:
+    """The subprotocol to answer with: a browser fails a handshake that offered some and
+    got none back. `realtime` when offered (OpenAI's browser clients offer it beside the
+    key), else the first one offered that is not an API key: a key is never echoed."""
+    offered = [
+        p for p in ws.scope.get("subprotocols") or ()
+        if isinstance(p, str) and not p.startswith("openai-insecure-api-key.")
+    ]
+    if not offered:
+        return None
+    return "realtime" if "realtime" in offered else offered[0]
+
+
 async def _refuse_busy(state: AppState, ws: WebSocket) -> None:
     """Past `max_sessions`: accept, say why, close with 1013 (try again later)."""
     limit = state.config.ws.max_sessions
@@ -74,7 +87,7 @@ async def _refuse_busy(state: AppState, ws: WebSocket) -> None:
     event = {**error_event(error), "code": "too_many_sessions", "message": message}
     with contextlib.suppress(Exception):
         async with asyncio.timeout(state.config.ws.send_timeout_s):
-            await ws.accept()
+            await ws.accept(subprotocol=_subprotocol(ws))
             await ws.send_text(json.dumps(event))
             await ws.close(1013, "too many sessions")
 
@@ -93,7 +106,7 @@ async def session_slot(state: AppState, ws: WebSocket) -> AsyncIterator[bool]:
         accepted = False
         with contextlib.suppress(Exception):
             async with asyncio.timeout(state.config.ws.send_timeout_s):
-                await ws.accept()
+                await ws.accept(subprotocol=_subprotocol(ws))
                 accepted = True
         yield accepted
     finally:

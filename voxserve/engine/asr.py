@@ -7,6 +7,10 @@ put them on each request's in-order result stream. A piece that fails Whisper's 
 checks goes back to the batcher with the next temperature. Aborting a request drops its
 queued pieces at once; pieces already being decoded are discarded when they finish.
 
+Live utterances (realtime sessions) come with a deadline: the batcher puts them before
+file work, earliest deadline first, and while any live session is open file pieces may
+hold at most `workers - 1` workers, so a live utterance never waits behind a 30 s piece.
+
 Audio work (decode, cut, log-mel) is not done here: `prepare` and `features` are pure
 steps that callers run in their audio pool. This module knows nothing of HTTP.
 """
@@ -123,6 +127,7 @@ class _Job:
     language: str | None
     timings: bool
     left: int
+    deadline: float | None = None
 
 
 @dataclass
@@ -177,6 +182,10 @@ class ASREngine(WorkerEngine):
         self._ids = itertools.count(1)
         self._stopping = False
         self._in_flight = 0
+        self._busy_workers = 0
+        self._file_batches = 0
+        """Workers decoding file pieces now (the rest are free or decoding live ones)."""
+        self._live_sessions = 0
         self.stats = ASRStats()
 
     # -- lifecycle (start, healthy and stop come from WorkerEngine) --------------------
@@ -213,6 +222,8 @@ class ASREngine(WorkerEngine):
                 "requests": len(self._jobs),
                 "queued": len(self._batcher),
                 "in_flight": self._in_flight,
+                "live_queued": self._batcher.live_queued(),
+                "live_sessions": self._live_sessions,
                 "batches": s.batches,
                 "pieces": s.pieces,
                 "fallbacks": s.fallbacks,
@@ -262,6 +273,42 @@ class ASREngine(WorkerEngine):
             lease.release()
             raise
 
+    def prepare_samples(self, samples: np.ndarray) -> PreparedAudio:
+        """Cut audio that is already 16 kHz float32 (a live utterance), holding its share
+        of the buffered-audio budget like an upload. CPU work: run it in the audio pool."""
+        lease = self.budget.lease()
+        try:
+            lease.take(len(samples))
+            audio = np.ascontiguousarray(samples, dtype=np.float32)
+            return PreparedAudio(audio, plan_spans(audio, SAMPLE_RATE), lease)
+        except BaseException:
+            lease.release()
+            raise
+
+    # -- live sessions -----------------------------------------------------------------
+    def live_session(self, opened: bool) -> None:
+        """Count a realtime session in (True) or out (False). While any is open, file
+        pieces leave one worker free for live utterances."""
+        with self._cond:
+            self._live_sessions = max(0, self._live_sessions + (1 if opened else -1))
+            self._cond.notify_all()
+
+    def idle_workers(self) -> int:
+        """Workers with nothing to do right now: none are when anything waits for a batch.
+        Live sessions decode partial transcripts only when this is above zero."""
+        with self._cond:
+            if len(self._batcher):
+                return 0
+            return max(0, self.config.workers - self._busy_workers)
+
+    def clock(self) -> float:
+        """The clock deadlines are given in."""
+        return self._clock()
+
+    def _files_allowed(self) -> bool:
+        workers = self.config.workers
+        return not (self._live_sessions and workers > 1 and self._file_batches >= workers - 1)
+
     def features(self, prepared: PreparedAudio, index: int) -> DecodeInput | None:
         """Log-mel of one piece, or None when it is silent. CPU work: run it in the audio pool."""
         span = prepared.spans[index]
@@ -277,8 +324,10 @@ class ASREngine(WorkerEngine):
         prepared: PreparedAudio,
         loop: asyncio.AbstractEventLoop | None = None,
         request_id: str = "",
+        deadline: float | None = None,
     ) -> ASRHandle:
-        """Register a request; its pieces follow through `submit`."""
+        """Register a request; its pieces follow through `submit`. A `deadline` (on
+        `clock()`) makes it live work: it goes before every file piece."""
         self.check(options)
         if options.temperature > 0:
             temperatures: tuple[float, ...] = (options.temperature,)
@@ -294,7 +343,9 @@ class ASREngine(WorkerEngine):
         with self._cond:
             if self._stopping:
                 raise Unavailable("server is shutting down")
-            self._jobs[job_id] = _Job(handle, ladder, options.task, options.language, options.timings, pieces)
+            self._jobs[job_id] = _Job(
+                handle, ladder, options.task, options.language, options.timings, pieces, deadline
+            )
         return handle
 
     def submit(
@@ -311,7 +362,8 @@ class ASREngine(WorkerEngine):
             if decode_input is not None:
                 decode_input = replace(decode_input, align=job.timings)
                 piece = _Piece(handle.id, index, offset, duration, decode_input)
-                self._batcher.add(Pending(handle.id, index, job.ladder[0], piece), self._clock())
+                pending = Pending(handle.id, index, job.ladder[0], piece, job.deadline)
+                self._batcher.add(pending, self._clock())
                 self._cond.notify()
                 return True
         self._complete(job, WindowResult(index, offset, offset + duration, [], None), duration)
@@ -344,19 +396,25 @@ class ASREngine(WorkerEngine):
             with self._cond:
                 batch = None
                 while not self._stopping:
-                    batch = self._batcher.next_batch(self._clock())
+                    files = self._files_allowed()
+                    batch = self._batcher.next_batch(self._clock(), files)
                     if batch is not None:
                         break
-                    deadline = self._batcher.deadline()
+                    deadline = self._batcher.deadline(files)
                     self._cond.wait(None if deadline is None else max(0.0, deadline - self._clock()))
                 if batch is None:
                     return
+                live = batch[0].live
+                self._busy_workers += 1
+                self._file_batches += 0 if live else 1
                 self._in_flight += len(batch)
                 self.stats.batches += 1
                 self.stats.batch_sizes[len(batch)] += 1
             started = time.perf_counter()
             self._run(batch)
             with self._cond:
+                self._busy_workers -= 1
+                self._file_batches -= 0 if live else 1
                 self._in_flight -= len(batch)
                 busy = self.stats.busy_s
                 busy[index] = busy.get(index, 0.0) + time.perf_counter() - started
@@ -390,7 +448,8 @@ class ASREngine(WorkerEngine):
                 if piece.job in self._jobs:
                     self.stats.fallbacks += 1
                     key = job.ladder[piece.attempt]
-                    self._batcher.add(Pending(piece.job, piece.index, key, piece), self._clock())
+                    pending = Pending(piece.job, piece.index, key, piece, job.deadline)
+                    self._batcher.add(pending, self._clock())
                     self._cond.notify()
             return
         out, text, temperature = _best(piece.tried)

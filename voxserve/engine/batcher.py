@@ -7,9 +7,16 @@ in one place:
 - only segments with equal decoding options (the `key`) share a batch;
 - a group goes as soon as it holds `max_batch` segments, or once its oldest segment has
   waited `wait_s`; a worker that finds nothing due sleeps until `deadline()`;
-- among due groups, the one holding the most urgent segment goes first. Urgency is the
-  segment's index within its request, then arrival: a short request's first segment
-  overtakes segment 40 of a three-hour file, so one long upload cannot starve the rest;
+- a live segment (one with a `deadline`: an utterance of a realtime session) is due at
+  once and never shares a batch with file segments;
+- among due groups, the one holding the most urgent segment goes first. Live segments
+  come before file segments, earliest deadline first (as the vocoder's chunks do). Among
+  file segments urgency is the segment's index within its request, then arrival: a short
+  request's first segment overtakes segment 40 of a three-hour file, so one long upload
+  cannot starve the rest;
+- `next_batch(now, files=False)` leaves file segments waiting: the engine asks for that
+  while live sessions are open and all but one worker already decode files, so a live
+  utterance never waits behind a file's 30 s piece;
 - inside a group the same order picks which segments fill the batch;
 - a batch takes at most its group's share per worker (ceil(len / workers)), so five
   waiting pieces become batches of three and two on two workers instead of one batch
@@ -39,12 +46,20 @@ class Pending(Generic[P]):
     """Position within its request (0 = first piece of audio)."""
     key: Hashable
     payload: P
+    deadline: float | None = None
+    """When a live segment's result is due (same clock as `now`); None for file work."""
     ready_at: float = 0.0
     seq: int = field(default=0, compare=False)
 
     @property
-    def rank(self) -> tuple[int, int]:
-        return (self.index, self.seq)
+    def live(self) -> bool:
+        return self.deadline is not None
+
+    @property
+    def rank(self) -> tuple[int, float, int]:
+        if self.deadline is not None:
+            return (0, self.deadline, self.seq)
+        return (1, float(self.index), self.seq)
 
 
 class Batcher(Generic[P]):
@@ -54,7 +69,7 @@ class Batcher(Generic[P]):
         self.max_batch = max_batch
         self.wait_s = wait_s
         self.workers = workers
-        self._groups: dict[Hashable, list[Pending[P]]] = {}
+        self._groups: dict[tuple[Hashable, bool], list[Pending[P]]] = {}
         self._seq = itertools.count()
 
     def __len__(self) -> int:
@@ -63,7 +78,7 @@ class Batcher(Generic[P]):
     def add(self, item: Pending[P], now: float) -> None:
         item.ready_at = now
         item.seq = next(self._seq)
-        self._groups.setdefault(item.key, []).append(item)
+        self._groups.setdefault((item.key, item.live), []).append(item)
 
     def abort(self, request: int) -> int:
         """Drop a request's queued segments; returns how many were dropped."""
@@ -81,13 +96,23 @@ class Batcher(Generic[P]):
     def queued(self, request: int) -> int:
         return sum(1 for g in self._groups.values() for p in g if p.request == request)
 
+    def live_queued(self) -> int:
+        return sum(len(g) for (_, live), g in self._groups.items() if live)
+
     def _due(self, group: list[Pending[P]], now: float) -> bool:
+        if group[0].live:
+            return True
         oldest = min(p.ready_at for p in group)
         return len(group) >= self.max_batch or now >= oldest + self.wait_s
 
-    def next_batch(self, now: float) -> list[Pending[P]] | None:
-        """The batch to decode now, or None if no group is due yet."""
-        due = [(min(p.rank for p in g), k) for k, g in self._groups.items() if self._due(g, now)]
+    def next_batch(self, now: float, files: bool = True) -> list[Pending[P]] | None:
+        """The batch to decode now, or None if no group is due yet. With `files=False`
+        only live segments may go."""
+        due = [
+            (min(p.rank for p in g), k)
+            for k, g in self._groups.items()
+            if (files or k[1]) and self._due(g, now)
+        ]
         if not due:
             return None
         _, key = min(due, key=lambda d: d[0])
@@ -100,8 +125,9 @@ class Batcher(Generic[P]):
             del self._groups[key]
         return batch
 
-    def deadline(self) -> float | None:
-        """When the next partial batch falls due; None when nothing waits."""
-        if not self._groups:
+    def deadline(self, files: bool = True) -> float | None:
+        """When the next partial batch falls due; None when nothing (allowed) waits."""
+        waits = [g for k, g in self._groups.items() if files or k[1]]
+        if not waits:
             return None
-        return min(min(p.ready_at for p in g) for g in self._groups.values()) + self.wait_s
+        return min(min(p.ready_at for p in g) for g in waits) + self.wait_s

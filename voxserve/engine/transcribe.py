@@ -11,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+
+import numpy as np
 
 from voxserve.engine.asr import ASREngine, ASRHandle, PreparedAudio, TranscribeOptions, WindowResult
 from voxserve.engine.segments import TimedSegment
 from voxserve.errors import ServerError
 
-__all__ = ["Transcript", "Transcription", "build_transcript", "start_transcription"]
+__all__ = ["Transcript", "Transcription", "build_transcript", "start_live", "start_transcription"]
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +106,33 @@ async def start_transcription(
 
     Raises InvalidRequest for options the model cannot serve or audio it cannot decode.
     """
+    return await _start(engine, lambda: engine.prepare(data), options, pool, request_id)
+
+
+async def start_live(
+    engine: ASREngine,
+    samples: np.ndarray,
+    options: TranscribeOptions,
+    pool: Executor,
+    deadline: float,
+    request_id: str = "",
+) -> Transcription:
+    """Transcribe a live utterance (16 kHz float32 samples) as deadline work: its pieces
+    go before file pieces, earliest `deadline` (on `engine.clock()`) first."""
+    return await _start(engine, lambda: engine.prepare_samples(samples), options, pool, request_id, deadline)
+
+
+async def _start(
+    engine: ASREngine,
+    prepare: Callable[[], PreparedAudio],
+    options: TranscribeOptions,
+    pool: Executor,
+    request_id: str,
+    deadline: float | None = None,
+) -> Transcription:
     engine.check(options)
     loop = asyncio.get_running_loop()
-    decoding = loop.run_in_executor(pool, engine.prepare, data)
+    decoding = loop.run_in_executor(pool, prepare)
     try:
         prepared = await asyncio.shield(decoding)
     except asyncio.CancelledError:
@@ -114,7 +140,7 @@ async def start_transcription(
         decoding.add_done_callback(_release_result)
         raise
     try:
-        handle = engine.open(options, prepared, loop, request_id)
+        handle = engine.open(options, prepared, loop, request_id, deadline)
     except BaseException:
         prepared.release()
         raise

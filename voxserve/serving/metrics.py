@@ -138,6 +138,8 @@ def _os_threads() -> int | None:
         return None
     return None
 
+_REALTIME_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0, 3.0, 5.0, 10.0)
+
 
 class Metrics:
     def __init__(self, read_engine: Callable[[], dict[str, Any]] | None):
@@ -182,6 +184,21 @@ class Metrics:
         self.asr_latency = Histogram(
             "voxserve_asr_latency_seconds", "Time from request to full transcript",
             buckets=_ASR_LATENCY_BUCKETS, registry=r,
+        )
+
+        self.realtime_sessions = Gauge(
+            "voxserve_realtime_sessions", "Open live transcription sessions (/v1/realtime)", registry=r
+        )
+        self.realtime_turns = Counter(
+            "voxserve_realtime_turns", "Committed live turns by outcome", ["outcome"], registry=r
+        )
+        self.realtime_final_latency = Histogram(
+            "voxserve_realtime_final_seconds",
+            "Live turns: time from the end of speech (or the commit) to the completed transcript",
+            buckets=_REALTIME_BUCKETS, registry=r,
+        )
+        self.realtime_deltas = Counter(
+            "voxserve_realtime_deltas", "Partial transcripts sent to live sessions", registry=r
         )
 
     def attach_asr(self, read_asr: Callable[[], dict[str, Any]]) -> None:

@@ -23,8 +23,10 @@ from voxserve.engine.asr import ASREngine
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget, UploadLease
+from voxserve.engine.vad import VADEngine
 from voxserve.serving.catalog import Health, engines_health, model_ids, voice_list
 from voxserve.serving.metrics import Metrics
+from voxserve.serving.realtime import LiveTranscriber
 from voxserve.serving.speech import SpeechParams, SpeechStream, open_speech
 from voxserve.serving.transcription import (
     Transcriber,
@@ -68,6 +70,8 @@ class AppState:
     """WebSocket sessions open now, on every WebSocket route (`config.ws.max_sessions`)."""
     uploads: UploadBudget | None = None
     """Upload bytes read by transcriptions and not decoded yet, all together (429 past it)."""
+    live: LiveTranscriber | None = None
+    """Live transcription sessions (`/v1/realtime`); None when ASR is off."""
 
     def new_request_id(self) -> str:
         return new_request_id()
@@ -176,6 +180,10 @@ async def running_state(
             lambda: {**asr.snapshot(), "upload_bytes": uploads.held, "upload_refused": uploads.refused}
         )
         asr.start()
+        vad = VADEngine()
+        vad.start()
+        live_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")
+        state.live = LiveTranscriber(asr, vad, live_pool, config.realtime, state.metrics)
         warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
     await asyncio.gather(*warmups)
     lag = asyncio.create_task(state.metrics.watch_loop_lag())
@@ -192,3 +200,6 @@ async def running_state(
         if asr is not None and state.asr_pool is not None:
             asr.stop(timeout=max(0.0, deadline - time.monotonic()))
             state.asr_pool.shutdown(wait=False, cancel_futures=True)
+        if state.live is not None:
+            state.live.vad.stop()
+            state.live.pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,383 @@
+"""`WS /v1/realtime`: OpenAI's Realtime API transcription sessions, through a real server
+and real clients (websockets, and the official `openai` SDK's realtime client).
+
+Audio is the server's own speech (Piper, 24 kHz PCM), streamed in 40 ms appends. Turn
+detection counts samples, not wall time, so most tests stream faster than real time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from openai import AsyncOpenAI
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from tests.asr_support import SHORT, speak_pcm, wer
+from tests.conftest import RunningServer, run_server, wait_for
+from voxserve.config import RealtimeConfig, ServerConfig, TTSConfig
+
+pytestmark = pytest.mark.timeout(120)
+
+CHUNK = 960
+"""Samples per append: 40 ms at 24 kHz."""
+
+
+def _ws_url(srv: RunningServer, query: str = "?intent=transcription") -> str:
+    return srv.base_url.replace("http://", "ws://") + "/v1/realtime" + query
+
+
+class Session:
+    """A realtime client over a websockets connection, keeping every event it reads."""
+
+    def __init__(self, ws: ClientConnection):
+        self.ws = ws
+        self.events: list[dict[str, Any]] = []
+
+    def send(self, event: dict[str, Any]) -> None:
+        self.ws.send(json.dumps(event))
+
+    def recv(self, timeout: float = 20) -> dict[str, Any]:
+        event = json.loads(self.ws.recv(timeout))
+        assert isinstance(event, dict)
+        self.events.append(event)
+        return event
+
+    def until(self, kind: str, timeout: float = 30) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            event = self.recv(max(0.01, deadline - time.monotonic()))
+            if event["type"] == kind:
+                return event
+
+    def append(self, pcm: np.ndarray, pace_s: float = 0.0, size: int = CHUNK) -> None:
+        for i in range(0, len(pcm), size):
+            chunk = pcm[i : i + size].astype("<i2").tobytes()
+            self.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk).decode()})
+            if pace_s:
+                time.sleep(pace_s)
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == kind]
+
+
+@pytest.fixture()
+def rt(server: RunningServer) -> Iterator[Session]:
+    with connect(_ws_url(server), close_timeout=1) as ws:
+        session = Session(ws)
+        created = session.recv()
+        assert created["type"] == "session.created"
+        yield session
+
+
+@pytest.fixture(scope="module")
+def speech(server: RunningServer) -> list[np.ndarray]:
+    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+        return [speak_pcm(client, text) for text in SHORT[:2]]
+
+
+def _silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * 24000), dtype=np.int16)
+
+
+def _vad(silence_ms: int = 500) -> dict[str, Any]:
+    return {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": silence_ms}
+
+
+def test_session_created_and_updated_in_both_shapes(rt: Session) -> None:
+    created = rt.events[0]
+    session = created["session"]
+    assert session["type"] == "transcription"
+    assert session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+    assert session["audio"]["input"]["turn_detection"]["type"] == "server_vad"
+    assert created["event_id"].startswith("event_")
+
+    rt.send({
+        "type": "session.update",
+        "session": {
+            "type": "transcription",
+            "audio": {"input": {
+                "format": {"type": "audio/pcmu"},
+                "transcription": {"model": "whisper-1", "language": "en", "prompt": "Stella"},
+                "turn_detection": _vad(700),
+                "noise_reduction": {"type": "near_field"},
+            }},
+        },
+    })
+    updated = rt.until("session.updated")["session"]["audio"]["input"]
+    assert updated["format"] == {"type": "audio/pcmu"}
+    assert updated["transcription"] == {"model": "whisper-1", "language": "en", "prompt": "Stella"}
+    assert updated["turn_detection"]["silence_duration_ms"] == 700
+    assert updated["noise_reduction"] == {"type": "near_field"}
+
+    rt.send({
+        "type": "transcription_session.update",
+        "session": {"input_audio_format": "pcm16", "turn_detection": None},
+    })
+    legacy = rt.until("transcription_session.updated")["session"]
+    assert legacy["input_audio_format"] == "pcm16" and legacy["turn_detection"] is None
+    assert legacy["input_audio_transcription"]["language"] == "en"  # kept from before
+
+
+def test_server_vad_turns_in_order(rt: Session, speech: list[np.ndarray]) -> None:
+    rt.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+        "turn_detection": _vad(500)}}}})
+    rt.until("session.updated")
+    audio = np.concatenate([_silence(0.5), speech[0], _silence(1.2), speech[1], _silence(1.2)])
+    rt.append(audio)
+    first = rt.until("conversation.item.input_audio_transcription.completed")
+    second = rt.until("conversation.item.input_audio_transcription.completed")
+
+    started, stopped, committed = (rt.of(f"input_audio_buffer.{k}") for k in ("speech_started", "speech_stopped", "committed"))
+    assert len(started) == len(stopped) == len(committed) == 2
+    assert [c["item_id"] for c in committed] == [first["item_id"], second["item_id"]]
+    assert committed[0]["previous_item_id"] is None
+    assert committed[1]["previous_item_id"] == committed[0]["item_id"]
+    # The first speech starts after the 0.5 s of silence, less the 300 ms prefix padding.
+    assert 100 <= started[0]["audio_start_ms"] <= 500
+    end_of_speech_ms = 500 + len(speech[0]) * 1000 // 24000
+    assert abs(stopped[0]["audio_end_ms"] - end_of_speech_ms) < 300
+    for event, text in zip((first, second), SHORT[:2], strict=True):
+        assert wer(text, event["transcript"]) <= 0.2, event["transcript"]
+        assert event["content_index"] == 0
+        assert event["usage"]["type"] == "duration" and 1.0 < event["usage"]["seconds"] < 8.0
+    kinds = [e["type"] for e in rt.events]
+    assert kinds.index("input_audio_buffer.speech_stopped") < kinds.index("input_audio_buffer.committed")
+
+
+def test_manual_commit_and_clear(rt: Session, speech: list[np.ndarray]) -> None:
+    rt.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}}})
+    rt.until("session.updated")
+    rt.send({"type": "input_audio_buffer.commit", "event_id": "c1"})
+    error = rt.until("error")["error"]
+    assert error["code"] == "input_audio_buffer_commit_empty" and error["event_id"] == "c1"
+
+    rt.append(speech[1][: 24000])
+    rt.send({"type": "input_audio_buffer.clear"})
+    rt.until("input_audio_buffer.cleared")
+    rt.append(speech[0])
+    rt.send({"type": "input_audio_buffer.commit"})
+    committed = rt.until("input_audio_buffer.committed")
+    done = rt.until("conversation.item.input_audio_transcription.completed")
+    assert done["item_id"] == committed["item_id"]
+    assert wer(SHORT[0], done["transcript"]) <= 0.2, done["transcript"]
+    assert not rt.of("input_audio_buffer.speech_started")  # no VAD events without VAD
+
+
+def _mulaw(pcm: np.ndarray) -> bytes:
+    """G.711 mu-law encoding, from its definition (for the test's own input)."""
+    x = np.clip(pcm.astype(np.int32), -32635, 32635)
+    sign = np.where(x < 0, 0x80, 0)
+    magnitude = np.abs(x) + 132
+    exponent = np.floor(np.log2(magnitude)).astype(np.int32) - 7
+    mantissa = (magnitude >> (exponent + 3)) & 0x0F
+    encoded: np.ndarray = (~(sign | (exponent << 4) | mantissa) & 0xFF).astype(np.uint8)
+    return encoded.tobytes()
+
+
+def test_pcmu_audio(rt: Session, speech: list[np.ndarray]) -> None:
+    import soxr
+
+    rt.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+        "format": {"type": "audio/pcmu"}, "turn_detection": None}}}})
+    rt.until("session.updated")
+    narrow = soxr.resample(speech[0].astype(np.float32), 24000, 8000).astype(np.int16)
+    data = _mulaw(narrow)
+    for i in range(0, len(data), 320):
+        rt.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(data[i : i + 320]).decode()})
+    rt.send({"type": "input_audio_buffer.commit"})
+    done = rt.until("conversation.item.input_audio_transcription.completed")
+    assert wer(SHORT[0], done["transcript"]) <= 0.25, done["transcript"]
+
+
+@pytest.mark.parametrize(
+    ("event", "code"),
+    [
+        ({"type": "response.create"}, "unsupported_event"),
+        ({"type": "input_audio_buffer.append", "audio": "%%%not base64"}, "invalid_audio"),
+        ({"type": "input_audio_buffer.append", "audio": 7}, "invalid_audio"),
+        ({"type": "session.update", "session": {"type": "realtime"}}, "unsupported_session_type"),
+        ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+            "turn_detection": {"type": "semantic_vad", "eagerness": "low"}}}}}, "unsupported_turn_detection"),
+        ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+            "turn_detection": {"type": "server_vad", "threshold": 7}}}}}, "invalid_value"),
+        ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+            "format": {"type": "audio/pcm", "rate": 16000}}}}}, "invalid_value"),
+        ({"type": "session.update", "session": {"type": "transcription", "bogus": 1}}, "invalid_value"),
+        ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+            "transcription": {"model": "nope"}}}}}, "model_not_found"),
+        ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+            "transcription": {"language": "de"}}}}}, "unsupported_language"),
+        ({"no": "type"}, "invalid_event"),
+    ],
+)
+def test_bad_events_get_an_error_and_the_session_goes_on(rt: Session, event: dict[str, Any], code: str) -> None:
+    rt.send({**event, "event_id": "evt_1"})
+    error = rt.until("error")
+    assert error["error"]["code"] == code, error
+    assert error["error"]["event_id"] == "evt_1"
+    assert error["error"]["type"] == "invalid_request_error"
+    assert error["error"]["message"]
+    rt.ws.send("not json")
+    assert rt.until("error")["error"]["code"] == "invalid_json"
+    rt.send({"type": "session.update", "session": {"type": "transcription"}})
+    rt.until("session.updated")  # still open and served
+
+
+def test_openai_sdk_realtime_client(server: RunningServer, speech: list[np.ndarray]) -> None:
+    async def run() -> list[Any]:
+        base = server.base_url
+        client = AsyncOpenAI(api_key="unused", base_url=base + "/v1", websocket_base_url=base.replace("http", "ws") + "/v1")
+        seen: list[Any] = []
+        async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+            await conn.session.update(session={
+                "type": "transcription",
+                "audio": {"input": {
+                    "format": {"type": "audio/pcm", "rate": 24000},
+                    "transcription": {"model": "whisper-1", "language": "en"},
+                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+                }},
+            })
+            audio = np.concatenate([_silence(0.3), speech[0], _silence(1.0)])
+            for i in range(0, len(audio), 2400):
+                await conn.input_audio_buffer.append(audio=base64.b64encode(audio[i : i + 2400].tobytes()).decode())
+            async with asyncio.timeout(30):
+                async for event in conn:
+                    seen.append(event)
+                    if event.type == "conversation.item.input_audio_transcription.completed":
+                        break
+        return seen
+
+    events = asyncio.run(run())
+    kinds = [e.type for e in events]
+    assert kinds[0] == "session.created"
+    assert "session.updated" in kinds and "input_audio_buffer.speech_started" in kinds
+    assert "input_audio_buffer.committed" in kinds
+    completed = events[-1]
+    assert wer(SHORT[0], completed.transcript) <= 0.2, completed.transcript
+    assert completed.usage.type == "duration"
+
+
+# -- limits, each shaped as the attack ----------------------------------------------------
+LIMITS = RealtimeConfig(
+    max_sessions=2, max_message_bytes=16384, messages_per_s=50, message_burst=100, max_buffer_s=3.0,
+    max_turn_s=3.0, idle_timeout_s=1.5,
+)
+
+
+@pytest.fixture(scope="module")
+def limited() -> Iterator[RunningServer]:
+    config = ServerConfig(tts=replace(TTSConfig(), noise_w=0.0, noise_scale=0.0), realtime=LIMITS, api_key="sekret")
+    with run_server(config) as srv:
+        yield srv
+
+
+@contextlib.contextmanager
+def _open(srv: RunningServer) -> Iterator[Session]:
+    with connect(_ws_url(srv), close_timeout=1, additional_headers={"Authorization": "Bearer sekret"}) as ws:
+        session = Session(ws)
+        assert session.recv()["type"] == "session.created"
+        yield session
+
+
+def _closed_with(session: Session, code: int, error: str | None) -> None:
+    with pytest.raises(ConnectionClosed) as info:
+        while True:
+            session.recv(10)
+    assert info.value.rcvd is not None and info.value.rcvd.code == code, info.value
+    if error is not None:
+        assert session.of("error")[-1]["error"]["code"] == error
+
+
+def _live(srv: RunningServer) -> int:
+    live = srv.state.live
+    assert live is not None
+    return live.open_sessions
+
+
+def test_auth_header_or_subprotocol(limited: RunningServer) -> None:
+    with pytest.raises(InvalidStatus) as info:
+        connect(_ws_url(limited))
+    assert info.value.response.status_code == 403
+    with connect(_ws_url(limited), subprotocols=["realtime", "openai-insecure-api-key.sekret"]) as ws:  # type: ignore[list-item]
+        assert ws.subprotocol == "realtime"
+        assert json.loads(ws.recv(10))["type"] == "session.created"
+    with pytest.raises(InvalidStatus):
+        connect(_ws_url(limited), subprotocols=["realtime", "openai-insecure-api-key.wrong"])  # type: ignore[list-item]
+
+
+def test_session_cap(limited: RunningServer) -> None:
+    with contextlib.ExitStack() as held:
+        held.enter_context(_open(limited))
+        held.enter_context(_open(limited))
+        ws = held.enter_context(connect(_ws_url(limited), additional_headers={"Authorization": "Bearer sekret"}))
+        _closed_with(Session(ws), 1013, "too_many_sessions")
+    wait_for(lambda: _live(limited) == 0, timeout=5)
+
+
+def test_oversized_message(limited: RunningServer) -> None:
+    with _open(limited) as s:
+        s.send({"type": "input_audio_buffer.append", "audio": "A" * 20000})
+        _closed_with(s, 1009, "message_too_large")
+    wait_for(lambda: _live(limited) == 0, timeout=5)
+
+
+def test_message_flood(limited: RunningServer) -> None:
+    with _open(limited) as s:
+        with contextlib.suppress(ConnectionClosed):
+            for _ in range(400):
+                s.send({"type": "input_audio_buffer.append", "audio": ""})
+        _closed_with(s, 1008, "rate_limited")
+    wait_for(lambda: _live(limited) == 0, timeout=5)
+
+
+def test_idle_session_is_closed(limited: RunningServer) -> None:
+    with _open(limited) as s:
+        _closed_with(s, 1000, "idle_timeout")
+    wait_for(lambda: _live(limited) == 0, timeout=5)
+
+
+def test_buffer_bound_without_vad(limited: RunningServer) -> None:
+    with _open(limited) as s:
+        s.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}}})
+        s.until("session.updated")
+        noise = (np.random.default_rng(1).standard_normal(24000 * 4) * 300).astype(np.int16)
+        s.append(noise, size=6000)
+        assert s.until("error")["error"]["code"] == "input_audio_buffer_full"
+        s.send({"type": "input_audio_buffer.clear"})
+        s.until("input_audio_buffer.cleared")
+        s.ws.close()
+
+
+def test_long_speech_is_split_at_max_turn(limited: RunningServer, speech: list[np.ndarray]) -> None:
+    with _open(limited) as s:
+        s.append(np.concatenate([speech[1], speech[0], _silence(1.0)]), size=6000)  # ~6.4 s of speech, max_turn 3 s
+        for _ in range(3):
+            s.until("conversation.item.input_audio_transcription.completed")
+        assert len(s.of("input_audio_buffer.committed")) >= 3
+        live = limited.state.live
+        assert live is not None
+        s.ws.close()
+    wait_for(lambda: _live(limited) == 0, timeout=5)
+
+
+def test_vanished_client_frees_everything(limited: RunningServer, speech: list[np.ndarray]) -> None:
+    with _open(limited) as s:
+        s.append(np.concatenate([speech[0], _silence(0.2)]), size=6000)
+        s.ws.socket.close()  # no close frame: the TCP connection just goes
+    wait_for(lambda: _live(limited) == 0, timeout=10)
+    asr = limited.asr
+    wait_for(lambda: asr.snapshot()["live_sessions"] == 0 and asr.snapshot()["requests"] == 0, timeout=10)
+    assert limited.state.ws_open == 0
+    metrics = httpx.get(limited.base_url + "/metrics", timeout=10).text
+    assert "voxserve_realtime_sessions 0.0" in metrics

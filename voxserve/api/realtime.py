@@ -1,0 +1,582 @@
+"""`WS /v1/realtime`: OpenAI's Realtime API, transcription sessions.
+
+A client connects as OpenAI's do (`/v1/realtime?intent=transcription`; a `model`
+parameter is accepted and ignored), streams audio with `input_audio_buffer.append`, and
+gets turn events and transcripts back. This module is the protocol: it parses and checks
+client events, renders `voxserve.serving.realtime` events as OpenAI's server events, and
+keeps the connection bounded. The session logic (VAD, turns, transcripts) is in
+`voxserve.serving.realtime`. docs/REALTIME.md lists what is supported.
+
+Client events: `session.update` (the current shape, `session.type = "transcription"`,
+`session.audio.input.{format, transcription, turn_detection, noise_reduction}`),
+`transcription_session.update` (the older shape), `input_audio_buffer.append`,
+`.commit` and `.clear`. Any other event type gets an `error` event and the session goes on.
+
+Limits. Each one that ends a session sends an `error` event with the code below first:
+
+| limit | default | error code | close |
+|---|---|---|---|
+| WebSocket sessions, all routes (`--ws-max-sessions`) | 64 | `too_many_sessions` | 1013 |
+| live sessions (`--realtime-max-sessions`) | 8 | `too_many_sessions` | 1013 |
+| message size (`--realtime-max-message-bytes`) | 256 KiB | `message_too_large` | 1009 |
+| messages per second (`--realtime-messages-per-s`, burst) | 200, 1000 | `rate_limited` | 1008 |
+| no message (`--realtime-idle-timeout`) | 60 s | `idle_timeout` | 1000 |
+| events the client does not read (`OUTBOX`, `--ws-send-timeout`) | 256, 15 s | (none: it is gone) | - |
+| any failure that is not a `VoxError` | | `internal_error` | 1011 |
+
+Audio past `--realtime-max-buffer` (60 s uncommitted) is refused with an error event and
+the session stays open. Parsing is linear: one `json.loads` and one base64 decode of a
+message of bounded size; the audio is decoded by the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from voxserve.api.errors import error_event
+from voxserve.api.ws_limits import Message, TokenBucket, message_size, session_slot
+from voxserve.audio.pcm import LEGACY_FORMATS
+from voxserve.errors import ClientError, InvalidRequest, NotFound, Overloaded, ServerError, VoxError
+from voxserve.serving.catalog import ASR_MODELS
+from voxserve.serving.realtime import (
+    Cleared,
+    Committed,
+    LiveEvent,
+    LiveSession,
+    LiveSettings,
+    SessionError,
+    SpeechStarted,
+    SpeechStopped,
+    TranscriptCompleted,
+    TranscriptDelta,
+    TranscriptFailed,
+    TurnDetection,
+)
+
+if TYPE_CHECKING:
+    from voxserve.serving.state import AppState
+
+__all__ = ["realtime"]
+
+log = logging.getLogger(__name__)
+
+OUTBOX = 256
+"""Server events waiting to be sent; a client that lets more pile up is gone."""
+
+_LEGACY_BACK = {v: k for k, v in LEGACY_FORMATS.items()}
+
+
+# -- client event schemas (what OpenAI's SDK sends; extra fields are refused) -------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Format(_Strict):
+    type: Literal["audio/pcm", "audio/pcmu", "audio/pcma"] = "audio/pcm"
+    rate: Literal[24000] | None = None
+
+
+class _Transcription(_Strict):
+    model: str | None = Field(None, max_length=200)
+    language: str | None = Field(None, max_length=16)
+    prompt: str | None = Field(None, max_length=4096)
+    delay: str | None = Field(None, max_length=16)
+    """Accepted, not used: deltas follow the machine's headroom."""
+    keywords: list[Annotated[str, Field(max_length=200)]] | None = Field(None, max_length=100)
+    languages: list[Annotated[str, Field(max_length=16)]] | None = Field(None, max_length=100)
+
+
+class _ServerVAD(_Strict):
+    type: Literal["server_vad"]
+    threshold: float = Field(0.5, ge=0.0, le=1.0, allow_inf_nan=False)
+    prefix_padding_ms: int = Field(300, ge=0, le=5000)
+    silence_duration_ms: int = Field(500, ge=100, le=10000)
+    create_response: bool | None = None
+    interrupt_response: bool | None = None
+    idle_timeout_ms: int | None = None
+
+
+class _SemanticVAD(BaseModel):
+    type: Literal["semantic_vad"]
+
+
+class _NoiseReduction(_Strict):
+    type: Literal["near_field", "far_field"] | None = None
+    strength: float | None = Field(None, ge=0.0, le=1.0, allow_inf_nan=False)
+
+
+_TurnDetection = Annotated[_ServerVAD | _SemanticVAD, Field(discriminator="type")]
+
+
+class _Input(_Strict):
+    format: _Format | None = None
+    transcription: _Transcription | None = None
+    turn_detection: _TurnDetection | None = None
+    noise_reduction: _NoiseReduction | None = None
+
+
+class _AudioConfig(_Strict):
+    input: _Input | None = None
+
+
+class _Session(_Strict):
+    type: Literal["transcription", "realtime"] = "transcription"
+    audio: _AudioConfig | None = None
+    include: list[Literal["item.input_audio_transcription.logprobs"]] | None = Field(None, max_length=4)
+    id: str | None = Field(None, max_length=200)
+    object: str | None = Field(None, max_length=200)
+
+
+class _LegacySession(_Strict):
+    input_audio_format: Literal["pcm16", "g711_ulaw", "g711_alaw"] | None = None
+    input_audio_transcription: _Transcription | None = None
+    turn_detection: _TurnDetection | None = None
+    input_audio_noise_reduction: _NoiseReduction | None = None
+    include: list[Literal["item.input_audio_transcription.logprobs"]] | None = Field(None, max_length=4)
+    modalities: list[str] | None = Field(None, max_length=4)
+
+
+def _turn_detection(td: _ServerVAD | _SemanticVAD | None) -> TurnDetection | None:
+    if td is None:
+        return None
+    if isinstance(td, _SemanticVAD):
+        raise InvalidRequest(
+            "semantic_vad is not supported; use server_vad (threshold, prefix_padding_ms, "
+            "silence_duration_ms) or null for manual commits",
+            param="session.audio.input.turn_detection.type",
+            code="unsupported_turn_detection",
+        )
+    return TurnDetection(float(td.threshold), float(td.prefix_padding_ms), float(td.silence_duration_ms))
+
+
+def _apply_transcription(changes: dict[str, Any], t: _Transcription | None, given: bool) -> None:
+    if not given:
+        return
+    if t is None:
+        changes.update(language=None, prompt="")
+        return
+    if "model" in t.model_fields_set and t.model:
+        changes["model"] = t.model
+    if "language" in t.model_fields_set:
+        changes["language"] = t.language or None
+    if "prompt" in t.model_fields_set:
+        changes["prompt"] = t.prompt or ""
+
+
+def _settings_from(current: LiveSettings, session: _Session) -> LiveSettings:
+    if session.type != "transcription":
+        raise InvalidRequest(
+            "this server runs transcription sessions only: send session.type 'transcription' "
+            "(connect with ?intent=transcription)",
+            param="session.type",
+            code="unsupported_session_type",
+        )
+    changes: dict[str, Any] = {}
+    inp = session.audio.input if session.audio is not None else None
+    if inp is not None:
+        given = inp.model_fields_set
+        if inp.format is not None:
+            changes["format"] = inp.format.type
+        _apply_transcription(changes, inp.transcription, "transcription" in given)
+        if "turn_detection" in given:
+            changes["turn_detection"] = _turn_detection(inp.turn_detection)
+        if "noise_reduction" in given:
+            changes["noise_reduction"] = inp.noise_reduction.type if inp.noise_reduction else None
+    return _replace(current, changes)
+
+
+def _settings_from_legacy(current: LiveSettings, session: _LegacySession) -> LiveSettings:
+    changes: dict[str, Any] = {}
+    given = session.model_fields_set
+    if session.input_audio_format is not None:
+        changes["format"] = LEGACY_FORMATS[session.input_audio_format]
+    _apply_transcription(changes, session.input_audio_transcription, "input_audio_transcription" in given)
+    if "turn_detection" in given:
+        changes["turn_detection"] = _turn_detection(session.turn_detection)
+    if "input_audio_noise_reduction" in given:
+        nr = session.input_audio_noise_reduction
+        changes["noise_reduction"] = nr.type if nr else None
+    return _replace(current, changes)
+
+
+def _replace(current: LiveSettings, changes: dict[str, Any]) -> LiveSettings:
+    values = {**current.__dict__, **changes}
+    return LiveSettings(**values)
+
+
+# -- rendering -----------------------------------------------------------------------------
+def _turn_json(td: TurnDetection | None) -> dict[str, Any] | None:
+    if td is None:
+        return None
+    return {
+        "type": "server_vad",
+        "threshold": td.threshold,
+        "prefix_padding_ms": round(td.prefix_padding_ms),
+        "silence_duration_ms": round(td.silence_duration_ms),
+    }
+
+
+def _transcription_json(s: LiveSettings) -> dict[str, Any]:
+    return {"model": s.model, "language": s.language, "prompt": s.prompt}
+
+
+def session_json(session_id: str, s: LiveSettings) -> dict[str, Any]:
+    fmt: dict[str, Any] = {"type": s.format}
+    if s.format == "audio/pcm":
+        fmt["rate"] = 24000
+    return {
+        "type": "transcription",
+        "id": session_id,
+        "object": "realtime.transcription_session",
+        "audio": {
+            "input": {
+                "format": fmt,
+                "transcription": _transcription_json(s),
+                "turn_detection": _turn_json(s.turn_detection),
+                "noise_reduction": {"type": s.noise_reduction} if s.noise_reduction else None,
+            }
+        },
+        "include": [],
+    }
+
+
+def legacy_session_json(session_id: str, s: LiveSettings) -> dict[str, Any]:
+    return {
+        "id": session_id,
+        "object": "realtime.transcription_session",
+        "input_audio_format": _LEGACY_BACK[s.format],
+        "input_audio_transcription": _transcription_json(s),
+        "turn_detection": _turn_json(s.turn_detection),
+        "input_audio_noise_reduction": {"type": s.noise_reduction} if s.noise_reduction else None,
+        "include": [],
+    }
+
+
+def _event_json(event: LiveEvent) -> dict[str, Any]:
+    match event:
+        case SpeechStarted(item_id, start):
+            return {"type": "input_audio_buffer.speech_started", "audio_start_ms": start, "item_id": item_id}
+        case SpeechStopped(item_id, end):
+            return {"type": "input_audio_buffer.speech_stopped", "audio_end_ms": end, "item_id": item_id}
+        case Committed(item_id, previous):
+            return {"type": "input_audio_buffer.committed", "previous_item_id": previous, "item_id": item_id}
+        case Cleared():
+            return {"type": "input_audio_buffer.cleared"}
+        case TranscriptDelta(item_id, delta):
+            return {
+                "type": "conversation.item.input_audio_transcription.delta",
+                "item_id": item_id,
+                "content_index": 0,
+                "delta": delta,
+            }
+        case TranscriptCompleted(item_id, transcript, seconds):
+            return {
+                "type": "conversation.item.input_audio_transcription.completed",
+                "item_id": item_id,
+                "content_index": 0,
+                "transcript": transcript,
+                "usage": {"type": "duration", "seconds": seconds},
+            }
+        case TranscriptFailed(item_id, error):
+            return {
+                "type": "conversation.item.input_audio_transcription.failed",
+                "item_id": item_id,
+                "content_index": 0,
+                "error": error.body()["error"],
+            }
+        case SessionError(error):
+            return _error_json(error, None)
+    raise AssertionError(f"unknown live event {event!r}")
+
+
+def _error_json(error: VoxError, event_id: str | None) -> dict[str, Any]:
+    body = error_event(error)
+    body["error"] = {**body["error"], "event_id": event_id}
+    return body
+
+
+# -- the connection ------------------------------------------------------------------------
+class _End(Exception):
+    """Ends the session: an error event (when `code` is set), then a close frame."""
+
+    def __init__(self, close_code: int, message: str = "", code: str | None = None):
+        super().__init__(message or f"close {close_code}")
+        self.close_code = close_code
+        self.message = message
+        self.code = code
+
+
+class _Gone(Exception):
+    """The client left, or reads nothing of what is sent to it."""
+
+
+class _Connection:
+    def __init__(self, state: AppState, ws: WebSocket):
+        self.state = state
+        self.ws = ws
+        self.config = state.config.realtime
+        self.id = f"sess_{uuid.uuid4().hex[:20]}"
+        self.ended = "the client left"
+        self.turns = 0
+        self._loop = asyncio.get_running_loop()
+        self._bucket = TokenBucket(self.config.messages_per_s, self.config.message_burst, self._loop.time())
+        self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(OUTBOX)
+        self._overflow = False
+        self._sender: asyncio.Task[None] | None = None
+        self._event_id: str | None = None
+        """The id of the client event being handled, for the errors it causes."""
+
+    # -- sending ---------------------------------------------------------------------------
+    def emit(self, event: LiveEvent) -> None:
+        if isinstance(event, Committed):
+            self.turns += 1
+        if isinstance(event, SessionError):  # caused by the client event being handled
+            self.post(_error_json(event.error, self._event_id))
+            return
+        self.post(_event_json(event))
+
+    def post(self, event: dict[str, Any]) -> None:
+        """Queue a server event; a client that lets `OUTBOX` of them pile up is gone."""
+        if self._overflow:
+            return
+        event = {"event_id": f"event_{uuid.uuid4().hex[:20]}", **event}
+        try:
+            self._outbox.put_nowait(event)
+        except asyncio.QueueFull:
+            self._overflow = True
+
+    async def _send(self, message: Message) -> None:
+        timeout = self.state.config.ws.send_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                await self.ws.send(message)
+        except TimeoutError:
+            raise _Gone(f"the client took nothing for {timeout:g} s") from None
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            raise _Gone("the client left") from None
+
+    async def _send_event(self, event: dict[str, Any]) -> None:
+        text = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+        await self._send({"type": "websocket.send", "text": text})
+
+    async def _send_all(self) -> None:
+        """The sender: events in order, until None."""
+        while (event := await self._outbox.get()) is not None:
+            await self._send_event(event)
+
+    async def _flush(self) -> None:
+        """Send what is queued, then stop the sender."""
+        sender = self._sender
+        if sender is None:
+            return
+        if not sender.done():
+            with contextlib.suppress(asyncio.QueueFull):
+                self._outbox.put_nowait(None)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(sender), self.state.config.ws.send_timeout_s)
+        if not sender.done():
+            sender.cancel()
+        with contextlib.suppress(BaseException):
+            await sender
+
+    # -- the session -----------------------------------------------------------------------
+    async def run(self) -> None:
+        self._sender = asyncio.create_task(self._send_all())
+        live = self.state.live
+        try:
+            if live is None:
+                raise _End(1008, "speech-to-text is off on this server; start it without --no-asr", "asr_disabled")
+            try:
+                async with live.session(self.emit) as session:
+                    self.post({"type": "session.created", "session": session_json(self.id, session.settings)})
+                    await self._read_all(session)
+            except Overloaded as exc:
+                raise _End(1013, exc.message, "too_many_sessions") from None
+        except _Gone as exc:
+            self.ended = str(exc)
+        except _End as end:
+            self.ended = end.message or f"close {end.close_code}"
+            await self._end(end)
+        except Exception:
+            log.exception("realtime session %s failed", self.id)
+            self.ended = "internal error"
+            await self._end(_End(1011, "the session failed on the server; see its log", "internal_error"))
+        finally:
+            if self._sender is not None and not self._sender.done():
+                self._sender.cancel()
+
+    async def _end(self, end: _End) -> None:
+        if end.code is not None:
+            kind = ServerError if end.code == "internal_error" else ClientError
+            self.post(_error_json(kind(end.message, code=end.code), None))
+        await self._flush()
+        with contextlib.suppress(_Gone):
+            await self._send({"type": "websocket.close", "code": end.close_code, "reason": (end.code or "")[:120]})
+
+    async def _receive(self) -> Message:
+        try:
+            async with asyncio.timeout(self.config.idle_timeout_s):
+                return await self.ws.receive()
+        except TimeoutError:
+            raise _End(
+                1000, f"no message for {self.config.idle_timeout_s:g} s; the session is closed", "idle_timeout"
+            ) from None
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            raise _Gone("the client left") from None
+
+    async def _read_all(self, session: LiveSession) -> None:
+        assert self._sender is not None
+        while True:
+            receiving = asyncio.ensure_future(self._receive())
+            try:
+                await asyncio.wait({receiving, self._sender}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not receiving.done():
+                    receiving.cancel()
+            if self._sender.done():
+                self._sender.result()  # raises _Gone
+                raise _Gone("the sender stopped")
+            message = receiving.result()
+            if message["type"] == "websocket.disconnect":
+                raise _Gone("the client left")
+            self._check(message)
+            await self._handle(session, message)
+            if self._overflow:
+                raise _Gone(f"the client let {OUTBOX} events pile up unread")
+
+    def _check(self, message: Message) -> None:
+        limit = self.config.max_message_bytes
+        size = message_size(message, limit)
+        if size > limit:
+            raise _End(1009, f"a message may hold at most {limit} bytes; this one has {size}", "message_too_large")
+        if not self._bucket.take(self._loop.time()):
+            raise _End(
+                1008,
+                f"more than {self.config.messages_per_s:g} messages a second; send audio in "
+                "larger appends (20-100 ms each)",
+                "rate_limited",
+            )
+
+    async def _handle(self, session: LiveSession, message: Message) -> None:
+        text = message.get("text")
+        if text is None:
+            self._error(InvalidRequest("send JSON events as text messages, not binary", code="invalid_event"))
+            return
+        try:
+            event = json.loads(text)
+        except ValueError as exc:
+            self._error(InvalidRequest(f"the message is not JSON: {exc}", code="invalid_json"))
+            return
+        if not isinstance(event, dict):
+            self._error(InvalidRequest("an event must be a JSON object", code="invalid_event"))
+            return
+        raw_id = event.get("event_id")
+        event_id = raw_id[:200] if isinstance(raw_id, str) else None
+        self._event_id = event_id
+        try:
+            await self._dispatch(session, event)
+        except VoxError as exc:
+            self._error(exc, event_id)
+        except ValidationError as exc:
+            self._error(_invalid(exc, event.get("type")), event_id)
+        finally:
+            self._event_id = None
+
+    def _error(self, error: VoxError, event_id: str | None = None) -> None:
+        self.post(_error_json(error, event_id))
+
+    async def _dispatch(self, session: LiveSession, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "input_audio_buffer.append":
+            audio = event.get("audio")
+            if not isinstance(audio, str):
+                raise InvalidRequest("audio must be a base64 string", param="audio", code="invalid_audio")
+            try:
+                data = base64.b64decode(audio, validate=True)
+            except (binascii.Error, ValueError):
+                raise InvalidRequest("audio is not valid base64", param="audio", code="invalid_audio") from None
+            await session.append(data)
+        elif kind == "input_audio_buffer.commit":
+            await session.commit()
+        elif kind == "input_audio_buffer.clear":
+            session.clear()
+        elif kind == "session.update":
+            body = _SessionUpdate.model_validate(event)
+            settings = _settings_from(session.settings, body.session)
+            self._apply(session, settings)
+            self.post({"type": "session.updated", "session": session_json(self.id, settings)})
+        elif kind == "transcription_session.update":
+            legacy = _LegacyUpdate.model_validate(event)
+            settings = _settings_from_legacy(session.settings, legacy.session)
+            self._apply(session, settings)
+            self.post({"type": "transcription_session.updated", "session": legacy_session_json(self.id, settings)})
+        elif isinstance(kind, str):
+            raise InvalidRequest(
+                f"event type {kind[:80]!r} is not supported: this server runs transcription "
+                "sessions (session.update, input_audio_buffer.append, .commit, .clear)",
+                param="type",
+                code="unsupported_event",
+            )
+        else:
+            raise InvalidRequest("an event needs a string 'type'", param="type", code="invalid_event")
+
+    def _apply(self, session: LiveSession, settings: LiveSettings) -> None:
+        live = self.state.live
+        assert live is not None
+        if settings.model not in ASR_MODELS and settings.model != live.engine.name:
+            raise NotFound(
+                f"transcription model {settings.model!r} does not exist here; use "
+                f"{' or '.join((*ASR_MODELS, live.engine.name))}",
+                param="session.audio.input.transcription.model",
+                code="model_not_found",
+            )
+        live.check(settings)
+        session.update(settings)
+
+
+class _SessionUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["session.update"]
+    event_id: str | None = Field(None, max_length=200)
+    session: _Session
+
+
+class _LegacyUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["transcription_session.update"]
+    event_id: str | None = Field(None, max_length=200)
+    session: _LegacySession
+
+
+def _invalid(exc: ValidationError, kind: object) -> InvalidRequest:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"] if not str(p).startswith("function-after"))
+    prefix = f"{kind}: " if isinstance(kind, str) else ""
+    return InvalidRequest(f"{prefix}{where}: {first['msg']}", param=where or None, code="invalid_value")
+
+
+async def realtime(ws: WebSocket) -> None:
+    state: AppState = ws.app.state.vox
+    async with session_slot(state, ws) as accepted:
+        if not accepted:
+            return
+        started = time.perf_counter()
+        connection = _Connection(state, ws)
+        try:
+            await connection.run()
+        finally:
+            log.info(
+                "realtime session %s ended after %.1f s, %d turns: %s",
+                connection.id, time.perf_counter() - started, connection.turns, connection.ended,
+            )

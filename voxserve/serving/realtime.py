@@ -1,0 +1,579 @@
+"""Live transcription sessions: audio streams in, turns are found, transcripts come out.
+
+A `LiveSession` is the channel-independent half of a realtime transcription session
+(`WS /v1/realtime` is the channel, `voxserve.api.realtime`). The channel hands it audio
+bytes, commits and clears in order; the session hands back `LiveEvent`s through the
+`emit` callback. Per append, on the event loop, it decodes the bytes to 16 kHz
+(`InputDecoder`, microseconds), scores whole 32 ms frames with Silero VAD on the VAD
+engine's thread, and feeds the probabilities to a `TurnDetector`. Transcription is work
+for the shared ASR engine, with a deadline so that it goes before file work:
+
+- **final**: the committed turn, from its first speech frame (less the prefix padding) to
+  `tail` after its end of speech. When speech pauses and a worker is idle it starts at
+  once (`early_final_ms` into the pause), while the rest of the silence that will end the
+  turn runs; speech that resumes drops it. Otherwise it starts at the commit. Its
+  deadline is `final_target_ms` after the end of speech is known.
+- **deltas**: while the user speaks, at most every `delta_interval_ms` and only when an
+  ASR worker is idle, the turn so far is decoded again; the words two decodes in a row
+  agree on (and were not sent yet) go out as a delta. Their deadline is later than any
+  final's, so they never delay one.
+
+Transcripts of one session are emitted in commit order. A session holds at most
+`max_pending_turns` turns in transcription; `append` and `commit` wait past that, which
+stops the channel reading. Nothing here knows HTTP or JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Coroutine
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+from voxserve.audio.pcm import InputDecoder
+from voxserve.config import RealtimeConfig
+from voxserve.engine.asr import ASREngine, TranscribeOptions
+from voxserve.engine.stream import StreamFailed
+from voxserve.engine.transcribe import start_live
+from voxserve.engine.turns import Pause, Resume, Start, Stop, TurnDetector
+from voxserve.engine.vad import FRAME_SAMPLES, VADEngine, VADStream
+from voxserve.errors import InvalidRequest, Overloaded, ServerError, VoxError
+from voxserve.serving.metrics import Metrics
+
+__all__ = [
+    "Cleared",
+    "Committed",
+    "LiveEvent",
+    "LiveSession",
+    "LiveSettings",
+    "LiveTranscriber",
+    "SessionError",
+    "SpeechStarted",
+    "SpeechStopped",
+    "TranscriptCompleted",
+    "TranscriptDelta",
+    "TranscriptFailed",
+    "TurnDetection",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RATE = 16000
+MIN_COMMIT_S = 0.1
+"""A commit of less audio is refused (as OpenAI does)."""
+MIN_TAIL_S = 0.096
+"""Audio after the end of speech that a final always includes."""
+DELTA_MIN_S = 1.0
+"""A turn is decoded for deltas once it holds this much audio."""
+DELTA_SLACK_S = 5.0
+"""How far after now a delta's deadline lies: after every final's."""
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    """Server VAD's settings (OpenAI's `turn_detection` of type `server_vad`)."""
+
+    threshold: float = 0.5
+    prefix_padding_ms: float = 300.0
+    silence_duration_ms: float = 500.0
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    format: str = "audio/pcm"
+    """`audio/pcm` (16-bit, 24 kHz), `audio/pcmu` or `audio/pcma` (G.711, 8 kHz)."""
+    model: str = "whisper-1"
+    language: str | None = None
+    prompt: str = ""
+    turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
+    """None: turns end only when the client commits."""
+    noise_reduction: str | None = None
+    """Accepted and reported; no filter is applied."""
+
+
+# -- events ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpeechStarted:
+    item_id: str
+    audio_start_ms: int
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    item_id: str
+    audio_end_ms: int
+
+
+@dataclass(frozen=True)
+class Committed:
+    item_id: str
+    previous_item_id: str | None
+
+
+@dataclass(frozen=True)
+class Cleared:
+    pass
+
+
+@dataclass(frozen=True)
+class TranscriptDelta:
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class TranscriptCompleted:
+    item_id: str
+    transcript: str
+    seconds: float
+    """The turn's audio, for usage."""
+
+
+@dataclass(frozen=True)
+class TranscriptFailed:
+    item_id: str
+    error: VoxError
+
+
+@dataclass(frozen=True)
+class SessionError:
+    """A client mistake that leaves the session open."""
+
+    error: VoxError
+
+
+LiveEvent = (
+    SpeechStarted
+    | SpeechStopped
+    | Committed
+    | Cleared
+    | TranscriptDelta
+    | TranscriptCompleted
+    | TranscriptFailed
+    | SessionError
+)
+
+
+# -- the service -------------------------------------------------------------------------
+@dataclass
+class LiveTranscriber:
+    """What live sessions share: the ASR engine, the VAD engine, a small audio pool for
+    the turns' features (never behind an upload's decoding), limits and metrics."""
+
+    engine: ASREngine
+    vad: VADEngine
+    pool: Executor
+    config: RealtimeConfig
+    metrics: Metrics
+    open_sessions: int = 0
+
+    @contextlib.asynccontextmanager
+    async def session(self, emit: Callable[[LiveEvent], None]) -> AsyncIterator[LiveSession]:
+        """Open a session under `max_sessions` (Overloaded past it); it is closed, and its
+        transcriptions dropped, on the way out."""
+        if self.open_sessions >= self.config.max_sessions:
+            raise Overloaded(
+                f"the server has {self.config.max_sessions} live transcription sessions open, "
+                "its capacity; try again later"
+            )
+        self.open_sessions += 1
+        self.engine.live_session(True)
+        self.metrics.realtime_sessions.inc()
+        session = LiveSession(self, emit)
+        try:
+            yield session
+        finally:
+            await session.close()
+            self.open_sessions -= 1
+            self.engine.live_session(False)
+            self.metrics.realtime_sessions.dec()
+
+    def check(self, settings: LiveSettings) -> None:
+        """Refuse settings this server cannot serve (the language, for an English model)."""
+        self.engine.check(TranscribeOptions(language=settings.language or None))
+
+
+# -- one session -------------------------------------------------------------------------
+class _Audio:
+    """The session's recent audio, as chunks, addressed by sample index since the start."""
+
+    def __init__(self) -> None:
+        self._chunks: deque[np.ndarray] = deque()
+        self.start = 0
+        self.end = 0
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def add(self, samples: np.ndarray) -> None:
+        if len(samples):
+            self._chunks.append(samples)
+            self.end += len(samples)
+
+    def drop_before(self, sample: int) -> None:
+        """Forget audio before `sample` (whole chunks, so a little more may stay)."""
+        while self._chunks and self.start + len(self._chunks[0]) <= sample:
+            self.start += len(self._chunks.popleft())
+
+    def take(self, a: int, b: int) -> np.ndarray:
+        """Samples [a, b), clipped to what is held."""
+        a, b = max(a, self.start), min(b, self.end)
+        parts, pos = [], self.start
+        for chunk in self._chunks:
+            lo, hi = max(a - pos, 0), min(b - pos, len(chunk))
+            if lo < hi:
+                parts.append(chunk[lo:hi])
+            pos += len(chunk)
+            if pos >= b:
+                break
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+@dataclass
+class _Turn:
+    item_id: str
+    start: int
+    """First sample of the turn's audio (prefix padding included)."""
+    pause: int | None = None
+    pause_wall: float = 0.0
+    early: asyncio.Task[str] | None = None
+    early_end: int = 0
+    delta: asyncio.Task[str] | None = None
+    delta_at: float = 0.0
+    """When the last delta decode started (monotonic)."""
+    hypothesis: list[str] = field(default_factory=list)
+    sent_words: int = 0
+    committed: bool = False
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+def _key(word: str) -> str:
+    return "".join(c for c in word.lower() if c.isalnum())
+
+
+class LiveSession:
+    def __init__(self, live: LiveTranscriber, emit: Callable[[LiveEvent], None]):
+        self._live = live
+        self._emit = emit
+        self._config = live.config
+        self.settings = LiveSettings()
+        self._decoder = InputDecoder(self.settings.format)
+        self._audio = _Audio()
+        self._floor = 0
+        """Audio before this sample belongs to a committed turn."""
+        self._vad_stream = VADStream()
+        self._vad_origin = 0
+        """Sample where the VAD stream's frame 0 starts."""
+        self._detector = self._new_detector()
+        self._turn: _Turn | None = None
+        self._previous: str | None = None
+        self._pending: deque[asyncio.Task[None]] = deque()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    # -- settings ---------------------------------------------------------------------
+    def _new_detector(self) -> TurnDetector | None:
+        td = self.settings.turn_detection
+        return None if td is None else TurnDetector(td.threshold, td.silence_duration_ms)
+
+    def update(self, settings: LiveSettings) -> None:
+        """Apply new settings (checked by `LiveTranscriber.check`). A new format starts a
+        new decoder; new turn detection drops a turn in progress, uncommitted."""
+        old = self.settings
+        self.settings = settings
+        if settings.format != old.format:
+            self._decoder = InputDecoder(settings.format)
+        if settings.turn_detection != old.turn_detection:
+            self._drop_turn()
+            self._vad_stream = VADStream()
+            self._vad_origin = self._audio.end
+            self._detector = self._new_detector()
+
+    # -- client actions ---------------------------------------------------------------
+    async def append(self, data: bytes) -> None:
+        samples = self._decoder.feed(data)
+        if not len(samples):
+            return
+        if self._detector is None:
+            limit = int(self._config.max_buffer_s * RATE)
+            if len(self._audio) + len(samples) > limit:
+                self._emit(SessionError(InvalidRequest(
+                    f"the input audio buffer holds {self._config.max_buffer_s:g} s at most; "
+                    "commit or clear it before appending more (this audio was dropped)",
+                    code="input_audio_buffer_full",
+                )))
+                return
+            self._audio.add(samples)
+            return
+        self._audio.add(samples)
+        probs = await self._live.vad.score(self._vad_stream, samples)
+        if len(probs):
+            first = self._vad_stream.frames_done - len(probs)
+            await self._on_frames(probs, first)
+        await self._after_audio()
+
+    async def commit(self) -> None:
+        """End the turn now, whatever VAD thinks (OpenAI's `input_audio_buffer.commit`)."""
+        turn = self._turn
+        start = turn.start if turn is not None else max(self._floor, self._audio.start)
+        end = self._audio.end
+        if end - start < MIN_COMMIT_S * RATE:
+            self._emit(SessionError(InvalidRequest(
+                f"the input audio buffer holds {max(0, end - start) / RATE * 1000:.0f} ms of "
+                f"audio; a commit needs at least {MIN_COMMIT_S * 1000:.0f} ms",
+                code="input_audio_buffer_commit_empty",
+            )))
+            return
+        if turn is not None:
+            self._cancel(turn.early)
+            self._cancel(turn.delta)
+            turn.early = None
+        else:
+            turn = _Turn(self._new_item(), start)
+        if self._detector is not None:
+            self._detector.reset()
+        await self._commit(turn, end, time.monotonic())
+
+    def clear(self) -> None:
+        self._drop_turn()
+        self._floor = self._audio.end
+        self._audio.drop_before(self._audio.end)
+        if self._detector is not None:
+            self._detector.reset()
+        self._emit(Cleared())
+
+    async def close(self) -> None:
+        """Drop everything in progress; idempotent."""
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- turn detection -----------------------------------------------------------------
+    def _sample(self, frame: int) -> int:
+        return self._vad_origin + frame * FRAME_SAMPLES
+
+    async def _on_frames(self, probs: np.ndarray, first: int) -> None:
+        assert self._detector is not None
+        td = self.settings.turn_detection
+        assert td is not None
+        for event in self._detector.feed(probs, first):
+            if isinstance(event, Start):
+                prefix = int(td.prefix_padding_ms * RATE / 1000)
+                start = max(self._sample(event.frame) - prefix, self._audio.start, self._floor)
+                self._turn = _Turn(self._new_item(), start, delta_at=time.monotonic())
+                self._emit(SpeechStarted(self._turn.item_id, _ms(start)))
+            elif self._turn is None:
+                continue
+            elif isinstance(event, Pause):
+                self._turn.pause = self._sample(event.frame)
+                self._turn.pause_wall = time.monotonic()
+                self._cancel(self._turn.delta)
+            elif isinstance(event, Resume):
+                self._turn.pause = None
+                self._cancel(self._turn.early)
+                self._turn.early = None
+            elif isinstance(event, Stop):
+                turn = self._turn
+                end = self._sample(event.frame)
+                self._emit(SpeechStopped(turn.item_id, _ms(end)))
+                await self._commit(turn, end + self._tail(), turn.pause_wall or time.monotonic())
+
+    async def _after_audio(self) -> None:
+        """After each append under server VAD: keep only the prefix padding while nobody
+        speaks, end a turn that has grown too long, and start early finals and deltas."""
+        td = self.settings.turn_detection
+        assert td is not None
+        turn = self._turn
+        if turn is None:
+            keep = int(td.prefix_padding_ms * RATE / 1000) + 4 * FRAME_SAMPLES
+            self._audio.drop_before(max(self._floor, self._audio.end - keep))
+            return
+        if self._audio.end - turn.start >= self._config.max_turn_s * RATE:
+            await self._force_split(turn)
+            return
+        if turn.pause is not None:
+            self._maybe_early_final(turn, td)
+        else:
+            self._maybe_delta(turn)
+
+    async def _force_split(self, turn: _Turn) -> None:
+        """A turn of `max_turn_s`: commit it as it stands and go on in a new one."""
+        end = self._audio.end
+        self._emit(SpeechStopped(turn.item_id, _ms(end)))
+        self._cancel(turn.delta)
+        self._cancel(turn.early)
+        turn.early = None
+        await self._commit(turn, end, time.monotonic())
+        self._turn = _Turn(self._new_item(), end, delta_at=time.monotonic())
+        self._emit(SpeechStarted(self._turn.item_id, _ms(end)))
+
+    def _tail(self) -> int:
+        return int(max(self._config.early_final_ms / 1000, MIN_TAIL_S) * RATE)
+
+    def _maybe_early_final(self, turn: _Turn, td: TurnDetection) -> None:
+        if turn.early is not None or self._config.early_final_ms <= 0 or turn.pause is None:
+            return
+        end = turn.pause + self._tail()
+        if self._audio.end < end or not self._live.engine.idle_workers():
+            return
+        rest = max(0.0, td.silence_duration_ms / 1000 - (self._audio.end - turn.pause) / RATE)
+        deadline = self._live.engine.clock() + rest + self._config.final_target_ms / 1000
+        turn.early = self._spawn(self._decode(self._audio.take(turn.start, end), deadline))
+        turn.early_end = end
+
+    def _maybe_delta(self, turn: _Turn) -> None:
+        interval = self._config.delta_interval_ms / 1000
+        now = time.monotonic()
+        if interval <= 0 or now - turn.delta_at < interval:
+            return
+        if turn.delta is not None or self._audio.end - turn.start < DELTA_MIN_S * RATE:
+            return
+        if not self._live.engine.idle_workers():
+            return
+        turn.delta_at = now
+        samples = self._audio.take(turn.start, self._audio.end)
+        deadline = self._live.engine.clock() + DELTA_SLACK_S
+        task = self._spawn(self._decode(samples, deadline))
+        turn.delta = task
+        task.add_done_callback(lambda t: self._on_delta(turn, t))
+
+    def _on_delta(self, turn: _Turn, task: asyncio.Task[str]) -> None:
+        if turn.delta is task:
+            turn.delta = None
+        if task.cancelled() or task.exception() is not None or turn.committed or self._closed:
+            return
+        words = _words(task.result())
+        agreed = 0
+        for old, new in zip(turn.hypothesis, words, strict=False):
+            if _key(old) != _key(new):
+                break
+            agreed += 1
+        turn.hypothesis = words
+        if agreed > turn.sent_words:
+            text = " ".join(words[turn.sent_words : agreed])
+            self._emit(TranscriptDelta(turn.item_id, text if turn.sent_words == 0 else " " + text))
+            self._live.metrics.realtime_deltas.inc()
+            turn.sent_words = agreed
+
+    # -- commits and transcripts --------------------------------------------------------
+    async def _commit(self, turn: _Turn, end: int, speech_end_wall: float) -> None:
+        """Commit [turn.start, end), and emit its transcript when it is decoded (in order)."""
+        turn.committed = True
+        end = max(end, turn.start)
+        if self._turn is turn:
+            self._turn = None
+        self._cancel(turn.delta)
+        while len(self._pending) >= self._config.max_pending_turns:
+            await asyncio.wait({self._pending[0]})
+            self._pending.popleft()
+        self._emit(Committed(turn.item_id, self._previous))
+        self._previous = turn.item_id
+        seconds = (end - turn.start) / RATE
+        if turn.early is not None and turn.early_end == end and not turn.early.cancelled():
+            decoding = turn.early
+        else:
+            self._cancel(turn.early)
+            deadline = self._live.engine.clock() + self._config.final_target_ms / 1000
+            decoding = self._spawn(self._decode(self._audio.take(turn.start, end), deadline))
+        self._floor = max(self._floor, end)
+        self._audio.drop_before(self._floor)
+        before = self._pending[-1] if self._pending else None
+        self._pending.append(self._spawn(self._complete(turn.item_id, decoding, before, seconds, speech_end_wall)))
+        while self._pending and self._pending[0].done():
+            self._pending.popleft()
+
+    async def _complete(
+        self,
+        item_id: str,
+        decoding: asyncio.Task[str],
+        before: asyncio.Task[None] | None,
+        seconds: float,
+        speech_end_wall: float,
+    ) -> None:
+        try:
+            text: str | None = await decoding
+            error: VoxError | None = None
+        except VoxError as exc:
+            text, error = None, exc
+        except asyncio.CancelledError:
+            if self._closed:
+                raise
+            text, error = None, ServerError("the transcription was dropped")
+        if before is not None:
+            await asyncio.wait({before})
+        m = self._live.metrics
+        if error is not None:
+            m.realtime_turns.labels("failed").inc()
+            self._emit(TranscriptFailed(item_id, error))
+            return
+        assert text is not None
+        m.realtime_turns.labels("completed").inc()
+        m.realtime_final_latency.observe(time.monotonic() - speech_end_wall)
+        m.asr_audio_seconds.inc(seconds)
+        self._emit(TranscriptCompleted(item_id, text, round(seconds, 3)))
+
+    async def _decode(self, samples: np.ndarray, deadline: float) -> str:
+        """The transcript of these samples, decoded as live work due at `deadline`."""
+        s = self.settings
+        options = TranscribeOptions(language=s.language or None, prompt=s.prompt or None)
+        live = self._live
+        transcription = await start_live(live.engine, samples, options, live.pool, deadline, self._item_hint())
+        try:
+            transcript = await transcription.collect()
+        except StreamFailed as exc:
+            raise ServerError(f"transcription failed: {exc}") from exc
+        finally:
+            transcription.cancel()
+        return transcript.text
+
+    # -- helpers ----------------------------------------------------------------------
+    def _drop_turn(self) -> None:
+        turn, self._turn = self._turn, None
+        if turn is not None:
+            self._cancel(turn.early)
+            self._cancel(turn.delta)
+
+    def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
+        return task
+
+    @staticmethod
+    def _cancel(task: asyncio.Task[Any] | None) -> None:
+        if task is not None and not task.done():
+            task.cancel()
+
+    def _new_item(self) -> str:
+        return f"item_{uuid.uuid4().hex[:20]}"
+
+    def _item_hint(self) -> str:
+        return self._turn.item_id if self._turn is not None else "live"
+
+
+def _ms(sample: int) -> int:
+    return sample * 1000 // RATE
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None and not isinstance(exc, VoxError):
+        log.error("a live transcription task failed: %r", exc, exc_info=exc)
