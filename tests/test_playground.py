@@ -11,10 +11,13 @@ Chromium is not optional: without /usr/bin/chromium the tests fail (`make test` 
 from __future__ import annotations
 
 import base64
+import itertools
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -284,35 +287,43 @@ def test_recording_is_transcribed(playground: Playground, clips: Clips) -> None:
     assert not playground.problems
 
 
-LIVE_SETTLED = """() => {
-    const live = window.voxPlayground.live;
-    return live.state === "error" || (live.state === "listening" && live.lines.length > 0
-        && live.lines.every((l) => l.state === "final" || l.state === "failed"));
-}"""
+LiveLine = dict[str, Any]
+LIVE_ON = ("connecting", "listening", "speech")
+
+
+def _sentence_lines(lines: list[LiveLine]) -> list[LiveLine] | None:
+    """The first final lines that together say the sentence (the VAD may cut it in pieces),
+    or None while they do not yet."""
+    finals = list(itertools.takewhile(lambda line: line["state"] == "final", lines))
+    for n in range(1, len(finals) + 1):
+        if wer(RECORDED, " ".join(line["text"] for line in finals[:n])) <= 0.3:
+            return finals[:n]
+    return None
 
 
 def test_live_transcribes_the_microphone(playground: Playground) -> None:
     page = playground.page
     page.click("#live-button")
-    # The fake microphone plays 1.5 s of silence, the sentence, 1.5 s of silence, in a
-    # loop: wait until the sentence's utterance (or its pieces) has its final text.
-    page.wait_for_function(LIVE_SETTLED, timeout=20_000)
-    live = page.evaluate("() => window.voxPlayground.live")
-    assert live["state"] == "listening", page.inner_text("#live-message")
+    # The fake microphone loops 1.5 s of silence, the sentence and 1.5 s of silence, so
+    # more lines may follow: look for the sentence in the first ones.
+    deadline = time.monotonic() + 20
+    while True:
+        live = page.evaluate("() => window.voxPlayground.live")
+        assert live["state"] in LIVE_ON, page.inner_text("#live-message")
+        lines = _sentence_lines(live["lines"])
+        if lines:
+            break
+        assert time.monotonic() < deadline, live
+        page.wait_for_timeout(100)
     assert not live["errors"] and live["sentSeconds"] > 3
-    lines = live["lines"]
-    assert all(line["state"] == "final" for line in lines), lines
-    heard = " ".join(line["text"] for line in lines)
-    assert wer(RECORDED, heard) <= 0.3, heard
     for i, line in enumerate(lines):
         # Both clocks: the page's (speech_stopped to completed), and the audio's.
-        assert 0 < line["latencyMs"] < 5000 and 0 < line["afterWordMs"] < 6000, line
+        assert 0 < line["latencyMs"] < 10_000 and 0 < line["afterWordMs"] < 10_000, line
         item = page.locator("#live-lines li").nth(i)
         assert normalize(item.locator(".live-text").inner_text()) == normalize(line["text"])
         shown = item.locator(".live-latency").inner_text()
         assert re.fullmatch(r"final after end of speech (\d+ ms|\d+\.\d\d s)", shown), shown
-    assert page.inner_text("#live-state") == "Listening"
-    assert page.inner_text("#live-status").startswith("Connected · listening")
+    assert page.inner_text("#live-status").startswith("Connected · ")
     page.click("#live-button")
     page.wait_for_function("() => window.voxPlayground.live.state === 'stopped'", timeout=8_000)
     assert page.inner_text("#live-button") == "Start live"
@@ -364,17 +375,28 @@ def test_api_key_field_unlocks_a_keyed_server(browser: Browser, make_server: Mak
             page.wait_for_function("() => window.voxPlayground.metrics.status === 'denied'")
             assert page.inner_text("#metrics-state") == "Needs key"
             assert "needs an API key" in page.inner_text("#speak-message")
+            # Without the key the handshake is refused (403), which tells the page nothing more.
+            page.click("#live-button")
+            page.wait_for_function("() => window.voxPlayground.live.state === 'error'")
+            assert "enter the key above" in page.inner_text("#live-message")
             page.fill("#api-key", KEY)
             page.press("#api-key", "Enter")
             page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
             assert page.locator("#speak-message").is_hidden()
+            # The Live card offers the key as a subprotocol: the server lets the session in,
+            # then ends it because this server runs no speech-to-text, and the card says so.
+            page.click("#live-button")
+            page.wait_for_function(
+                "() => document.querySelector('#live-message').textContent.includes('(asr_disabled)')"
+            )
+            assert page.evaluate("() => window.voxPlayground.live.state") == "error"
             page.wait_for_function(
                 "() => window.voxPlayground.metrics.status === 'live'", timeout=6_000
             )
             page.reload()  # the key was kept in localStorage
             page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
             assert page.input_value("#api-key") == KEY
-            assert problems and all("401" in p for p in problems), problems
+            assert problems and all("401" in p or "403" in p for p in problems), problems
         finally:
             context.close()
 

@@ -325,14 +325,17 @@ export function livePanel() {
     }
     if (s.closedByUs || current !== s) return;
     let why;
-    if (!s.created) {
+    if (e.code !== 1006) {
+      // The server sends an `error` event before each close of its own: that says most.
+      const reason = CLOSE_REASONS[e.code] || `close code ${e.code}${e.reason ? ` (${e.reason})` : ""}`;
+      why = `The server ended the session: ${errors.length ? errors[errors.length - 1] : reason}`;
+    } else if (!s.created) {
+      // A refused handshake tells the page nothing; a missing or wrong key is the usual cause.
       why = ui.key.value.trim()
-        ? "Could not open a live session: check the API key, or the server may not run transcription."
+        ? "Could not open a live session: check the API key."
         : "Could not open a live session: if the server has --api-key, enter the key above.";
     } else {
-      why = `The server ended the session: ${CLOSE_REASONS[e.code] || `close code ${e.code}`}`;
-      if (e.reason) why += ` (${e.reason})`;
-      if (errors.length) why += `. Last error: ${errors[errors.length - 1]}`;
+      why = "The connection to the server was lost.";
     }
     setState("error", why);
   }
