@@ -319,7 +319,7 @@ def test_live_transcribes_the_microphone(playground: Playground) -> None:
     for i, line in enumerate(lines):
         # Both clocks: the page's (speech_stopped to completed), and the audio's.
         assert 0 < line["latencyMs"] < 10_000 and 0 < line["afterWordMs"] < 10_000, line
-        item = page.locator("#live-lines li").nth(i)
+        item = page.locator("#live-lines .live-line").nth(i)
         assert normalize(item.locator(".live-text").inner_text()) == normalize(line["text"])
         shown = item.locator(".live-latency").inner_text()
         assert re.fullmatch(r"final after end of speech (\d+ ms|\d+\.\d\d s)", shown), shown

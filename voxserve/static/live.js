@@ -345,7 +345,7 @@ export function livePanel() {
   function lineFor(s, id) {
     let line = s.lines.get(id);
     if (!line) {
-      const item = document.createElement("li");
+      const item = document.createElement("div");
       item.className = "live-line";
       item.dataset.item = id;
       const text = document.createElement("span");
