@@ -102,7 +102,7 @@ export function livePanel() {
     const s = {
       ws: null, stream: null, context: null, created: false, ready: false, early: [],
       sentBytes: 0, blocksSent: 0, lines: new Map(), speaking: null, stopping: false, closedByUs: false,
-      finishTimer: null, nextEventId: 0,
+      finishTimer: null, nextEventId: 0, stopCommit: null,
     };
     current = s;
     const gone = () => current !== s || s.stopping; // Stop was pressed while we waited
@@ -174,7 +174,7 @@ export function livePanel() {
       const line = lineFor(s, s.speaking);
       line.endedAt = performance.now();
       line.endedBy = "Stop";
-      send(s, { type: "input_audio_buffer.commit" });
+      s.stopCommit = send(s, { type: "input_audio_buffer.commit" });
     }
     setState("finishing");
     s.finishTimer = setTimeout(() => finish(s), FINISH_MS);
@@ -202,9 +202,12 @@ export function livePanel() {
 
   // ------------------------------------------------------------ audio out
 
+  /** Sends a client event; returns its event_id, which the server's `error` events echo. */
   function send(s, event) {
-    if (s.ws?.readyState !== WebSocket.OPEN) return;
-    s.ws.send(JSON.stringify({ event_id: `evt_live_${++s.nextEventId}`, ...event }));
+    if (s.ws?.readyState !== WebSocket.OPEN) return null;
+    const id = `evt_live_${++s.nextEventId}`;
+    s.ws.send(JSON.stringify({ event_id: id, ...event }));
+    return id;
   }
 
   function onAudio(s, block) {
@@ -301,6 +304,8 @@ export function livePanel() {
       }
       case "error": {
         const err = event.error || {};
+        // Stop's commit can cross the server's own end of that turn: then there is nothing to commit.
+        if (err.event_id && err.event_id === s.stopCommit) break;
         const message = `${err.message || "unknown error"}${err.code ? ` (${err.code})` : ""}`;
         errors.push(message);
         ui.message.hidden = false;
