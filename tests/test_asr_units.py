@@ -133,7 +133,7 @@ def test_live_segments_go_first_earliest_deadline_first() -> None:
     b.add(_pending(1, 0), now=0.0)  # a file's first piece, waiting for company
     b.add(_live(2, deadline=5.0), now=1.0)
     b.add(_live(3, deadline=2.0), now=1.5)
-    order = []
+    order: list[str] = []
     while (batch := b.next_batch(2.0)) is not None:
         order.extend(p.payload for p in batch)
     assert order == ["live3", "live2"]  # due at once, by deadline; the file piece still waits
