@@ -175,6 +175,8 @@ class LiveTranscriber:
     pool: Executor
     config: RealtimeConfig
     metrics: Metrics
+    busy_elsewhere: Callable[[], bool] = lambda: False
+    """True while other work (speech) keeps the cores busy: deltas wait then."""
     open_sessions: int = 0
 
     @contextlib.asynccontextmanager
@@ -445,7 +447,7 @@ class LiveSession:
             return
         if turn.delta is not None or self._audio.end - turn.start < DELTA_MIN_S * RATE:
             return
-        if not self._live.engine.idle_workers():
+        if not self._live.engine.idle_workers() or self._live.busy_elsewhere():
             return
         turn.delta_at = now
         samples = self._audio.take(turn.start, self._audio.end)
