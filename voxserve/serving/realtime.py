@@ -286,6 +286,11 @@ class LiveSession:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
 
+    @property
+    def busy(self) -> bool:
+        """A committed turn is still being transcribed."""
+        return any(not t.done() for t in self._pending)
+
     # -- settings ---------------------------------------------------------------------
     def _new_detector(self) -> TurnDetector | None:
         td = self.settings.turn_detection
