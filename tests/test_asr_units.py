@@ -124,6 +124,44 @@ def test_full_batch_goes_at_once_and_caps_at_max() -> None:
     assert rest is not None and [p.index for p in rest] == [3, 4]
 
 
+def _live(request: int, deadline: float, key: str = "a") -> Pending[str]:
+    return Pending(request, 0, key, f"live{request}", deadline)
+
+
+def test_live_segments_go_first_earliest_deadline_first() -> None:
+    b: Batcher[str] = Batcher(max_batch=2, wait_s=10.0)
+    b.add(_pending(1, 0), now=0.0)  # a file's first piece, waiting for company
+    b.add(_live(2, deadline=5.0), now=1.0)
+    b.add(_live(3, deadline=2.0), now=1.5)
+    order: list[str] = []
+    while (batch := b.next_batch(2.0)) is not None:
+        order.extend(p.payload for p in batch)
+    assert order == ["live3", "live2"]  # due at once, by deadline; the file piece still waits
+    assert b.next_batch(10.0) is not None
+
+
+def test_live_and_file_segments_never_share_a_batch() -> None:
+    b: Batcher[str] = Batcher(max_batch=8, wait_s=0.0)
+    b.add(_pending(1, 0), now=0.0)
+    b.add(_live(2, deadline=1.0), now=0.0)
+    first, second = b.next_batch(0.0), b.next_batch(0.0)
+    assert first is not None and [p.payload for p in first] == ["live2"]
+    assert second is not None and [p.payload for p in second] == ["1:0"]
+
+
+def test_files_can_be_held_back_for_live_work() -> None:
+    b: Batcher[str] = Batcher(max_batch=8, wait_s=0.005)
+    b.add(_pending(1, 0), now=0.0)
+    assert b.next_batch(1.0, files=False) is None
+    assert b.deadline(files=False) is None  # nothing allowed waits: sleep until woken
+    b.add(_live(2, deadline=3.0), now=1.0)
+    assert b.live_queued() == 1
+    batch = b.next_batch(1.0, files=False)
+    assert batch is not None and [p.payload for p in batch] == ["live2"]
+    batch = b.next_batch(1.0)
+    assert batch is not None and [p.payload for p in batch] == ["1:0"]
+
+
 def test_only_equal_options_share_a_batch() -> None:
     b: Batcher[str] = Batcher(max_batch=8, wait_s=0.0)
     b.add(_pending(1, 0, "beam5"), now=0.0)

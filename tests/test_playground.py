@@ -1,7 +1,8 @@
 """The browser playground at `/`, in real headless Chromium (Debian's `chromium`, driven
 by Playwright) against the real server: speech streams into Web Audio, an uploaded file
-and a microphone recording are transcribed, the metrics panel fills in, screenshots are
-saved to test-artifacts/, and the API-key field opens a server started with a key.
+and a microphone recording are transcribed, the Live card transcribes the microphone over
+`/v1/realtime`, the metrics panel fills in, screenshots are saved to test-artifacts/, and
+the API-key field opens a server started with a key.
 
 The tests share one page and run in file order, so the screenshots show a used page.
 Chromium is not optional: without /usr/bin/chromium the tests fail (`make test` installs it).
@@ -9,17 +10,21 @@ Chromium is not optional: without /usr/bin/chromium the tests fail (`make test` 
 
 from __future__ import annotations
 
+import base64
+import itertools
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.asr_support import SHORT, normalize, speak, speak_pcm, wav_bytes
+from tests.asr_support import SHORT, normalize, speak, speak_pcm, wav_bytes, wer
 from tests.conftest import MakeServer, RunningServer, tts_config
 from voxserve.config import ASRConfig
 
@@ -31,6 +36,7 @@ SPOKEN = "Hello from the playground. This sentence streams into the browser as i
 UPLOADED = SHORT[0]  # "The quick brown fox jumps over the lazy dog."
 RECORDED = SHORT[2]  # "A rainbow is a division of white light into many beautiful colors."
 MIC_RATE = 48000
+MIC_PAD_S = 1.5  # silence around the sentence: the Live card's server VAD needs the pauses
 KEY = "vx-playground-3c1d"
 FLAGS = [
     "--headless",
@@ -71,7 +77,7 @@ class Clips:
     upload: Path
     """A WAV as the speech endpoint streams it (sizes unknown in its header)."""
     mic: Path
-    """What the fake microphone plays: a plain WAV with silence around the sentence."""
+    """What the fake microphone plays (in a loop): a plain WAV with silence around the sentence."""
     mic_seconds: float
 
 
@@ -81,7 +87,7 @@ def clips(base_url: str, tmp_path_factory: pytest.TempPathFactory) -> Clips:
     with httpx.Client(base_url=base_url, timeout=60) as c:
         (folder / "fox.wav").write_bytes(speak(c, UPLOADED, "wav"))
         pcm = speak_pcm(c, RECORDED, rate=MIC_RATE)
-    quiet = np.zeros(MIC_RATE // 4, dtype=np.int16)
+    quiet = np.zeros(int(MIC_PAD_S * MIC_RATE), dtype=np.int16)
     samples = np.concatenate([quiet, pcm, quiet])
     (folder / "mic.wav").write_bytes(wav_bytes(samples, rate=MIC_RATE))
     return Clips(folder / "fox.wav", folder / "mic.wav", len(samples) / MIC_RATE)
@@ -168,6 +174,64 @@ def test_pure_parts_in_the_browser(playground: Playground) -> None:
     assert got["none"] is None and got["active"] == 3
 
 
+LIVE_PURE_PARTS = """async () => {
+    const m = await import("./static/live-audio.js");
+    const tone = (rate, hz, n) => Float32Array.from({ length: n }, (_, i) => 0.5 * Math.sin((2 * Math.PI * hz * i) / rate));
+    const inPieces = (r, x, sizes) => {
+        const out = [];
+        let at = 0;
+        for (let k = 0; at < x.length; k++) {
+            const n = sizes[k % sizes.length];
+            out.push(...r.feed(x.subarray(at, at + n)));
+            at += n;
+        }
+        return out;
+    };
+    // Largest distance from the ideal 1 kHz tone at 24 kHz, past the first 10 ms.
+    const error = (y) => Math.max(...y.slice(240).map((v, n) => Math.abs(v - 0.5 * Math.sin((2 * Math.PI * 1000 * (n + 240)) / 24000))));
+    const rms = (y) => Math.sqrt(y.slice(240).reduce((a, v) => a + v * v, 0) / (y.length - 240));
+    const rates = {};
+    for (const rate of [48000, 44100, 16000]) {
+        const x = tone(rate, 1000, rate / 2);
+        const whole = Array.from(new m.Resampler(rate).feed(x));
+        const pieces = inPieces(new m.Resampler(rate), x, [128, 1, 37, 500]);
+        rates[rate] = { n: whole.length, same: whole.every((v, i) => v === pieces[i]) && whole.length === pieces.length, error: error(whole) };
+    }
+    const alias = rms(Array.from(new m.Resampler(48000).feed(tone(48000, 15000, 24000))));
+    const view = (bytes) => Array.from({ length: bytes.length / 2 }, (_, i) => new DataView(bytes.buffer).getInt16(2 * i, true));
+    const blocks = new m.Pcm16Blocks(4);
+    const first = blocks.push(Float32Array.from([0.1, -0.2, 0.3]));
+    const next = blocks.push(Float32Array.from([-0.9, 0, 0, 0, 0.25, 0.5]));
+    const bytes = Uint8Array.from({ length: 100003 }, (_, i) => (i * 7 + 3) % 256);
+    return {
+        rates, alias,
+        pcm: view(m.pcm16Bytes(Float32Array.from([0, 1, -1, 0.5, -0.5, 2, -2]))),
+        blocks: [first.length, ...next.map((b) => [view(b.bytes), b.peak])],
+        mono: Array.from(m.downmix([Float32Array.from([1, 0.5]), Float32Array.from([0, -0.5])])),
+        b64: m.base64(bytes),
+    };
+}"""
+
+
+def test_live_audio_parts_in_the_browser(playground: Playground) -> None:
+    got = playground.page.evaluate(LIVE_PURE_PARTS)
+    for rate, r in got["rates"].items():
+        # Half a second in; the output lags by under 1 ms and makes no sample it cannot finish.
+        assert 12000 - 40 < r["n"] <= 12000, rate
+        assert r["same"], f"{rate}: cutting the input into pieces changed the output"
+        assert r["error"] < 1e-4, rate  # a 1 kHz tone comes through unchanged (about 5e-6)
+    assert got["alias"] < 1e-4  # 15 kHz cannot fold back into 0-12 kHz (about 2e-5)
+    assert got["pcm"] == [0, 32767, -32768, 16384, -16384, 32767, -32768]
+    assert got["blocks"][0] == 0
+    assert got["blocks"][1:] == [
+        [[3277, -6554, 9830, -29491], pytest.approx(0.9)],
+        [[0, 0, 0, 8192], pytest.approx(0.25)],
+    ]
+    assert got["mono"] == [0.5, 0]
+    expected = bytes((i * 7 + 3) % 256 for i in range(100003))
+    assert base64.b64decode(got["b64"]) == expected
+
+
 def test_speak_streams_and_schedules_audio(playground: Playground) -> None:
     page = playground.page
     page.fill("#text", SPOKEN)
@@ -223,6 +287,50 @@ def test_recording_is_transcribed(playground: Playground, clips: Clips) -> None:
     assert not playground.problems
 
 
+LiveLine = dict[str, Any]
+LIVE_ON = ("connecting", "listening", "speech")
+
+
+def _sentence_lines(lines: list[LiveLine]) -> list[LiveLine] | None:
+    """The first final lines that together say the sentence (the VAD may cut it in pieces),
+    or None while they do not yet."""
+    finals = list(itertools.takewhile(lambda line: line["state"] == "final", lines))
+    for n in range(1, len(finals) + 1):
+        if wer(RECORDED, " ".join(line["text"] for line in finals[:n])) <= 0.3:
+            return finals[:n]
+    return None
+
+
+def test_live_transcribes_the_microphone(playground: Playground) -> None:
+    page = playground.page
+    page.click("#live-button")
+    # The fake microphone loops 1.5 s of silence, the sentence and 1.5 s of silence, so
+    # more lines may follow: look for the sentence in the first ones.
+    deadline = time.monotonic() + 20
+    while True:
+        live = page.evaluate("() => window.voxPlayground.live")
+        assert live["state"] in LIVE_ON, page.inner_text("#live-message")
+        lines = _sentence_lines(live["lines"])
+        if lines:
+            break
+        assert time.monotonic() < deadline, live
+        page.wait_for_timeout(100)
+    assert not live["errors"] and live["sentSeconds"] > 3
+    for i, line in enumerate(lines):
+        # Both clocks: the page's (speech_stopped to completed), and the audio's.
+        assert 0 < line["latencyMs"] < 10_000 and 0 < line["afterWordMs"] < 10_000, line
+        item = page.locator("#live-lines .live-line").nth(i)
+        assert normalize(item.locator(".live-text").inner_text()) == normalize(line["text"])
+        shown = item.locator(".live-latency").inner_text()
+        assert re.fullmatch(r"final after end of speech (\d+ ms|\d+\.\d\d s)", shown), shown
+    assert page.inner_text("#live-status").startswith("Connected · ")
+    page.click("#live-button")
+    page.wait_for_function("() => window.voxPlayground.live.state === 'stopped'", timeout=8_000)
+    assert page.inner_text("#live-button") == "Start live"
+    assert page.locator("#live-message").is_hidden()
+    assert not playground.problems
+
+
 def test_metrics_panel_shows_numbers(playground: Playground, server: RunningServer) -> None:
     page = playground.page
     page.wait_for_function(
@@ -267,17 +375,28 @@ def test_api_key_field_unlocks_a_keyed_server(browser: Browser, make_server: Mak
             page.wait_for_function("() => window.voxPlayground.metrics.status === 'denied'")
             assert page.inner_text("#metrics-state") == "Needs key"
             assert "needs an API key" in page.inner_text("#speak-message")
+            # Without the key the handshake is refused (403), which tells the page nothing more.
+            page.click("#live-button")
+            page.wait_for_function("() => window.voxPlayground.live.state === 'error'")
+            assert "enter the key above" in page.inner_text("#live-message")
             page.fill("#api-key", KEY)
             page.press("#api-key", "Enter")
             page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
             assert page.locator("#speak-message").is_hidden()
+            # The Live card offers the key as a subprotocol: the server lets the session in,
+            # then ends it because this server runs no speech-to-text, and the card says so.
+            page.click("#live-button")
+            page.wait_for_function(
+                "() => document.querySelector('#live-message').textContent.includes('(asr_disabled)')"
+            )
+            assert page.evaluate("() => window.voxPlayground.live.state") == "error"
             page.wait_for_function(
                 "() => window.voxPlayground.metrics.status === 'live'", timeout=6_000
             )
             page.reload()  # the key was kept in localStorage
             page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
             assert page.input_value("#api-key") == KEY
-            assert problems and all("401" in p for p in problems), problems
+            assert problems and all("401" in p or "403" in p for p in problems), problems
         finally:
             context.close()
 

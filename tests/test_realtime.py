@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -23,7 +24,7 @@ from openai import AsyncOpenAI
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.asr_support import SHORT, speak_pcm, wer
+from tests.asr_support import SHORT, speak_pcm, wav_bytes, wer
 from tests.conftest import RunningServer, run_server, wait_for
 from voxserve.config import RealtimeConfig, ServerConfig, TTSConfig
 
@@ -266,6 +267,53 @@ def test_openai_sdk_realtime_client(server: RunningServer, speech: list[np.ndarr
     completed = events[-1]
     assert wer(SHORT[0], completed.transcript) <= 0.2, completed.transcript
     assert completed.usage.type == "duration"
+
+
+def test_live_turns_go_before_file_transcriptions(server: RunningServer, rt: Session, speech: list[np.ndarray]) -> None:
+    """Three uploads keep every worker busy; a live turn still completes promptly,
+    and while the session is open file pieces hold at most all workers but one."""
+    asr = server.asr
+    long_file = wav_bytes(np.tile(np.concatenate([speech[1], _silence(0.4)]), 6))  # ~24 s
+    stop = threading.Event()
+    most_file_batches = 0
+
+    def watch() -> None:
+        nonlocal most_file_batches
+        while not stop.is_set():
+            snap = asr.snapshot()
+            if snap["live_sessions"]:
+                most_file_batches = max(most_file_batches, snap["file_batches"])
+            time.sleep(0.002)
+
+    def upload() -> None:
+        r = httpx.post(server.base_url + "/v1/audio/transcriptions", files={"file": ("a.wav", long_file)},
+                       data={"model": "whisper-1"}, timeout=120)
+        assert r.status_code == 200, r.text
+
+    threads = [threading.Thread(target=upload) for _ in range(3)] + [threading.Thread(target=watch)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: asr.snapshot()["queued"] > 0, timeout=30)
+        rt.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}}})
+        rt.until("session.updated")
+        rt.append(speech[0])
+        rt.send({"type": "input_audio_buffer.commit"})
+        rt.until("input_audio_buffer.committed")
+        committed = time.monotonic()
+        done = rt.until("conversation.item.input_audio_transcription.completed")
+        waited = time.monotonic() - committed
+        files_busy = asr.snapshot()["requests"] > 0
+    finally:
+        for t in threads[:3]:
+            t.join(120)
+        stop.set()
+        threads[3].join(5)
+    assert wer(SHORT[0], done["transcript"]) <= 0.2
+    assert files_busy  # the uploads were still being transcribed when the live turn was done
+    assert waited < 3.0, waited  # one 30 s piece decodes in about 1 s here; a queue of them takes many
+    if asr.config.workers > 1:
+        assert most_file_batches <= asr.config.workers - 1
 
 
 # -- limits, each shaped as the attack ----------------------------------------------------

@@ -238,7 +238,7 @@ class RealtimeConfig:
     """Partial transcripts of a turn in progress are decoded at most this often, and only
     when an ASR worker is idle; 0 turns them off."""
     idle_timeout_s: float = 60.0
-    """A session that sends nothing for this long is closed."""
+    """A session that sends nothing for this long, with no turn being transcribed, is closed."""
 
     def __post_init__(self) -> None:
         if min(self.max_sessions, self.max_message_bytes, self.message_burst, self.max_pending_turns) < 1:

@@ -20,7 +20,7 @@ Limits. Each one that ends a session sends an `error` event with the code below 
 | live sessions (`--realtime-max-sessions`) | 8 | `too_many_sessions` | 1013 |
 | message size (`--realtime-max-message-bytes`) | 256 KiB | `message_too_large` | 1009 |
 | messages per second (`--realtime-messages-per-s`, burst) | 200, 1000 | `rate_limited` | 1008 |
-| no message (`--realtime-idle-timeout`) | 60 s | `idle_timeout` | 1000 |
+| no message and no turn being transcribed (`--realtime-idle-timeout`) | 60 s | `idle_timeout` | 1000 |
 | events the client does not read (`OUTBOX`, `--ws-send-timeout`) | 256, 15 s | (none: it is gone) | - |
 | any failure that is not a `VoxError` | | `internal_error` | 1011 |
 
@@ -426,21 +426,29 @@ class _Connection:
 
     async def _receive(self) -> Message:
         try:
-            async with asyncio.timeout(self.config.idle_timeout_s):
-                return await self.ws.receive()
-        except TimeoutError:
-            raise _End(
-                1000, f"no message for {self.config.idle_timeout_s:g} s; the session is closed", "idle_timeout"
-            ) from None
+            return await self.ws.receive()
         except (WebSocketDisconnect, RuntimeError, OSError):
             raise _Gone("the client left") from None
 
     async def _read_all(self, session: LiveSession) -> None:
         assert self._sender is not None
+        idle = self.config.idle_timeout_s
         while True:
             receiving = asyncio.ensure_future(self._receive())
+            quiet_since = self._loop.time()
             try:
-                await asyncio.wait({receiving, self._sender}, return_when=asyncio.FIRST_COMPLETED)
+                while not receiving.done() and not self._sender.done():
+                    waiting: set[asyncio.Future[Any]] = {receiving, self._sender}
+                    left = quiet_since + idle - self._loop.time()
+                    await asyncio.wait(waiting, timeout=max(left, 0.05), return_when=asyncio.FIRST_COMPLETED)
+                    if session.busy:
+                        quiet_since = self._loop.time()
+                    elif not receiving.done() and self._loop.time() - quiet_since >= idle:
+                        raise _End(
+                            1000,
+                            f"no message for {idle:g} s and no turn being transcribed; the session is closed",
+                            "idle_timeout",
+                        )
             finally:
                 if not receiving.done():
                     receiving.cancel()

@@ -223,6 +223,7 @@ class ASREngine(WorkerEngine):
                 "queued": len(self._batcher),
                 "in_flight": self._in_flight,
                 "live_queued": self._batcher.live_queued(),
+                "file_batches": self._file_batches,
                 "live_sessions": self._live_sessions,
                 "batches": s.batches,
                 "pieces": s.pieces,

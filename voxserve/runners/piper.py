@@ -1,8 +1,8 @@
 """Piper voices split into two ONNX stages, and the runners that execute them.
 
 Stage A ("acoustic") maps phoneme ids to latent frames z [B, 192, T]; stage B ("vocoder")
-maps z to PCM, 256 samples per frame. This module is one of the two places that import
-onnxruntime. It knows nothing of requests, scheduling or HTTP.
+maps z to PCM, 256 samples per frame. This module is one of the three places that import
+onnxruntime (with `runners/vad.py` and the offline benchmarks). It knows nothing of requests, scheduling or HTTP.
 """
 
 from __future__ import annotations

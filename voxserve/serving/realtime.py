@@ -175,6 +175,8 @@ class LiveTranscriber:
     pool: Executor
     config: RealtimeConfig
     metrics: Metrics
+    busy_elsewhere: Callable[[], bool] = lambda: False
+    """True while other work (speech) keeps the cores busy: deltas wait then."""
     open_sessions: int = 0
 
     @contextlib.asynccontextmanager
@@ -283,6 +285,11 @@ class LiveSession:
         self._pending: deque[asyncio.Task[None]] = deque()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
+
+    @property
+    def busy(self) -> bool:
+        """A committed turn is still being transcribed."""
+        return any(not t.done() for t in self._pending)
 
     # -- settings ---------------------------------------------------------------------
     def _new_detector(self) -> TurnDetector | None:
@@ -435,6 +442,8 @@ class LiveSession:
         deadline = self._live.engine.clock() + rest + self._config.final_target_ms / 1000
         turn.early = self._spawn(self._decode(self._audio.take(turn.start, end), deadline))
         turn.early_end = end
+        log.debug("turn %s: early final started %.0f ms after the pause was seen",
+                  turn.item_id, (time.monotonic() - turn.pause_wall) * 1000)
 
     def _maybe_delta(self, turn: _Turn) -> None:
         interval = self._config.delta_interval_ms / 1000
@@ -443,7 +452,7 @@ class LiveSession:
             return
         if turn.delta is not None or self._audio.end - turn.start < DELTA_MIN_S * RATE:
             return
-        if not self._live.engine.idle_workers():
+        if not self._live.engine.idle_workers() or self._live.busy_elsewhere():
             return
         turn.delta_at = now
         samples = self._audio.take(turn.start, self._audio.end)
@@ -486,6 +495,8 @@ class LiveSession:
         seconds = (end - turn.start) / RATE
         if turn.early is not None and turn.early_end == end and not turn.early.cancelled():
             decoding = turn.early
+            log.debug("turn %s: committed %.0f ms after the end of speech, early final in flight",
+                      turn.item_id, (time.monotonic() - speech_end_wall) * 1000)
         else:
             self._cancel(turn.early)
             deadline = self._live.engine.clock() + self._config.final_target_ms / 1000
@@ -523,7 +534,9 @@ class LiveSession:
             return
         assert text is not None
         m.realtime_turns.labels("completed").inc()
-        m.realtime_final_latency.observe(time.monotonic() - speech_end_wall)
+        latency = time.monotonic() - speech_end_wall
+        m.realtime_final_latency.observe(latency)
+        log.debug("turn %s: %.2f s of audio, completed %.0f ms after the end of speech", item_id, seconds, latency * 1000)
         m.asr_audio_seconds.inc(seconds)
         self._emit(TranscriptCompleted(item_id, text, round(seconds, 3)))
 

@@ -183,7 +183,10 @@ async def running_state(
         vad = VADEngine()
         vad.start()
         live_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")
-        state.live = LiveTranscriber(asr, vad, live_pool, config.realtime, state.metrics)
+        state.live = LiveTranscriber(
+            asr, vad, live_pool, config.realtime, state.metrics,
+            busy_elsewhere=lambda: engine.active_streams >= tts.workers,
+        )
         warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
     await asyncio.gather(*warmups)
     lag = asyncio.create_task(state.metrics.watch_loop_lag())

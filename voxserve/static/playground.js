@@ -1,6 +1,9 @@
 // voxserve playground: speak, transcribe and watch the server, through the public HTTP API
-// only. Plain browser APIs, no framework, nothing fetched from anywhere but this server.
+// only (and WS /v1/realtime for the Live card, in live.js). Plain browser APIs, no
+// framework, nothing fetched from anywhere but this server.
 // Tests read `window.voxPlayground` (a read-only snapshot) and the cards' data-state.
+
+import { livePanel } from "./live.js";
 
 const LEAD_S = 0.12; // start offset before the first chunk, to absorb network jitter
 const METRICS_EVERY_MS = 2000;
@@ -31,6 +34,7 @@ const metrics = { status: "idle", active: null, queued: null, ttfpP50: null, rtf
 
 let audio = null; // AudioContext, made on the first Speak (a user gesture)
 let run = null; // the current stream: { controller, sources, peaks, block, firstStart }
+const live = livePanel();
 
 window.voxPlayground = Object.freeze({
   get stats() {
@@ -41,6 +45,9 @@ window.voxPlayground = Object.freeze({
   },
   get metrics() {
     return Object.freeze({ ...metrics });
+  },
+  get live() {
+    return live.snapshot();
   },
 });
 
