@@ -24,7 +24,8 @@ def test_realtime_bench_one_session_two_utterances(server: RunningServer, tmp_pa
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     out, png = tmp_path / "rt.json", tmp_path / "rt.png"
     rc = main(_live_args("realtime", server, out, "--utterances", "2", "--gap-s", "1.0",
-                         "--warmup", "0", "--plot", str(png)))
+                         "--warmup", "0", "--files", "1", "--file-seconds", "3",
+                         "--plot", str(png)))
     assert rc == 0
     result = json.loads(out.read_text())
     settings = result["settings"]
@@ -42,6 +43,9 @@ def test_realtime_bench_one_session_two_utterances(server: RunningServer, tmp_pa
     assert s["wer_live"] < 0.5 and s["wer_file"] is not None and s["wer_file"] < 0.5
     assert s["deltas_per_utterance"] >= 0 and s["pacing_late_max_s"] < 0.5
     assert s["file_pass"]["completed"] == 2
+    files = s["files"]  # one loop uploading the two clips joined (>= 3 s) beside the session
+    assert files["completed"] >= 1 and files["failed"] == 0 and files["rtfx"] > 0
+    assert files["audio_s"] >= 3 * files["completed"] and files["wer"] < 0.5
     assert level["health"]["n"] > 0 and level["health"]["failures"] == 0
     (session,) = level["records"]
     assert session["error"] is None and session["frames_sent"] > 100

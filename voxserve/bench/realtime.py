@@ -20,12 +20,13 @@ and WebSocket only.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,12 +200,13 @@ async def _file_pass(http: aiohttp.ClientSession, target: TranscribeTarget,
 
 async def _file_loop(http: aiohttp.ClientSession, target: TranscribeTarget, clip: Clip,
                      data: bytes, stop: asyncio.Event, origin: float,
-                     records: list[TranscribeRecord]) -> None:
+                     records: list[TranscribeRecord], numbers: Iterator[int]) -> None:
     """Upload the long file again and again until `stop`; the upload in flight then ends
     normally and counts (the live sessions are over by then, so it disturbs nothing)."""
     while not stop.is_set():
         now = time.perf_counter() - origin
-        rec = TranscribeRecord(len(records), clip.path.name, clip.audio_s, now, now, clip.reference)
+        rec = TranscribeRecord(next(numbers), clip.path.name, clip.audio_s, now, now,
+                               clip.reference)
         records.append(await transcribe(http, target, clip, data, rec))
 
 
@@ -266,8 +268,9 @@ async def bench_realtime(options: LiveOptions, clips: list[LiveClip], levels: li
             stop = asyncio.Event()
             file_records: list[TranscribeRecord] = []
             origin = time.perf_counter()
+            numbers = itertools.count()
             loops = [asyncio.ensure_future(_file_loop(uploads, target, long_clip, long_data, stop,
-                                                      origin, file_records))
+                                                      origin, file_records, numbers))
                      for _ in range(files)]
             try:
                 sessions = await asyncio.gather(*(
