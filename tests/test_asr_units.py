@@ -351,3 +351,13 @@ def test_wait_room_blocks_until_pieces_finish() -> None:
         await asyncio.wait_for(waiter, 2)
 
     asyncio.run(main())
+
+
+def test_live_turns_get_an_encoder_window_fitted_to_them() -> None:
+    from voxserve.engine.asr import fitted_window
+
+    second = 16000
+    assert fitted_window(2 * second) == 1000  # 2 s + 1 s margin -> the 10 s minimum
+    assert fitted_window(9 * second) == 1000
+    assert fitted_window(int(9.5 * second)) == 1500  # 10.5 s -> the next 5 s step
+    assert fitted_window(28 * second) == 3000  # never past Whisper's 30 s

@@ -231,9 +231,9 @@ class RealtimeConfig:
     """A turn's transcript is due this long after the end of its speech is known: its
     deadline in the ASR batcher, where live turns go before file pieces."""
     early_final_ms: float = 96.0
-    """Once speech has paused this long, the final transcript is decoded at once (when a
-    worker is idle), while the rest of `silence_duration_ms` runs; speech that resumes
-    drops it. 0 waits for the end of the turn."""
+    """Once speech has paused this long, the final transcript is decoded at once (unless
+    other live work waits for a worker), while the rest of `silence_duration_ms` runs;
+    speech that resumes drops it. 0 waits for the end of the turn."""
     delta_interval_ms: float = 1000.0
     """Partial transcripts of a turn in progress are decoded at most this often, and only
     when an ASR worker is idle; 0 turns them off."""

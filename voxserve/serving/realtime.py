@@ -9,10 +9,10 @@ engine's thread, and feeds the probabilities to a `TurnDetector`. Transcription 
 for the shared ASR engine, with a deadline so that it goes before file work:
 
 - **final**: the committed turn, from its first speech frame (less the prefix padding) to
-  `tail` after its end of speech. When speech pauses and a worker is idle it starts at
-  once (`early_final_ms` into the pause), while the rest of the silence that will end the
-  turn runs; speech that resumes drops it. Otherwise it starts at the commit. Its
-  deadline is `final_target_ms` after the end of speech is known.
+  `tail` after its end of speech. When speech pauses it starts at once (`early_final_ms`
+  into the pause), while the rest of the silence that will end the turn runs, unless
+  other live work is already waiting; speech that resumes drops it. Otherwise it starts
+  at the commit. Its deadline is `final_target_ms` after the expected end of the turn.
 - **deltas**: while the user speaks, at most every `delta_interval_ms` and only when an
   ASR worker is idle, the turn so far is decoded again; the words two decodes in a row
   agree on (and were not sent yet) go out as a delta. Their deadline is later than any
@@ -436,7 +436,7 @@ class LiveSession:
         if turn.early is not None or self._config.early_final_ms <= 0 or turn.pause is None:
             return
         end = turn.pause + self._tail()
-        if self._audio.end < end or not self._live.engine.idle_workers():
+        if self._audio.end < end or self._live.engine.live_queued():
             return
         rest = max(0.0, td.silence_duration_ms / 1000 - (self._audio.end - turn.pause) / RATE)
         deadline = self._live.engine.clock() + rest + self._config.final_target_ms / 1000
