@@ -6,6 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
+KOKORO_VOICES := $(VENV)/share/voxserve/kokoro-voices
+KOKORO_STAMP := $(KOKORO_VOICES)/.verified
+KOKORO_SUMS := voxserve/runners/kokoro_voices.sha256
+KOKORO_SDIST := $(VENV)/kokoro-sdist
 CHROMIUM := /usr/bin/chromium
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -24,6 +28,19 @@ $(TEST_STAMP): $(RUNTIME_STAMP) | $(CHROMIUM)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,peers,ray]'
 	touch $@
 
+# Kokoro's 54 voices (Apache-2.0) ship only in the `kokoro` 0.9.4 sdist: its wheel lacks them,
+# and installing it would pull torch. Fetch the sdist, keep only the voices, and check each
+# one against the sha256 list pinned in the repository. Nothing is fetched at run time.
+$(KOKORO_STAMP): $(KOKORO_SUMS) | $(BIN)/python
+	rm -rf $(KOKORO_VOICES) $(KOKORO_SDIST)
+	$(BIN)/python -m pip download --quiet --no-binary :all: --no-deps kokoro==0.9.4 -d $(KOKORO_SDIST)
+	mkdir -p $(KOKORO_VOICES)
+	tar -xzf $(KOKORO_SDIST)/kokoro-0.9.4.tar.gz -C $(KOKORO_VOICES) --strip-components=3 \
+		--wildcards 'kokoro-0.9.4/kokoro.js/voices/*.bin'
+	cd $(KOKORO_VOICES) && sha256sum --check --quiet --strict $(CURDIR)/$(KOKORO_SUMS)
+	rm -rf $(KOKORO_SDIST)
+	touch $@
+
 # tests/test_playground.py drives Debian's chromium through Playwright, which cannot
 # download a browser of its own here. Installed only when missing; sudo only if not root.
 $(CHROMIUM):
@@ -32,16 +49,16 @@ $(CHROMIUM):
 	else echo "$(CHROMIUM) is missing: install the Debian packages chromium and chromium-driver as root" >&2; exit 1; fi; \
 	set -x; $$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver
 
-install: $(RUNTIME_STAMP)
+install: $(RUNTIME_STAMP) $(KOKORO_STAMP)
 
-serve: $(RUNTIME_STAMP)
+serve: $(RUNTIME_STAMP) $(KOKORO_STAMP)
 	$(BIN)/voxserve serve --host $(HOST) --port $(PORT)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check voxserve tests
 	$(BIN)/mypy voxserve tests
 
-test: lint
+test: lint $(KOKORO_STAMP)
 	$(BIN)/python -m pytest
 
 clean:
