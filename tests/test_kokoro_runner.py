@@ -1,0 +1,113 @@
+"""Kokoro-82M: the joined model verifies, the voices load and verify, the two stages give
+the full graph's audio, and stage A's durations account for every output sample."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from voxserve.runners.kokoro import (
+    HOP,
+    MODEL_SHA256,
+    SAMPLE_RATE,
+    KokoroInput,
+    KokoroModel,
+    decode_span,
+    default_voices_dir,
+    list_voices,
+    load_voice,
+    model_file,
+    style_row,
+)
+from voxserve.text.kokoro_vocab import KOKORO_VOCAB, UnknownPhoneme, phonemes_to_ids
+
+HELLO = "həlˈO wˈɜɹld."  # "Hello world." in Kokoro's (misaki's) US English phonemes
+
+
+@pytest.fixture(scope="module")
+def model() -> KokoroModel:
+    return KokoroModel()
+
+
+@pytest.fixture(scope="module")
+def hello(model: KokoroModel) -> KokoroInput:
+    ids = phonemes_to_ids(HELLO)
+    return KokoroInput(ids, style_row(model.voice("af_heart"), len(ids)))
+
+
+def test_the_model_is_joined_once_and_verified(tmp_path: Path) -> None:
+    path = model_file(tmp_path)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == MODEL_SHA256
+    mtime = path.stat().st_mtime_ns
+    assert model_file(tmp_path) == path and path.stat().st_mtime_ns == mtime
+    path.write_bytes(b"half a model")  # a damaged cache is joined again
+    assert hashlib.sha256(model_file(tmp_path).read_bytes()).hexdigest() == MODEL_SHA256
+
+
+def test_voices_load_with_their_shape_and_are_checked(tmp_path: Path) -> None:
+    voices = list_voices()
+    assert len(voices) == 54
+    assert sum(v.language in ("en-US", "en-GB") for v in voices) == 28
+    assert {v.name: (v.language, v.gender) for v in voices}["bm_fable"] == ("en-GB", "male")
+    heart = load_voice("af_heart")
+    assert heart.shape == (510, 256) and heart.dtype == np.float32
+    assert np.all(np.isfinite(heart)) and float(np.abs(heart).max()) > 0
+    assert style_row(heart, 12).shape == (256,)
+
+    shutil.copy(default_voices_dir() / "af_heart.bin", tmp_path)
+    with (tmp_path / "af_heart.bin").open("r+b") as f:
+        f.seek(1000)
+        f.write(b"\x01")
+    with pytest.raises(RuntimeError, match="sha256"):
+        load_voice("af_heart", tmp_path)
+    with pytest.raises(KeyError):
+        load_voice("af_nobody")
+
+
+def test_phonemes_outside_the_vocabulary_are_refused() -> None:
+    assert phonemes_to_ids(HELLO).tolist() == [KOKORO_VOCAB[s] for s in HELLO]
+    with pytest.raises(UnknownPhoneme, match=r"U\+0001"):
+        phonemes_to_ids("hə\x01")
+
+
+def test_a_short_sequence_speaks(model: KokoroModel, hello: KokoroInput) -> None:
+    frames = model.acoustic.run([hello])[0]
+    pcm = model.decoder.run([frames.decoder_input])[0]
+    assert model.sample_rate == SAMPLE_RATE == 24000
+    seconds = len(pcm) / SAMPLE_RATE
+    assert 0.5 < seconds < 2.5
+    assert pcm.dtype == np.float32 and np.all(np.isfinite(pcm))
+    assert float(np.sqrt(np.mean(pcm**2))) > 0.01  # speech, not silence
+    assert float(np.abs(pcm).max()) <= 1.5
+
+
+def test_durations_sum_to_the_audio_length(model: KokoroModel, hello: KokoroInput) -> None:
+    for speed in (1.0, 1.5):
+        frames = model.acoustic.run([KokoroInput(hello.ids, hello.style, speed)])[0]
+        assert frames.durations.shape == (len(hello.ids) + 2,)
+        assert np.all(frames.durations >= 1)
+        assert int(frames.durations.sum()) == frames.frames
+        pcm = model.decoder.run([frames.decoder_input])[0]
+        assert len(pcm) == frames.frames * HOP  # 600 samples (25 ms) per frame
+
+
+def test_two_stages_equal_the_full_graph(model: KokoroModel, hello: KokoroInput) -> None:
+    full = ort.InferenceSession(str(model.model_path), providers=["CPUExecutionProvider"])
+    tokens = np.concatenate([[0], hello.ids, [0]]).astype(np.int64)[np.newaxis]
+    speed = np.array([1.0], dtype=np.float32)
+    reference = full.run(None, {"tokens": tokens, "style": hello.style[np.newaxis], "speed": speed})
+    frames = model.acoustic.run([hello])[0]
+    staged = model.decoder.run([frames.decoder_input])[0]
+    if model.precision == "int8":
+        np.testing.assert_allclose(staged, reference[0].reshape(-1), rtol=0, atol=1e-4)
+
+
+def test_a_span_decoded_with_context_has_the_span_length(model: KokoroModel, hello: KokoroInput) -> None:
+    whole = model.acoustic.run([hello])[0].decoder_input
+    pcm = decode_span(model.decoder, whole, 4, 12, 8, 8)
+    assert len(pcm) == 8 * HOP
