@@ -124,15 +124,19 @@ _GB = {
     "ʔ": "t",
     "ᵻ": "ɪ",
 }
-# misaki's EspeakG2P: the tied diphthongs and affricates, hyphens deleted, nothing else.
-# Nasal vowels: Kokoro has the combining tilde as a token of its own, so precomposed ones
-# are split into vowel + tilde.
+# misaki's EspeakG2P: the tied diphthongs and affricates, hyphens deleted, nothing else;
+# the syllabic and dental marks (U+0329, U+032A; Italian spells "d" as "d̪ˈi"), which
+# Kokoro has no tokens for, are deleted as its pipeline does. Nasal vowels: Kokoro has the combining tilde as a token of its own, so precomposed
+# ones are split into vowel + tilde.
 _ESPEAK_G2P = {
     **_AFFRICATES,
     **_DIPHTHONGS,
     "oʊ": "O",
     "əʊ": "Q",
     "-": "",
+    "\u0329": "",
+    "\u032a": "",
+    "ɬ": "l",  # as misaki maps it for English; espeak's French spells "hl" with it
     "ã": "a\u0303",
     "ẽ": "e\u0303",
     "ĩ": "i\u0303",
@@ -143,8 +147,10 @@ _ESPEAK_G2P = {
 # "zucchero"). Elsewhere t+s is two phonemes (French "vingt-cinq": vɛ̃tsˈɛ̃k), and without
 # espeak's tie bar the letters cannot tell, so only Italian maps them.
 _ITALIAN = {**_ESPEAK_G2P, "ts": "ʦ", "dz": "ʣ"}
-# espeak's Hindi writes the flap of ड़ and ढ़ as "r." (its ASCII name), not IPA ɽ.
-_HINDI = {**_ESPEAK_G2P, "r.": "ɽ"}
+# espeak's Hindi writes the flap of ड़ and ढ़ as "r." (its ASCII name) inside words and
+# "r̩" for the letter alone, not IPA ɽ. The retroflex lateral ळ (ɭ, in Marathi loans) has
+# no Kokoro token: the plain lateral is the nearest.
+_HINDI = {**_ESPEAK_G2P, "r.": "ɽ", "r\u0329": "ɽ", "ɭ": "l"}
 
 
 def _language(
