@@ -80,6 +80,7 @@ from voxserve.api.speech import speech_params
 from voxserve.api.ws_limits import Message, TokenBucket, message_size, session_slot
 from voxserve.config import WSConfig
 from voxserve.errors import ClientError, ServerError, VoxError
+from voxserve.serving.catalog import speech_voice
 from voxserve.serving.speech import open_speech
 from voxserve.text.incremental import TextSegmenter
 
@@ -383,9 +384,10 @@ class _Session:
             return
         try:
             name = config.voice if isinstance(config.voice, str) else config.voice.id
-            self.state.engine.resolve_voice(name)
+            speech_voice(self.state.engine, config.model, name)
         except VoxError as exc:
-            await self.send_error(exc.message, exc.code or "invalid_value", exc, param="voice")
+            param = exc.param or "voice"
+            await self.send_error(exc.message, exc.code or "invalid_value", exc, param=param)
             return
         if config.split != self.config.split:
             pending = self.segmenter.pending
