@@ -15,6 +15,7 @@ import numpy as np
 from voxserve.config import TTSConfig, VocoderChunking
 from voxserve.engine.scheduler import Latent, ModelProfile
 from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice, find_voice
+from voxserve.errors import InvalidRequest
 from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice
 from voxserve.runners.piper import find_voice as find_voice_files
 from voxserve.text.phonemize import Phonemizer
@@ -90,6 +91,19 @@ class PiperVoice:
 
     def resolve_voice(self, name: str) -> Voice:
         return find_voice(name, self._voices, self._aliases)
+
+    def with_language(self, voice: Voice, language: str) -> Voice:
+        """A Piper voice speaks its own language only: `en` or `en-US` for this one."""
+        own = (voice.language or "").lower()
+        asked = language.strip().lower().replace("_", "-")
+        if own and asked in (own, own.split("-")[0]):
+            return voice
+        raise InvalidRequest(
+            f"voice {voice.name!r} of model {self._name} speaks {voice.language or 'one language'} "
+            f"only, not {language!r}; leave language out, or use model tts-1-hd for other languages",
+            param="language",
+            code="unsupported_language",
+        )
 
     def inputs(self, text: str, voice: Voice, speed: float) -> list[AcousticInput]:
         length_scale = self.model.length_scale / speed

@@ -102,6 +102,11 @@ class VoiceModel(Protocol[InputT]):
         """The voice a request names; raises `NotFound` (param "voice") with the choices."""
         ...
 
+    def with_language(self, voice: Voice, language: str) -> Voice:
+        """The voice speaking `language` (a request's `language`, an ISO 639-1 code or a
+        BCP 47 tag); raises InvalidRequest (param "language") when the model cannot."""
+        ...
+
     def inputs(self, text: str, voice: Voice, speed: float) -> Sequence[InputT]:
         """Stage A items for one text segment (none if nothing in it can be spoken).
         CPU work: the engine calls it from the text pool."""

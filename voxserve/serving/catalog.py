@@ -92,9 +92,12 @@ def speech_model(engine: TTSEngine, model_id: str) -> VoiceModel[Any]:
     )
 
 
-def speech_voice(engine: TTSEngine, model_id: str, voice: str) -> Voice:
-    """The voice a request names, among those of the model it names (404 for either)."""
-    return speech_model(engine, model_id).resolve_voice(voice)
+def speech_voice(engine: TTSEngine, model_id: str, voice: str, language: str | None = None) -> Voice:
+    """The voice a request names, among those of the model it names (404 for either),
+    speaking `language` when the request names one (400 when it cannot)."""
+    model = speech_model(engine, model_id)
+    found = model.resolve_voice(voice)
+    return model.with_language(found, language) if language else found
 
 
 def speech_model_ids(engine: TTSEngine) -> list[str]:
@@ -123,17 +126,25 @@ def model_list(ids: list[str], started_at: float) -> dict[str, Any]:
 
 def voice_list(engine: TTSEngine) -> list[dict[str, str | None]]:
     """Model by model, the default first: its own voices, then the OpenAI names and the
-    voice each one maps to. An id already listed (an OpenAI name under a later model) is
-    not listed again."""
+    voice each one maps to, each with its model, language and gender. An id already
+    listed (an OpenAI name under a later model) is not listed again: with the model named
+    in the request, it still means that model's own choice."""
     listed: list[dict[str, str | None]] = []
     seen: set[str] = set()
     for model in engine.models.values():
-        entries: list[tuple[str, str | None]] = [(v.name, None) for v in model.voices]
-        entries += [(alias, voice.name) for alias, voice in model.aliases().items()]
-        for name, alias_of in entries:
+        entries: list[tuple[str, Voice, str | None]] = [(v.name, v, None) for v in model.voices]
+        entries += [(alias, voice, voice.name) for alias, voice in model.aliases().items()]
+        for name, voice, alias_of in entries:
             if name not in seen:
                 seen.add(name)
-                listed.append({"id": name, "name": name, "alias_of": alias_of})
+                listed.append({
+                    "id": name,
+                    "name": name,
+                    "alias_of": alias_of,
+                    "model": model.name,
+                    "language": voice.language,
+                    "gender": voice.gender,
+                })
     return listed
 
 

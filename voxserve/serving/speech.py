@@ -47,6 +47,8 @@ class SpeechParams:
     speed: float = 1.0
     sample_rate: int | None = None
     """Output rate in Hz; None for the server's default."""
+    language: str | None = None
+    """Speak this language (voxserve extension); None: the voice's own."""
 
 
 class SpeechResources(Protocol):
@@ -166,7 +168,7 @@ async def open_speech(
     back.
     """
     engine = state.engine
-    voice = speech_voice(engine, params.model, params.voice)
+    voice = speech_voice(engine, params.model, params.voice, params.language)
     rate = params.sample_rate or state.config.default_sample_rate
     if not admitted:
         state.admission.refuse_if_full()  # before the phonemizer's work, not after
