@@ -142,7 +142,7 @@ def make_set() -> list[Utterance]:
     """Each prompt whole when it is short enough, else groups of its sentences."""
     tts = TTSEngine(TTSConfig())
     tts.start()
-    voice = tts.voices[0]
+    voice = tts.default_model.voices[0]
     cache: dict[str, np.ndarray] = {}
 
     def speak(text: str) -> np.ndarray:
