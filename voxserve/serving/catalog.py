@@ -126,12 +126,11 @@ def model_list(ids: list[str], started_at: float) -> dict[str, Any]:
 
 def voice_list(engine: TTSEngine) -> list[dict[str, str | None]]:
     """Model by model, the default first: its own voices, then the OpenAI names and the
-    voice each one maps to, each with its model, language and gender. An id already
-    listed (an OpenAI name under a later model) is not listed again: with the model named
-    in the request, it still means that model's own choice."""
+    voice each one maps to, each with its model, language and gender. An OpenAI name is
+    listed once per model, since each model maps it to a voice of its own."""
     listed: list[dict[str, str | None]] = []
-    seen: set[str] = set()
     for model in engine.models.values():
+        seen: set[str] = set()
         entries: list[tuple[str, Voice, str | None]] = [(v.name, v, None) for v in model.voices]
         entries += [(alias, voice, voice.name) for alias, voice in model.aliases().items()]
         for name, voice, alias_of in entries:
