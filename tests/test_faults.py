@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 
 from tests.conftest import MakeServer, RunningServer, tts_config
-from voxserve.runners.piper import FaultHook, PiperModel
+from voxserve.engine.voices import FaultHook, VoiceModel
 
 TEXT = "One sentence here. And another sentence follows it. Then a third one closes the text."
 
@@ -46,13 +47,13 @@ def post(client: httpx.Client, **fields: object) -> httpx.Response:
 
 
 @pytest.fixture()
-def hooked(server: RunningServer) -> Iterator[PiperModel]:
-    model = server.state.engine.model
+def hooked(server: RunningServer) -> Iterator[VoiceModel[Any]]:
+    model = server.state.engine.default_model
     yield model
     model.set_fault_hook(None)
 
 
-def test_failure_before_audio_is_a_500_in_openai_shape(hooked: PiperModel, client: httpx.Client) -> None:
+def test_failure_before_audio_is_a_500_in_openai_shape(hooked: VoiceModel[Any], client: httpx.Client) -> None:
     hooked.set_fault_hook(fail_on("acoustic", 1))
     r = post(client)
     assert r.status_code == 500
@@ -63,7 +64,7 @@ def test_failure_before_audio_is_a_500_in_openai_shape(hooked: PiperModel, clien
     assert client.get("/health").status_code == 200
 
 
-def test_failure_mid_stream_truncates_the_body(hooked: PiperModel, client: httpx.Client) -> None:
+def test_failure_mid_stream_truncates_the_body(hooked: VoiceModel[Any], client: httpx.Client) -> None:
     hooked.set_fault_hook(fail_on("vocoder", 3))
     with pytest.raises(httpx.RemoteProtocolError):
         post(client)
@@ -71,7 +72,7 @@ def test_failure_mid_stream_truncates_the_body(hooked: PiperModel, client: httpx
     assert post(client).status_code == 200
 
 
-def test_failure_mid_stream_sends_an_sse_error_event(hooked: PiperModel, client: httpx.Client) -> None:
+def test_failure_mid_stream_sends_an_sse_error_event(hooked: VoiceModel[Any], client: httpx.Client) -> None:
     hooked.set_fault_hook(fail_on("vocoder", 3))
     r = post(client, stream_format="sse")
     events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
@@ -82,7 +83,7 @@ def test_failure_mid_stream_sends_an_sse_error_event(hooked: PiperModel, client:
 
 def test_dead_worker_turns_health_503(make_server: MakeServer) -> None:
     with make_server(tts_config(workers=2)) as srv:
-        srv.state.engine.model.set_fault_hook(fail_on("acoustic", 1, WorkerCrash))
+        srv.state.engine.default_model.set_fault_hook(fail_on("acoustic", 1, WorkerCrash))
         with httpx.Client(base_url=srv.base_url, timeout=5) as c:
             r = c.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": "Hi."})
             assert r.status_code == 500  # the stream in hand fails; nothing hangs
@@ -91,5 +92,5 @@ def test_dead_worker_turns_health_503(make_server: MakeServer) -> None:
             assert health.json()["status"] == "unhealthy" and health.json()["dead_workers"]
             assert "voxserve_healthy 0.0" in c.get("/metrics").text
             # The surviving worker still serves.
-            srv.state.engine.model.set_fault_hook(None)
+            srv.state.engine.default_model.set_fault_hook(None)
             assert c.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": "Hi."}).status_code == 200

@@ -98,7 +98,7 @@ def known(server: RunningServer) -> dict[str, dict[str, list[Any]]]:
     asr: dict[str, list[Any]] = {"model": [*ASR_MODELS, server.asr.name], "file": [clip]}
     return {
         "/v1/audio/speech": {
-            "model": [*SPEECH_MODELS, state.engine.model.name],
+            "model": [*SPEECH_MODELS, state.engine.default_model.name],
             "voice": voices + [{"id": v} for v in voices],
         },
         "/v1/audio/transcriptions": asr,

@@ -11,7 +11,8 @@ import onnxruntime as ort
 import pytest
 
 from voxserve.config import TTSConfig, VocoderChunking
-from voxserve.engine.scheduler import AcousticWork, Scheduler, SegmentInput, VocoderWork
+from voxserve.engine.piper_voice import PiperVoice
+from voxserve.engine.scheduler import AcousticWork, Latent, Scheduler, VocoderWork
 from voxserve.engine.tts import TTSEngine, decode_chunk
 from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice, split_model
 from voxserve.text.phonemize import Phonemizer
@@ -58,17 +59,18 @@ def test_two_stages_equal_full_model(model: PiperModel, ids: np.ndarray) -> None
     np.testing.assert_allclose(staged, reference, rtol=0, atol=1e-5)
 
 
-def _chunked(model: PiperModel, z: np.ndarray, chunking: VocoderChunking) -> np.ndarray:
+def _chunked(model: PiperModel, z: np.ndarray, chunking: VocoderChunking | None) -> np.ndarray:
     """Decode z through the scheduler's chunk plan, exactly as the engine does."""
-    sched = Scheduler(chunking, model.hop, model.sample_rate, credits=100)
-    sched.add(1, [SegmentInput(np.zeros(3, np.int64), 0, 1, 0)], now=0.0)
+    voice = PiperVoice(model, chunking, 1.0)
+    sched = Scheduler(credits=100)
+    sched.add(1, [AcousticInput(np.zeros(3, np.int64), 0, 1, 0)], 0.0, voice.profile)
     work = sched.next_work(0.0)
     assert isinstance(work, AcousticWork)
-    sched.complete_acoustic(work, z)
+    sched.complete_acoustic(work, Latent(z, z.shape[-1]))
     parts, now = [], 0.0
     while (work := sched.next_work(now)) is not None:
         assert isinstance(work, VocoderWork)
-        pcm = decode_chunk(model.vocoder, work)
+        pcm = decode_chunk(voice, work)
         parts.append(pcm)
         sched.complete_vocoder(work, len(pcm), now)
         now += 0.01
@@ -100,7 +102,7 @@ def test_engine_stream_equals_full_model(model: PiperModel) -> None:
     engine.start()
     try:
         text = "Hello there, my friend. This is the second sentence."
-        voice = engine.voices[0]
+        voice = engine.default_model.voices[0]
         prepared = engine.prepare(text, voice)
         pcm = engine.synthesize(text, voice)
     finally:

@@ -200,3 +200,19 @@ def test_models_voices_health_metrics(client: httpx.Client) -> None:
         "voxserve_event_loop_lag_seconds_bucket",
     ):
         assert name in text
+
+
+def test_language_must_be_one_the_voice_speaks(client: httpx.Client) -> None:
+    body = {"model": "tts-1", "input": "Hello there.", "voice": "alloy", "response_format": "pcm"}
+    assert client.post("/v1/audio/speech", json={**body, "language": "en"}).status_code == 200
+    assert client.post("/v1/audio/speech", json={**body, "language": "en-US"}).status_code == 200
+    r = client.post("/v1/audio/speech", json={**body, "language": "fr"})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "language" and r.json()["error"]["code"] == "unsupported_language"
+
+
+def test_voice_list_names_model_language_and_gender(client: httpx.Client) -> None:
+    voices = client.get("/v1/audio/voices").json()["voices"]
+    joe = next(v for v in voices if v["id"] == "joe")
+    assert joe["model"] == "en_US-joe-medium" and joe["language"] == "en-US"
+    assert next(v for v in voices if v["id"] == "alloy")["alias_of"] == "joe"

@@ -36,7 +36,8 @@ def _tts_flags() -> ConfigFlags[TTSConfig]:
     return ConfigFlags(
         TTSConfig,
         "TTS engine",
-        rename={"audio_workers": "tts-audio-workers"},  # --audio-workers is the ASR one
+        # --audio-workers is the ASR one; --models would not say which kind
+        rename={"audio_workers": "tts-audio-workers", "models": "tts-models"},
         shared=[
             Shared(
                 "--context-frames",

@@ -49,8 +49,11 @@ class VocoderChunking:
 
 @dataclass(frozen=True)
 class TTSConfig:
-    """The TTS model and how its two stages are served."""
+    """The TTS models and how their two stages are served."""
 
+    models: tuple[str, ...] = ("piper",)
+    """Voice models to load: piper. The first is the default: OpenAI's model names that
+    no loaded model claims (tts-1-hd, gpt-4o-mini-tts) mean it."""
     voice_dir: Path | None = None
     """Folder with a Piper `.onnx` + `.onnx.json` pair; None uses the bundled joe voice."""
     cache_dir: Path | None = None
@@ -98,6 +101,8 @@ class TTSConfig:
     def __post_init__(self) -> None:
         if min(self.workers, self.credits, self.max_streams, self.max_input_chars) < 1:
             raise ValueError("workers, credits, max_streams and max_input_chars must be >= 1")
+        if not self.models:
+            raise ValueError("load at least one TTS model (--tts-models piper)")
         if self.max_queue < 0 or self.queue_timeout_s < 0:
             raise ValueError("max_queue and queue_timeout_s must be >= 0")
 

@@ -50,6 +50,10 @@ class SpeechRequest(BaseModel):
     sample_rate: int | None = Field(
         None, ge=8000, le=48000, strict=True, description="Output rate in Hz; default 24000"
     )
+    language: str | None = Field(
+        None, min_length=1, max_length=16,
+        description="voxserve extension: the language to speak (en-us, en-gb, es, fr, hi, it, pt-br); default: the voice's",
+    )
 
     @field_validator("input")
     @classmethod

@@ -79,6 +79,7 @@ def speech_params(body: SpeechRequest) -> SpeechParams:
         response_format=body.response_format,
         speed=body.speed,
         sample_rate=body.sample_rate,
+        language=body.language,
     )
 
 

@@ -80,6 +80,7 @@ from voxserve.api.speech import speech_params
 from voxserve.api.ws_limits import Message, TokenBucket, message_size, session_slot
 from voxserve.config import WSConfig
 from voxserve.errors import ClientError, ServerError, VoxError
+from voxserve.serving.catalog import speech_voice
 from voxserve.serving.speech import open_speech
 from voxserve.text.incremental import TextSegmenter
 
@@ -111,6 +112,7 @@ class SessionConfig(BaseModel):
     response_format: Literal["pcm", "wav"] = "pcm"
     sample_rate: int | None = Field(None, ge=8000, le=48000, strict=True)
     split: Literal["sentence", "clause"] = "clause"
+    language: str | None = Field(None, min_length=1, max_length=16)
 
 
 @dataclass(frozen=True)
@@ -383,9 +385,10 @@ class _Session:
             return
         try:
             name = config.voice if isinstance(config.voice, str) else config.voice.id
-            self.state.engine.resolve_voice(name)
+            speech_voice(self.state.engine, config.model, name, config.language)
         except VoxError as exc:
-            await self.send_error(exc.message, exc.code or "invalid_value", exc, param="voice")
+            param = exc.param or "voice"
+            await self.send_error(exc.message, exc.code or "invalid_value", exc, param=param)
             return
         if config.split != self.config.split:
             pending = self.segmenter.pending
@@ -483,7 +486,8 @@ class _Session:
             body = validate(
                 SpeechRequest,
                 {"model": cfg.model, "input": segment.text, "voice": cfg.voice, "speed": cfg.speed,
-                 "response_format": cfg.response_format, "sample_rate": cfg.sample_rate},
+                 "response_format": cfg.response_format, "sample_rate": cfg.sample_rate,
+                 "language": cfg.language},
             )
             if not self._slot:
                 await self.state.admission.acquire()  # 429 when the server is full

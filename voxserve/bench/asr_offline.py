@@ -88,7 +88,7 @@ def make_clips() -> tuple[tuple[bytes, str], list[tuple[bytes, str]]]:
     tts = TTSEngine(TTSConfig())
     tts.start()
     try:
-        voice = tts.voices[0]
+        voice = tts.default_model.voices[0]
         spoken = [tts.synthesize(t, voice, sample_rate=24000) for t in LONG]
         short = [(wav_file(tts.synthesize(t, voice, sample_rate=24000), 24000), t) for t in SHORT]
     finally:

@@ -15,6 +15,11 @@ no locks and never reads a clock: the caller passes `now`. Policy in one place:
   skipped until it reads, so a slow client never stalls anyone else;
 - stage A of a stream's next sentence may run while its current sentence is vocoded, one
   sentence ahead at most, with the deadline at which the current sentence runs out.
+
+Streams of several voice models share one scheduler: each stream carries its model's
+`ModelProfile` (samples per frame, sample rate, how its frames are cut into chunks), and
+every deadline is computed in that stream's own figures. Stage A's cost per phoneme id
+is learned per model. The scheduler never sees a model, only profiles and frame counts.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,8 +36,10 @@ from voxserve.config import VocoderChunking
 __all__ = [
     "AcousticWork",
     "Chunk",
+    "Latent",
+    "ModelProfile",
     "Scheduler",
-    "SegmentInput",
+    "StageInput",
     "VocoderWork",
     "Work",
     "plan_chunk",
@@ -39,21 +47,48 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class SegmentInput:
-    """One stage A input of a stream: a sentence's phoneme ids and its scales."""
+class ModelProfile:
+    """What the scheduler knows of a stream's voice model."""
 
-    ids: np.ndarray
-    noise_scale: float
-    length_scale: float
-    noise_w: float
-    speaker_id: int | None = None
+    name: str
+    """The model's name: streams of one name share one stage A cost estimate."""
+    hop: int
+    """Output samples per latent frame."""
+    sample_rate: int
+    """Output samples per second."""
+    chunking: VocoderChunking | None
+    """How stage B cuts a segment's frames into streamed chunks; None for a model whose
+    decoder must see a whole segment at once (one chunk per segment)."""
+    acoustic_s_per_id: float = 5e-4
+    """Stage A seconds per phoneme id before any was measured."""
+
+
+class StageInput(Protocol):
+    """One stage A item of a stream, as the scheduler sees it: its phoneme ids (to
+    estimate how long stage A takes). The model gets the whole item back."""
+
+    @property
+    def ids(self) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Latent:
+    """Stage A's result for one segment: the model's own features over `frames` frames."""
+
+    features: Any
+    """Whatever the model's stage B takes (Piper: z [192, frames]); only the model reads it."""
+    frames: int
+    durations: np.ndarray | None = None
+    """Frames per input phoneme id, where the model predicts them (for word timings)."""
 
 
 @dataclass(frozen=True)
 class AcousticWork:
     stream_id: int
     segment: int
-    input: SegmentInput
+    input: StageInput
+    model: str
+    """The stream's model (its profile's name)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +97,7 @@ class VocoderWork:
 
     stream_id: int
     segment: int
-    latent: np.ndarray
+    latent: Latent
     lo: int
     hi: int
     start: int
@@ -89,13 +124,18 @@ class Chunk:
     last: bool
 
 
-def plan_chunk(frames: int, pos: int, index: int, c: VocoderChunking) -> tuple[int, int, int, int]:
+def plan_chunk(
+    frames: int, pos: int, index: int, c: VocoderChunking | None
+) -> tuple[int, int, int, int]:
     """The window of a stream's chunk number `index`, starting at frame `pos` of a latent
     of `frames` frames: decode [lo, hi), keep [start, end).
 
     Chunk 0 is small for a fast first packet; later chunks double from `chunk_frames` up
     to `max_chunk_frames`; a tail shorter than half a chunk joins the chunk before it.
+    With no chunking (a whole-segment model) the chunk is the rest of the latent.
     """
+    if c is None:
+        return pos, frames, pos, frames
     if index == 0:
         size = c.first_chunk_frames
     else:
@@ -110,20 +150,20 @@ def plan_chunk(frames: int, pos: int, index: int, c: VocoderChunking) -> tuple[i
 @dataclass
 class _Latent:
     segment: int
-    z: np.ndarray
+    latent: Latent
     pos: int = 0
 
     @property
     def frames(self) -> int:
-        return int(self.z.shape[-1])
+        return self.latent.frames
 
 
 @dataclass
 class _Stream:
     id: int
     arrival: float
-    segments: Sequence[SegmentInput]
-    rate: int
+    segments: Sequence[StageInput]
+    profile: ModelProfile
     next_segment: int = 0
     latents: deque[_Latent] = field(default_factory=deque)
     acoustic_busy: bool = False
@@ -135,7 +175,7 @@ class _Stream:
 
     def dry_at(self) -> float:
         assert self.first_packet_at is not None
-        return self.first_packet_at + self.produced / self.rate
+        return self.first_packet_at + self.produced / self.profile.sample_rate
 
 
 class Scheduler:
@@ -143,33 +183,36 @@ class Scheduler:
 
     def __init__(
         self,
-        chunking: VocoderChunking,
-        hop: int,
-        sample_rate: int,
         credits: int = 4,
         urgent_slack: float = 0.15,
         acoustic_slots: int | None = None,
     ):
-        self.chunking = chunking
-        self.hop = hop
-        self.rate = sample_rate
         self.credits = credits
         self.urgent_slack = urgent_slack
         self.acoustic_slots = acoustic_slots
         """Most stage A items in flight while vocoder work waits (None: no limit). With
         one worker left for the vocoder, long sentences cannot stall every stream."""
-        self.acoustic_s_per_id = 5e-4
-        """Running estimate of stage A seconds per phoneme id, to start it early enough."""
+        self._acoustic_s_per_id: dict[str, float] = {}
+        """Running estimate of stage A seconds per phoneme id, per model, to start it
+        early enough."""
         self._acoustic_in_flight = 0
         self._streams: dict[int, _Stream] = {}
 
     # -- requests --------------------------------------------------------------------
-    def add(self, stream_id: int, segments: Sequence[SegmentInput], now: float) -> None:
+    def add(
+        self, stream_id: int, segments: Sequence[StageInput], now: float, profile: ModelProfile
+    ) -> None:
+        """A new stream of `profile`'s model, with its stage A inputs in order."""
         if not segments:
             raise ValueError("a stream needs at least one segment")
         if stream_id in self._streams:
             raise ValueError(f"stream {stream_id} exists")
-        self._streams[stream_id] = _Stream(stream_id, now, segments, self.rate)
+        self._acoustic_s_per_id.setdefault(profile.name, profile.acoustic_s_per_id)
+        self._streams[stream_id] = _Stream(stream_id, now, segments, profile)
+
+    def acoustic_s_per_id(self, model: str) -> float | None:
+        """The current stage A estimate of a model (None before its first stream)."""
+        return self._acoustic_s_per_id.get(model)
 
     def abort(self, stream_id: int) -> bool:
         """Forget a stream; its in-flight work is discarded on completion."""
@@ -223,13 +266,20 @@ class Scheduler:
     def ids(self) -> list[int]:
         return list(self._streams)
 
+    def streams_by_model(self) -> dict[str, int]:
+        """Live streams per model (profile name)."""
+        counts: dict[str, int] = {}
+        for stream in self._streams.values():
+            counts[stream.profile.name] = counts.get(stream.profile.name, 0) + 1
+        return counts
+
     def untaken(self, stream_id: int) -> int:
         """Chunks claimed or decoded for the stream and not yet taken by its writer."""
         stream = self._streams.get(stream_id)
         return 0 if stream is None else stream.untaken
 
     def produced(self, stream_id: int) -> int:
-        """Samples decoded so far for the stream (at the voice's rate)."""
+        """Samples decoded so far for the stream (at its model's rate)."""
         stream = self._streams.get(stream_id)
         return 0 if stream is None else stream.produced
 
@@ -251,9 +301,11 @@ class Scheduler:
         if acoustic:
             # Needed once every latent already computed has been played, and it takes
             # time itself: start it with twice its expected run time to spare.
+            profile = stream.profile
             frames = sum(lat.frames - lat.pos for lat in stream.latents)
             ids = len(stream.segments[stream.next_segment].ids)
-            dry += frames * self.hop / self.rate - 2 * ids * self.acoustic_s_per_id
+            per_id = self._acoustic_s_per_id[profile.name]
+            dry += frames * profile.hop / profile.sample_rate - 2 * ids * per_id
         return dry
 
     def next_work(self, now: float) -> Work | None:
@@ -293,38 +345,42 @@ class Scheduler:
         stream.acoustic_busy = True
         self._acoustic_in_flight += 1
         index = stream.next_segment
-        return AcousticWork(stream.id, index, stream.segments[index])
+        return AcousticWork(stream.id, index, stream.segments[index], stream.profile.name)
 
     def _claim_vocoder(self, stream: _Stream) -> VocoderWork:
         stream.vocoder_busy = True
         stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
         latent = stream.latents[0]
-        lo, hi, start, end = plan_chunk(latent.frames, latent.pos, stream.chunks, self.chunking)
+        lo, hi, start, end = plan_chunk(
+            latent.frames, latent.pos, stream.chunks, stream.profile.chunking
+        )
         last = (
             end == latent.frames
             and len(stream.latents) == 1
             and stream.next_segment >= len(stream.segments)
             and not stream.acoustic_busy
         )
-        return VocoderWork(stream.id, latent.segment, latent.z, lo, hi, start, end, last)
+        return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last)
 
     # -- results ---------------------------------------------------------------------
     def complete_acoustic(
-        self, work: AcousticWork, z: np.ndarray, elapsed: float | None = None
+        self, work: AcousticWork, latent: Latent, elapsed: float | None = None
     ) -> None:
-        """Record stage A's latent; `elapsed` (its run time) refines the cost estimate."""
+        """Record stage A's latent; `elapsed` (its run time) refines the cost estimate of
+        the stream's model."""
         self._acoustic_in_flight -= 1
         if elapsed is not None and len(work.input.ids):
             per_id = elapsed / len(work.input.ids)
-            self.acoustic_s_per_id += 0.2 * (per_id - self.acoustic_s_per_id)
+            estimate = self._acoustic_s_per_id[work.model]
+            self._acoustic_s_per_id[work.model] = estimate + 0.2 * (per_id - estimate)
         stream = self._streams.get(work.stream_id)
         if stream is None:
             return
         stream.acoustic_busy = False
         stream.next_segment = work.segment + 1
-        if z.shape[-1] > 0 or stream.next_segment >= len(stream.segments):
+        if latent.frames > 0 or stream.next_segment >= len(stream.segments):
             # An empty last segment still yields one (empty) final chunk to end the stream.
-            stream.latents.append(_Latent(work.segment, z))
+            stream.latents.append(_Latent(work.segment, latent))
 
     def complete_vocoder(self, work: VocoderWork, samples: int, now: float) -> Chunk | None:
         """Record a decoded chunk; returns what the stream's writer must be told."""

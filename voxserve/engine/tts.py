@@ -1,8 +1,11 @@
 """The TTS engine: text preparation, inference worker threads and per-stream output.
 
-It wires the pure scheduler to the runners. Workers block on one condition variable and
-run whatever `Scheduler.next_work` hands them; ONNX Runtime releases the GIL, so N workers
-decode N chunks at once. This module knows nothing of HTTP or asyncio beyond handing a
+It wires the pure scheduler to the voice models it loaded (`--tts-models`; each one a
+`voxserve.engine.voices.VoiceModel`). Workers block on one condition variable and run
+whatever `Scheduler.next_work` hands them, on the model of the work's stream; ONNX
+Runtime releases the GIL, so N workers decode N chunks at once. Each model's cost
+(worker-seconds per audio-second) is measured apart, and admission weighs every live
+stream by its model's cost. This module knows nothing of HTTP or asyncio beyond handing a
 loop to the output streams.
 """
 
@@ -13,51 +16,60 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import soxr
 
 from voxserve.config import TTSConfig
+from voxserve.engine.cost import CostMeter, stream_capacity
 from voxserve.engine.lifecycle import WorkerEngine
-from voxserve.engine.scheduler import AcousticWork, Scheduler, SegmentInput, VocoderWork, Work
+from voxserve.engine.piper_voice import PiperVoice
+from voxserve.engine.scheduler import AcousticWork, Scheduler, StageInput, VocoderWork, Work
 from voxserve.engine.stream import ChunkStream, StreamItem
-from voxserve.errors import InvalidRequest, NotFound, ServerError, Unavailable
-from voxserve.runners.piper import (
-    AcousticInput,
-    PiperModel,
-    VocoderRunner,
-    bundled_voice,
-    find_voice,
-)
-from voxserve.text.phonemize import Phonemizer
+from voxserve.engine.voices import Span, Voice, VoiceModel
+from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.text.split import normalize, segment
 
-__all__ = ["OPENAI_VOICES", "PreparedText", "StreamHandle", "TTSEngine", "Voice", "decode_chunk"]
+__all__ = [
+    "MODEL_LOADERS",
+    "PreparedText",
+    "StreamHandle",
+    "TTSEngine",
+    "decode_chunk",
+    "load_models",
+]
 
 log = logging.getLogger(__name__)
 
-OPENAI_VOICES = (
-    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
-    "verse", "marin", "cedar",
-)  # fmt: skip
+MODEL_LOADERS: dict[str, Callable[[TTSConfig], VoiceModel[Any]]] = {
+    "piper": PiperVoice.load,
+}
+"""The voice models `--tts-models` may name, each with what loads it from the config."""
 
 
-@dataclass(frozen=True)
-class Voice:
-    name: str
-    speaker_id: int | None
+def load_models(config: TTSConfig) -> list[VoiceModel[Any]]:
+    """Load the models `config.models` names, in order (the first is the default)."""
+    unknown = [kind for kind in config.models if kind not in MODEL_LOADERS]
+    if unknown:
+        raise ValueError(
+            f"unknown TTS model {', '.join(unknown)}; --tts-models takes {', '.join(MODEL_LOADERS)}"
+        )
+    return [MODEL_LOADERS[kind](config) for kind in dict.fromkeys(config.models)]
 
 
 @dataclass(frozen=True)
 class PreparedText:
-    """Text after normalization, segmentation and phonemization."""
+    """Text after normalization, segmentation and the model's own text front end."""
 
     texts: list[str]
-    segments: list[SegmentInput]
+    segments: list[StageInput]
     characters: int
+    model: str
+    """The voice model that made the segments, and that will speak them."""
 
 
 @dataclass
@@ -73,6 +85,7 @@ class _Output:
     """Per-stream post-processing state, touched only by the worker decoding its chunk."""
 
     handle: StreamHandle
+    model: VoiceModel[Any]
     resampler: soxr.ResampleStream | None
     gain: float
     samples_out: int = 0
@@ -87,31 +100,6 @@ class _Output:
         return out
 
 
-class CostMeter:
-    """Worker-seconds spent per audio-second produced, over recent work.
-
-    Both sums are halved whenever the audio sum passes `window_s`, so the figure follows
-    the machine as it is now (other processes, long or short sentences) rather than since
-    start-up. Wall time is what counts: a core shared with another process costs more.
-    """
-
-    def __init__(self, window_s: float = 30.0):
-        self.window_s = window_s
-        self.busy = 0.0
-        self.audio = 0.0
-
-    def add(self, busy_s: float, audio_s: float) -> None:
-        self.busy += busy_s
-        self.audio += audio_s
-        if self.audio > self.window_s:
-            self.busy /= 2
-            self.audio /= 2
-
-    def cost(self) -> float | None:
-        """Worker-seconds per audio-second, or None before enough audio was made."""
-        return self.busy / self.audio if self.audio >= 2.0 else None
-
-
 @dataclass
 class EngineStats:
     """Counters read by the metrics endpoint; written under the engine lock."""
@@ -121,16 +109,18 @@ class EngineStats:
     audio_seconds: float = 0.0
     failures: int = 0
     busy_s: dict[int, float] = field(default_factory=dict)
-    cost: CostMeter = field(default_factory=CostMeter)
+    costs: dict[str, CostMeter] = field(default_factory=dict)
+    """Each model's cost, by model name."""
 
 
-def decode_chunk(vocoder: VocoderRunner, work: VocoderWork) -> np.ndarray:
+def decode_chunk(model: VoiceModel[Any], work: VocoderWork) -> np.ndarray:
     """Decode a chunk with its context frames, then crop the context samples away."""
     if work.hi <= work.lo:
         return np.zeros(0, dtype=np.float32)
-    pcm = vocoder.run([work.latent[:, work.lo : work.hi]])[0]
+    pcm = model.decode([Span(work.latent, work.lo, work.hi)])[0]
     a, b = work.crop
-    return pcm[a * vocoder.hop : b * vocoder.hop]
+    hop = model.profile.hop
+    return pcm[a * hop : b * hop]
 
 
 class TTSEngine(WorkerEngine):
@@ -141,26 +131,25 @@ class TTSEngine(WorkerEngine):
         self,
         config: TTSConfig,
         clock: Callable[[], float] = time.monotonic,
+        models: Sequence[VoiceModel[Any]] | None = None,
     ):
+        """`models`: already loaded voice models, instead of those `config.models` names."""
         super().__init__(config.workers)
         self.config = config
-        files = find_voice(config.voice_dir) if config.voice_dir else bundled_voice()
-        self.model = PiperModel(files, config.cache_dir)
-        self.phonemizer = Phonemizer(self.model.config)
-        self.voices = [Voice(s.name, s.speaker_id) for s in self.model.speakers]
-        self._noise_scale = (
-            self.model.noise_scale if config.noise_scale is None else config.noise_scale
-        )
-        self._noise_w = self.model.noise_w if config.noise_w is None else config.noise_w
-        self._aliases = {
-            name: self.voices[i % len(self.voices)] for i, name in enumerate(OPENAI_VOICES)
-        }
+        loaded = list(models) if models is not None else load_models(config)
+        if not loaded:
+            raise ValueError("the TTS engine needs at least one voice model")
+        self.models: dict[str, VoiceModel[Any]] = {}
+        """The loaded voice models by name, the default first."""
+        for model in loaded:
+            if model.name in self.models:
+                raise ValueError(f"two voice models are named {model.name!r}")
+            self.models[model.name] = model
+        self.default_model = loaded[0]
+        """The model OpenAI's model names mean when no loaded model claims them."""
         self._clock = clock
         self._cond = threading.Condition()
         self._sched = Scheduler(
-            config.chunking,
-            self.model.hop,
-            self.model.sample_rate,
             credits=config.credits,
             urgent_slack=config.urgent_slack_s,
             acoustic_slots=config.workers - 1 if config.workers > 1 else None,
@@ -170,7 +159,7 @@ class TTSEngine(WorkerEngine):
         self._stopping = False
         self._in_hand: dict[int, Work] = {}
         """What each worker is running, by worker index; failed if the worker dies."""
-        self.stats = EngineStats()
+        self.stats = EngineStats(costs={name: CostMeter() for name in self.models})
 
     # -- lifecycle (start, healthy and stop come from WorkerEngine) ------------------
     def drain(self) -> None:
@@ -185,8 +174,10 @@ class TTSEngine(WorkerEngine):
 
     def synthesize(self, text: str, voice: Voice, speed: float = 1.0, sample_rate: int | None = None,
                    timeout: float = 60.0) -> np.ndarray:
-        """Whole utterance as int16 PCM, from a plain thread (CLI, warm-up, tests)."""
-        handle = self.submit(self.prepare(text, voice, speed), sample_rate or self.sample_rate)
+        """Whole utterance as int16 PCM, from a plain thread (CLI, warm-up, tests); at the
+        voice's model's own rate unless `sample_rate` is given."""
+        rate = sample_rate or self.models[voice.model].profile.sample_rate
+        handle = self.submit(self.prepare(text, voice, speed), rate)
         parts: list[np.ndarray] = []
         try:
             while True:
@@ -200,24 +191,27 @@ class TTSEngine(WorkerEngine):
 
     def _warm(self) -> None:
         """Synthesize before the first client, so that ONNX Runtime's first-run costs are
-        not a client's: one short utterance (about 4 s of audio, enough to seed the cost
-        meter that admission uses), then one segment of the longest length per worker,
-        all at once, so that every worker's sessions size their memory arenas now rather
-        than while clients are served (RSS then stays flat from the start)."""
-        voice = self.voices[0]
-        self.synthesize("Warming up the voice: one, two, three, four, five, six, seven.", voice)
+        not a client's. For each model: one short utterance (about 4 s of audio, enough to
+        seed the cost meter that admission uses), then one segment of the longest length
+        per worker, all at once, so that every worker's sessions size their memory arenas
+        now rather than while clients are served (RSS then stays flat from the start)."""
         words = ("the quick brown fox jumps over a lazy dog near the quiet river bank " * 8).split()
         longest = ""
         for word in words:
             if len(longest) + len(word) + 1 >= self.config.max_segment_chars:
                 break
             longest = f"{longest} {word}".strip()
-        with ThreadPoolExecutor(self.config.workers, thread_name_prefix="warmup") as pool:
-            list(pool.map(lambda _: self.synthesize(longest + ".", voice), range(self.config.workers)))
+        for model in self.models.values():
+            voice = model.voices[0]
+            self.synthesize("Warming up the voice: one, two, three, four, five, six, seven.", voice)
+            with ThreadPoolExecutor(self.config.workers, thread_name_prefix="warmup") as pool:
+                texts = [longest + "."] * self.config.workers
+                list(pool.map(self.synthesize, texts, [voice] * self.config.workers))
 
     @property
     def sample_rate(self) -> int:
-        return self.model.sample_rate
+        """The default model's sample rate."""
+        return self.default_model.profile.sample_rate
 
     @property
     def active_streams(self) -> int:
@@ -225,43 +219,27 @@ class TTSEngine(WorkerEngine):
             return len(self._sched)
 
     # -- requests --------------------------------------------------------------------
-    def resolve_voice(self, name: str) -> Voice:
-        for voice in self.voices:
-            if voice.name == name:
-                return voice
-        alias = self._aliases.get(name.lower())
-        if alias is not None:
-            return alias
-        known = ", ".join([v.name for v in self.voices] + list(OPENAI_VOICES))
-        raise NotFound(f"voice {name!r} does not exist; use one of: {known}", param="voice")
-
     def prepare(self, text: str, voice: Voice, speed: float = 1.0) -> PreparedText:
-        """Normalize, segment and phonemize. CPU work: call it from the text pool."""
+        """Normalize and segment, then the voice's model makes its stage A inputs
+        (phonemes). CPU work: call it from the text pool."""
+        model = self.models[voice.model]
         clean = normalize(text)
         texts: list[str] = []
-        segments: list[SegmentInput] = []
+        segments: list[StageInput] = []
         pieces = segment(
             clean,
             first_max_chars=self.config.first_segment_chars,
             max_chars=self.config.max_segment_chars,
         )
         for piece in pieces:
-            for ids in self.phonemizer.ids(piece):
+            for item in model.inputs(piece, voice, speed):
                 texts.append(piece)
-                segments.append(
-                    SegmentInput(
-                        ids,
-                        noise_scale=self._noise_scale,
-                        length_scale=self.model.length_scale / speed,
-                        noise_w=self._noise_w,
-                        speaker_id=voice.speaker_id,
-                    )
-                )
+                segments.append(item)
         if not segments:
             raise InvalidRequest(
                 "input has nothing that can be spoken; send words or numbers", param="input"
             )
-        return PreparedText(texts, segments, len(text))
+        return PreparedText(texts, segments, len(text), model.name)
 
     def submit(
         self,
@@ -271,20 +249,22 @@ class TTSEngine(WorkerEngine):
         request_id: str = "",
     ) -> StreamHandle:
         """Start decoding; audio arrives on the returned handle's stream."""
+        model = self.models[prepared.model]
+        profile = model.profile
         stream_id = next(self._ids)
         handle = StreamHandle(stream_id, ChunkStream(loop), sample_rate, request_id)
         resampler = None
-        if sample_rate != self.model.sample_rate:
+        if sample_rate != profile.sample_rate:
             resampler = soxr.ResampleStream(
-                self.model.sample_rate, sample_rate, 1, dtype="float32", quality="HQ"
+                profile.sample_rate, sample_rate, 1, dtype="float32", quality="HQ"
             )
         with self._cond:
             if self._stopping:
                 raise Unavailable("server is shutting down")
             if not self.any_worker_alive():
                 raise Unavailable("no TTS worker is alive; see /health")
-            self._outputs[stream_id] = _Output(handle, resampler, self.config.output_gain)
-            self._sched.add(stream_id, prepared.segments, self._clock())
+            self._outputs[stream_id] = _Output(handle, model, resampler, model.output_gain)
+            self._sched.add(stream_id, prepared.segments, self._clock(), profile)
             self._cond.notify_all()
         return handle
 
@@ -318,16 +298,26 @@ class TTSEngine(WorkerEngine):
                 return False
             if self._sched.lagging(self._clock(), self.config.admit_min_slack_s):
                 return False
-            capacity = self.capacity_streams()
+            capacity = self.capacity_streams(admitted)
             return capacity is None or max(live, admitted) < capacity
 
-    def capacity_streams(self) -> float | None:
-        """Real-time streams the workers sustain at the recently measured cost, at
-        `target_utilization`; None until enough audio has been made to tell."""
-        cost = self.stats.cost.cost()
-        if cost is None or cost <= 0:
-            return None
-        return self.config.workers * self.config.target_utilization / cost
+    def costs(self) -> dict[str, float | None]:
+        """Each model's recently measured cost in worker-seconds per audio-second (None
+        until it has made enough audio)."""
+        with self._cond:
+            return {name: meter.cost() for name, meter in self.stats.costs.items()}
+
+    def capacity_streams(self, admitted: int = 0) -> float | None:
+        """Real-time streams the workers sustain at `target_utilization` for the mix of
+        models live now, each stream weighed by its model's measured cost
+        (`voxserve.engine.cost.stream_capacity`); None until some model's cost is known.
+        `admitted` as for `keeping_up`."""
+        with self._cond:
+            live = self._sched.streams_by_model()
+            unsubmitted = max(0, admitted - sum(live.values()))
+            costs = {name: meter.cost() for name, meter in self.stats.costs.items()}
+        budget = self.config.workers * self.config.target_utilization
+        return stream_capacity(budget, costs, live, unsubmitted, self.default_model.name)
 
     def stream_ids(self) -> list[int]:
         with self._cond:
@@ -360,14 +350,19 @@ class TTSEngine(WorkerEngine):
                     self._cond.wait()
                 if work is None:
                     return
+                out = self._outputs.get(work.stream_id)
+                if out is None:  # not expected: every live stream has its output
+                    self._sched.fail(work.stream_id, work)
+                    continue
                 self._in_hand[index] = work
+                model = out.model
             started = time.perf_counter()
-            audio = self._run(work)
+            audio = self._run(work, model)
             with self._cond:
                 spent = time.perf_counter() - started
                 busy = self.stats.busy_s
                 busy[index] = busy.get(index, 0.0) + spent
-                self.stats.cost.add(spent, audio)
+                self.stats.costs[model.name].add(spent, audio)
 
     def _worker_died(self, index: int, exc: BaseException) -> None:
         with self._cond:
@@ -375,30 +370,29 @@ class TTSEngine(WorkerEngine):
         if work is not None:
             self._fail(work, RuntimeError(f"worker {threading.current_thread().name} died"))
 
-    def _run(self, work: Work) -> float:
-        """Run one unit of work; returns the seconds of audio it produced."""
+    def _run(self, work: Work, model: VoiceModel[Any]) -> float:
+        """Run one unit of work on its stream's model; returns the seconds of audio it
+        produced."""
         try:
             if isinstance(work, AcousticWork):
-                self._run_acoustic(work)
+                self._run_acoustic(work, model)
                 return 0.0
-            return self._run_vocoder(work)
+            return self._run_vocoder(work, model)
         except Exception as exc:  # noqa: BLE001 - any inference error fails only this stream
             self._fail(work, exc)
             return 0.0
 
-    def _run_acoustic(self, work: AcousticWork) -> None:
-        seg = work.input
+    def _run_acoustic(self, work: AcousticWork, model: VoiceModel[Any]) -> None:
         started = time.perf_counter()
-        z = self.model.acoustic.run(
-            [AcousticInput(seg.ids, seg.noise_scale, seg.length_scale, seg.noise_w, seg.speaker_id)]
-        )[0]
+        latent = model.acoustic([work.input])[0]
         with self._cond:
-            self._sched.complete_acoustic(work, z, time.perf_counter() - started)
+            self._sched.complete_acoustic(work, latent, time.perf_counter() - started)
             self.stats.acoustic_runs += 1
             self._cond.notify_all()
 
-    def _run_vocoder(self, work: VocoderWork) -> float:
-        pcm = decode_chunk(self.model.vocoder, work)
+    def _run_vocoder(self, work: VocoderWork, model: VoiceModel[Any]) -> float:
+        pcm = decode_chunk(model, work)
+        rate = model.profile.sample_rate
         with self._cond:
             out = self._outputs.get(work.stream_id)
         if out is not None:
@@ -407,11 +401,11 @@ class TTSEngine(WorkerEngine):
         with self._cond:
             chunk = self._sched.complete_vocoder(work, len(pcm), self._clock())
             self.stats.chunks += 1
-            self.stats.audio_seconds += len(pcm) / self.model.sample_rate
+            self.stats.audio_seconds += len(pcm) / rate
             if chunk is not None and chunk.last:
                 self._outputs.pop(work.stream_id, None)
             self._cond.notify_all()
-        return len(pcm) / self.model.sample_rate
+        return len(pcm) / rate
 
     def _fail(self, work: Work, exc: BaseException) -> None:
         stream_id = work.stream_id

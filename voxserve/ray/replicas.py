@@ -31,7 +31,7 @@ from voxserve.engine.asr import ASREngine
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.tts import TTSEngine
 from voxserve.ray.loopback import bind_replica_grpc_to_node
-from voxserve.serving.catalog import voice_list
+from voxserve.serving.catalog import speech_model_ids, voice_list
 from voxserve.serving.jobs import Opened, SpeechJob, TranscriptionJob, TTSCatalog
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.speech import AudioChunk, open_speech
@@ -86,7 +86,7 @@ class TTSReplica:
 
     def catalog(self) -> TTSCatalog:
         engine = self.state.engine
-        return TTSCatalog(engine.model.name, voice_list(engine))
+        return TTSCatalog(speech_model_ids(engine), voice_list(engine))
 
     def describe(self) -> dict[str, Any]:
         """Name, process and node, and the routing stats (for tests and operators)."""

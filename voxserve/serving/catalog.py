@@ -1,17 +1,21 @@
-"""What a server offers and how it is: the model ids, the voices, health and metrics
-snapshots, as plain data. Every channel and both apps (one machine, Ray front end) read
-them from here; `voxserve.api` only turns them into responses.
+"""What a server offers and how it is: the model ids and which voice model each one
+means, the voices, health and metrics snapshots, as plain data. Every channel and both
+apps (one machine, Ray front end) read them from here; `voxserve.api` only turns them
+into responses.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from voxserve.engine.asr import ASREngine
-from voxserve.engine.tts import OPENAI_VOICES, TTSEngine
+from voxserve.engine.tts import TTSEngine
+from voxserve.engine.voices import Voice, VoiceModel
+from voxserve.errors import NotFound
 from voxserve.serving.metrics import Metrics
 
 __all__ = [
@@ -24,11 +28,15 @@ __all__ = [
     "metrics_text",
     "model_ids",
     "model_list",
+    "speech_model",
+    "speech_model_ids",
+    "speech_voice",
     "voice_list",
 ]
 
 SPEECH_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-"""OpenAI's speech model names; each one means this server's voice model."""
+"""OpenAI's speech model names. A loaded voice model may claim one (Piper claims tts-1;
+Kokoro is to claim tts-1-hd); one no model claims means the default model."""
 
 ASR_MODELS = ("whisper-1",)
 """OpenAI's transcription model name; it means this server's Whisper model."""
@@ -69,9 +77,41 @@ def engines_health(tts: TTSEngine | None, asr: ASREngine | None) -> Health:
     return Health(False, [w for e in engines for w in e.dead_workers])
 
 
-def model_ids(tts_model: str, asr_model: str | None) -> list[str]:
-    """The ids `GET /v1/models` lists: OpenAI's names, then each model's own."""
-    ids = [*SPEECH_MODELS, tts_model]
+def speech_model(engine: TTSEngine, model_id: str) -> VoiceModel[Any]:
+    """The voice model a request's `model` means: the loaded model of that name or that
+    claims it, else the default model for OpenAI's other names; 404 for anything else."""
+    for model in engine.models.values():
+        if model_id == model.name or model_id in model.model_ids:
+            return model
+    if model_id in SPEECH_MODELS:
+        return engine.default_model
+    raise NotFound(
+        f"model {model_id!r} does not exist; use one of: {', '.join(speech_model_ids(engine))}",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def speech_voice(engine: TTSEngine, model_id: str, voice: str, language: str | None = None) -> Voice:
+    """The voice a request names, among those of the model it names (404 for either),
+    speaking `language` when the request names one (400 when it cannot)."""
+    model = speech_model(engine, model_id)
+    found = model.resolve_voice(voice)
+    return model.with_language(found, language) if language else found
+
+
+def speech_model_ids(engine: TTSEngine) -> list[str]:
+    """Every speech `model` a request may name: OpenAI's, then each model's own ids."""
+    ids = list(SPEECH_MODELS)
+    for model in engine.models.values():
+        ids += [i for i in (model.name, *model.model_ids) if i not in ids]
+    return ids
+
+
+def model_ids(speech_ids: Sequence[str], asr_model: str | None) -> list[str]:
+    """The ids `GET /v1/models` lists: the speech models (`speech_model_ids`), then
+    OpenAI's transcription name and the ASR model's own."""
+    ids = list(speech_ids)
     if asr_model is not None:
         ids += [*ASR_MODELS, asr_model]
     return ids
@@ -85,12 +125,26 @@ def model_list(ids: list[str], started_at: float) -> dict[str, Any]:
 
 
 def voice_list(engine: TTSEngine) -> list[dict[str, str | None]]:
-    """The engine's own voices, then the OpenAI names and the voice each one maps to."""
-    own: list[dict[str, str | None]] = [{"id": v.name, "name": v.name, "alias_of": None} for v in engine.voices]
-    aliases: list[dict[str, str | None]] = [
-        {"id": name, "name": name, "alias_of": engine.resolve_voice(name).name} for name in OPENAI_VOICES
-    ]
-    return own + aliases
+    """Model by model, the default first: its own voices, then the OpenAI names and the
+    voice each one maps to, each with its model, language and gender. An OpenAI name is
+    listed once per model, since each model maps it to a voice of its own."""
+    listed: list[dict[str, str | None]] = []
+    for model in engine.models.values():
+        seen: set[str] = set()
+        entries: list[tuple[str, Voice, str | None]] = [(v.name, v, None) for v in model.voices]
+        entries += [(alias, voice, voice.name) for alias, voice in model.aliases().items()]
+        for name, voice, alias_of in entries:
+            if name not in seen:
+                seen.add(name)
+                listed.append({
+                    "id": name,
+                    "name": name,
+                    "alias_of": alias_of,
+                    "model": model.name,
+                    "language": voice.language,
+                    "gender": voice.gender,
+                })
+    return listed
 
 
 def metrics_text(metrics: Metrics) -> bytes:

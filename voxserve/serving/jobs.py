@@ -18,9 +18,10 @@ __all__ = ["Opened", "SpeechJob", "TTSCatalog", "TranscriptionJob"]
 
 @dataclass(frozen=True)
 class TTSCatalog:
-    """What a TTS replica serves: its voice model's name and the `/v1/audio/voices` list."""
+    """What a TTS replica serves: the speech model ids it answers to and the
+    `/v1/audio/voices` list."""
 
-    model: str
+    models: list[str]
     voices: list[dict[str, str | None]]
 
 

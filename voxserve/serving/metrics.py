@@ -57,6 +57,14 @@ class _EngineCollector(Collector):
             "Real-time streams the workers sustain at the measured cost (-1 until known)",
             -1.0 if capacity is None else capacity,
         )
+        cost = GaugeMetricFamily(
+            "voxserve_tts_model_cost",
+            "Worker-seconds per audio-second of each voice model, recently measured (-1 until known)",
+            labels=["model"],
+        )
+        for model, value in sorted(s.get("costs", {}).items()):
+            cost.add_metric([model], -1.0 if value is None else value)
+        yield cost
         yield CounterMetricFamily(
             "voxserve_tts_admission_gated", "Times admission held a stream for capacity", s.get("gated", 0)
         )

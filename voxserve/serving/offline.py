@@ -146,4 +146,4 @@ def voice_catalog(voice_dir: Path | None, cache_dir: Path | None) -> VoiceCatalo
     """The voices of the bundled voice, or of the one Piper voice in `voice_dir`; no
     engine is started."""
     engine = TTSEngine(TTSConfig(voice_dir=voice_dir, cache_dir=cache_dir))
-    return VoiceCatalog(engine.model.name, engine.sample_rate, voice_list(engine))
+    return VoiceCatalog(engine.default_model.name, engine.sample_rate, voice_list(engine))

@@ -91,7 +91,7 @@ class RemoteState:
         return Health(True, [])
 
     def model_ids(self) -> list[str]:
-        return model_ids(self.catalog.model, self.asr_name)
+        return model_ids(self.catalog.models, self.asr_name)
 
     def voices(self) -> list[dict[str, str | None]]:
         return self.catalog.voices

@@ -24,8 +24,7 @@ from voxserve.engine.admission import Admission
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.tts import StreamHandle, TTSEngine
-from voxserve.errors import NotFound
-from voxserve.serving.catalog import SPEECH_MODELS
+from voxserve.serving.catalog import speech_voice
 from voxserve.serving.failures import raise_failure
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.waiting import unless_gone
@@ -48,6 +47,8 @@ class SpeechParams:
     speed: float = 1.0
     sample_rate: int | None = None
     """Output rate in Hz; None for the server's default."""
+    language: str | None = None
+    """Speak this language (voxserve extension); None: the voice's own."""
 
 
 class SpeechResources(Protocol):
@@ -167,14 +168,7 @@ async def open_speech(
     back.
     """
     engine = state.engine
-    if params.model not in SPEECH_MODELS and params.model != engine.model.name:
-        raise NotFound(
-            f"model {params.model!r} does not exist; use one of: "
-            f"{', '.join((*SPEECH_MODELS, engine.model.name))}",
-            param="model",
-            code="model_not_found",
-        )
-    voice = engine.resolve_voice(params.voice)
+    voice = speech_voice(engine, params.model, params.voice, params.language)
     rate = params.sample_rate or state.config.default_sample_rate
     if not admitted:
         state.admission.refuse_if_full()  # before the phonemizer's work, not after

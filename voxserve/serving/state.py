@@ -24,7 +24,7 @@ from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.engine.vad import VADEngine
-from voxserve.serving.catalog import Health, engines_health, model_ids, voice_list
+from voxserve.serving.catalog import Health, engines_health, model_ids, speech_model_ids, voice_list
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.realtime import LiveTranscriber
 from voxserve.serving.speech import SpeechParams, SpeechStream, open_speech
@@ -80,7 +80,7 @@ class AppState:
         return engines_health(self.engine, self.asr)
 
     def model_ids(self) -> list[str]:
-        return model_ids(self.engine.model.name, self.asr.name if self.asr is not None else None)
+        return model_ids(speech_model_ids(self.engine), self.asr.name if self.asr is not None else None)
 
     def voices(self) -> list[dict[str, str | None]]:
         return voice_list(self.engine)
@@ -139,6 +139,7 @@ class AppState:
             "busy": dict(stats.busy_s),
             "healthy": self.engine.healthy,
             "capacity": self.engine.capacity_streams(),
+            "costs": self.engine.costs(),
             "gated": self.admission.gated,
         }
 
@@ -190,7 +191,7 @@ async def running_state(
         warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
     await asyncio.gather(*warmups)
     lag = asyncio.create_task(state.metrics.watch_loop_lag())
-    log.info("voxserve ready: voice %s, %d workers", engine.model.name, tts.workers)
+    log.info("voxserve ready: voice models %s, %d workers", ", ".join(engine.models), tts.workers)
     try:
         yield state
     finally:

@@ -1,7 +1,8 @@
 """Phonemes and phoneme ids for a Piper voice, through the espeak-ng bundled in piper-tts.
 
 espeak-ng keeps global state (voice, buffers), so every call into it in this process goes
-through one lock. This module does no I/O beyond reading the voice config it is given.
+through `espeak_clauses` and its one lock; other phonemizers (`voxserve.text.kokoro_g2p`)
+call it too. This module does no I/O beyond reading the voice config it is given.
 """
 
 from __future__ import annotations
@@ -9,14 +10,15 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Phonemizer", "UnsupportedVoice"]
+__all__ = ["Phonemizer", "UnsupportedVoice", "espeak_clauses"]
 
 _ESPEAK_LOCK = threading.Lock()
+_espeak_ready = False  # guarded by _ESPEAK_LOCK
 # espeak-ng marks a language switch as "(en)". No "(" inside, so a run of "(" with no ")"
 # is one linear pass, not one pass per "(".
 _LANG_SWITCH = re.compile(r"\([^()]+\)")
@@ -24,6 +26,26 @@ _LANG_SWITCH = re.compile(r"\([^()]+\)")
 
 class UnsupportedVoice(ValueError):
     """The voice uses a phoneme type this server does not implement."""
+
+
+def espeak_clauses(voice: str, texts: Sequence[str]) -> list[list[tuple[str, str, bool]]]:
+    """espeak-ng's IPA for each of `texts`, read with `voice`: one (phonemes, terminator,
+    end_of_sentence) per clause, as `piper.espeakbridge.get_phonemes` gives them.
+
+    The only way into espeak-ng in this process: it holds the lock for the whole batch,
+    since the voice and espeak's buffers are global. The voice is set once per batch
+    (setting it costs ~0.1 ms, more than reading a word).
+    """
+    global _espeak_ready
+    from piper import espeakbridge
+    from piper.phonemize_espeak import ESPEAK_DATA_DIR
+
+    with _ESPEAK_LOCK:
+        if not _espeak_ready:
+            espeakbridge.initialize(str(ESPEAK_DATA_DIR))
+            _espeak_ready = True
+        espeakbridge.set_voice(voice)
+        return [espeakbridge.get_phonemes(text) for text in texts]
 
 
 class Phonemizer:
@@ -38,18 +60,9 @@ class Phonemizer:
             raise UnsupportedVoice(f"phoneme type {kind!r} is not supported (espeak, text)")
         self._kind = kind
         self._id_map = self._config.phoneme_id_map
-        self._ready = False
 
     def _espeak(self, text: str) -> list[list[str]]:
-        from piper import espeakbridge
-        from piper.phonemize_espeak import ESPEAK_DATA_DIR
-
-        with _ESPEAK_LOCK:
-            if not self._ready:
-                espeakbridge.initialize(str(ESPEAK_DATA_DIR))
-                self._ready = True
-            espeakbridge.set_voice(self._config.espeak_voice)
-            clauses = espeakbridge.get_phonemes(text)
+        (clauses,) = espeak_clauses(self._config.espeak_voice, [text])
         sentences: list[list[str]] = []
         current: list[str] = []
         for phonemes, terminator, end_of_sentence in clauses:

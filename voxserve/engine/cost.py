@@ -1,0 +1,67 @@
+"""What speech costs the workers: each voice model's measured cost, and how many streams
+of a given mix of models the workers sustain. Pure: no locks, no clock, no models.
+
+A model's cost is worker-seconds per audio-second (Piper ~0.08 on this CPU; a model six
+times as slow, ~0.5). The load of the live streams is the sum of their models' costs, and
+the workers' budget is `workers x target_utilization`: one stream of a model six times
+as costly counts as six.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["CostMeter", "stream_capacity"]
+
+
+class CostMeter:
+    """Worker-seconds spent per audio-second produced, over recent work.
+
+    Both sums are halved whenever the audio sum passes `window_s`, so the figure follows
+    the machine as it is now (other processes, long or short sentences) rather than since
+    start-up. Wall time is what counts: a core shared with another process costs more.
+    """
+
+    def __init__(self, window_s: float = 30.0):
+        self.window_s = window_s
+        self.busy = 0.0
+        self.audio = 0.0
+
+    def add(self, busy_s: float, audio_s: float) -> None:
+        self.busy += busy_s
+        self.audio += audio_s
+        if self.audio > self.window_s:
+            self.busy /= 2
+            self.audio /= 2
+
+    def cost(self) -> float | None:
+        """Worker-seconds per audio-second, or None before enough audio was made."""
+        return self.busy / self.audio if self.audio >= 2.0 else None
+
+
+def stream_capacity(
+    budget: float,
+    costs: Mapping[str, float | None],
+    live: Mapping[str, int],
+    unsubmitted: int,
+    default: str,
+) -> float | None:
+    """Streams the workers sustain for the mix of models live now: `budget` (worker-
+    seconds per second) over the mean cost per stream. None while no cost is known.
+
+    `costs` is each model's measured cost (None: not yet measured), `live` the live
+    streams per model, `unsubmitted` the streams admitted but not yet submitted (their
+    model is unknown here). `n < capacity`, for the n streams counted, says exactly that
+    their load is under the budget. A model not yet measured counts at the costliest
+    measured one, a stream not yet submitted at the cheapest; with no stream counted it
+    is the capacity in streams of the `default` model.
+    """
+    known = {name: c for name, c in costs.items() if c is not None and c > 0}
+    if not known:
+        return None
+    ceiling = max(known.values())
+    load = sum(n * known.get(name, ceiling) for name, n in live.items())
+    load += unsubmitted * min(known.values())
+    count = sum(live.values()) + unsubmitted
+    mean = load / count if count else known.get(default, ceiling)
+    return budget / mean

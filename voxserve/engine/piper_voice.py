@@ -1,0 +1,122 @@
+"""Piper behind the voice-model seam (`voxserve.engine.voices.VoiceModel`).
+
+It wraps what was there: `runners.piper.PiperModel` (stage A and stage B runners) and
+`text.phonemize.Phonemizer`, unchanged. Piper's particulars live here: its noise and
+length scales, speaker ids, the OpenAI voice names spread over its speakers, and the
+request model id it claims (`tts-1`). It reads no request and schedules nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from voxserve.config import TTSConfig, VocoderChunking
+from voxserve.engine.scheduler import Latent, ModelProfile
+from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice, find_voice
+from voxserve.errors import InvalidRequest
+from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice
+from voxserve.runners.piper import find_voice as find_voice_files
+from voxserve.text.phonemize import Phonemizer
+
+__all__ = ["PiperVoice"]
+
+
+class PiperVoice:
+    """A loaded Piper voice as a `VoiceModel[AcousticInput]`."""
+
+    def __init__(
+        self,
+        model: PiperModel,
+        chunking: VocoderChunking | None,
+        output_gain: float,
+        noise_scale: float | None = None,
+        noise_w: float | None = None,
+        name: str | None = None,
+        model_ids: tuple[str, ...] = ("tts-1",),
+    ):
+        """`noise_scale` and `noise_w` of None use the voice's own; `name` defaults to the
+        voice's (`en_US-joe-medium`). `chunking=None` decodes whole sentences."""
+        self.model = model
+        self.phonemizer = Phonemizer(model.config)
+        self._name = name or model.name
+        self._model_ids = model_ids
+        self._profile = ModelProfile(self._name, model.hop, model.sample_rate, chunking)
+        self._gain = output_gain
+        self._noise_scale = model.noise_scale if noise_scale is None else noise_scale
+        self._noise_w = model.noise_w if noise_w is None else noise_w
+        code = model.config.get("language", {}).get("code")
+        language = code.replace("_", "-") if isinstance(code, str) else None
+        self._voices = [Voice(s.name, self._name, s.speaker_id, language) for s in model.speakers]
+        self._aliases = {
+            alias: self._voices[i % len(self._voices)] for i, alias in enumerate(OPENAI_VOICES)
+        }
+
+    @classmethod
+    def load(cls, config: TTSConfig) -> PiperVoice:
+        """The voice in `config.voice_dir`, or the bundled joe voice, as configured."""
+        files = find_voice_files(config.voice_dir) if config.voice_dir else bundled_voice()
+        return cls(
+            PiperModel(files, config.cache_dir),
+            config.chunking,
+            config.output_gain,
+            config.noise_scale,
+            config.noise_w,
+        )
+
+    # -- VoiceModel --------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def model_ids(self) -> tuple[str, ...]:
+        return self._model_ids
+
+    @property
+    def profile(self) -> ModelProfile:
+        return self._profile
+
+    @property
+    def output_gain(self) -> float:
+        return self._gain
+
+    @property
+    def voices(self) -> Sequence[Voice]:
+        return self._voices
+
+    def aliases(self) -> Mapping[str, Voice]:
+        return self._aliases
+
+    def resolve_voice(self, name: str) -> Voice:
+        return find_voice(name, self._voices, self._aliases)
+
+    def with_language(self, voice: Voice, language: str) -> Voice:
+        """A Piper voice speaks its own language only: `en` or `en-US` for this one."""
+        own = (voice.language or "").lower()
+        asked = language.strip().lower().replace("_", "-")
+        if own and asked in (own, own.split("-")[0]):
+            return voice
+        raise InvalidRequest(
+            f"voice {voice.name!r} of model {self._name} speaks {voice.language or 'one language'} "
+            f"only, not {language!r}; leave language out, or use model tts-1-hd for other languages",
+            param="language",
+            code="unsupported_language",
+        )
+
+    def inputs(self, text: str, voice: Voice, speed: float) -> list[AcousticInput]:
+        length_scale = self.model.length_scale / speed
+        return [
+            AcousticInput(ids, self._noise_scale, length_scale, self._noise_w, voice.speaker_id)
+            for ids in self.phonemizer.ids(text)
+        ]
+
+    def acoustic(self, batch: Sequence[AcousticInput]) -> list[Latent]:
+        return [Latent(z, int(z.shape[-1])) for z in self.model.acoustic.run(batch)]
+
+    def decode(self, batch: Sequence[Span]) -> list[np.ndarray]:
+        return self.model.vocoder.run([span.latent.features[:, span.lo : span.hi] for span in batch])
+
+    def set_fault_hook(self, hook: FaultHook | None) -> None:
+        self.model.set_fault_hook(hook)
