@@ -51,9 +51,10 @@ class VocoderChunking:
 class TTSConfig:
     """The TTS models and how their two stages are served."""
 
-    models: tuple[str, ...] = ("piper",)
-    """Voice models to load: piper. The first is the default: OpenAI's model names that
-    no loaded model claims (tts-1-hd, gpt-4o-mini-tts) mean it."""
+    models: tuple[str, ...] = ("piper", "kokoro")
+    """Voice models to load: piper (tts-1), kokoro (tts-1-hd; about 150 MB more memory,
+    up to 430 MB while it decodes a long segment, and 3 s more start-up). The first is
+    the default: OpenAI's model names that no loaded model claims (gpt-4o-mini-tts) mean it."""
     voice_dir: Path | None = None
     """Folder with a Piper `.onnx` + `.onnx.json` pair; None uses the bundled joe voice."""
     cache_dir: Path | None = None

@@ -26,6 +26,7 @@ import soxr
 
 from voxserve.config import TTSConfig
 from voxserve.engine.cost import CostMeter, stream_capacity
+from voxserve.engine.kokoro_voice import KokoroVoice
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.scheduler import AcousticWork, Scheduler, StageInput, VocoderWork, Work
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 MODEL_LOADERS: dict[str, Callable[[TTSConfig], VoiceModel[Any]]] = {
     "piper": PiperVoice.load,
+    "kokoro": KokoroVoice.load,
 }
 """The voice models `--tts-models` may name, each with what loads it from the config."""
 
@@ -201,9 +203,14 @@ class TTSEngine(WorkerEngine):
             if len(longest) + len(word) + 1 >= self.config.max_segment_chars:
                 break
             longest = f"{longest} {word}".strip()
+        short = "Warming up the voice: one, two, three, four, five, six, seven."
         for model in self.models.values():
             voice = model.voices[0]
-            self.synthesize("Warming up the voice: one, two, three, four, five, six, seven.", voice)
+            self.synthesize(short, voice)
+            if model.profile.chunking is None:
+                # A model that decodes whole segments (Kokoro) costs several times Piper's:
+                # a segment of the longest length per worker would take it tens of seconds.
+                continue
             with ThreadPoolExecutor(self.config.workers, thread_name_prefix="warmup") as pool:
                 texts = [longest + "."] * self.config.workers
                 list(pool.map(self.synthesize, texts, [voice] * self.config.workers))

@@ -1,0 +1,126 @@
+"""Kokoro-82M served as `tts-1-hd` beside Piper, through a real server (issue 14).
+
+Every English voice speaks a fixed sentence that round-trips through the server's own
+Whisper; blends, other languages, the voice list and the refusals are checked too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.asr_support import wer
+from tests.conftest import RunningServer, run_server
+from voxserve.config import ServerConfig, TTSConfig
+from voxserve.runners.kokoro import list_voices
+
+pytestmark = pytest.mark.timeout(600)
+
+SENTENCE = "Please call Stella and ask her to bring these things with her."
+
+
+@pytest.fixture(scope="module")
+def both() -> Iterator[RunningServer]:
+    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro")))
+    with run_server(config) as srv:
+        yield srv
+
+
+@pytest.fixture()
+def http(both: RunningServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=both.base_url, timeout=120) as client:
+        yield client
+
+
+def _speak(http: httpx.Client, voice: str, text: str = SENTENCE, **extra: object) -> np.ndarray:
+    body = {"model": "tts-1-hd", "input": text, "voice": voice, "response_format": "pcm", **extra}
+    r = http.post("/v1/audio/speech", json=body)
+    assert r.status_code == 200, r.text
+    return np.frombuffer(r.content, dtype=np.int16)
+
+
+def _transcribe(http: httpx.Client, pcm: np.ndarray) -> str:
+    from tests.asr_support import wav_bytes
+
+    r = http.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav_bytes(pcm))},
+                  data={"model": "whisper-1", "language": "en"})
+    assert r.status_code == 200, r.text
+    text: str = r.json()["text"]
+    return text
+
+
+def test_models_and_voices_are_listed(http: httpx.Client) -> None:
+    ids = [m["id"] for m in http.get("/v1/models").json()["data"]]
+    assert {"tts-1", "tts-1-hd", "kokoro", "kokoro-82m-v1.0", "en_US-joe-medium"} <= set(ids)
+    voices = http.get("/v1/audio/voices").json()["voices"]
+    heart = next(v for v in voices if v["id"] == "af_heart")
+    assert heart == {**heart, "model": "kokoro-82m-v1.0", "language": "en-US", "gender": "female"}
+    nova = [v for v in voices if v["id"] == "nova"]
+    assert {v["model"]: v["alias_of"] for v in nova} == {"en_US-joe-medium": "joe", "kokoro-82m-v1.0": "af_nova"}
+    assert len([v for v in voices if v["model"] == "kokoro-82m-v1.0" and v["alias_of"] is None]) == 54
+
+
+ENGLISH = [v.name for v in list_voices() if v.language in ("en-US", "en-GB")]
+
+
+def test_every_english_voice_round_trips_through_whisper(http: httpx.Client) -> None:
+    assert len(ENGLISH) == 28
+
+    def one(name: str) -> tuple[float, str]:
+        pcm = _speak(http, name)
+        assert len(pcm) > 24000 * 2 and np.abs(pcm).max() > 1000, name
+        return wer(SENTENCE, _transcribe(http, pcm)), name
+
+    with ThreadPoolExecutor(2) as pool:  # one stream per worker
+        worst = list(pool.map(one, ENGLISH))
+    bad = [(w, n) for w, n in worst if w > 0.15]
+    assert not bad, sorted(worst)[-5:]
+
+
+def test_openai_names_mean_kokoro_voices_under_tts_1_hd(http: httpx.Client) -> None:
+    nova = _speak(http, "nova", "Hello there.")
+    af_nova = _speak(http, "af_nova", "Hello there.")
+    assert np.array_equal(nova, af_nova)
+
+
+def test_a_blend_differs_from_either_voice(http: httpx.Client) -> None:
+    text = "Blending voices works."
+    a, b = _speak(http, "af_bella", text), _speak(http, "af_sky", text)
+    mixed = _speak(http, "af_bella(2)+af_sky(1)", text)
+    for one in (a, b):
+        n = min(len(one), len(mixed))
+        assert len(one) != len(mixed) or not np.array_equal(one[:n], mixed[:n])
+
+
+@pytest.mark.parametrize(("voice", "text"), [("ef_dora", "Hola, ¿cómo estás hoy?"), ("ff_siwis", "Bonjour, comment allez-vous ?")])
+def test_spanish_and_french_voices_speak(http: httpx.Client, voice: str, text: str) -> None:
+    pcm = _speak(http, voice, text)
+    assert len(pcm) > 24000 // 2 and np.abs(pcm).max() > 1000
+
+
+@pytest.mark.parametrize(
+    ("extra", "status", "param"),
+    [
+        ({"voice": "zz_nobody"}, 404, "voice"),
+        ({"voice": "af_bella(2)+nobody"}, 400, "voice"),
+        ({"voice": "jf_alpha"}, 400, "language"),
+        ({"voice": "af_heart", "language": "xx"}, 400, "language"),
+        ({"voice": "af_heart", "language": "ja"}, 400, "language"),
+    ],
+)
+def test_unknown_voices_and_languages_are_refused(http: httpx.Client, extra: dict[str, object], status: int, param: str) -> None:
+    body = {"model": "tts-1-hd", "input": "Hello.", "response_format": "pcm", **extra}
+    r = http.post("/v1/audio/speech", json=body)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_a_language_field_switches_the_reading(http: httpx.Client) -> None:
+    english = _speak(http, "af_heart", "Hola amigo.")
+    spanish = _speak(http, "af_heart", "Hola amigo.", language="es")
+    assert not np.array_equal(english[: min(len(english), len(spanish))], spanish[: min(len(english), len(spanish))])

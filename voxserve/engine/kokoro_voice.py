@@ -1,0 +1,218 @@
+"""Kokoro-82M as a `VoiceModel`: `tts-1-hd` and `kokoro`, 54 voices in 9 languages.
+
+Text goes through `voxserve.text.kokoro_g2p` (espeak-ng, mapped to Kokoro's phonemes) in
+the voice's language, or the request's. Stage A is Kokoro's encoder (durations, aligned
+text features, pitch and energy), stage B its decoder. The decoder normalizes over the
+whole window it is given, so it decodes whole segments (`chunking=None`): the engine's
+first segment is short, which keeps the first audio early.
+
+Voices are Kokoro's own names (`af_heart`), OpenAI's names mapped to the closest Kokoro
+voice (see `ALIASES`), or a blend written as Kokoro-FastAPI does, `af_bella(2)+af_sky(1)`:
+the style rows are mixed by weight.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from voxserve.config import TTSConfig
+from voxserve.engine.scheduler import Latent, ModelProfile
+from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice
+from voxserve.errors import InvalidRequest, NotFound
+from voxserve.runners.kokoro import HOP, SAMPLE_RATE, KokoroInput, KokoroModel, style_row
+from voxserve.text.kokoro_g2p import KokoroG2P, kokoro_language
+from voxserve.text.kokoro_vocab import KOKORO_VOCAB, MAX_PHONEMES
+
+__all__ = ["ALIASES", "KokoroVoice"]
+
+NAME = "kokoro-82m-v1.0"
+
+ALIASES = {
+    "alloy": "af_alloy",
+    "nova": "af_nova",
+    "echo": "am_echo",
+    "onyx": "am_onyx",
+    "fable": "bm_fable",
+    # OpenAI's names with no Kokoro voice of that name: a voice of the same gender, as
+    # OpenAI describes it.
+    "ash": "am_adam",
+    "ballad": "bm_george",
+    "coral": "af_heart",
+    "sage": "af_sarah",
+    "shimmer": "af_sky",
+    "verse": "am_michael",
+    "marin": "af_jessica",
+    "cedar": "am_puck",
+}
+"""OpenAI's voice names under `tts-1-hd`, each a Kokoro voice."""
+
+MAX_BLEND = 8
+"""Voices one blend may mix."""
+
+_BLEND_PART = re.compile(r"([a-z]{2}_[a-z]{1,20})(?:\((\d{1,3}(?:\.\d{1,3})?)\))?")
+
+
+@dataclass(frozen=True)
+class KokoroVoiceRef(Voice):
+    """A Kokoro voice or a blend of them: (voice, weight) pairs, weights summing to 1."""
+
+    blend: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class KokoroItem:
+    """One stage A item: phoneme ids, the style for their count, the speed."""
+
+    ids: np.ndarray
+    style: np.ndarray
+    speed: float
+    words: tuple[tuple[str, int, int], ...] = field(default=())
+    """Each word and the range of `ids` it produced, for word timings."""
+
+
+class KokoroVoice:
+    """A loaded Kokoro model as a `VoiceModel[KokoroItem]`."""
+
+    def __init__(self, model: KokoroModel, output_gain: float = 1.0):
+        self.model = model
+        self._g2p = KokoroG2P(KOKORO_VOCAB)
+        self._profile = ModelProfile(NAME, HOP, SAMPLE_RATE, None, acoustic_s_per_id=2e-3)
+        self._gain = output_gain
+        self._voices = [
+            KokoroVoiceRef(v.name, NAME, None, v.language, v.gender, ((v.name, 1.0),))
+            for v in model.voices.values()
+        ]
+        by_name = {v.name: v for v in self._voices}
+        self._by_name = by_name
+        self._aliases = {alias: by_name[target] for alias, target in ALIASES.items() if target in by_name}
+        assert set(self._aliases) == set(OPENAI_VOICES), "every OpenAI voice name needs a Kokoro voice"
+        self._styles: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self._hook: FaultHook | None = None
+
+    @classmethod
+    def load(cls, config: TTSConfig) -> KokoroVoice:
+        return cls(KokoroModel(cache_dir=config.cache_dir))
+
+    # -- VoiceModel --------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return NAME
+
+    @property
+    def model_ids(self) -> tuple[str, ...]:
+        return ("tts-1-hd", "kokoro")
+
+    @property
+    def profile(self) -> ModelProfile:
+        return self._profile
+
+    @property
+    def output_gain(self) -> float:
+        return self._gain
+
+    @property
+    def voices(self) -> Sequence[Voice]:
+        return self._voices
+
+    def aliases(self) -> Mapping[str, Voice]:
+        return self._aliases
+
+    def resolve_voice(self, name: str) -> Voice:
+        """A voice's own name, an OpenAI name, or a blend `a(2)+b(1)` (weights default 1)."""
+        found = self._by_name.get(name) or self._aliases.get(name.lower())
+        if found is not None:
+            return found
+        if "+" in name or "(" in name:
+            return self._blend(name)
+        known = ", ".join([v.name for v in self._voices] + list(self._aliases))
+        raise NotFound(f"voice {name!r} does not exist for {NAME}; use one of: {known}", param="voice")
+
+    def _blend(self, spec: str) -> KokoroVoiceRef:
+        parts = spec.split("+")
+        if len(parts) > MAX_BLEND or len(spec) > 400:
+            raise InvalidRequest(f"a blend mixes at most {MAX_BLEND} voices", param="voice")
+        weights: dict[str, float] = {}
+        for part in parts:
+            m = _BLEND_PART.fullmatch(part.strip())
+            if m is None:
+                raise InvalidRequest(
+                    f"voice blend {spec[:100]!r}: write voices as name(weight) joined by '+', "
+                    "for example af_bella(2)+af_sky(1)",
+                    param="voice",
+                )
+            name, weight = m.group(1), float(m.group(2) or 1)
+            if name not in self._by_name:
+                raise NotFound(f"voice {name!r} in the blend does not exist for {NAME}", param="voice")
+            weights[name] = weights.get(name, 0.0) + weight
+        total = sum(weights.values())
+        if total <= 0:
+            raise InvalidRequest("a blend's weights must not all be 0", param="voice")
+        first = self._by_name[next(iter(weights))]
+        blend = tuple((n, w / total) for n, w in weights.items())
+        return KokoroVoiceRef(spec, NAME, None, first.language, first.gender, blend)
+
+    def with_language(self, voice: Voice, language: str) -> Voice:
+        kokoro_language(language)  # 400 for a language Kokoro cannot speak here
+        assert isinstance(voice, KokoroVoiceRef)
+        return KokoroVoiceRef(voice.name, NAME, None, language.strip().lower(), voice.gender, voice.blend)
+
+    def _style_rows(self, voice: KokoroVoiceRef) -> np.ndarray:
+        with self._lock:
+            key = "+".join(f"{n}:{w:.6f}" for n, w in voice.blend)
+            rows = self._styles.get(key)
+            if rows is None:
+                rows = sum((w * self.model.voice(n) for n, w in voice.blend), np.zeros((1, 1), np.float32))
+                rows = np.asarray(rows, dtype=np.float32)
+                if len(self._styles) < 256:
+                    self._styles[key] = rows
+            return rows
+
+    def inputs(self, text: str, voice: Voice, speed: float) -> list[KokoroItem]:
+        assert isinstance(voice, KokoroVoiceRef)
+        language = kokoro_language(voice.language or voice.name[0])  # 400: ja and zh
+        result = self._g2p(text, language.code)
+        ids = np.asarray(result.ids, dtype=np.int64)
+        if not len(ids):
+            return []
+        rows = self._style_rows(voice)
+        words = [(w.text, w.first, w.last) for w in result.words]
+        items: list[KokoroItem] = []
+        for lo, hi in _cuts(len(ids), [(w[1], w[2]) for w in words]):
+            piece = ids[lo:hi]
+            kept = tuple((t, a - lo, b - lo) for t, a, b in words if a >= lo and b <= hi)
+            items.append(KokoroItem(piece, style_row(rows, len(piece)), speed, kept))
+        return items
+
+    def acoustic(self, batch: Sequence[KokoroItem]) -> list[Latent]:
+        if self._hook is not None:
+            self._hook("acoustic", len(batch))
+        frames = self.model.acoustic.run([KokoroInput(i.ids, i.style, i.speed) for i in batch])
+        return [Latent(f.decoder_input, f.frames, f.durations[1:-1]) for f in frames]
+
+    def decode(self, batch: Sequence[Span]) -> list[np.ndarray]:
+        if self._hook is not None:
+            self._hook("vocoder", len(batch))
+        return self.model.decoder.run([s.latent.features.window(s.lo, s.hi) for s in batch])
+
+    def set_fault_hook(self, hook: FaultHook | None) -> None:
+        self._hook = hook
+
+
+def _cuts(n: int, words: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Cut n ids into pieces of at most MAX_PHONEMES, at word ends where possible."""
+    cuts: list[tuple[int, int]] = []
+    lo = 0
+    while n - lo > MAX_PHONEMES:
+        limit = lo + MAX_PHONEMES
+        ends = [b for _, b in words if lo < b <= limit]
+        hi = max(ends) if ends else limit
+        cuts.append((lo, hi))
+        lo = hi
+    cuts.append((lo, n))
+    return cuts
