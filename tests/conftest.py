@@ -77,12 +77,20 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def run_server(
-    config: ServerConfig | None = None, engine: TTSEngine | None = None, remote: Remote | None = None
+    config: ServerConfig | None = None,
+    engine: TTSEngine | None = None,
+    remote: Remote | None = None,
+    kokoro: bool = False,
 ) -> Iterator[RunningServer]:
     """A server on a free loopback port; with `remote`, a Ray-style front end whose
-    engines are the given backends."""
+    engines are the given backends.
+
+    Servers load Piper alone unless `kokoro` is set: Kokoro adds 3 s to each start, and
+    only the tests about it use it (tests/test_kokoro_voice.py)."""
     port = _free_port()
     config = replace(config or ServerConfig(), host="127.0.0.1", port=port)
+    if not kokoro:
+        config = replace(config, tts=replace(config.tts, models=tuple(m for m in config.tts.models if m != "kokoro")))
     app = create_app(config, engine, remote)
     # The production uvicorn settings (connection limits included), quieter logs.
     server = uvicorn.Server(uvicorn_config(app, config, log_level="warning", timeout_graceful_shutdown=2))

@@ -27,7 +27,7 @@ SENTENCE = "Please call Stella and ask her to bring these things with her."
 @pytest.fixture(scope="module")
 def both() -> Iterator[RunningServer]:
     config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro")))
-    with run_server(config) as srv:
+    with run_server(config, kokoro=True) as srv:
         yield srv
 
 

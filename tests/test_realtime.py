@@ -273,7 +273,7 @@ def test_live_turns_go_before_file_transcriptions(server: RunningServer, rt: Ses
     """Three uploads keep every worker busy; a live turn still completes promptly,
     and while the session is open file pieces hold at most all workers but one."""
     asr = server.asr
-    long_file = wav_bytes(np.tile(np.concatenate([speech[1], _silence(0.4)]), 6))  # ~24 s
+    long_file = wav_bytes(np.tile(np.concatenate([speech[1], _silence(0.4)]), 4))  # ~16 s
     stop = threading.Event()
     most_file_batches = 0
 
