@@ -1,20 +1,28 @@
 """Word timings (issue 14): from per-phoneme durations to seconds of a stream's audio.
 
-The pure mapping is checked on hand-made durations; the engine is checked with the real
-Kokoro model over several segments (offsets added, output resampled).
+The pure mapping is checked on hand-made durations; the engine with the real Kokoro model
+over several segments (offsets added, output resampled); then a real server with both
+models: `timestamps: true` as JSON, as SSE `speech.words` events and on the speech
+WebSocket, and a request without it unchanged.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
+import httpx
 import numpy as np
 import pytest
+from websockets.sync.client import connect
 
-from voxserve.config import TTSConfig
+from tests.conftest import RunningServer, run_server
+from voxserve.config import ServerConfig, TTSConfig
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.words import WordFrames, WordTime, word_frames, word_times
 
@@ -90,3 +98,98 @@ def test_kokoro_speed_is_in_the_timings(kokoro_engine: TTSEngine) -> None:
 
 def seconds_close(end: float, seconds: float) -> bool:
     return 0 <= seconds - end < 0.5
+
+
+# -- through a real server ---------------------------------------------------------------
+
+MODELS = ["tts-1-hd"]
+"""Request models whose words are timed: Kokoro (tts-1-hd)."""
+
+WORDS = re.findall(r"\w+", TEXT)
+
+
+@pytest.fixture(scope="module")
+def both() -> Iterator[RunningServer]:
+    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0))
+    with run_server(config) as srv:
+        yield srv
+
+
+@pytest.fixture()
+def http(both: RunningServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=both.base_url, timeout=120) as client:
+        yield client
+
+
+def _body(model: str, **extra: object) -> dict[str, object]:
+    return {"model": model, "input": TEXT, "voice": "alloy", "response_format": "pcm", **extra}
+
+
+def _times(words: list[dict[str, Any]]) -> list[WordTime]:
+    return [WordTime(w["word"], w["start_time"], w["end_time"]) for w in words]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_json_timestamps_cover_the_audio_which_is_unchanged(http: httpx.Client, model: str) -> None:
+    plain = http.post("/v1/audio/speech", json=_body(model))
+    assert plain.status_code == 200 and plain.headers["content-type"] == "audio/pcm"
+    r = http.post("/v1/audio/speech", json=_body(model, timestamps=True, sample_rate=16000))
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/json"
+    body = r.json()
+    assert (body["audio_format"], body["sample_rate"]) == ("pcm", 16000)
+    seconds = len(base64.b64decode(body["audio"])) / 2 / 16000
+    check_timings(_times(body["timestamps"]), seconds, WORDS)
+    same = http.post("/v1/audio/speech", json=_body(model, timestamps=True)).json()
+    assert base64.b64decode(same["audio"]) == plain.content
+    assert same["timestamps"] == body["timestamps"]  # resampling does not move them
+
+
+def _sse_events(http: httpx.Client, body: dict[str, object]) -> list[dict[str, Any]]:
+    r = http.post("/v1/audio/speech", json={**body, "stream_format": "sse"})
+    assert r.status_code == 200, r.text
+    return [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_sse_sends_each_segments_words_before_its_audio(http: httpx.Client, model: str) -> None:
+    events = _sse_events(http, _body(model, timestamps=True))
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "speech.words" and kinds[-1] == "speech.audio.done"
+    assert kinds.count("speech.words") >= 2, "one event per segment, several segments"
+    words = [w for e in events if e["type"] == "speech.words" for w in e["words"]]
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
+    check_timings(_times(words), len(pcm) / 2 / 24000, WORDS)
+    plain = _sse_events(http, _body(model))
+    assert "speech.words" not in [e["type"] for e in plain]
+    assert plain == [e for e in events if e["type"] != "speech.words"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_websocket_sends_speech_words_per_segment(both: RunningServer, model: str) -> None:
+    url = both.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(url) as ws:
+        ws.send(json.dumps({"type": "session.config", "model": model, "voice": "alloy", "timestamps": True}))
+        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
+        ws.send(json.dumps({"type": "session.close"}))
+        segments: dict[int, list[WordTime]] = {}
+        audio: dict[int, int] = {}
+        current = -1
+        while True:
+            message = ws.recv(timeout=60)
+            if isinstance(message, bytes):
+                assert current in segments, "speech.words comes before the segment's audio"
+                audio[current] = audio.get(current, 0) + len(message)
+                continue
+            event = json.loads(message)
+            if event["type"] == "audio.start":
+                current = event["segment"]
+            elif event["type"] == "speech.words":
+                assert event["segment"] == current
+                segments[current] = _times(event["words"])
+            elif event["type"] == "session.done":
+                break
+    assert len(segments) >= 2
+    for index, words in segments.items():
+        check_timings(words, audio[index] / 2 / 24000, [w.word for w in words])
+    assert [w.word for i in sorted(segments) for w in segments[i]] == WORDS
