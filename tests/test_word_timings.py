@@ -56,6 +56,21 @@ def check_timings(words: list[WordTime], seconds: float, expected: list[str]) ->
     assert seconds - words[-1].end < 0.5
 
 
+def test_piper_phonemizer_maps_written_words_to_their_ids() -> None:
+    from voxserve.runners.piper import bundled_voice
+    from voxserve.text.phonemize import Phonemizer
+
+    phonemizer = Phonemizer(json.loads(bundled_voice().config.read_text()))
+    text = "In 1990, the well-known Dr. Smith paid 40 % & left."
+    sentences = phonemizer.sentences(text)
+    assert [s.ids.tolist() for s in sentences] == [ids.tolist() for ids in phonemizer.ids(text)]
+    words = [w for s in sentences for w in s.words]
+    assert [w[0] for w in words] == ["In", "1990", "the", "well-known", "Dr", "Smith", "paid", "40", "%", "&", "left"]
+    for s in sentences:
+        bounds = [b for _, first, last in s.words for b in (first, last)]
+        assert bounds == sorted(bounds) and 0 < bounds[0] and bounds[-1] < len(s.ids)
+
+
 @pytest.fixture(scope="module")
 def kokoro_engine() -> Iterator[TTSEngine]:
     engine = TTSEngine(replace(TTSConfig(), models=("kokoro",), workers=1))
@@ -102,8 +117,8 @@ def seconds_close(end: float, seconds: float) -> bool:
 
 # -- through a real server ---------------------------------------------------------------
 
-MODELS = ["tts-1-hd"]
-"""Request models whose words are timed: Kokoro (tts-1-hd)."""
+MODELS = ["tts-1", "tts-1-hd"]
+"""Request models whose words are timed: Piper (tts-1) and Kokoro (tts-1-hd)."""
 
 WORDS = re.findall(r"\w+", TEXT)
 
