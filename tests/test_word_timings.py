@@ -206,3 +206,8 @@ def test_websocket_sends_speech_words_per_segment(both: RunningServer, model: st
     for index, words in segments.items():
         check_timings(words, audio[index] / 2 / 24000, [w.word for w in words])
     assert [w.word for i in sorted(segments) for w in segments[i]] == WORDS
+
+
+def test_timestamps_must_be_a_boolean(http: httpx.Client) -> None:
+    r = http.post("/v1/audio/speech", json=_body("tts-1", timestamps="yes"))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "timestamps"
