@@ -3,6 +3,7 @@ the whole-latent decode."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +15,13 @@ from voxserve.config import TTSConfig, VocoderChunking
 from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.scheduler import AcousticWork, Latent, Scheduler, VocoderWork
 from voxserve.engine.tts import TTSEngine, decode_chunk
-from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice, split_model
+from voxserve.runners.piper import (
+    SPLIT_LAYOUT,
+    AcousticInput,
+    PiperModel,
+    bundled_voice,
+    split_model,
+)
 from voxserve.text.phonemize import Phonemizer
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the woods."
@@ -41,7 +48,17 @@ def test_split_is_cached_by_hash(model: PiperModel, tmp_path: Path) -> None:
     mtime = a.stat().st_mtime_ns
     assert split_model(model.files.model, tmp_path) == (a, b)
     assert a.stat().st_mtime_ns == mtime  # second call reuses the cache
-    assert len(a.parent.name) == 32
+    assert a.parent.name == f"{_sha256(model.files.model)[:32]}-{SPLIT_LAYOUT}"  # not an older layout's
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_stage_a_gives_durations_that_sum_to_its_frames(model: PiperModel, ids: np.ndarray) -> None:
+    ((z, durations),) = model.acoustic.run_timed([AcousticInput(ids, 0.0, 1.0, 0.0)])
+    assert len(durations) == len(ids) and durations.min() >= 0
+    assert int(durations.sum()) == z.shape[1]
 
 
 def test_two_stages_equal_full_model(model: PiperModel, ids: np.ndarray) -> None:

@@ -102,6 +102,24 @@ class SpeechAudioDelta(BaseModel):
     audio: str = Field(description="Base64 of the next bytes in the asked `response_format`")
 
 
+class WordTimestamp(BaseModel):
+    word: str
+    start_time: float = Field(description="Seconds from the start of the audio")
+    end_time: float
+
+
+class SpeechWords(BaseModel):
+    type: Literal["speech.words"]
+    words: list[WordTimestamp] = Field(description="The next segment's words, before its audio (with `timestamps`)")
+
+
+class CaptionedSpeech(BaseModel):
+    audio: str = Field(description="Base64 of the whole audio in the asked `response_format`")
+    audio_format: str
+    sample_rate: int
+    timestamps: list[WordTimestamp]
+
+
 class SpeechUsage(BaseModel):
     input_tokens: int
     output_tokens: int
@@ -137,6 +155,8 @@ _RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
     Health,
     Transcription,
     VerboseTranscription,
+    SpeechWords,
+    CaptionedSpeech,
     SpeechAudioDelta,
     SpeechAudioDone,
     TranscriptTextDelta,
@@ -256,7 +276,8 @@ def _speech_op() -> dict[str, Any]:
         content_type(fmt): {"schema": {"type": "string", "format": "binary"}}
         for fmt in get_args(ResponseFormat)
     }
-    sse = _sse(SpeechAudioDelta, SpeechAudioDone)
+    sse = _sse(SpeechWords, SpeechAudioDelta, SpeechAudioDone)
+    captioned = {"application/json": {"schema": _ref(CaptionedSpeech)}}
     headers = {
         "x-request-id": {"description": "The request id", "schema": {"type": "string"}},
         "x-sample-rate": {"description": "Sample rate of the audio", "schema": {"type": "string"}},
@@ -270,9 +291,12 @@ def _speech_op() -> dict[str, Any]:
         },
         "responses": {
             "200": {
-                "description": "Audio as it is made, or SSE events with `stream_format=sse`",
+                "description": (
+                    "Audio as it is made, SSE events with `stream_format=sse`, or JSON with "
+                    "`timestamps` (and no SSE)"
+                ),
                 "headers": headers,
-                "content": {**audio, **sse},
+                "content": {**audio, **sse, **captioned},
             },
             **_errors("400", "404", "408", "413", "415", "429", "500", "503", "504"),
         },

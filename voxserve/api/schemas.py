@@ -54,6 +54,14 @@ class SpeechRequest(BaseModel):
         None, min_length=1, max_length=16,
         description="voxserve extension: the language to speak (en-us, en-gb, es, fr, hi, it, pt-br); default: the voice's",
     )
+    timestamps: bool = Field(
+        False, strict=True,
+        description=(
+            "voxserve extension: word timings. The response becomes JSON "
+            "{audio (base64), audio_format, sample_rate, timestamps: [{word, start_time, end_time}]}, "
+            "or, with stream_format=sse, speech.words events come before each segment's audio"
+        ),
+    )
 
     @field_validator("input")
     @classmethod

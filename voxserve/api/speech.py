@@ -1,7 +1,11 @@
 """`POST /v1/audio/speech`: validate, prepare text off the loop, admit, then stream audio.
 
 The handler parses, then opens the stream through the serving layer
-(`voxserve.serving.speech`) and frames its chunks: raw audio, or SSE events. Errors
+(`voxserve.serving.speech`) and frames its chunks: raw audio, or SSE events. With
+`timestamps: true` (a voxserve extension, shaped as Kokoro-FastAPI's captioned speech) the
+words' times come too: as `speech.words` events before each segment's audio in SSE, or
+else in one JSON body `{"audio", "audio_format", "sample_rate", "timestamps"}` once the
+whole audio is made. Errors
 before the first byte are raised as typed errors; an error after streaming began ends
 the body (or sends an SSE error event).
 
@@ -17,8 +21,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 
 from starlette.requests import Request
 
@@ -26,6 +31,7 @@ from voxserve.api.schemas import REPLICA_HEADER, SpeechRequest, parse_json_body,
 from voxserve.api.sse import sse, sse_error
 from voxserve.api.streaming import StreamResponse, until_disconnect
 from voxserve.audio.encode import content_type
+from voxserve.engine.words import WordTime
 from voxserve.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType, VoxError
 from voxserve.serving.service import Service, Speech
 from voxserve.serving.speech import SpeechParams
@@ -38,6 +44,7 @@ __all__ = [
     "speech_body",
     "speech_head",
     "speech_params",
+    "words_json",
 ]
 
 MAX_JSON_BYTES = 256 * 1024
@@ -67,7 +74,11 @@ async def speech(request: Request) -> StreamResponse:
     media_type, headers = speech_head(body, state.config.default_sample_rate, request_id)
     if stream.replica is not None:
         headers[REPLICA_HEADER] = stream.replica
-    return StreamResponse(speech_body(stream, body.stream_format), media_type, headers, stream.close)
+    if body.timestamps and body.stream_format == "audio":
+        content = captioned_body(stream, body.response_format)
+    else:
+        content = speech_body(stream, body.stream_format, body.timestamps)
+    return StreamResponse(content, media_type, headers, stream.close)
 
 
 def speech_params(body: SpeechRequest) -> SpeechParams:
@@ -116,13 +127,42 @@ async def read_speech_request(request: Request, max_chars: int) -> SpeechRequest
 def speech_head(body: SpeechRequest, default_rate: int, request_id: str) -> tuple[str, dict[str, str]]:
     """The media type and headers of a speech response."""
     rate = body.sample_rate or default_rate
-    media_type = "text/event-stream" if body.stream_format == "sse" else content_type(body.response_format)
+    if body.stream_format == "sse":
+        media_type = "text/event-stream"
+    elif body.timestamps:
+        media_type = "application/json"
+    else:
+        media_type = content_type(body.response_format)
     return media_type, {"x-sample-rate": str(rate), "x-request-id": request_id}
 
 
-async def speech_body(stream: Speech, stream_format: str) -> AsyncGenerator[bytes, None]:
+def words_json(words: Sequence[WordTime]) -> list[dict[str, object]]:
+    """Word timings as Kokoro-FastAPI's captioned speech writes them."""
+    return [{"word": w.word, "start_time": w.start, "end_time": w.end} for w in words]
+
+
+async def captioned_body(stream: Speech, response_format: str) -> AsyncGenerator[bytes, None]:
+    """The whole audio and its word timings as one JSON body, sent once all is made (so a
+    failure before the end is still a JSON error with its status)."""
+    parts: list[bytes] = []
+    words: list[WordTime] = []
+    async with contextlib.aclosing(stream.chunks()) as chunks:
+        async for chunk in chunks:
+            parts.append(chunk.data)
+            words.extend(chunk.words)
+    body = {
+        "audio": base64.b64encode(b"".join(parts)).decode(),
+        "audio_format": response_format,
+        "sample_rate": stream.sample_rate,
+        "timestamps": words_json(words),
+    }
+    yield json.dumps(body).encode()
+
+
+async def speech_body(stream: Speech, stream_format: str, timestamps: bool = False) -> AsyncGenerator[bytes, None]:
     """The response body: the encoded audio, or SSE events (`speech.audio.delta`, then
-    `speech.audio.done` with usage; a failure after the start is an `error` event)."""
+    `speech.audio.done` with usage; a failure after the start is an `error` event); with
+    `timestamps`, a `speech.words` event before each segment's audio."""
     if stream_format != "sse":
         async with contextlib.aclosing(stream.chunks()) as chunks:
             async for chunk in chunks:
@@ -133,6 +173,8 @@ async def speech_body(stream: Speech, stream_format: str) -> AsyncGenerator[byte
         async with contextlib.aclosing(stream.chunks()) as chunks:
             async for chunk in chunks:
                 samples += chunk.samples
+                if timestamps and chunk.words:
+                    yield sse({"type": "speech.words", "words": words_json(chunk.words)})
                 if chunk.data:
                     yield sse({"type": "speech.audio.delta", "audio": base64.b64encode(chunk.data).decode()})
     except VoxError as exc:

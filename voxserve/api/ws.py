@@ -3,15 +3,19 @@
 For voice agents that speak an LLM's reply while it is still being written. The client
 sends JSON text messages:
 - `{"type": "session.config", ...}`: voice, speed, response_format (`pcm` or `wav`),
-  sample_rate, model, and `split` (`clause`, the default, or `sentence`); it applies to
-  the segments that start after it;
+  sample_rate, model, language, `split` (`clause`, the default, or `sentence`) and
+  `timestamps` (word timings, default false); it applies to the segments that start
+  after it;
 - `{"type": "input.text", "text": "..."}`: a fragment of any size, even one character;
 - `{"type": "input.done"}`: speak what is pending now; the session stays open;
 - `{"type": "session.close"}`: finish what was sent, then end the session.
 
 The server sends, per segment, `{"type": "audio.start", "segment", "text", "sample_rate"}`,
 then binary frames of audio as the engine decodes them (16-bit mono PCM, or a WAV stream
-per segment), then `{"type": "audio.done", "segment"}`. After `input.done` it sends
+per segment), then `{"type": "audio.done", "segment"}`. With `timestamps`, a
+`{"type": "speech.words", "segment", "words": [{"word", "start_time", "end_time"}]}`
+event comes before the segment's audio, its times in seconds from the segment's start,
+where the model times words. After `input.done` it sends
 `{"type": "input.flushed"}` once the flushed text is spoken, and `{"type": "session.done"}`
 before it closes. A mistake gets `{"type": "error", "error", "message", "code", ...}`
 (`error` is the object of an HTTP error body) and the session stays usable.
@@ -76,7 +80,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxserve.api.errors import error_event
 from voxserve.api.schemas import SpeechRequest, VoiceRef, validate
-from voxserve.api.speech import speech_params
+from voxserve.api.speech import speech_params, words_json
 from voxserve.api.ws_limits import Message, TokenBucket, message_size, session_slot
 from voxserve.config import WSConfig
 from voxserve.errors import ClientError, ServerError, VoxError
@@ -113,6 +117,7 @@ class SessionConfig(BaseModel):
     sample_rate: int | None = Field(None, ge=8000, le=48000, strict=True)
     split: Literal["sentence", "clause"] = "clause"
     language: str | None = Field(None, min_length=1, max_length=16)
+    timestamps: bool = Field(False, strict=True)
 
 
 @dataclass(frozen=True)
@@ -504,6 +509,9 @@ class _Session:
             )
             async with contextlib.aclosing(stream.chunks()) as chunks:
                 async for chunk in chunks:
+                    if cfg.timestamps and chunk.words:
+                        words = words_json(chunk.words)
+                        await self.send_event({"type": "speech.words", "segment": segment.index, "words": words})
                     if chunk.data:
                         await self.send_audio(chunk.data)
             completed = True

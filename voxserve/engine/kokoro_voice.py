@@ -23,6 +23,7 @@ import numpy as np
 from voxserve.config import TTSConfig
 from voxserve.engine.scheduler import Latent, ModelProfile
 from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice
+from voxserve.engine.words import word_frames
 from voxserve.errors import InvalidRequest, NotFound
 from voxserve.runners.kokoro import HOP, SAMPLE_RATE, KokoroInput, KokoroModel, style_row
 from voxserve.text.kokoro_g2p import KokoroG2P, kokoro_language
@@ -193,7 +194,10 @@ class KokoroVoice:
         if self._hook is not None:
             self._hook("acoustic", len(batch))
         frames = self.model.acoustic.run([KokoroInput(i.ids, i.style, i.speed) for i in batch])
-        return [Latent(f.decoder_input, f.frames, f.durations[1:-1]) for f in frames]
+        return [
+            Latent(f.decoder_input, f.frames, f.durations[1:-1], word_frames(i.words, f.durations[1:-1], int(f.durations[0])))
+            for i, f in zip(batch, frames, strict=True)
+        ]
 
     def decode(self, batch: Sequence[Span]) -> list[np.ndarray]:
         if self._hook is not None:

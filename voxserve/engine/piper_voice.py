@@ -9,22 +9,32 @@ request model id it claims (`tts-1`). It reads no request and schedules nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from voxserve.config import TTSConfig, VocoderChunking
 from voxserve.engine.scheduler import Latent, ModelProfile
 from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice, find_voice
+from voxserve.engine.words import word_frames
 from voxserve.errors import InvalidRequest
 from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice
 from voxserve.runners.piper import find_voice as find_voice_files
 from voxserve.text.phonemize import Phonemizer
 
-__all__ = ["PiperVoice"]
+__all__ = ["PiperItem", "PiperVoice"]
+
+
+@dataclass(frozen=True)
+class PiperItem(AcousticInput):
+    """One stage A item with its words, for word timings."""
+
+    words: tuple[tuple[str, int, int], ...] = field(default=())
+    """Each word and the range of `ids` it produced."""
 
 
 class PiperVoice:
-    """A loaded Piper voice as a `VoiceModel[AcousticInput]`."""
+    """A loaded Piper voice as a `VoiceModel[PiperItem]`."""
 
     def __init__(
         self,
@@ -105,15 +115,20 @@ class PiperVoice:
             code="unsupported_language",
         )
 
-    def inputs(self, text: str, voice: Voice, speed: float) -> list[AcousticInput]:
+    def inputs(self, text: str, voice: Voice, speed: float) -> list[PiperItem]:
         length_scale = self.model.length_scale / speed
         return [
-            AcousticInput(ids, self._noise_scale, length_scale, self._noise_w, voice.speaker_id)
-            for ids in self.phonemizer.ids(text)
+            PiperItem(s.ids, self._noise_scale, length_scale, self._noise_w, voice.speaker_id, s.words)
+            for s in self.phonemizer.sentences(text)
         ]
 
-    def acoustic(self, batch: Sequence[AcousticInput]) -> list[Latent]:
-        return [Latent(z, int(z.shape[-1])) for z in self.model.acoustic.run(batch)]
+    def acoustic(self, batch: Sequence[PiperItem]) -> list[Latent]:
+        """z and, from `w_ceil` (frames per id; `speed` is in its length scale), the words'
+        frames."""
+        return [
+            Latent(z, int(z.shape[-1]), durations, word_frames(item.words, durations))
+            for item, (z, durations) in zip(batch, self.model.acoustic.run_timed(batch), strict=True)
+        ]
 
     def decode(self, batch: Sequence[Span]) -> list[np.ndarray]:
         return self.model.vocoder.run([span.latent.features[:, span.lo : span.hi] for span in batch])

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from voxserve.config import VocoderChunking
+from voxserve.engine.words import WordFrames
 
 __all__ = [
     "AcousticWork",
@@ -80,6 +81,8 @@ class Latent:
     frames: int
     durations: np.ndarray | None = None
     """Frames per input phoneme id, where the model predicts them (for word timings)."""
+    words: tuple[WordFrames, ...] = ()
+    """The segment's words and their frames, where the model can tell them."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from voxserve.engine.words import WordTime
+
 __all__ = ["ChunkStream", "StreamFailed", "StreamItem"]
 
 
@@ -27,6 +29,9 @@ class StreamItem:
     pcm: np.ndarray
     """int16 mono samples at the stream's output rate."""
     last: bool
+    words: tuple[WordTime, ...] = ()
+    """The words of the segment this chunk starts, in seconds of the stream's audio
+    (empty unless the chunk is a segment's first and the model times its words)."""
 
 
 class ChunkStream:

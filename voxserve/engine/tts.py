@@ -32,6 +32,7 @@ from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.scheduler import AcousticWork, Scheduler, StageInput, VocoderWork, Work
 from voxserve.engine.stream import ChunkStream, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
+from voxserve.engine.words import WordTime, word_times
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.text.split import normalize, segment
 
@@ -91,6 +92,22 @@ class _Output:
     resampler: soxr.ResampleStream | None
     gain: float
     samples_out: int = 0
+    segment: int = -1
+    """The segment of the last chunk finished."""
+    model_samples: int = 0
+    """Samples finished so far at the model's own rate: where the next segment starts."""
+
+    def words(self, work: VocoderWork, samples: int) -> tuple[WordTime, ...]:
+        """The word timings a chunk of `samples` (model rate) carries: its segment's words
+        if it is the segment's first chunk, else none. Call once per chunk, in order."""
+        profile = self.model.profile
+        words: tuple[WordTime, ...] = ()
+        if work.segment != self.segment:
+            self.segment = work.segment
+            offset = self.model_samples / profile.sample_rate
+            words = word_times(work.latent.words, offset, profile.hop / profile.sample_rate)
+        self.model_samples += samples
+        return words
 
     def finish(self, pcm: np.ndarray, last: bool) -> np.ndarray:
         audio = pcm * self.gain
@@ -404,7 +421,8 @@ class TTSEngine(WorkerEngine):
             out = self._outputs.get(work.stream_id)
         if out is not None:
             # Only one chunk per stream is in flight, so the resampler sees chunks in order.
-            out.handle.stream.put(StreamItem(out.finish(pcm, work.last), work.last))
+            words = out.words(work, len(pcm))
+            out.handle.stream.put(StreamItem(out.finish(pcm, work.last), work.last, words))
         with self._cond:
             chunk = self._sched.complete_vocoder(work, len(pcm), self._clock())
             self.stats.chunks += 1

@@ -37,6 +37,12 @@ log = logging.getLogger(__name__)
 
 LATENT_TENSOR = "/Mul_7_output_0"
 LENGTHS_TENSOR = "/Cast_output_0"
+DURATIONS_TENSOR = "/Ceil_output_0"
+"""VITS's `w_ceil` [B, 1, ids]: frames per phoneme id, 0 past an item's ids."""
+STAGE_A_OUTPUTS = (LATENT_TENSOR, LENGTHS_TENSOR, DURATIONS_TENSOR)
+SPLIT_LAYOUT = "d1"
+"""Names the stage A outputs in the split's cache folder: a cache made with other
+outputs (before the durations were one, its folder named by the hash alone) is not read."""
 
 FaultHook = Callable[[str, int], None]
 """Called as hook(stage, batch_size) before each inference; raising fails that batch."""
@@ -84,7 +90,8 @@ def default_cache_dir() -> Path:
 
 
 def split_model(model: Path, cache_dir: Path | None = None) -> tuple[Path, Path]:
-    """Split a Piper graph at the latent tensor; cached by the model file's sha256.
+    """Split a Piper graph at the latent tensor; cached by the model file's sha256 and
+    `SPLIT_LAYOUT`. Stage A gives `STAGE_A_OUTPUTS`.
 
     Returns the paths of stage A and stage B. The split is written atomically, so two
     processes starting at once cannot read a half-written file.
@@ -92,7 +99,7 @@ def split_model(model: Path, cache_dir: Path | None = None) -> tuple[Path, Path]
     import onnx
     from onnx.utils import extract_model
 
-    folder = (cache_dir or default_cache_dir()) / "piper-split" / _file_sha256(model)[:32]
+    folder = (cache_dir or default_cache_dir()) / "piper-split" / f"{_file_sha256(model)[:32]}-{SPLIT_LAYOUT}"
     stage_a, stage_b = folder / "acoustic.onnx", folder / "vocoder.onnx"
     if stage_a.exists() and stage_b.exists():
         return stage_a, stage_b
@@ -100,7 +107,7 @@ def split_model(model: Path, cache_dir: Path | None = None) -> tuple[Path, Path]
     graph_inputs = [i.name for i in onnx.load(str(model), load_external_data=False).graph.input]
     log.info("splitting %s into two stages under %s", model.name, folder)
     for target, inputs, outputs in (
-        (stage_a, graph_inputs, [LATENT_TENSOR, LENGTHS_TENSOR]),
+        (stage_a, graph_inputs, list(STAGE_A_OUTPUTS)),
         (stage_b, [LATENT_TENSOR], ["output"]),
     ):
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".onnx.tmp")
@@ -146,15 +153,19 @@ class AcousticRunner:
         self.hook = hook
 
     def run(self, batch: Sequence[AcousticInput]) -> list[np.ndarray]:
+        return [z for z, _ in self.run_timed(batch)]
+
+    def run_timed(self, batch: Sequence[AcousticInput]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each item's z [192, T] and its durations: int64 frames per phoneme id (summing
+        to T)."""
         if self.hook is not None:
             self.hook("acoustic", len(batch))
-        out: list[np.ndarray] = []
         # Equal scales and speaker are required to share one call; pad ids with 0 (pad id).
         groups: dict[tuple[float, float, float, int | None], list[int]] = {}
         for i, item in enumerate(batch):
             key = (item.noise_scale, item.length_scale, item.noise_w, item.speaker_id)
             groups.setdefault(key, []).append(i)
-        results: dict[int, np.ndarray] = {}
+        results: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for (noise, length, noise_w, speaker), members in groups.items():
             longest = max(len(batch[i].ids) for i in members)
             ids = np.zeros((len(members), longest), dtype=np.int64)
@@ -167,11 +178,11 @@ class AcousticRunner:
             }
             if self._multi_speaker:
                 feeds["sid"] = np.full(len(members), speaker or 0, dtype=np.int64)
-            z, frames = self._session.run(None, feeds)
+            z, frames, w_ceil = self._session.run(None, feeds)
             for row, i in enumerate(members):
-                results[i] = np.ascontiguousarray(z[row, :, : int(frames[row])])
-        out = [results[i] for i in range(len(batch))]
-        return out
+                durations = w_ceil[row].reshape(-1)[: len(batch[i].ids)].astype(np.int64)
+                results[i] = (np.ascontiguousarray(z[row, :, : int(frames[row])]), durations)
+        return [results[i] for i in range(len(batch))]
 
 
 class VocoderRunner:

@@ -24,6 +24,7 @@ from voxserve.engine.admission import Admission
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.tts import StreamHandle, TTSEngine
+from voxserve.engine.words import WordTime
 from voxserve.serving.catalog import speech_voice
 from voxserve.serving.failures import raise_failure
 from voxserve.serving.metrics import Metrics
@@ -68,6 +69,9 @@ class AudioChunk:
     """Encoded audio in the stream's format; may be empty (an encoder that holds bytes back)."""
     samples: int
     """Samples this chunk carried."""
+    words: tuple[WordTime, ...] = ()
+    """Word timings of the segment this chunk starts (seconds of the stream's audio), where
+    the model gives them; empty for every other chunk."""
 
 
 class SpeechStream:
@@ -122,7 +126,7 @@ class SpeechStream:
             if first and len(item.pcm):
                 first = False
                 state.metrics.ttfp.observe(time.perf_counter() - self._started)
-            yield AudioChunk(data, len(item.pcm))
+            yield AudioChunk(data, len(item.pcm), item.words)
             if item.last:
                 elapsed = time.perf_counter() - self._started
                 if total:

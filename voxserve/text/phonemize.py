@@ -3,6 +3,11 @@
 espeak-ng keeps global state (voice, buffers), so every call into it in this process goes
 through `espeak_clauses` and its one lock; other phonemizers (`voxserve.text.kokoro_g2p`)
 call it too. This module does no I/O beyond reading the voice config it is given.
+
+`Phonemizer.sentences` also says which ids each written word became (for word timings):
+espeak separates the words it reads with spaces, and a written word it reads as several
+("1990", "well-known") is found by reading the words alone, as `voxserve.text.kokoro_g2p`
+does.
 """
 
 from __future__ import annotations
@@ -11,17 +16,44 @@ import re
 import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Phonemizer", "UnsupportedVoice", "espeak_clauses"]
+__all__ = ["Phonemizer", "PiperSentence", "UnsupportedVoice", "espeak_clauses", "written_words"]
 
 _ESPEAK_LOCK = threading.Lock()
 _espeak_ready = False  # guarded by _ESPEAK_LOCK
 # espeak-ng marks a language switch as "(en)". No "(" inside, so a run of "(" with no ")"
 # is one linear pass, not one pass per "(".
 _LANG_SWITCH = re.compile(r"\([^()]+\)")
+
+
+@dataclass(frozen=True)
+class PiperSentence:
+    """One sentence's phoneme ids and the written words they came from."""
+
+    ids: np.ndarray
+    """int64 ids, BOS, pads and EOS included."""
+    words: tuple[tuple[str, int, int], ...]
+    """Each written word, its first id and the id just past its last."""
+
+
+def written_words(text: str) -> list[str]:
+    """The words of `text` as written: whitespace-separated, punctuation stripped from both
+    ends, and only those with a letter, digit or symbol (which espeak reads)."""
+    words = []
+    for token in text.split():
+        word = token if token in _SPOKEN else token.strip(_EDGE_PUNCTUATION)
+        if any(unicodedata.category(c)[0] in "LNS" or c in _SPOKEN for c in word):
+            words.append(word)
+    return words
+
+
+_SPOKEN = frozenset("&%@#")
+"""Punctuation that espeak reads as a word ("and", "percent")."""
+_EDGE_PUNCTUATION = "".join(chr(c) for c in range(0x3000) if unicodedata.category(chr(c))[0] == "P")
 
 
 class UnsupportedVoice(ValueError):
@@ -61,43 +93,93 @@ class Phonemizer:
         self._kind = kind
         self._id_map = self._config.phoneme_id_map
 
-    def _espeak(self, text: str) -> list[list[str]]:
+    def _espeak(self, text: str) -> list[tuple[list[str], list[tuple[int, int]]]]:
         (clauses,) = espeak_clauses(self._config.espeak_voice, [text])
-        sentences: list[list[str]] = []
+        sentences: list[tuple[list[str], list[tuple[int, int]]]] = []
         current: list[str] = []
+        spans: list[tuple[int, int]] = []
         for phonemes, terminator, end_of_sentence in clauses:
+            body = unicodedata.normalize("NFD", _LANG_SWITCH.sub("", phonemes))
+            spans.extend(_runs(body, len(current)))
             phonemes = _LANG_SWITCH.sub("", phonemes) + terminator
             if terminator in (",", ":", ";"):
                 phonemes += " "
             current.extend(unicodedata.normalize("NFD", phonemes))
             if end_of_sentence:
-                sentences.append(current)
-                current = []
+                sentences.append((current, spans))
+                current, spans = [], []
         if current:
-            sentences.append(current)
+            sentences.append((current, spans))
         return sentences
+
+    def _groups(self, text: str) -> list[tuple[list[str], list[tuple[int, int]]]]:
+        """Each sentence's phonemes and the phoneme spans of the words espeak read."""
+        if self._kind == "text":
+            chars = list(unicodedata.normalize("NFD", text))
+            groups = [(chars, _runs("".join(chars), 0))]
+        else:
+            groups = self._espeak(text)
+        return [g for g in groups if any(not p.isspace() for p in g[0])]
 
     def phonemes(self, text: str) -> list[list[str]]:
         """One phoneme list per sentence; empty sentences dropped."""
-        if self._kind == "text":
-            groups = [list(unicodedata.normalize("NFD", text))]
-        else:
-            groups = self._espeak(text)
-        return [g for g in groups if any(not p.isspace() for p in g)]
+        return [phonemes for phonemes, _ in self._groups(text)]
 
     def ids(self, text: str) -> list[np.ndarray]:
         """One int64 id array per sentence (BOS, pads and EOS included)."""
+        return [s.ids for s in self.sentences(text, timed=False)]
+
+    def sentences(self, text: str, timed: bool = True) -> list[PiperSentence]:
+        """One `PiperSentence` per sentence, its words filled in when `timed`."""
         bos, pad, eos = self._id_map["^"], self._id_map["_"], self._id_map["$"]
-        out: list[np.ndarray] = []
-        for sentence in self.phonemes(text):
+        out: list[tuple[np.ndarray, list[tuple[int, int]]]] = []
+        for sentence, spans in self._groups(text):
             ids: list[int] = [*bos, *pad]
+            at: list[int] = []  # index in ids of each phoneme (where it would go, if dropped)
             for phoneme in sentence:
+                at.append(len(ids))
                 mapped = self._id_map.get(phoneme)
                 if mapped is None:
                     continue  # unknown symbols (e.g. emoji remnants) carry no sound
                 ids.extend(mapped)
                 ids.extend(pad)
+            at.append(len(ids))
             ids.extend(eos)
             if len(ids) > len(bos) + len(pad) + len(eos):
-                out.append(np.asarray(ids, dtype=np.int64))
+                # A word's ids run from its first phoneme's to its last one's pad.
+                out.append((np.asarray(ids, dtype=np.int64), [(at[a], at[b]) for a, b in spans]))
+        if not timed:
+            return [PiperSentence(ids, ()) for ids, _ in out]
+        read = [(k, span) for k, (_, spans) in enumerate(out) for span in spans]
+        groups = self._align(written_words(text), len(read))
+        words: list[list[tuple[str, int, int]]] = [[] for _ in out]
+        for word, (lo, hi) in groups:
+            if hi <= lo:
+                continue
+            k = read[lo][0]
+            inside = [span for s, span in read[lo:hi] if s == k]
+            words[k].append((word, inside[0][0], inside[-1][1]))
+        return [PiperSentence(ids, tuple(w)) for (ids, _), w in zip(out, words, strict=True)]
+
+    def _align(self, written: list[str], read: int) -> list[tuple[str, tuple[int, int]]]:
+        """Each written word and the range of the `read` espeak words it became: one each
+        where the counts agree; else by how many words espeak reads each one as alone; else
+        (espeak joined words) spread evenly."""
+        counts = [1] * len(written)
+        if len(written) != read and self._kind != "text":
+            alone = espeak_clauses(self._config.espeak_voice, written)
+            counts = [sum(len(_runs(_LANG_SWITCH.sub("", p), 0)) for p, _, _ in c) for c in alone]
+        if sum(counts) != read:
+            edges = [round(k * read / max(len(written), 1)) for k in range(len(written) + 1)]
+            return [(w, (edges[k], edges[k + 1])) for k, w in enumerate(written)]
+        out = []
+        at = 0
+        for word, count in zip(written, counts, strict=True):
+            out.append((word, (at, at + count)))
+            at += count
         return out
+
+
+def _runs(text: str, offset: int) -> list[tuple[int, int]]:
+    """[start, end) of each run of non-space characters of `text`, shifted by `offset`."""
+    return [(offset + m.start(), offset + m.end()) for m in re.finditer(r"\S+", text)]

@@ -1,0 +1,213 @@
+"""Word timings (issue 14): from per-phoneme durations to seconds of a stream's audio.
+
+The pure mapping is checked on hand-made durations; the engine with the real Kokoro model
+over several segments (offsets added, output resampled); then a real server with both
+models: `timestamps: true` as JSON, as SSE `speech.words` events and on the speech
+WebSocket, and a request without it unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from websockets.sync.client import connect
+
+from tests.conftest import RunningServer, run_server
+from voxserve.config import ServerConfig, TTSConfig
+from voxserve.engine.tts import TTSEngine
+from voxserve.engine.words import WordFrames, WordTime, word_frames, word_times
+
+pytestmark = pytest.mark.timeout(120)
+
+TEXT = "Hello there, my friend. This is a longer second sentence, to check the offsets."
+
+
+def test_word_frames_follow_the_durations_after_the_lead() -> None:
+    durations = np.array([2, 3, 1, 4, 5], dtype=np.int64)
+    words = [("a", 0, 2), ("gone", 2, 2), ("b", 3, 5)]
+    assert word_frames(words, durations, lead=7) == (
+        WordFrames("a", 7, 12),
+        WordFrames("b", 13, 22),
+    )
+
+
+def test_word_times_add_the_segment_offset() -> None:
+    times = word_times([WordFrames("a", 10, 20)], offset_s=1.5, frame_s=0.025)
+    assert times == (WordTime("a", 1.75, 2.0),)
+
+
+def check_timings(words: list[WordTime], seconds: float, expected: list[str]) -> None:
+    """Monotonic, inside the audio, covering it to within 0.5 s of its end."""
+    assert [w.word for w in words] == expected
+    for w in words:
+        assert 0 <= w.start < w.end <= seconds + 1e-3
+    for a, b in itertools.pairwise(words):
+        assert a.end <= b.start + 1e-3
+    assert words[0].start < 0.5
+    assert seconds - words[-1].end < 0.5
+
+
+def test_piper_phonemizer_maps_written_words_to_their_ids() -> None:
+    from voxserve.runners.piper import bundled_voice
+    from voxserve.text.phonemize import Phonemizer
+
+    phonemizer = Phonemizer(json.loads(bundled_voice().config.read_text()))
+    text = "In 1990, the well-known Dr. Smith paid 40 % & left."
+    sentences = phonemizer.sentences(text)
+    assert [s.ids.tolist() for s in sentences] == [ids.tolist() for ids in phonemizer.ids(text)]
+    words = [w for s in sentences for w in s.words]
+    assert [w[0] for w in words] == ["In", "1990", "the", "well-known", "Dr", "Smith", "paid", "40", "%", "&", "left"]
+    for s in sentences:
+        bounds = [b for _, first, last in s.words for b in (first, last)]
+        assert bounds == sorted(bounds) and 0 < bounds[0] and bounds[-1] < len(s.ids)
+
+
+@pytest.fixture(scope="module")
+def kokoro_engine() -> Iterator[TTSEngine]:
+    engine = TTSEngine(replace(TTSConfig(), models=("kokoro",), workers=1))
+    engine.start()
+    yield engine
+    engine.stop()
+
+
+def _stream(engine: TTSEngine, text: str, rate: int, speed: float = 1.0) -> tuple[list[WordTime], float]:
+    voice = next(iter(engine.models.values())).resolve_voice("af_heart")
+    prepared = engine.prepare(text, voice, speed)
+    assert len(prepared.segments) >= 2, "the test wants several segments"
+    handle = engine.submit(prepared, rate)
+    words: list[WordTime] = []
+    samples = 0
+    try:
+        while True:
+            item = handle.stream.get_blocking(60)
+            engine.taken(handle.id)
+            words.extend(item.words)
+            samples += len(item.pcm)
+            if item.last:
+                return words, samples / rate
+    finally:
+        engine.abort(handle.id)
+
+
+@pytest.mark.parametrize("rate", [24000, 16000])
+def test_kokoro_words_cover_a_stream_of_several_segments(kokoro_engine: TTSEngine, rate: int) -> None:
+    words, seconds = _stream(kokoro_engine, TEXT, rate)
+    check_timings(words, seconds, re.findall(r"\w+", TEXT))
+
+
+def test_kokoro_speed_is_in_the_timings(kokoro_engine: TTSEngine) -> None:
+    slow, slow_s = _stream(kokoro_engine, TEXT, 24000, speed=0.8)
+    fast, fast_s = _stream(kokoro_engine, TEXT, 24000, speed=1.25)
+    assert slow[-1].end > fast[-1].end * 1.3
+    assert seconds_close(slow[-1].end, slow_s) and seconds_close(fast[-1].end, fast_s)
+
+
+def seconds_close(end: float, seconds: float) -> bool:
+    return 0 <= seconds - end < 0.5
+
+
+# -- through a real server ---------------------------------------------------------------
+
+MODELS = ["tts-1", "tts-1-hd"]
+"""Request models whose words are timed: Piper (tts-1) and Kokoro (tts-1-hd)."""
+
+WORDS = re.findall(r"\w+", TEXT)
+
+
+@pytest.fixture(scope="module")
+def both() -> Iterator[RunningServer]:
+    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0))
+    with run_server(config) as srv:
+        yield srv
+
+
+@pytest.fixture()
+def http(both: RunningServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=both.base_url, timeout=120) as client:
+        yield client
+
+
+def _body(model: str, **extra: object) -> dict[str, object]:
+    return {"model": model, "input": TEXT, "voice": "alloy", "response_format": "pcm", **extra}
+
+
+def _times(words: list[dict[str, Any]]) -> list[WordTime]:
+    return [WordTime(w["word"], w["start_time"], w["end_time"]) for w in words]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_json_timestamps_cover_the_audio_which_is_unchanged(http: httpx.Client, model: str) -> None:
+    plain = http.post("/v1/audio/speech", json=_body(model))
+    assert plain.status_code == 200 and plain.headers["content-type"] == "audio/pcm"
+    r = http.post("/v1/audio/speech", json=_body(model, timestamps=True))
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/json"
+    body = r.json()
+    assert (body["audio_format"], body["sample_rate"]) == ("pcm", 24000)
+    audio = base64.b64decode(body["audio"])
+    assert audio == plain.content
+    check_timings(_times(body["timestamps"]), len(audio) / 2 / 24000, WORDS)
+
+
+def _sse_events(http: httpx.Client, body: dict[str, object]) -> list[dict[str, Any]]:
+    r = http.post("/v1/audio/speech", json={**body, "stream_format": "sse"})
+    assert r.status_code == 200, r.text
+    return [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_sse_sends_each_segments_words_before_its_audio(http: httpx.Client, model: str) -> None:
+    events = _sse_events(http, _body(model, timestamps=True))
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "speech.words" and kinds[-1] == "speech.audio.done"
+    assert kinds.count("speech.words") >= 2, "one event per segment, several segments"
+    words = [w for e in events if e["type"] == "speech.words" for w in e["words"]]
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
+    check_timings(_times(words), len(pcm) / 2 / 24000, WORDS)
+    plain = _sse_events(http, _body(model))
+    assert "speech.words" not in [e["type"] for e in plain]
+    assert plain == [e for e in events if e["type"] != "speech.words"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_websocket_sends_speech_words_per_segment(both: RunningServer, model: str) -> None:
+    url = both.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(url) as ws:
+        ws.send(json.dumps({"type": "session.config", "model": model, "voice": "alloy", "timestamps": True}))
+        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
+        ws.send(json.dumps({"type": "session.close"}))
+        segments: dict[int, list[WordTime]] = {}
+        audio: dict[int, int] = {}
+        current = -1
+        while True:
+            message = ws.recv(timeout=60)
+            if isinstance(message, bytes):
+                assert current in segments, "speech.words comes before the segment's audio"
+                audio[current] = audio.get(current, 0) + len(message)
+                continue
+            event = json.loads(message)
+            if event["type"] == "audio.start":
+                current = event["segment"]
+            elif event["type"] == "speech.words":
+                assert event["segment"] == current
+                segments[current] = _times(event["words"])
+            elif event["type"] == "session.done":
+                break
+    assert len(segments) >= 2
+    for index, words in segments.items():
+        check_timings(words, audio[index] / 2 / 24000, [w.word for w in words])
+    assert [w.word for i in sorted(segments) for w in segments[i]] == WORDS
+
+
+def test_timestamps_must_be_a_boolean(http: httpx.Client) -> None:
+    r = http.post("/v1/audio/speech", json=_body("tts-1", timestamps="yes"))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "timestamps"
