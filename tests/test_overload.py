@@ -28,7 +28,7 @@ def test_overload_sheds_with_429_and_stays_bounded(tmp_path: Path) -> None:
     with run_server(config) as srv:
         run = subprocess.run(
             [sys.executable, "-m", "voxserve.cli", "bench", "overload", "--base-url", srv.base_url,
-             "--duration", "20", "--tts-concurrency", "32", "--asr-concurrency", "8",
+             "--duration", "12", "--tts-concurrency", "32", "--asr-concurrency", "8",
              "--warmup-s", "5", "--window-s", "5", "--rss-limit-mb", "3072", "--no-progress",
              "-o", str(out)],
             check=False, capture_output=True, text=True, timeout=150,
@@ -67,7 +67,7 @@ def test_soak_with_hostile_clients_costs_them_only_their_connections(tmp_path: P
     with run_server(config) as srv:
         run = subprocess.run(
             [sys.executable, "-m", "voxserve.cli", "bench", "soak", "--base-url", srv.base_url,
-             "--duration", "25", "--tts-concurrency", "2", "--asr-concurrency", "1",
+             "--duration", "15", "--tts-concurrency", "2", "--asr-concurrency", "1",
              "--hostile", "1", "--hostile-hold", "20", "--warmup-s", "5", "--window-s", "5",
              "--max-rss-growth", "0.25", "--min-continuity", "0.9", "--no-progress", "-o", str(out)],
             check=False, capture_output=True, text=True, timeout=150,

@@ -270,7 +270,7 @@ def test_openai_sdk_realtime_client(server: RunningServer, speech: list[np.ndarr
 
 
 def test_live_turns_go_before_file_transcriptions(server: RunningServer, rt: Session, speech: list[np.ndarray]) -> None:
-    """Three uploads keep every worker busy; a live turn still completes promptly,
+    """Two uploads keep every worker busy; a live turn still completes promptly,
     and while the session is open file pieces hold at most all workers but one."""
     asr = server.asr
     long_file = wav_bytes(np.tile(np.concatenate([speech[1], _silence(0.4)]), 4))  # ~16 s
@@ -290,7 +290,7 @@ def test_live_turns_go_before_file_transcriptions(server: RunningServer, rt: Ses
                        data={"model": "whisper-1"}, timeout=120)
         assert r.status_code == 200, r.text
 
-    threads = [threading.Thread(target=upload) for _ in range(3)] + [threading.Thread(target=watch)]
+    threads = [threading.Thread(target=upload) for _ in range(2)] + [threading.Thread(target=watch)]
     for t in threads:
         t.start()
     try:
@@ -305,10 +305,10 @@ def test_live_turns_go_before_file_transcriptions(server: RunningServer, rt: Ses
         waited = time.monotonic() - committed
         files_busy = asr.snapshot()["requests"] > 0
     finally:
-        for t in threads[:3]:
+        for t in threads[:2]:
             t.join(120)
         stop.set()
-        threads[3].join(5)
+        threads[2].join(5)
     assert wer(SHORT[0], done["transcript"]) <= 0.2
     assert files_busy  # the uploads were still being transcribed when the live turn was done
     assert waited < 3.0, waited  # one 30 s piece decodes in about 1 s here; a queue of them takes many
