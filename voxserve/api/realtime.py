@@ -45,7 +45,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxserve.api.errors import error_event
-from voxserve.api.ws_limits import Message, TokenBucket, message_size, session_slot
+from voxserve.api.ws_limits import (
+    ClientGone,
+    Message,
+    SessionEnd,
+    TokenBucket,
+    check_message,
+    send_within,
+    session_slot,
+)
 from voxserve.audio.pcm import LEGACY_FORMATS
 from voxserve.errors import ClientError, InvalidRequest, NotFound, Overloaded, ServerError, VoxError
 from voxserve.serving.catalog import ASR_MODELS
@@ -307,20 +315,6 @@ def _error_json(error: VoxError, event_id: str | None) -> dict[str, Any]:
 
 
 # -- the connection ------------------------------------------------------------------------
-class _End(Exception):
-    """Ends the session: an error event (when `code` is set), then a close frame."""
-
-    def __init__(self, close_code: int, message: str = "", code: str | None = None):
-        super().__init__(message or f"close {close_code}")
-        self.close_code = close_code
-        self.message = message
-        self.code = code
-
-
-class _Gone(Exception):
-    """The client left, or reads nothing of what is sent to it."""
-
-
 class _Connection:
     def __init__(self, state: AppState, ws: WebSocket):
         self.state = state
@@ -357,14 +351,7 @@ class _Connection:
             self._overflow = True
 
     async def _send(self, message: Message) -> None:
-        timeout = self.state.config.ws.send_timeout_s
-        try:
-            async with asyncio.timeout(timeout):
-                await self.ws.send(message)
-        except TimeoutError:
-            raise _Gone(f"the client took nothing for {timeout:g} s") from None
-        except (WebSocketDisconnect, RuntimeError, OSError):
-            raise _Gone("the client left") from None
+        await send_within(self.ws, message, self.state.config.ws.send_timeout_s)
 
     async def _send_event(self, event: dict[str, Any]) -> None:
         text = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
@@ -396,39 +383,39 @@ class _Connection:
         live = self.state.live
         try:
             if live is None:
-                raise _End(1008, "speech-to-text is off on this server; start it without --no-asr", "asr_disabled")
+                raise SessionEnd(1008, "speech-to-text is off on this server; start it without --no-asr", "asr_disabled")
             try:
                 async with live.session(self.emit) as session:
                     self.post({"type": "session.created", "session": session_json(self.id, session.settings)})
                     await self._read_all(session)
             except Overloaded as exc:
-                raise _End(1013, exc.message, "too_many_sessions") from None
-        except _Gone as exc:
+                raise SessionEnd(1013, exc.message, "too_many_sessions") from None
+        except ClientGone as exc:
             self.ended = str(exc)
-        except _End as end:
+        except SessionEnd as end:
             self.ended = end.message or f"close {end.close_code}"
             await self._end(end)
         except Exception:
             log.exception("realtime session %s failed", self.id)
             self.ended = "internal error"
-            await self._end(_End(1011, "the session failed on the server; see its log", "internal_error"))
+            await self._end(SessionEnd(1011, "the session failed on the server; see its log", "internal_error"))
         finally:
             if self._sender is not None and not self._sender.done():
                 self._sender.cancel()
 
-    async def _end(self, end: _End) -> None:
+    async def _end(self, end: SessionEnd) -> None:
         if end.code is not None:
             kind = ServerError if end.code == "internal_error" else ClientError
             self.post(_error_json(kind(end.message, code=end.code), None))
         await self._flush()
-        with contextlib.suppress(_Gone):
+        with contextlib.suppress(ClientGone):
             await self._send({"type": "websocket.close", "code": end.close_code, "reason": (end.code or "")[:120]})
 
     async def _receive(self) -> Message:
         try:
             return await self.ws.receive()
         except (WebSocketDisconnect, RuntimeError, OSError):
-            raise _Gone("the client left") from None
+            raise ClientGone("the client left") from None
 
     async def _read_all(self, session: LiveSession) -> None:
         assert self._sender is not None
@@ -444,7 +431,7 @@ class _Connection:
                     if session.busy:
                         quiet_since = self._loop.time()
                     elif not receiving.done() and self._loop.time() - quiet_since >= idle:
-                        raise _End(
+                        raise SessionEnd(
                             1000,
                             f"no message for {idle:g} s and no turn being transcribed; the session is closed",
                             "idle_timeout",
@@ -453,28 +440,25 @@ class _Connection:
                 if not receiving.done():
                     receiving.cancel()
             if self._sender.done():
-                self._sender.result()  # raises _Gone
-                raise _Gone("the sender stopped")
+                self._sender.result()  # raises ClientGone
+                raise ClientGone("the sender stopped")
             message = receiving.result()
             if message["type"] == "websocket.disconnect":
-                raise _Gone("the client left")
+                raise ClientGone("the client left")
             self._check(message)
             await self._handle(session, message)
             if self._overflow:
-                raise _Gone(f"the client let {OUTBOX} events pile up unread")
+                raise ClientGone(f"the client let {OUTBOX} events pile up unread")
 
     def _check(self, message: Message) -> None:
-        limit = self.config.max_message_bytes
-        size = message_size(message, limit)
-        if size > limit:
-            raise _End(1009, f"a message may hold at most {limit} bytes; this one has {size}", "message_too_large")
-        if not self._bucket.take(self._loop.time()):
-            raise _End(
-                1008,
-                f"more than {self.config.messages_per_s:g} messages a second; send audio in "
-                "larger appends (20-100 ms each)",
-                "rate_limited",
-            )
+        check_message(
+            message,
+            self.config.max_message_bytes,
+            self._bucket,
+            self._loop.time(),
+            f"more than {self.config.messages_per_s:g} messages a second; send audio in "
+            "larger appends (20-100 ms each)",
+        )
 
     async def _handle(self, session: LiveSession, message: Message) -> None:
         text = message.get("text")

@@ -81,7 +81,15 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voxserve.api.errors import error_event
 from voxserve.api.schemas import SpeechRequest, VoiceRef, validate
 from voxserve.api.speech import speech_params, words_json
-from voxserve.api.ws_limits import Message, TokenBucket, message_size, session_slot
+from voxserve.api.ws_limits import (
+    ClientGone,
+    Message,
+    SessionEnd,
+    TokenBucket,
+    check_message,
+    send_within,
+    session_slot,
+)
 from voxserve.config import WSConfig
 from voxserve.errors import ClientError, ServerError, VoxError
 from voxserve.serving.catalog import speech_voice
@@ -132,20 +140,6 @@ class _Marker:
     kind: Literal["flushed", "close"]
 
 
-class _End(Exception):
-    """Ends the session: an error event (when `code` is set), then a close frame."""
-
-    def __init__(self, close_code: int, message: str = "", code: str | None = None):
-        super().__init__(message or f"close {close_code}")
-        self.close_code = close_code
-        self.message = message
-        self.code = code
-
-
-class _Gone(Exception):
-    """The client left, or takes nothing of what is sent to it: nothing more can reach it."""
-
-
 _DISCONNECT: Message = {"type": "websocket.disconnect", "code": 1006}
 
 
@@ -176,16 +170,9 @@ class _Session:
 
     # -- sending ---------------------------------------------------------------------------
     async def _send(self, message: Message) -> None:
-        """Send, or raise _Gone when the client has left or takes nothing for
+        """Send, or raise ClientGone when the client has left or takes nothing for
         `send_timeout_s` (its TCP window stays shut)."""
-        try:
-            async with asyncio.timeout(self.limits.send_timeout_s):
-                async with self._send_lock:
-                    await self.ws.send(message)
-        except TimeoutError:
-            raise _Gone(f"the client took nothing for {self.limits.send_timeout_s:g} s") from None
-        except (WebSocketDisconnect, RuntimeError, OSError):  # Starlette's and uvicorn's "gone"
-            raise _Gone("the client left") from None
+        await send_within(self.ws, message, self.limits.send_timeout_s, self._send_lock)
 
     async def send_event(self, event: dict[str, Any]) -> None:
         text = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
@@ -213,24 +200,24 @@ class _Session:
             self.ended = "session.close"
             await self.send_event({"type": "session.done"})
             await self._close(1000)
-        except _Gone as exc:
+        except ClientGone as exc:
             self.ended = str(exc)
-        except _End as end:
+        except SessionEnd as end:
             self.ended = end.message or f"close {end.close_code}"
             await self._end(end)
         except Exception:
             log.exception("session %s failed", self.id)
             self.ended = "internal error"
-            await self._end(_End(1011, "the session failed on the server; see its log", "internal_error"))
+            await self._end(SessionEnd(1011, "the session failed on the server; see its log", "internal_error"))
         finally:
             await self._stop_speaker()
             if self._recv is not None:
                 self._recv.cancel()
 
-    async def _end(self, end: _End) -> None:
+    async def _end(self, end: SessionEnd) -> None:
         """Tell the client why (the speaker is stopped first, so nothing else is sending)."""
         await self._stop_speaker()
-        with contextlib.suppress(_Gone):
+        with contextlib.suppress(ClientGone):
             if end.code is not None:
                 await self.send_error(end.message, end.code)
             await self._close(end.close_code, end.code or "")
@@ -267,7 +254,7 @@ class _Session:
         message = self._recv.result()
         self._recv = None
         if message["type"] == "websocket.disconnect":
-            raise _Gone("the client left")
+            raise ClientGone("the client left")
         self._quiet_since = self._loop.time()
         return message
 
@@ -291,7 +278,7 @@ class _Session:
             if self._speaker.done():
                 self._speaker_failed()
             if not self._busy() and self._loop.time() - self._quiet_since >= idle:
-                raise _End(
+                raise SessionEnd(
                     1000,
                     f"no message for {idle:g} s and nothing to speak; open a new session when there is more",
                     "idle_timeout",
@@ -299,17 +286,14 @@ class _Session:
 
     def _check(self, message: Message) -> None:
         """The message-size and message-rate limits."""
-        limit = self.limits.max_message_bytes
-        size = message_size(message, limit)
-        if size > limit:
-            raise _End(1009, f"a message may hold at most {limit} bytes; this one has {size}", "message_too_large")
-        if not self._bucket.take(self._loop.time()):
-            raise _End(
-                1008,
-                f"more than {self.limits.messages_per_s:g} messages a second (bursts up to "
-                f"{self.limits.message_burst}); send larger fragments, less often",
-                "rate_limited",
-            )
+        check_message(
+            message,
+            self.limits.max_message_bytes,
+            self._bucket,
+            self._loop.time(),
+            f"more than {self.limits.messages_per_s:g} messages a second (bursts up to "
+            f"{self.limits.message_burst}); send larger fragments, less often",
+        )
 
     async def _read_all(self) -> None:
         """Read and act on messages until `session.close` has been spoken."""
@@ -407,7 +391,7 @@ class _Session:
         limit = self.limits.max_pending_chars
         pending = self.segmenter.pending_chars + self._unspoken + sum(len(p) for p in pieces)
         if pending > limit:
-            raise _End(
+            raise SessionEnd(
                 1008,
                 f"{pending} characters are waiting to be spoken and a session may have at most {limit}; "
                 "send text no faster than it is spoken",
@@ -435,7 +419,7 @@ class _Session:
                     waiting.add(recv)
                 await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if recv.done() and recv.result()["type"] == "websocket.disconnect":
-                    raise _Gone("the client left")
+                    raise ClientGone("the client left")
                 if self._speaker.done() and not putter.done():
                     self._speaker_failed()
         finally:

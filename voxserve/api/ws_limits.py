@@ -17,7 +17,7 @@ import logging
 from collections.abc import AsyncIterator, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxserve.api.errors import error_event
 from voxserve.errors import ClientError
@@ -25,7 +25,16 @@ from voxserve.errors import ClientError
 if TYPE_CHECKING:
     from voxserve.serving.state import AppState
 
-__all__ = ["Message", "TokenBucket", "message_size", "session_slot"]
+__all__ = [
+    "ClientGone",
+    "Message",
+    "SessionEnd",
+    "TokenBucket",
+    "check_message",
+    "message_size",
+    "send_within",
+    "session_slot",
+]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +85,46 @@ def _subprotocol(ws: WebSocket) -> str | None:
     if not offered:
         return None
     return "realtime" if "realtime" in offered else offered[0]
+
+
+class SessionEnd(Exception):
+    """Ends a session: an error event (when `code` is set), then a close frame."""
+
+    def __init__(self, close_code: int, message: str = "", code: str | None = None):
+        super().__init__(message or f"close {close_code}")
+        self.close_code = close_code
+        self.message = message
+        self.code = code
+
+
+class ClientGone(Exception):
+    """The client left, or takes nothing of what is sent to it: nothing more can reach it."""
+
+
+async def send_within(ws: WebSocket, message: Message, timeout: float, lock: asyncio.Lock | None = None) -> None:
+    """Send one ASGI message (under `lock`, when given), or raise ClientGone when the
+    client has left or takes nothing for `timeout` seconds (its TCP window stays shut)."""
+    try:
+        async with asyncio.timeout(timeout):
+            if lock is None:
+                await ws.send(message)
+            else:
+                async with lock:
+                    await ws.send(message)
+    except TimeoutError:
+        raise ClientGone(f"the client took nothing for {timeout:g} s") from None
+    except (WebSocketDisconnect, RuntimeError, OSError):  # Starlette's and uvicorn's "gone"
+        raise ClientGone("the client left") from None
+
+
+def check_message(message: Message, limit: int, bucket: TokenBucket, now: float, too_fast: str) -> None:
+    """The message-size and message-rate limits: SessionEnd with 1009 past `limit` bytes,
+    with 1008 (and `too_fast` as its message) when `bucket` has no token left."""
+    size = message_size(message, limit)
+    if size > limit:
+        raise SessionEnd(1009, f"a message may hold at most {limit} bytes; this one has {size}", "message_too_large")
+    if not bucket.take(now):
+        raise SessionEnd(1008, too_fast, "rate_limited")
 
 
 async def _refuse_busy(state: AppState, ws: WebSocket) -> None:
