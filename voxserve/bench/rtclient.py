@@ -30,6 +30,7 @@ __all__ = [
     "Utterance",
     "VadSettings",
     "auth_headers",
+    "close_with_reader",
     "latency_summary",
     "nearest_span",
     "realtime_url",
@@ -289,12 +290,7 @@ class RealtimeClient:
 
     async def close(self) -> None:
         self._closing = True
-        await self.ws.close()
-        if self._reader is not None:
-            try:
-                await asyncio.wait_for(self._reader, 5.0)
-            except (TimeoutError, asyncio.CancelledError):
-                self._reader.cancel()
+        await close_with_reader(self.ws, self._reader)
 
     async def _read(self) -> None:
         try:
@@ -406,3 +402,13 @@ def _error_code(event: dict[str, Any]) -> str | None:
 
 def _brief(event: dict[str, Any]) -> str:
     return json.dumps(event)[:_ERROR_CHARS]
+
+
+async def close_with_reader(ws: aiohttp.ClientWebSocketResponse, reader: asyncio.Task[None] | None) -> None:
+    """Close a WebSocket, then give its reader task 5 s to see the end (cancelled after)."""
+    await ws.close()
+    if reader is not None:
+        try:
+            await asyncio.wait_for(reader, 5.0)
+        except (TimeoutError, asyncio.CancelledError):
+            reader.cancel()

@@ -46,6 +46,7 @@ from voxserve.bench.rtclient import (
     SessionFailed,
     Utterance,
     auth_headers,
+    close_with_reader,
     latency_summary,
     ws_url,
 )
@@ -202,11 +203,7 @@ class ReplyStream:
             self.turn = None
 
     async def close(self) -> None:
-        await self.ws.close()
-        try:
-            await asyncio.wait_for(self._reader, 5.0)
-        except (TimeoutError, asyncio.CancelledError):
-            self._reader.cancel()
+        await close_with_reader(self.ws, self._reader)
 
     async def _read(self) -> None:
         try:
