@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from voxserve.api.auth import SUBPROTOCOL_PREFIX
 from voxserve.api.errors import error_event
 from voxserve.errors import ClientError
 
@@ -80,7 +81,7 @@ def _subprotocol(ws: WebSocket) -> str | None:
     key), else the first one offered that is not an API key: a key is never echoed."""
     offered = [
         p for p in ws.scope.get("subprotocols") or ()
-        if isinstance(p, str) and not p.startswith("openai-insecure-api-key.")
+        if isinstance(p, str) and not p.startswith(SUBPROTOCOL_PREFIX)
     ]
     if not offered:
         return None
