@@ -26,6 +26,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from tests.asr_support import SHORT, speak_pcm, wav_bytes, wer
 from tests.conftest import RunningServer, run_server, wait_for
+from tests.test_ws_limits import served_meanwhile
 from voxserve.config import RealtimeConfig, ServerConfig, TTSConfig
 
 pytestmark = pytest.mark.timeout(120)
@@ -330,9 +331,17 @@ def limited() -> Iterator[RunningServer]:
         yield srv
 
 
+def _attack(srv: RunningServer) -> contextlib.AbstractContextManager[object]:
+    """/health answers throughout, and a keyed speech request succeeds after."""
+    return served_meanwhile(srv, headers=KEY)
+
+
+KEY = {"Authorization": "Bearer sekret"}
+
+
 @contextlib.contextmanager
 def _open(srv: RunningServer) -> Iterator[Session]:
-    with connect(_ws_url(srv), close_timeout=1, additional_headers={"Authorization": "Bearer sekret"}) as ws:
+    with connect(_ws_url(srv), close_timeout=1, additional_headers=KEY) as ws:
         session = Session(ws)
         assert session.recv()["type"] == "session.created"
         yield session
@@ -374,14 +383,14 @@ def test_session_cap(limited: RunningServer) -> None:
 
 
 def test_oversized_message(limited: RunningServer) -> None:
-    with _open(limited) as s:
+    with _attack(limited), _open(limited) as s:
         s.send({"type": "input_audio_buffer.append", "audio": "A" * 20000})
         _closed_with(s, 1009, "message_too_large")
     wait_for(lambda: _live(limited) == 0, timeout=5)
 
 
 def test_message_flood(limited: RunningServer) -> None:
-    with _open(limited) as s:
+    with _attack(limited), _open(limited) as s:
         with contextlib.suppress(ConnectionClosed):
             for _ in range(400):
                 s.send({"type": "input_audio_buffer.append", "audio": ""})
@@ -390,13 +399,13 @@ def test_message_flood(limited: RunningServer) -> None:
 
 
 def test_idle_session_is_closed(limited: RunningServer) -> None:
-    with _open(limited) as s:
+    with _attack(limited), _open(limited) as s:
         _closed_with(s, 1000, "idle_timeout")
     wait_for(lambda: _live(limited) == 0, timeout=5)
 
 
 def test_buffer_bound_without_vad(limited: RunningServer) -> None:
-    with _open(limited) as s:
+    with _attack(limited), _open(limited) as s:
         s.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}}})
         s.until("session.updated")
         noise = (np.random.default_rng(1).standard_normal(24000 * 4) * 300).astype(np.int16)
@@ -420,7 +429,7 @@ def test_long_speech_is_split_at_max_turn(limited: RunningServer, speech: list[n
 
 
 def test_vanished_client_frees_everything(limited: RunningServer, speech: list[np.ndarray]) -> None:
-    with _open(limited) as s:
+    with _attack(limited), _open(limited) as s:
         s.append(np.concatenate([speech[0], _silence(0.2)]), size=6000)
         s.ws.socket.close()  # no close frame: the TCP connection just goes
     wait_for(lambda: _live(limited) == 0, timeout=10)

@@ -120,15 +120,17 @@ class HealthProbe:
 
 
 @contextlib.contextmanager
-def served_meanwhile(srv: RunningServer, speech: bool = True) -> Iterator[HealthProbe]:
+def served_meanwhile(
+    srv: RunningServer, speech: bool = True, headers: dict[str, str] | None = None
+) -> Iterator[HealthProbe]:
     """Probe /health during the block; then one normal request must succeed: a speech
-    request, or (`speech` False) the voice list."""
+    request, or (`speech` False) the voice list, sent with `headers` (an API key)."""
     probe = HealthProbe(srv.base_url)
     thread = threading.Thread(target=probe.run, daemon=True)
     thread.start()
     try:
         yield probe
-        with httpx.Client(base_url=srv.base_url, timeout=30) as client:
+        with httpx.Client(base_url=srv.base_url, timeout=30, headers=headers) as client:
             if speech:
                 r = client.post(
                     "/v1/audio/speech",
