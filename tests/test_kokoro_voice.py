@@ -108,6 +108,7 @@ def test_spanish_and_french_voices_speak(http: httpx.Client, voice: str, text: s
     [
         ({"voice": "zz_nobody"}, 404, "voice"),
         ({"voice": "af_bella(2)+nobody"}, 400, "voice"),
+        ({"voice": "af_bella(1)+" * 2000 + "af_sky"}, 400, "voice"),  # a blend too long to parse
         ({"voice": "jf_alpha"}, 400, "language"),
         ({"voice": "af_heart", "language": "xx"}, 400, "language"),
         ({"voice": "af_heart", "language": "ja"}, 400, "language"),
