@@ -59,7 +59,8 @@ def test_models_and_voices_are_listed(http: httpx.Client) -> None:
     assert {"tts-1", "tts-1-hd", "kokoro", "kokoro-82m-v1.0", "en_US-joe-medium"} <= set(ids)
     voices = http.get("/v1/audio/voices").json()["voices"]
     heart = next(v for v in voices if v["id"] == "af_heart")
-    assert heart == {**heart, "model": "kokoro-82m-v1.0", "language": "en-US", "gender": "female"}
+    kokoro = {"model": "kokoro-82m-v1.0", "openai_model": "tts-1-hd"}
+    assert heart == {**heart, **kokoro, "language": "en-US", "gender": "female"}
     nova = [v for v in voices if v["id"] == "nova"]
     assert {v["model"]: v["alias_of"] for v in nova} == {"en_US-joe-medium": "joe", "kokoro-82m-v1.0": "af_nova"}
     assert len([v for v in voices if v["model"] == "kokoro-82m-v1.0" and v["alias_of"] is None]) == 54

@@ -215,4 +215,5 @@ def test_voice_list_names_model_language_and_gender(client: httpx.Client) -> Non
     voices = client.get("/v1/audio/voices").json()["voices"]
     joe = next(v for v in voices if v["id"] == "joe")
     assert joe["model"] == "en_US-joe-medium" and joe["language"] == "en-US"
+    assert joe["openai_model"] == "tts-1"  # what a client names to reach Piper's voices
     assert next(v for v in voices if v["id"] == "alloy")["alias_of"] == "joe"

@@ -61,6 +61,12 @@ class VoiceCard(BaseModel):
     id: str
     name: str
     alias_of: str | None = Field(description="The voice an OpenAI voice name plays, or null")
+    model: str = Field(description="The voice model that speaks it, by its own id")
+    openai_model: str | None = Field(
+        description="The OpenAI model name that voice model claims (tts-1, tts-1-hd), or null"
+    )
+    language: str | None = Field(description="The language it speaks by default (en-US, es, ...)")
+    gender: str | None = Field(description="female, male, or null when unknown")
 
 
 class VoiceList(BaseModel):

@@ -127,9 +127,12 @@ def model_list(ids: list[str], started_at: float) -> dict[str, Any]:
 def voice_list(engine: TTSEngine) -> list[dict[str, str | None]]:
     """Model by model, the default first: its own voices, then the OpenAI names and the
     voice each one maps to, each with its model, language and gender. An OpenAI name is
-    listed once per model, since each model maps it to a voice of its own."""
+    listed once per model, since each model maps it to a voice of its own.
+    `openai_model` is the OpenAI model name that model claims (`tts-1`, `tts-1-hd`), or
+    null; a client names it, or `model`, to reach the voice."""
     listed: list[dict[str, str | None]] = []
     for model in engine.models.values():
+        claimed = next((i for i in model.model_ids if i in SPEECH_MODELS), None)
         seen: set[str] = set()
         entries: list[tuple[str, Voice, str | None]] = [(v.name, v, None) for v in model.voices]
         entries += [(alias, voice, voice.name) for alias, voice in model.aliases().items()]
@@ -141,6 +144,7 @@ def voice_list(engine: TTSEngine) -> list[dict[str, str | None]]:
                     "name": name,
                     "alias_of": alias_of,
                     "model": model.name,
+                    "openai_model": claimed,
                     "language": voice.language,
                     "gender": voice.gender,
                 })
