@@ -1,10 +1,15 @@
 """The browser playground at `/`, in real headless Chromium (Debian's `chromium`, driven
-by Playwright) against the real server: speech streams into Web Audio, an uploaded file
+by Playwright) against the real server: speech streams into Web Audio, the model, language
+and voice pickers shape the request, the spoken words are lit as they play, an uploaded file
 and a microphone recording are transcribed, the Live card transcribes the microphone over
 `/v1/realtime`, the metrics panel fills in, screenshots are saved to test-artifacts/, and
 the API-key field opens a server started with a key.
 
 The tests share one page and run in file order, so the screenshots show a used page.
+The test server loads Piper alone (Kokoro adds 3 s to a start), so the shared page's voice
+list gets a few Kokoro-shaped voices added on the way in (at the browser-server boundary):
+the pickers offer `tts-1-hd` as they do when Kokoro is loaded, and the Piper-only server's
+refusals of those requests show that the page displays the server's own messages.
 Chromium is not optional: without /usr/bin/chromium the tests fail (`make test` installs it).
 """
 
@@ -22,7 +27,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, Route, sync_playwright
 
 from tests.asr_support import SHORT, normalize, speak, speak_pcm, wav_bytes, wer
 from tests.conftest import MakeServer, RunningServer, tts_config
@@ -38,6 +43,25 @@ RECORDED = SHORT[2]  # "A rainbow is a division of white light into many beautif
 MIC_RATE = 48000
 MIC_PAD_S = 1.5  # silence around the sentence: the Live card's server VAD needs the pauses
 KEY = "vx-playground-3c1d"
+SPEECH_PATH = "/v1/audio/speech"
+
+
+def _kokoro(name: str, language: str, gender: str, alias_of: str | None = None) -> dict[str, Any]:
+    """A voice as `/v1/audio/voices` lists it for Kokoro (tests/test_kokoro_voice.py checks
+    the real list's shape)."""
+    return {
+        "id": name, "name": name, "alias_of": alias_of, "model": "kokoro-82m-v1.0",
+        "openai_model": "tts-1-hd", "language": language, "gender": gender,
+    }
+
+
+KOKORO_VOICES = [
+    _kokoro("af_heart", "en-US", "female"),
+    _kokoro("bm_george", "en-GB", "male"),
+    _kokoro("ef_dora", "es", "female"),
+    _kokoro("em_alex", "es", "male"),
+    _kokoro("alloy", "en-US", "female", alias_of="af_alloy"),
+]
 FLAGS = [
     "--headless",
     "--no-sandbox",  # CI runs as root
@@ -120,6 +144,7 @@ def playground(browser: Browser, base_url: str) -> Iterator[Playground]:
         lambda m: seen.problems.append(f"console: {m.text}") if m.type == "error" else None,
     )
     page.on("pageerror", lambda e: seen.problems.append(f"page error: {e}"))
+    page.route("**/v1/audio/voices", _with_kokoro_voices)
     page.goto("/")
     page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
     try:
@@ -128,11 +153,19 @@ def playground(browser: Browser, base_url: str) -> Iterator[Playground]:
         context.close()
 
 
+def _with_kokoro_voices(route: Route) -> None:
+    response = route.fetch()
+    body = response.json()
+    body["voices"] += KOKORO_VOICES
+    route.fulfill(response=response, json=body)
+
+
 def test_page_and_assets_are_served(base_url: str) -> None:
     page = httpx.get(f"{base_url}/", timeout=10)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "default-src 'self'" in page.headers["content-security-policy"]
-    for name, kind in [("playground.js", "javascript"), ("playground.css", "text/css")]:
+    assets = ["playground.js", "speech-words.js", "speech-pickers.js", "playground.css"]
+    for name, kind in [(a, "text/css" if a.endswith(".css") else "javascript") for a in assets]:
         r = httpx.get(f"{base_url}/static/{name}", timeout=10)
         assert r.status_code == 200 and kind in r.headers["content-type"], name
     assert httpx.get(f"{base_url}/static/nope.js", timeout=10).status_code == 404
@@ -172,6 +205,51 @@ def test_pure_parts_in_the_browser(playground: Playground) -> None:
     assert got["p50"] == pytest.approx(0.05 + 0.05 * (4 - 2) / (6 - 2))
     assert got["p99"] == pytest.approx(0.1)  # past the last finite bucket: its bound
     assert got["none"] is None and got["active"] == 3
+
+
+SPEECH_PURE_PARTS = """async () => {
+    const m = await import("./static/playground.js");
+    // SSE cut at every byte: an event split mid-line, mid-UTF-8 and between its two newlines.
+    const sse = new TextEncoder().encode(
+        'data: {"type":"speech.words","words":[{"word":"Olá","start_time":0,"end_time":0.5}]}\\n\\n' +
+        ': a comment\\n\\ndata: {"type":"speech.audio.delta","audio":"AAEC/w=="}\\n\\n'
+    );
+    const feed = m.sseEvents();
+    const events = [];
+    for (let i = 0; i < sse.length; i++) events.push(...feed(sse.subarray(i, i + 1)));
+    const place = m.wordPlacer("Dr. Smith paid 40 %, then LEFT.");
+    const places = ["Dr", "Smith", "forty", "40", "%", "left"].map((w) => place(w));
+    const runs = [{ at: 10, offset: 0 }, { at: 13, offset: 2 }];  // ran dry at 12 s, back at 13 s
+    const heard = [9, 10.5, 12.5, 13.5, 20].map((now) => m.playhead(runs, now, 4));
+    const voices = [
+        { id: "joe", model: "piper", openai_model: "tts-1", language: "en-US", gender: null, alias_of: null },
+        { id: "alloy", model: "piper", openai_model: "tts-1", language: "en-US", gender: null, alias_of: "joe" },
+        { id: "ef_dora", model: "kokoro", openai_model: "tts-1-hd", language: "es", gender: "female", alias_of: null },
+        { id: "af_sky", model: "kokoro", openai_model: "tts-1-hd", language: "en-US", gender: "female", alias_of: null },
+        { id: "x", model: "hidden", openai_model: null, language: "en-US", gender: null, alias_of: null },
+    ];
+    const models = m.speechModels(["tts-1", "kokoro", "tts-1-hd"], voices);
+    return {
+        events, places, heard,
+        models: models.map((x) => [x.id, x.name, x.voices.length]),
+        piper: m.voiceGroups(models[0], ""),
+        spanish: m.voiceGroups(models[1], "es"),
+        bytes: Array.from(m.base64Bytes("AAEC/w==")),
+    };
+}"""
+
+
+def test_speech_parts_in_the_browser(playground: Playground) -> None:
+    got = playground.page.evaluate(SPEECH_PURE_PARTS)
+    words = {"type": "speech.words", "words": [{"word": "Olá", "start_time": 0, "end_time": 0.5}]}
+    assert got["events"] == [words, {"type": "speech.audio.delta", "audio": "AAEC/w=="}]
+    # "forty" is not in the text: it costs its own place only; "left" is found in any case.
+    assert got["places"] == [[0, 2], [4, 9], None, [15, 17], [18, 19], [26, 30]]
+    assert got["heard"] == [None, 0.5, 2, 2.5, 4]
+    assert got["models"] == [["tts-1", "piper", 2], ["tts-1-hd", "kokoro", 2]]
+    assert got["piper"] == [["en-US", [["joe", "joe"]]], ["OpenAI names", [["alloy", "alloy → joe"]]]]
+    assert got["spanish"] == [["es", [["ef_dora", "ef_dora (female)"]]]]
+    assert got["bytes"] == [0, 1, 2, 255]
 
 
 LIVE_PURE_PARTS = """async () => {
@@ -232,14 +310,30 @@ def test_live_audio_parts_in_the_browser(playground: Playground) -> None:
     assert base64.b64decode(got["b64"]) == expected
 
 
-def test_speak_streams_and_schedules_audio(playground: Playground) -> None:
-    page = playground.page
-    page.fill("#text", SPOKEN)
-    page.select_option("#voice", "nova")
-    page.click("#speak-button")
+def _speak(page: Page) -> dict[str, Any]:
+    """Click Speak; the JSON body the page sent, once the stream has ended."""
+    with page.expect_request(lambda r: r.url.endswith(SPEECH_PATH)) as sent:
+        page.click("#speak-button")
     page.wait_for_function(
         "() => !['idle', 'streaming'].includes(window.voxPlayground.stats.state)", timeout=30_000
     )
+    body = sent.value.post_data_json
+    assert isinstance(body, dict), body
+    return body
+
+
+def test_speak_streams_and_schedules_audio(playground: Playground) -> None:
+    """Without word timings (the box unticked): audio only, as before timings existed."""
+    page = playground.page
+    page.fill("#text", SPOKEN)
+    assert page.input_value("#model") == "tts-1"
+    page.select_option("#voice", "nova")
+    page.uncheck("#words")
+    sent = _speak(page)
+    assert sent == {
+        "model": "tts-1", "voice": "nova", "input": SPOKEN, "speed": 1,
+        "response_format": "pcm", "stream_format": "sse",
+    }
     stats = page.evaluate("() => window.voxPlayground.stats")
     assert stats["state"] == "done", stats
     assert stats["contextState"] == "running"
@@ -255,6 +349,102 @@ def test_speak_streams_and_schedules_audio(playground: Playground) -> None:
     assert page.inner_text("#received") == f"{received:.2f} s"
     assert page.inner_text("#speak-state") == "Done"
     assert playground.state("speak") == "done"
+    assert stats["words"] == stats["wordsPlaced"] == 0 and page.locator("#spoken").is_hidden()
+    assert not playground.problems
+
+
+def _options(page: Page, select: str) -> list[list[str]]:
+    return list(page.eval_on_selector_all(f"{select} option", "os => os.map(o => [o.value, o.text])"))
+
+
+def _server_error(base_url: str, body: dict[str, Any]) -> str:
+    r = httpx.post(base_url + SPEECH_PATH, json=body, timeout=30)
+    assert r.status_code in (400, 404), r.text
+    return str(r.json()["error"]["message"])
+
+
+def test_pickers_shape_the_request_and_show_the_servers_refusal(
+    playground: Playground, base_url: str
+) -> None:
+    page = playground.page
+    assert _options(page, "#model") == [["tts-1", "tts-1"], ["tts-1-hd", "tts-1-hd"]]
+    assert page.inner_text("#model-name") == "en_US-joe-medium"
+    assert [v for v, _ in _options(page, "#language")] == ["", "en-US"]
+    page.select_option("#model", "tts-1-hd")
+    assert page.inner_text("#model-name") == "kokoro-82m-v1.0"
+    languages = _options(page, "#language")
+    assert [v for v, _ in languages] == ["", "en-US", "en-GB", "es"]
+    assert ["es", "Spanish (es)"] in languages
+    page.select_option("#language", "es")
+    assert _options(page, "#voice") == [
+        ["ef_dora", "ef_dora (female)"], ["em_alex", "em_alex (male)"],
+        ["…", "Type a name or a blend…"],
+    ]
+    page.check("#words")
+    sent = _speak(page)
+    chosen = {"model": "tts-1-hd", "voice": "ef_dora", "language": "es", "timestamps": True}
+    assert sent == {**sent, **chosen}
+    # This server runs Piper alone, so tts-1-hd means Piper, which has no ef_dora (404)...
+    assert playground.state("speak") == "error"
+    assert page.inner_text("#speak-message") == _server_error(base_url, sent)
+    # ...and a typed voice it has cannot speak Spanish (400).
+    page.select_option("#voice", "…")
+    page.fill("#voice-typed", "alloy")
+    sent = _speak(page)
+    assert sent == {**sent, **chosen, "voice": "alloy"}
+    assert page.inner_text("#speak-message") == _server_error(base_url, sent)
+    assert "not 'es'" in page.inner_text("#speak-message")
+    kept = page.evaluate("() => JSON.parse(localStorage.getItem('voxserve.speech'))")
+    assert kept == {"model": "tts-1-hd", "language": "es", "voice": "…", "typed": "alloy"}
+    # The browser logs each refused request; nothing else may have gone wrong.
+    assert len(playground.problems) == 2 and all(
+        "404" in p or "400" in p for p in playground.problems
+    ), playground.problems
+    playground.problems.clear()
+
+
+WORD_NOW = """() => {
+    const span = document.querySelector("#spoken .word.now");
+    const t = window.voxPlayground.heardSeconds;
+    return span && { word: span.textContent, start: +span.dataset.start, end: +span.dataset.end, t };
+}"""
+
+
+def test_words_are_lit_while_the_audio_plays(playground: Playground) -> None:
+    page = playground.page
+    page.select_option("#model", "tts-1")
+    assert page.input_value("#language") == ""  # Piper does not speak Spanish
+    page.select_option("#voice", "nova")
+    assert page.locator("#voice-typed").is_hidden()
+    sent = _speak(page)
+    assert sent == {**sent, "model": "tts-1", "voice": "nova", "timestamps": True}
+    assert "language" not in sent
+    stats = page.evaluate("() => window.voxPlayground.stats")
+    assert stats["state"] == "done", stats
+    assert stats["scheduledSeconds"] == pytest.approx(stats["samples"] / 24000, abs=0.01)
+    # Every timed word is found in the text, in order. (Piper's timings leave out a word
+    # that espeak-ng reads joined to the next, such as "the" in "from the", so the spans
+    # are the words the server timed, not every word of the text.)
+    spans = page.locator("#spoken .word").all_inner_texts()
+    words = iter(re.findall(r"\w+", SPOKEN))
+    assert all(span in words for span in spans), spans
+    assert len(spans) == stats["words"] == stats["wordsPlaced"] >= 8
+    assert page.inner_text("#spoken") == SPOKEN  # the text between the words is kept
+    # While the audio plays, the lit word is the one whose times hold the playhead, and the
+    # light moves on through the words in order.
+    lit: dict[float, str] = {}
+    deadline = time.monotonic() + 15
+    while len(lit) < 3 and time.monotonic() < deadline:
+        now = page.evaluate(WORD_NOW)
+        if now and now["start"] not in lit:
+            assert now["start"] - 0.02 <= now["t"] < now["end"] + 0.1, now
+            lit[now["start"]] = now["word"]
+            if len(lit) == 2:
+                ARTIFACTS.mkdir(exist_ok=True)
+                page.locator("#speak").screenshot(path=ARTIFACTS / "playground-words.png")
+        page.wait_for_timeout(30)
+    assert len(lit) == 3 and list(lit) == sorted(lit), lit
+    assert page.evaluate("() => window.voxPlayground.stats.wordsHighlighted") >= 3
     assert not playground.problems
 
 

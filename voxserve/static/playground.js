@@ -4,6 +4,8 @@
 // Tests read `window.voxPlayground` (a read-only snapshot) and the cards' data-state.
 
 import { livePanel } from "./live.js";
+import { speechPickers } from "./speech-pickers.js";
+import { base64Bytes, playhead, spokenText, sseEvents } from "./speech-words.js";
 
 const LEAD_S = 0.12; // start offset before the first chunk, to absorb network jitter
 const METRICS_EVERY_MS = 2000;
@@ -13,7 +15,7 @@ const $ = (id) => document.getElementById(id);
 const ui = {
   key: $("api-key"),
   speak: $("speak"), speakState: $("speak-state"), speakMessage: $("speak-message"),
-  text: $("text"), count: $("text-count"), voice: $("voice"), speed: $("speed"),
+  text: $("text"), count: $("text-count"), speed: $("speed"), words: $("words"),
   speedValue: $("speed-value"), speakButton: $("speak-button"), stopButton: $("stop-button"),
   wave: $("wave"), ttfa: $("ttfa"), rtf: $("rtf"), received: $("received"), chunks: $("chunks"),
   listen: $("listen"), listenState: $("listen-state"), listenMessage: $("listen-message"),
@@ -28,17 +30,29 @@ const stats = {
   chunks: 0, bytes: 0, samples: 0, sampleRate: 0,
   audioSeconds: 0, scheduledSeconds: 0, sourcesScheduled: 0, underruns: 0,
   ttfaMs: null, rtf: null, error: null,
+  words: 0, // timed words received
 };
 const listen = { state: "idle", finished: 0, error: null }; // finished: transcriptions answered
 const metrics = { status: "idle", active: null, queued: null, ttfpP50: null, rtfP50: null };
 
 let audio = null; // AudioContext, made on the first Speak (a user gesture)
-let run = null; // the current stream: { controller, sources, peaks, block, firstStart }
+let run = null; // the current stream: { controller, sources, peaks, block, runs, scheduled }
 const live = livePanel();
+const pickers = speechPickers({
+  model: $("model"), modelName: $("model-name"), language: $("language"), voice: $("voice"), typed: $("voice-typed"),
+});
+const spoken = spokenText($("spoken"));
 
 window.voxPlayground = Object.freeze({
   get stats() {
-    return Object.freeze({ ...stats, contextState: audio ? audio.state : null });
+    const words = { wordsPlaced: spoken.placed, wordsHighlighted: spoken.highlighted };
+    return Object.freeze({ ...stats, ...words, contextState: audio ? audio.state : null });
+  },
+  get models() {
+    return pickers.models;
+  },
+  get heardSeconds() {
+    return heardSeconds();
   },
   get listen() {
     return Object.freeze({ ...listen });
@@ -103,7 +117,8 @@ function pcm16Decoder() {
   };
 }
 
-/** Schedules sample blocks back to back on the AudioContext clock. */
+/** Schedules sample blocks back to back on the AudioContext clock; `current.runs` records
+ * where playback (re)started, for `playhead`. */
 function pcmScheduler(ctx, rate, current) {
   let at = 0;
   return (samples) => {
@@ -116,10 +131,11 @@ function pcmScheduler(ctx, rate, current) {
     if (at < now + 0.005) {
       if (at > 0) stats.underruns += 1; // the player ran dry: start again with a fresh lead
       at = now + LEAD_S;
+      current.runs.push({ at, offset: current.scheduled });
     }
-    current.firstStart ??= at;
     node.start(at);
     at += buffer.duration;
+    current.scheduled += buffer.duration;
     current.sources.add(node);
     node.onended = () => {
       current.sources.delete(node);
@@ -163,32 +179,44 @@ function stopPlayback() {
   run.controller.abort();
   for (const node of run.sources) node.stop();
   run.sources.clear();
+  spoken.show(null);
+}
+
+/** The second of the current stream being heard, or null before its first sound. */
+function heardSeconds() {
+  return run && audio ? playhead(run.runs, audio.currentTime, run.scheduled) : null;
 }
 
 async function speak(event) {
   event.preventDefault();
   const input = ui.text.value.trim();
-  if (!input) {
-    setSpeak("error", "Type some text to speak first.");
+  let choice;
+  try {
+    if (!input) throw new Error("Type some text to speak first.");
+    choice = pickers.request();
+  } catch (err) {
+    setSpeak("error", err.message);
     return;
   }
   stopPlayback();
   audio ??= new AudioContext();
   if (audio.state === "suspended") await audio.resume();
-  const current = { controller: new AbortController(), sources: new Set(), peaks: [], firstStart: null };
+  const current = { controller: new AbortController(), sources: new Set(), peaks: [], runs: [], scheduled: 0 };
   run = current;
   resetStats();
   renderStats();
+  spoken.reset(input);
   const started = performance.now();
   setSpeak("streaming");
   drawWave();
   try {
+    // SSE rather than raw audio, so that word timings can come between the audio events.
+    const body = { ...choice, input, speed: Number(ui.speed.value), response_format: "pcm", stream_format: "sse" };
+    if (ui.words.checked) body.timestamps = true;
     const response = await fetch("v1/audio/speech", {
       method: "POST",
       headers: authHeaders({ "Content-Type": "application/json" }),
-      body: JSON.stringify({
-        model: "tts-1", voice: ui.voice.value, input, speed: Number(ui.speed.value), response_format: "pcm",
-      }),
+      body: JSON.stringify(body),
       signal: current.controller.signal,
     });
     if (!response.ok) throw new Error(await errorMessage(response));
@@ -196,25 +224,27 @@ async function speak(event) {
     stats.sampleRate = rate;
     const decode = pcm16Decoder();
     const schedule = pcmScheduler(audio, rate, current);
+    const events = sseEvents();
     const reader = response.body.getReader();
-    requestAnimationFrame(animateWave);
+    let finished = false;
+    requestAnimationFrame(animate);
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
-      if (!value.length) continue;
-      stats.ttfaMs ??= performance.now() - started;
-      stats.chunks += 1;
-      stats.bytes += value.length;
-      const samples = decode(value);
-      if (samples.length) {
-        schedule(samples);
-        addPeaks(current, samples, rate);
+      for (const event of events(value)) {
+        if (event.type === "speech.words") {
+          stats.words += event.words.length;
+          spoken.add(event.words);
+        } else if (event.type === "speech.audio.delta") {
+          play(base64Bytes(event.audio), decode, schedule, current, started);
+        } else if (event.type === "speech.audio.done") {
+          finished = true;
+        } else if (event.type === "error") {
+          throw new Error(event.error?.message || "the server ended the stream with an error");
+        }
       }
-      stats.samples += samples.length;
-      stats.audioSeconds = stats.samples / rate;
-      if (stats.samples) stats.rtf = (performance.now() - started) / 1000 / stats.audioSeconds;
-      renderStats();
     }
+    if (!finished) throw new Error("the stream ended before the server said it was done");
     if (!stats.samples) throw new Error("the server sent no audio");
     setSpeak("done");
     drawWave();
@@ -223,6 +253,24 @@ async function speak(event) {
     if (current.controller.signal.aborted) setSpeak("stopped");
     else setSpeak("error", err instanceof TypeError ? `Network error: ${err.message}` : err.message);
   }
+}
+
+/** One audio event's PCM: scheduled, drawn and counted. */
+function play(bytes, decode, schedule, current, started) {
+  if (!bytes.length) return;
+  const rate = stats.sampleRate;
+  stats.ttfaMs ??= performance.now() - started;
+  stats.chunks += 1;
+  stats.bytes += bytes.length;
+  const samples = decode(bytes);
+  if (samples.length) {
+    schedule(samples);
+    addPeaks(current, samples, rate);
+  }
+  stats.samples += samples.length;
+  stats.audioSeconds = stats.samples / rate;
+  if (stats.samples) stats.rtf = (performance.now() - started) / 1000 / stats.audioSeconds;
+  renderStats();
 }
 
 function stop() {
@@ -266,8 +314,7 @@ function drawWave() {
   const expected = stats.state === "streaming" ? ui.text.value.length / 14 / Number(ui.speed.value) : 0;
   const total = Math.max(received, expected, 1);
   const bar = width / (total / PEAK_S);
-  let played = 0;
-  if (run && run.firstStart !== null && audio) played = audio.currentTime - run.firstStart;
+  const played = heardSeconds() ?? 0;
   const accent = css.getPropertyValue("--accent").trim();
   const muted = css.getPropertyValue("--muted").trim();
   const mid = height / 2;
@@ -280,32 +327,38 @@ function drawWave() {
   });
 }
 
-function animateWave() {
+function animate() {
   drawWave();
-  const live = stats.state === "streaming" || (run && run.sources.size);
-  if (live) requestAnimationFrame(animateWave);
+  const playing = stats.state === "streaming" || (run && run.sources.size);
+  spoken.show(playing ? heardSeconds() : null);
+  if (playing) requestAnimationFrame(animate);
 }
 
 // ---------------------------------------------------------------- voices
 
+/** Fills the model, language and voice pickers from /v1/models and /v1/audio/voices. */
 async function loadVoices() {
-  let response;
+  let answers;
   try {
-    response = await fetch("v1/audio/voices", { headers: authHeaders() });
+    answers = await Promise.all([
+      fetch("v1/models", { headers: authHeaders() }),
+      fetch("v1/audio/voices", { headers: authHeaders() }),
+    ]);
   } catch (err) {
     setSpeak("error", `Cannot reach the server: ${err.message}`);
     return;
   }
-  if (!response.ok) {
-    setSpeak("error", `Could not list the voices: ${await errorMessage(response)}`);
+  const failed = answers.find((r) => !r.ok);
+  if (failed) {
+    setSpeak("error", `Could not list the voices: ${await errorMessage(failed)}`);
     return;
   }
-  const { voices } = await response.json();
-  const chosen = ui.voice.value;
-  ui.voice.replaceChildren(
-    ...voices.map((v) => new Option(v.alias_of && v.alias_of !== v.id ? `${v.id} (${v.alias_of})` : v.id, v.id)),
-  );
-  if (voices.some((v) => v.id === chosen)) ui.voice.value = chosen;
+  const [{ data }, { voices }] = await Promise.all(answers.map((r) => r.json()));
+  pickers.load(data.map((m) => m.id), voices);
+  if (!pickers.models.length) {
+    setSpeak("error", "The server lists no speech model this page can use.");
+    return;
+  }
   if (stats.state === "error") setSpeak("idle");
 }
 
@@ -519,3 +572,5 @@ pollMetrics();
 
 // The pure parts, for tests that import this module in the page.
 export { histogramQuantile, parseMetrics, pcm16Decoder };
+export { base64Bytes, playhead, sseEvents, wordPlacer } from "./speech-words.js";
+export { speechModels, voiceGroups } from "./speech-pickers.js";
