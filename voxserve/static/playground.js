@@ -151,7 +151,7 @@ function pcmScheduler(ctx, rate, current) {
 function resetStats() {
   Object.assign(stats, {
     chunks: 0, bytes: 0, samples: 0, sampleRate: 0, audioSeconds: 0, scheduledSeconds: 0,
-    sourcesScheduled: 0, underruns: 0, ttfaMs: null, rtf: null, error: null,
+    sourcesScheduled: 0, underruns: 0, ttfaMs: null, rtf: null, error: null, words: 0,
   });
 }
 
@@ -338,23 +338,19 @@ function animate() {
 
 /** Fills the model, language and voice pickers from /v1/models and /v1/audio/voices. */
 async function loadVoices() {
-  let answers;
   try {
-    answers = await Promise.all([
+    const answers = await Promise.all([
       fetch("v1/models", { headers: authHeaders() }),
       fetch("v1/audio/voices", { headers: authHeaders() }),
     ]);
+    const failed = answers.find((r) => !r.ok);
+    if (failed) throw new Error(`Could not list the voices: ${await errorMessage(failed)}`);
+    const [{ data }, { voices }] = await Promise.all(answers.map((r) => r.json()));
+    pickers.load(data.map((m) => m.id), voices);
   } catch (err) {
-    setSpeak("error", `Cannot reach the server: ${err.message}`);
+    setSpeak("error", err instanceof TypeError ? `Cannot reach the server: ${err.message}` : err.message);
     return;
   }
-  const failed = answers.find((r) => !r.ok);
-  if (failed) {
-    setSpeak("error", `Could not list the voices: ${await errorMessage(failed)}`);
-    return;
-  }
-  const [{ data }, { voices }] = await Promise.all(answers.map((r) => r.json()));
-  pickers.load(data.map((m) => m.id), voices);
   if (!pickers.models.length) {
     setSpeak("error", "The server lists no speech model this page can use.");
     return;

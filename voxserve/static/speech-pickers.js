@@ -81,7 +81,7 @@ export function speechPickers(ui, store = window.localStorage) {
     ui.modelName.textContent = model && model.name !== model.id ? model.name : "";
     const chosen = ui.language.value;
     const codes = model ? modelLanguages(model) : [];
-    ui.language.replaceChildren(new Option("Any (the voice's own)", ""), ...codes.map((c) => new Option(languageName(c), c)));
+    ui.language.replaceChildren(new Option("Any", ""), ...codes.map((c) => new Option(languageName(c), c)));
     choose(ui.language, chosen);
     fillVoices();
   }
