@@ -71,6 +71,26 @@ def test_piper_phonemizer_maps_written_words_to_their_ids() -> None:
         assert bounds == sorted(bounds) and 0 < bounds[0] and bounds[-1] < len(s.ids)
 
 
+def test_piper_words_that_espeak_joins_keep_their_own_ids() -> None:
+    """espeak reads "from the" as one word ("fɹʌmðə"), and "as it is" as one: every
+    written word still gets its own ids, in order, inside the joined reading."""
+    from voxserve.runners.piper import bundled_voice
+    from voxserve.text.phonemize import Phonemizer
+
+    phonemizer = Phonemizer(json.loads(bundled_voice().config.read_text()))
+    text = "Hello from the playground. This sentence streams into the browser as it is made."
+    sentences = phonemizer.sentences(text)
+    words = [w for s in sentences for w in s.words]
+    assert [w[0] for w in words] == text.replace(".", "").split()
+    for s in sentences:
+        bounds = [b for _, first, last in s.words for b in (first, last)]
+        assert bounds == sorted(bounds) and bounds[-1] < len(s.ids)
+        assert all(last - first >= 2 for _, first, last in s.words)  # at least one phoneme
+    # Each joined word gets a share that fits its reading alone, not an even split.
+    spans = {w: last - first for w, first, last in words}
+    assert spans["the"] < spans["from"] < spans["playground"]
+
+
 @pytest.fixture(scope="module")
 def kokoro_engine() -> Iterator[TTSEngine]:
     engine = TTSEngine(replace(TTSConfig(), models=("kokoro",), workers=1))

@@ -12,6 +12,8 @@ does.
 
 from __future__ import annotations
 
+import difflib
+import itertools
 import re
 import threading
 import unicodedata
@@ -132,7 +134,7 @@ class Phonemizer:
     def sentences(self, text: str, timed: bool = True) -> list[PiperSentence]:
         """One `PiperSentence` per sentence, its words filled in when `timed`."""
         bos, pad, eos = self._id_map["^"], self._id_map["_"], self._id_map["$"]
-        out: list[tuple[np.ndarray, list[tuple[int, int]]]] = []
+        out: list[_Sentence] = []
         for sentence, spans in self._groups(text):
             ids: list[int] = [*bos, *pad]
             at: list[int] = []  # index in ids of each phoneme (where it would go, if dropped)
@@ -146,38 +148,115 @@ class Phonemizer:
             at.append(len(ids))
             ids.extend(eos)
             if len(ids) > len(bos) + len(pad) + len(eos):
-                # A word's ids run from its first phoneme's to its last one's pad.
-                out.append((np.asarray(ids, dtype=np.int64), [(at[a], at[b]) for a, b in spans]))
+                out.append(_Sentence(np.asarray(ids, dtype=np.int64), sentence, at, spans))
         if not timed:
-            return [PiperSentence(ids, ()) for ids, _ in out]
-        read = [(k, span) for k, (_, spans) in enumerate(out) for span in spans]
-        groups = self._align(written_words(text), len(read))
+            return [PiperSentence(s.ids, ()) for s in out]
         words: list[list[tuple[str, int, int]]] = [[] for _ in out]
-        for word, (lo, hi) in groups:
-            if hi <= lo:
-                continue
-            k = read[lo][0]
-            inside = [span for s, span in read[lo:hi] if s == k]
-            words[k].append((word, inside[0][0], inside[-1][1]))
-        return [PiperSentence(ids, tuple(w)) for (ids, _), w in zip(out, words, strict=True)]
+        for word, k, lo, hi in self._align(written_words(text), out):
+            # A word's ids run from its first phoneme's to its last one's pad.
+            words[k].append((word, out[k].at[lo], out[k].at[hi]))
+        return [PiperSentence(s.ids, tuple(w)) for s, w in zip(out, words, strict=True)]
 
-    def _align(self, written: list[str], read: int) -> list[tuple[str, tuple[int, int]]]:
-        """Each written word and the range of the `read` espeak words it became: one each
-        where the counts agree; else by how many words espeak reads each one as alone; else
-        (espeak joined words) spread evenly."""
+    def _align(self, written: list[str], read: list[_Sentence]) -> list[tuple[str, int, int, int]]:
+        """Each written word, its sentence and the phonemes [lo, hi) it became there.
+
+        espeak separates the words it reads with spaces. Where it reads as many words as
+        were written, they pair one to one; where it reads a written word as several
+        ("1990"), the words are read alone to count them. Where it joins written words
+        into one ("from the" as "fɹʌmðə"), each word's reading alone is aligned to the
+        sentence's phonemes, character by character.
+        """
+        spoken = [(k, span) for k, s in enumerate(read) for span in s.spans]
         counts = [1] * len(written)
-        if len(written) != read and self._kind != "text":
-            alone = espeak_clauses(self._config.espeak_voice, written)
-            counts = [sum(len(_runs(_LANG_SWITCH.sub("", p), 0)) for p, _, _ in c) for c in alone]
-        if sum(counts) != read:
-            edges = [round(k * read / max(len(written), 1)) for k in range(len(written) + 1)]
-            return [(w, (edges[k], edges[k + 1])) for k, w in enumerate(written)]
+        alone: list[str] = []
+        if len(written) != len(spoken) and self._kind != "text":
+            clauses = espeak_clauses(self._config.espeak_voice, written)
+            alone = ["".join(_LANG_SWITCH.sub("", p) for p, _, _ in c) for c in clauses]
+            counts = [len(_runs(reading, 0)) for reading in alone]
+        if sum(counts) != len(spoken):
+            return _align_phonemes(written, alone, read)
         out = []
         at = 0
         for word, count in zip(written, counts, strict=True):
-            out.append((word, (at, at + count)))
+            if count:
+                k = spoken[at][0]
+                inside = [span for s, span in spoken[at : at + count] if s == k]
+                out.append((word, k, inside[0][0], inside[-1][1]))
             at += count
         return out
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    ids: np.ndarray
+    phonemes: list[str]
+    at: list[int]
+    """Index in `ids` of each phoneme, and of the end."""
+    spans: list[tuple[int, int]]
+    """[start, end) in `phonemes` of each word espeak read."""
+
+
+_MAX_ALIGN = 4_000_000
+"""Most character pairs the phoneme alignment compares (len(alone) x len(read)); longer
+text (past any segment the engine makes) falls back to spreading the words evenly."""
+_MARKS = frozenset("ˈˌ")
+"""Stress marks: espeak places them differently in a word read alone."""
+
+
+def _align_phonemes(written: list[str], alone: list[str], read: list[_Sentence]) -> list[tuple[str, int, int, int]]:
+    """Written words located by aligning their readings alone (`alone`, one per word; or
+    none when espeak was not asked) with the phonemes the sentences were read as."""
+    where = [(k, i) for k, s in enumerate(read) for a, b in s.spans for i in range(a, b)
+             if s.phonemes[i] not in _MARKS]  # fmt: skip
+    if not where or not written:
+        return []
+    whole = "".join(read[k].phonemes[i] for k, i in where)
+    letters: list[str] = []
+    bounds = [0]
+    for reading in alone:
+        letters.extend(c for c in unicodedata.normalize("NFD", reading) if not c.isspace() and c not in _MARKS)
+        bounds.append(len(letters))
+    own = "".join(letters)
+    if not own or len(own) * len(whole) > _MAX_ALIGN:
+        # No reading to align: spread the written words evenly over the phonemes.
+        own = "x" * len(whole)
+        bounds = [round(n * len(whole) / len(written)) for n in range(len(written) + 1)]
+        target = list(range(len(whole)))
+    else:
+        target = _char_map(own, whole)
+    out = []
+    floor = 0
+    for n, word in enumerate(written):
+        a, b = bounds[n], bounds[n + 1]
+        if b <= a:
+            continue
+        first = max(floor, target[a])
+        last = max(first, target[b - 1])
+        if first >= len(where):
+            break
+        k = where[first][0]
+        while where[last][0] != k:
+            last -= 1
+        out.append((word, k, where[first][1], where[last][1] + 1))
+        floor = last + 1
+    return out
+
+
+def _char_map(own: str, whole: str) -> list[int]:
+    """For each character of `own`, the index of its partner in `whole`: matched
+    characters exactly, the rest interpolated between their matched neighbours."""
+    blocks = difflib.SequenceMatcher(None, own, whole, autojunk=False).get_matching_blocks()
+    anchors = [(-1, -1)]
+    for a, b, size in blocks:
+        anchors.extend((a + j, b + j) for j in range(size))
+    anchors.append((len(own), len(whole)))
+    target = [0] * len(own)
+    for (a0, b0), (a1, b1) in itertools.pairwise(anchors):
+        for a in range(a0 + 1, a1):
+            target[a] = min(len(whole) - 1, max(0, b0 + round((a - a0) * (b1 - b0) / (a1 - a0))))
+        if 0 <= a1 < len(own):
+            target[a1] = b1
+    return target
 
 
 def _runs(text: str, offset: int) -> list[tuple[int, int]]:
