@@ -181,6 +181,22 @@ def test_offline_measures_audio_per_second(tmp_path: Path) -> None:
     assert all(p["audio_per_s"] > 1 and p["segments"] >= 1 for p in points)
 
 
+@pytest.mark.timeout(60)
+def test_offline_measures_kokoro(tmp_path: Path) -> None:
+    prompts, out = tmp_path / "prompts.txt", tmp_path / "offline.json"
+    prompts.write_text("Hi.\n", encoding="utf-8")
+    assert main(["bench", "offline", "--model", "kokoro", "--threads", "1", "--seconds", "0.1",
+                 "--prompts", str(prompts), "-o", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["settings"]["model"] == "kokoro" and result["settings"]["voice"] == "af_heart"
+    # one thread: `intra` (one thread on N-thread sessions) is the same point, so it is skipped
+    (point,) = result["points"]
+    assert point["mode"] == "full" and point["threads"] == 1 and point["segments"] >= 1
+    assert point["audio_s"] >= 0.5 * point["segments"]  # "Hi." and the pads' silence
+    assert math.isfinite(point["audio_per_s"]) and point["audio_per_s"] > 0
+    assert main(["bench", "offline", "--model", "kokoro", "--mode", "chunked"]) == 2
+
+
 def test_git_revision_reads_a_checkout_and_a_worktree(tmp_path: Path) -> None:
     from voxserve.bench.report import git_revision
 

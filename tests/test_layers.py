@@ -174,10 +174,16 @@ def test_the_cli_reaches_the_engines_through_the_serving_layer() -> None:
     assert not wrong
 
 
-# The load generator speaks HTTP to whatever server it measures. Only the two modules
-# that measure this machine's offline limit (`voxserve bench offline`, `bench asr-offline`)
-# run the engines and runners in process.
-_BENCH_OFFLINE = {"voxserve.bench.offline", "voxserve.bench.asr_offline"}
+# The load generator speaks HTTP to whatever server it measures. Only the modules that
+# measure this machine's offline limit (`voxserve bench offline`, `bench asr-offline`) or
+# compare the engine with a peer library in process (`bench kokoro-peer`) run the engines
+# and runners in process.
+_BENCH_OFFLINE = {
+    "voxserve.bench.offline",
+    "voxserve.bench.offline_kokoro",
+    "voxserve.bench.asr_offline",
+    "voxserve.bench.kokoro_peer",
+}
 
 
 def test_bench_speaks_http_except_where_it_measures_the_offline_limit() -> None:

@@ -1,9 +1,9 @@
 """`voxserve bench speech | transcribe | make-asr-set | stream-text | realtime | voice-loop |
-soak | overload | compare | plot | offline`.
+soak | overload | compare | plot | offline | kokoro-peer`.
 
 Parses flags, builds the run settings, calls the measuring module and writes the report.
-Only `offline` touches the engine, and it is imported lazily so that the HTTP benches stay
-free of it.
+Only `offline` and `kokoro-peer` touch the engine, and they are imported lazily so that
+the HTTP benches stay free of it.
 """
 
 from __future__ import annotations
@@ -215,27 +215,85 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _offline(args: argparse.Namespace) -> int:
-    from voxserve.bench.offline import MODES, run_offline
     from voxserve.bench.prompts import BUILTIN_PROMPTS, load_prompts
     from voxserve.bench.report import git_revision, host_info, now_iso, write_json
     from voxserve.config import default_cores
 
     prompts = load_prompts(args.prompts) if args.prompts else list(BUILTIN_PROMPTS)
     threads = args.threads or list(range(1, default_cores() + 1))
-    modes = tuple(args.mode) if args.mode else MODES
-    points = run_offline(prompts, threads, args.seconds, modes)
+    extra: dict[str, Any] = {}
+    if args.model == "kokoro":
+        from voxserve.bench.offline_kokoro import DEFAULT_VOICE, KOKORO_MODES, run_offline_kokoro
+
+        voice = args.voice or DEFAULT_VOICE
+        seconds = args.seconds or 30.0
+        modes = tuple(args.mode) if args.mode else KOKORO_MODES
+        points = run_offline_kokoro(prompts, threads, seconds, modes, voice)
+        extra["voice"] = voice
+    else:
+        from voxserve.bench.offline import MODES, run_offline
+
+        if args.voice is not None or (args.mode and "intra" in args.mode):
+            raise ValueError("--voice and --mode intra are for --model kokoro: the Piper voice "
+                             "has one speaker, and its offline threads are single-threaded")
+        modes = tuple(args.mode) if args.mode else MODES
+        seconds = args.seconds or 8.0
+        points = run_offline(prompts, threads, seconds, modes)
     if args.output is not None:
         write_json({
             "kind": "offline",
             "settings": {"git_revision": git_revision(), "started_at": now_iso(),
-                         "threads": threads, "seconds": args.seconds, "host": host_info(),
-                         "prompts_source": str(args.prompts or "builtin")},
+                         "model": args.model, "threads": threads, "seconds": seconds,
+                         "host": host_info(), "prompts_source": str(args.prompts or "builtin"),
+                         **extra},
             "points": [{"mode": p.mode, "threads": p.threads, "audio_s": p.audio_s,
                         "wall_s": p.wall_s, "segments": p.segments,
                         "audio_per_s": p.audio_per_s} for p in points],
         }, args.output)
         print(f"wrote {args.output}")
     return 0
+
+
+def _kokoro_peer(args: argparse.Namespace) -> int:
+    from voxserve.bench.kokoro_peer import format_peer, records_json, run_kokoro_peer
+    from voxserve.bench.prompts import BUILTIN_PROMPTS, load_prompts, pick
+    from voxserve.bench.report import (
+        command_line,
+        git_revision,
+        host_info,
+        load_average,
+        now_iso,
+        write_json,
+    )
+    from voxserve.config import default_cores
+
+    try:
+        import kokoro_onnx  # noqa: F401
+    except ImportError:
+        raise ValueError("kokoro-onnx is not installed: pip install -c constraints.txt "
+                         "-e '.[peers]'") from None
+    pool = load_prompts(args.prompts) if args.prompts else list(BUILTIN_PROMPTS)
+    prompts = pick(pool, args.num_prompts, args.seed)
+    threads = args.threads or list(range(1, default_cores() + 1))
+    started = time.perf_counter()
+    records, summary = run_kokoro_peer(prompts, threads, args.voice, args.base_url, args.model,
+                                       args.warmup, report=print if args.progress else _quiet)
+    settings = {"git_revision": git_revision(), "started_at": now_iso(), "threads": threads,
+                "voice": args.voice, "base_url": args.base_url, "http_model": args.model,
+                "warmup": args.warmup, "num_prompts": args.num_prompts, "seed": args.seed,
+                "prompts_source": str(args.prompts or "builtin"), "prompts": prompts,
+                "host": host_info(), "argv": command_line(),
+                "duration_s": time.perf_counter() - started, "loadavg_at_end": load_average()}
+    out = args.output or Path(f"bench-kokoro-peer-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    write_json({"kind": "kokoro-peer", "settings": settings, **summary,
+                "records": records_json(records)}, out)
+    print(format_peer(summary))
+    print(f"wrote {out}")
+    return 1 if any(row["failed"] for row in summary["systems"]) else 0
+
+
+def _quiet(_line: str) -> None:
+    pass
 
 
 def _mixed(kind: str, args: argparse.Namespace) -> int:
@@ -600,12 +658,42 @@ def add_bench_parser(subparsers: Any) -> None:
                           "asr-workers x asr-max-batch x beam size x 18 MB = 1.5 GB)")
     overload.set_defaults(func=_guarded(lambda a: _mixed("overload", a)))
 
+    peer = sub.add_parser("kokoro-peer", help="voxserve's Kokoro against kokoro-onnx's "
+                          "create_stream, in one process on the same texts")
+    peer.add_argument("--threads", type=_levels, default=None,
+                      help="comma-separated thread counts: voxserve's workers, kokoro-onnx's "
+                      "intra-op threads (default 1..cores)")
+    peer.add_argument("--num-prompts", type=int, default=12,
+                      help="prompts per thread count, drawn with --seed (default 12)")
+    peer.add_argument("--prompts", type=Path, help="text file, one prompt per line")
+    peer.add_argument("--seed", type=int, default=0)
+    peer.add_argument("--voice", default="af_heart", help="Kokoro voice (default af_heart)")
+    peer.add_argument("--base-url", default=None,
+                      help="also a running voxserve over HTTP at c=1 (its own threads)")
+    peer.add_argument("--model", default="tts-1-hd",
+                      help="the model the HTTP requests name (default tts-1-hd)")
+    peer.add_argument("--no-warmup", dest="warmup", action="store_false",
+                      help="skip the engine's warm-up and each speaker's untimed first phrase")
+    peer.add_argument("--output", "-o", type=Path, default=None,
+                      help="result JSON (default bench-kokoro-peer-YYYYmmdd-HHMMSS.json)")
+    peer.add_argument("--no-progress", dest="progress", action="store_false")
+    peer.set_defaults(func=_guarded(_kokoro_peer))
+
     offline = sub.add_parser("offline", help="the runners at full load, no HTTP: the limit")
     offline.add_argument("--threads", type=_levels, default=None,
                          help="comma-separated thread counts (default 1..cores)")
-    offline.add_argument("--seconds", type=float, default=8.0, help="time per point")
-    offline.add_argument("--mode", action="append", choices=("full", "chunked"),
-                         help="measure only this mode (repeatable; default both)")
+    offline.add_argument("--seconds", type=float, default=None,
+                         help="time per point (default 8 for piper, 30 for kokoro, whose "
+                         "segments take seconds each)")
+    offline.add_argument("--model", choices=("piper", "kokoro"), default="piper",
+                         help="the voice model to measure (default piper)")
+    offline.add_argument("--mode", action="append", choices=("full", "chunked", "intra"),
+                         help="measure only this mode (repeatable; default all of the model's): "
+                         "full = N threads on single-threaded sessions, whole segments; "
+                         "chunked = Piper's stage B chunk by chunk as the server cuts it; "
+                         "intra = Kokoro, one thread on N-thread sessions")
+    offline.add_argument("--voice", default=None,
+                         help="kokoro only: the voice to speak in (default af_heart)")
     offline.add_argument("--prompts", type=Path, help="text file, one prompt per line")
     offline.add_argument("--output", "-o", type=Path, default=None, help="also write JSON")
     offline.set_defaults(func=_guarded(_offline))

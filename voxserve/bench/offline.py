@@ -17,6 +17,7 @@ import itertools
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,15 @@ from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice
 from voxserve.text.phonemize import Phonemizer
 from voxserve.text.split import normalize, segment
 
-__all__ = ["OfflinePoint", "Unit", "chunk_windows", "load_workload", "measure", "run_offline"]
+__all__ = [
+    "OfflinePoint",
+    "Unit",
+    "chunk_windows",
+    "load_workload",
+    "measure",
+    "run_offline",
+    "run_threads",
+]
 
 MODES = ("full", "chunked")
 
@@ -106,10 +115,12 @@ def synthesize(model: PiperModel, unit: Unit, mode: str, chunking: VocoderChunki
     return samples
 
 
-def measure(model: PiperModel, workload: list[Unit], threads: int, mode: str,
-            seconds: float, chunking: VocoderChunking) -> OfflinePoint:
-    """`threads` threads take segments in workload order (cycling) until `seconds` pass;
-    the wall time runs to the end of the last segment started."""
+def run_threads(job: Callable[[int], int], threads: int, seconds: float) -> tuple[int, float, int]:
+    """`threads` threads call job(0), job(1), ... (one shared count) until `seconds` pass.
+
+    Returns the sum of what the calls returned, the wall time (to the end of the last call
+    started) and the number of calls. Shared by every model's offline measure.
+    """
     totals = [0] * threads
     counts = [0] * threads
     shared = itertools.count()  # next() is atomic under the GIL
@@ -119,8 +130,7 @@ def measure(model: PiperModel, workload: list[Unit], threads: int, mode: str,
     def work(index: int) -> None:
         barrier.wait()
         while time.perf_counter() < deadline[0]:
-            unit = workload[next(shared) % len(workload)]
-            totals[index] += synthesize(model, unit, mode, chunking)
+            totals[index] += job(next(shared))
             counts[index] += 1
 
     pool = [threading.Thread(target=work, args=(i,), name=f"offline-{i}") for i in range(threads)]
@@ -131,8 +141,16 @@ def measure(model: PiperModel, workload: list[Unit], threads: int, mode: str,
     barrier.wait()
     for t in pool:
         t.join()
-    wall = time.perf_counter() - started
-    return OfflinePoint(mode, threads, sum(totals) / model.sample_rate, wall, sum(counts))
+    return sum(totals), time.perf_counter() - started, sum(counts)
+
+
+def measure(model: PiperModel, workload: list[Unit], threads: int, mode: str,
+            seconds: float, chunking: VocoderChunking) -> OfflinePoint:
+    """`threads` threads take segments in workload order (cycling) until `seconds` pass;
+    the wall time runs to the end of the last segment started."""
+    samples, wall, count = run_threads(
+        lambda n: synthesize(model, workload[n % len(workload)], mode, chunking), threads, seconds)
+    return OfflinePoint(mode, threads, samples / model.sample_rate, wall, count)
 
 
 def run_offline(prompts: list[str], thread_counts: list[int], seconds: float,
