@@ -6,9 +6,12 @@ Whisper; blends, other languages, the voice list and the refusals are checked to
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -126,3 +129,30 @@ def test_a_language_field_switches_the_reading(http: httpx.Client) -> None:
     english = _speak(http, "af_heart", "Hola amigo.")
     spanish = _speak(http, "af_heart", "Hola amigo.", language="es")
     assert not np.array_equal(english[: min(len(english), len(spanish))], spanish[: min(len(english), len(spanish))])
+
+
+def test_kokoro_peer_bench_compares_the_engine_the_server_and_kokoro_onnx(
+    both: RunningServer, tmp_path: Path
+) -> None:
+    pytest.importorskip("kokoro_onnx", reason="kokoro-onnx is in the peers extra")
+    from voxserve.cli import main
+
+    prompts, out = tmp_path / "prompts.txt", tmp_path / "peer.json"
+    prompts.write_text("Hi.\n", encoding="utf-8")
+    assert main(["bench", "kokoro-peer", "--threads", "1", "--prompts", str(prompts),
+                 "--num-prompts", "1", "--base-url", both.base_url, "--no-warmup",
+                 "--no-progress", "-o", str(out)]) == 0
+    result = json.loads(out.read_text())
+    rows = {row["system"]: row for row in result["systems"]}
+    assert set(rows) == {"voxserve", "voxserve-http", "kokoro-onnx"}
+    for row in rows.values():
+        assert row["completed"] == 1 and row["failed"] == 0 and row["threads"] == 1
+        assert 0 < row["ttfp_s"]["p50"] <= row["e2e_s"]["p50"]
+        assert 0.3 < row["audio_s"] < 3 and math.isfinite(row["audio_per_s"])
+    # the engine in process and the server speak the same samples (HTTP chunks them its own way)
+    records = {r["system"]: r for r in result["records"]}
+    assert sum(records["voxserve"]["chunk_samples"]) == sum(records["voxserve-http"]["chunk_samples"])
+    ratios = {r["system"]: r for r in result["ratios"]}
+    assert set(ratios) == {"voxserve", "voxserve-http"}
+    assert all(math.isfinite(v) and v > 0 for r in ratios.values()
+               for k, v in r.items() if k not in ("system", "threads"))
