@@ -10,7 +10,8 @@ neither always runs right after the other:
 - `voxserve-http` (with a base URL): a running voxserve server over HTTP at c=1, raw PCM;
   it runs on whatever threads that server was started with;
 - `kokoro-onnx`: `Kokoro.create_stream` on the same joined int8 model file, on a session
-  with N intra-op threads, and a voices file built here from voxserve's installed voices.
+  with N intra-op threads (ONNX Runtime's other defaults, as kokoro-onnx's own session
+  has them), and a voices file built here from voxserve's installed voices.
 
 Each is timed from the call to its first non-empty chunk (TTFP) and to its last. The
 audio differs in length for the same text: kokoro-onnx trims the silence around each of
@@ -260,9 +261,9 @@ def format_peer(summary: dict[str, Any]) -> str:
                      f"{row['wall_s']:>9.1f}{row['chunks_per_prompt']:>8.1f}"
                      f"{row['max_underrun_s'] * 1e3:>12.0f}ms")
     for r in summary["ratios"]:
-        lines.append(f"threads={r['threads']} {r['system']} / {PEER}: TTFP p50 x{r['ttfp_p50']:.2f}, "
-                     f"audio-s/s x{r['audio_per_s']:.2f}, same texts done x{r['speedup_same_texts']:.2f} "
-                     f"as fast")
+        lines.append(f"threads={r['threads']} {r['system']} against {PEER}: TTFP p50 "
+                     f"{r['ttfp_p50']:.2f}x its, audio-s/s {r['audio_per_s']:.2f}x, the same texts "
+                     f"done {r['speedup_same_texts']:.2f}x as fast")
     return "\n".join(lines)
 
 
