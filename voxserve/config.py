@@ -98,10 +98,19 @@ class TTSConfig:
     long one holds a core for hundreds of milliseconds."""
     urgent_slack_s: float = 0.15
     """A live stream whose playback runs dry within this much time outranks new requests."""
+    idle_threads: int = 2
+    """Intra-op threads for a unit of work that is the only one runnable while every
+    worker is free (stage A and the first chunk of a lone stream); it holds that many
+    workers meanwhile. 1: always single-threaded sessions."""
+    idle_chunks: int = 2
+    """Vocoder chunks of one stream decoded at once while workers would otherwise idle
+    (fewer runnable streams than workers). 1: one chunk per stream at a time."""
 
     def __post_init__(self) -> None:
         if min(self.workers, self.credits, self.max_streams, self.max_input_chars) < 1:
             raise ValueError("workers, credits, max_streams and max_input_chars must be >= 1")
+        if min(self.idle_threads, self.idle_chunks) < 1:
+            raise ValueError("idle_threads and idle_chunks must be >= 1")
         if not self.models:
             raise ValueError("load at least one TTS model (--tts-models piper)")
         if self.max_queue < 0 or self.queue_timeout_s < 0:

@@ -122,16 +122,18 @@ class PiperVoice:
             for s in self.phonemizer.sentences(text)
         ]
 
-    def acoustic(self, batch: Sequence[PiperItem]) -> list[Latent]:
+    def acoustic(self, batch: Sequence[PiperItem], threads: int = 1) -> list[Latent]:
         """z and, from `w_ceil` (frames per id; `speed` is in its length scale), the words'
         frames."""
+        timed = self.model.acoustic.run_timed(batch, threads)
         return [
             Latent(z, int(z.shape[-1]), durations, word_frames(item.words, durations))
-            for item, (z, durations) in zip(batch, self.model.acoustic.run_timed(batch), strict=True)
+            for item, (z, durations) in zip(batch, timed, strict=True)
         ]
 
-    def decode(self, batch: Sequence[Span]) -> list[np.ndarray]:
-        return self.model.vocoder.run([span.latent.features[:, span.lo : span.hi] for span in batch])
+    def decode(self, batch: Sequence[Span], threads: int = 1) -> list[np.ndarray]:
+        spans = [span.latent.features[:, span.lo : span.hi] for span in batch]
+        return self.model.vocoder.run(spans, threads)
 
     def set_fault_hook(self, hook: FaultHook | None) -> None:
         self.model.set_fault_hook(hook)

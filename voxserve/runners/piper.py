@@ -26,6 +26,7 @@ __all__ = [
     "AcousticRunner",
     "FaultHook",
     "PiperModel",
+    "Sessions",
     "VocoderRunner",
     "VoiceFiles",
     "bundled_voice",
@@ -121,15 +122,37 @@ def split_model(model: Path, cache_dir: Path | None = None) -> tuple[Path, Path]
     return stage_a, stage_b
 
 
-def _session(path: Path | str) -> ort.InferenceSession:
+def _session(path: Path | str, threads: int = 1) -> ort.InferenceSession:
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
+    opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
     opts.log_severity_level = 3
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+class Sessions:
+    """One graph's sessions, one per intra-op thread count, each made on first use and
+    then kept. Single-threaded calls run on the caller's thread; a call on n threads
+    borrows n - 1 pool threads (the engine asks for that only while cores idle)."""
+
+    def __init__(self, path: Path | str):
+        self._path = path
+        self._lock = threading.Lock()
+        self._by_threads = {1: _session(path, 1)}
+
+    def get(self, threads: int = 1) -> ort.InferenceSession:
+        if threads < 1:
+            raise ValueError("a session needs at least one thread")
+        session = self._by_threads.get(threads)
+        if session is None:
+            with self._lock:
+                session = self._by_threads.get(threads)
+                if session is None:
+                    session = self._by_threads[threads] = _session(self._path, threads)
+        return session
 
 
 @dataclass(frozen=True)
@@ -148,18 +171,21 @@ class AcousticRunner:
     """Stage A: phoneme ids -> latent frames. Takes a batch, returns one z [192, T] each."""
 
     def __init__(self, path: Path | str, multi_speaker: bool, hook: FaultHook | None = None):
-        self._session = _session(path)
+        self._sessions = Sessions(path)
         self._multi_speaker = multi_speaker
         self.hook = hook
 
-    def run(self, batch: Sequence[AcousticInput]) -> list[np.ndarray]:
-        return [z for z, _ in self.run_timed(batch)]
+    def run(self, batch: Sequence[AcousticInput], threads: int = 1) -> list[np.ndarray]:
+        return [z for z, _ in self.run_timed(batch, threads)]
 
-    def run_timed(self, batch: Sequence[AcousticInput]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def run_timed(
+        self, batch: Sequence[AcousticInput], threads: int = 1
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each item's z [192, T] and its durations: int64 frames per phoneme id (summing
-        to T)."""
+        to T). `threads`: intra-op threads of the call."""
         if self.hook is not None:
             self.hook("acoustic", len(batch))
+        session = self._sessions.get(threads)
         # Equal scales and speaker are required to share one call; pad ids with 0 (pad id).
         groups: dict[tuple[float, float, float, int | None], list[int]] = {}
         for i, item in enumerate(batch):
@@ -178,7 +204,7 @@ class AcousticRunner:
             }
             if self._multi_speaker:
                 feeds["sid"] = np.full(len(members), speaker or 0, dtype=np.int64)
-            z, frames, w_ceil = self._session.run(None, feeds)
+            z, frames, w_ceil = session.run(None, feeds)
             for row, i in enumerate(members):
                 durations = w_ceil[row].reshape(-1)[: len(batch[i].ids)].astype(np.int64)
                 results[i] = (np.ascontiguousarray(z[row, :, : int(frames[row])]), durations)
@@ -189,23 +215,25 @@ class VocoderRunner:
     """Stage B: latent frames -> float PCM. Equal-length items share one call."""
 
     def __init__(self, path: Path | str, hop: int, hook: FaultHook | None = None):
-        self._session = _session(path)
+        self._sessions = Sessions(path)
         self.hop = hop
         self.hook = hook
 
-    def run(self, batch: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def run(self, batch: Sequence[np.ndarray], threads: int = 1) -> list[np.ndarray]:
+        """PCM per item; `threads`: intra-op threads of the call."""
         if self.hook is not None:
             self.hook("vocoder", len(batch))
+        session = self._sessions.get(threads)
         if len(batch) == 1:
             z = batch[0][np.newaxis]
-            return [self._session.run(None, {LATENT_TENSOR: z})[0].reshape(-1)]
+            return [session.run(None, {LATENT_TENSOR: z})[0].reshape(-1)]
         out: list[np.ndarray] = [np.empty(0, np.float32)] * len(batch)
         by_len: dict[int, list[int]] = {}
         for i, z in enumerate(batch):
             by_len.setdefault(z.shape[-1], []).append(i)
         for members in by_len.values():
             stacked = np.stack([batch[i] for i in members])
-            pcm = self._session.run(None, {LATENT_TENSOR: stacked})[0]
+            pcm = session.run(None, {LATENT_TENSOR: stacked})[0]
             for row, i in enumerate(members):
                 out[i] = pcm[row].reshape(-1)
         return out
