@@ -265,6 +265,9 @@ class Scheduler:
         """Most vocoder chunks of one stream in flight while workers would idle."""
         self._busy = 0
         """Workers held by the units in flight."""
+        self.spread: dict[str, int] = {"threads": 0, "chunks": 0}
+        """Units handed out on several threads, and chunks claimed beside another of
+        their stream: how often the idle-core policies applied."""
         self._acoustic_s_per_id: dict[str, float] = {}
         """Running estimate of stage A seconds per phoneme id, per model, to start it
         early enough."""
@@ -441,10 +444,13 @@ class Scheduler:
         if pick is None:
             return None
         acoustic, stream = pick
+        if not acoustic and stream.in_flight:
+            self.spread["chunks"] += 1
         work: Work = self._claim_acoustic(stream) if acoustic else self._claim_vocoder(stream)
         alone = free is not None and free == self.workers and free > 1 and self.idle_threads > 1
         if alone and self._pick(now) is None:  # nothing else can run: workers would idle
             work = replace(work, threads=min(self.idle_threads, free or 1))
+            self.spread["threads"] += 1
         self._busy += work.threads
         return work
 

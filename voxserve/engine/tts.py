@@ -379,6 +379,12 @@ class TTSEngine(WorkerEngine):
         budget = self.config.workers * self.config.target_utilization
         return stream_capacity(budget, costs, live, unsubmitted, self.default_model.name)
 
+    def idle_core_units(self) -> dict[str, int]:
+        """How often a lone stream used the idle core: units run on several threads
+        ("threads"), chunks decoded beside another of their stream ("chunks")."""
+        with self._cond:
+            return dict(self._sched.spread)
+
     def stream_ids(self) -> list[int]:
         with self._cond:
             return self._sched.ids()

@@ -44,6 +44,15 @@ class _EngineCollector(Collector):
         yield CounterMetricFamily("voxserve_tts_rejected", "Streams refused with 429", s["rejected"])
         yield CounterMetricFamily("voxserve_tts_chunks_decoded", "Vocoder chunks decoded", s["chunks"])
         yield CounterMetricFamily("voxserve_tts_acoustic_runs", "Stage A runs", s["acoustic_runs"])
+        spread = CounterMetricFamily(
+            "voxserve_tts_idle_core_units",
+            "Units that used an idle core: run on several threads (way=threads), or a chunk "
+            "decoded beside another of its stream (way=chunks)",
+            labels=["way"],
+        )
+        for way, count in sorted(s.get("idle_core_units", {}).items()):
+            spread.add_metric([way], count)
+        yield spread
         yield CounterMetricFamily("voxserve_tts_inference_failures", "Failed inference calls", s["failures"])
         busy = CounterMetricFamily(
             "voxserve_tts_worker_busy_seconds", "Time each worker spent in inference", labels=["worker"]
