@@ -60,7 +60,8 @@ class TTSConfig:
     cache_dir: Path | None = None
     """Where the split stage A / stage B graphs are cached; None uses the user cache dir."""
     workers: int = field(default_factory=default_cores)
-    """Inference threads; each owns single-threaded ONNX sessions."""
+    """Inference threads; each runs single-threaded ONNX sessions (a lone stream's unit
+    may hold several workers and their threads: see idle_threads)."""
     chunking: VocoderChunking = field(default_factory=VocoderChunking)
     """Vocoder chunk sizes and context."""
     output_gain: float = 1.15
