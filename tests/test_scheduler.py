@@ -319,7 +319,7 @@ def test_a_lone_stream_runs_stage_a_and_its_first_chunk_on_both_cores() -> None:
 def test_a_lone_stream_decodes_two_chunks_at_once_and_releases_them_in_order() -> None:
     s = idle(credits=100)
     start_stream(s, 1, now=0.0, frames=300)
-    one, two = s.next_work(0.1), s.next_work(0.1)
+    one, two = s.next_work(0.0), s.next_work(0.0)
     assert isinstance(one, VocoderWork) and isinstance(two, VocoderWork)
     assert (one.seq, one.start, one.end) == (1, 16, 48)
     assert (two.seq, two.start, two.end) == (2, 48, 112)
@@ -331,6 +331,17 @@ def test_a_lone_stream_decodes_two_chunks_at_once_and_releases_them_in_order() -
     both = s.complete_vocoder(one, 32 * HOP, 0.3)
     assert both is not None and both.released == 2 and both.samples == 96 * HOP
     assert s.produced(1) == 112 * HOP and s.busy_workers == 0
+
+
+def test_an_urgent_lone_stream_gets_both_threads_for_one_chunk_instead_of_two_chunks() -> None:
+    """Two chunks in flight would share a core if something else (another process) held
+    the other: the one the player waits for would come later. So an urgent stream runs
+    one chunk at a time, on both threads while alone."""
+    s = idle(credits=100)
+    start_stream(s, 1, now=0.0, frames=300)  # 16 frames out: dry at 0.186 s
+    urgent = s.next_work(0.1)
+    assert isinstance(urgent, VocoderWork) and urgent.threads == 2
+    assert s.next_work(0.1) is None
 
 
 def test_the_first_packet_is_timed_by_the_first_chunk_whatever_finishes_first() -> None:

@@ -26,7 +26,8 @@ there are workers (a lone stream), the work that would leave a worker idle sprea
   oversubscribing the cores;
 - a stream past its first packet may have up to `idle_chunks` vocoder chunks in flight
   (chunks are independent given their context frames), but a second one is claimed only
-  when no other unit of any stream can run. Chunks are released in order: the first
+  when no other unit of any stream can run, and while the stream is not urgent (an
+  urgent lone chunk gets the threads instead). Chunks are released in order: the first
   packet, the audio produced and the end of the stream follow the chunk sequence, whatever
   order the workers finish in, and credits still bound the chunks in flight.
 
@@ -365,14 +366,19 @@ class Scheduler:
         return self._busy
 
     # -- choosing work ---------------------------------------------------------------
-    def _vocoder_candidate(self, stream: _Stream, extra: bool) -> bool:
+    def _vocoder_candidate(self, stream: _Stream, extra: bool, now: float = 0.0) -> bool:
         """A chunk of the stream may be claimed: its first in flight, or (`extra`) one more
-        beside those in flight, after the first packet, up to `idle_chunks`."""
+        beside those in flight, up to `idle_chunks`, after the first packet and while the
+        stream is not urgent (if the cores are busier than the scheduler knows, say with
+        another process, two chunks would share one core, and the earlier one, which the
+        player waits for, would come later)."""
         if stream.untaken >= self.credits or stream.open_latent() is None:
             return False
         if not extra:
             return stream.in_flight == 0
-        return 0 < stream.in_flight < self.idle_chunks and stream.first_packet_at is not None
+        if not 0 < stream.in_flight < self.idle_chunks or stream.first_packet_at is None:
+            return False
+        return stream.dry_at() - now > self.urgent_slack
 
     def _acoustic_candidate(self, stream: _Stream) -> bool:
         if stream.acoustic_busy or stream.next_segment >= len(stream.segments):
@@ -430,7 +436,7 @@ class Scheduler:
         extra = [
             (self._rank(stream, False, now), stream)
             for stream in self._streams.values()
-            if self._vocoder_candidate(stream, True)
+            if self._vocoder_candidate(stream, True, now)
         ]
         return (False, min(extra, key=lambda e: e[0])[1]) if extra else None
 
