@@ -122,6 +122,30 @@ def split_model(model: Path, cache_dir: Path | None = None) -> tuple[Path, Path]
     return stage_a, stage_b
 
 
+_ARENA_LOCK = threading.Lock()
+_arena: bool | None = None
+
+
+def _shared_arena() -> bool:
+    """Register one CPU memory arena with ONNX Runtime's environment, once per process,
+    for Piper's sessions to share. Each session would otherwise grow an arena of its own
+    to its largest shapes; the sessions on two threads (used only while the single-
+    threaded ones idle) would then add ~60 MB of arena for nothing. False if this
+    onnxruntime cannot: every session then keeps its own arena."""
+    global _arena
+    with _ARENA_LOCK:
+        if _arena is None:
+            info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+            try:
+                ort.create_and_register_allocator(info, None)
+                _arena = True
+            except Exception as exc:  # noqa: BLE001 - registered by someone else, or unsupported
+                _arena = "already" in str(exc).lower()
+                if not _arena:
+                    log.warning("no shared ONNX Runtime arena (%s); each Piper session keeps its own", exc)
+        return _arena
+
+
 def _session(path: Path | str, threads: int = 1) -> ort.InferenceSession:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
@@ -129,6 +153,8 @@ def _session(path: Path | str, threads: int = 1) -> ort.InferenceSession:
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if _shared_arena():
+        opts.add_session_config_entry("session.use_env_allocators", "1")
     opts.log_severity_level = 3
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
