@@ -291,6 +291,11 @@ def test_stage_a_cost_is_learned_per_model() -> None:
 
 
 # -- the idle core (issue 15): workers held per unit, threads and chunks while alone -----
+PIPER16 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frames=16))
+"""Piper whose first chunk is 16 frames even when alone (0.186 s of audio: not urgent at
+once, so a second chunk may follow it)."""
+
+
 def idle(credits: int = 4, workers: int = 2) -> Scheduler:
     """As the engine builds it: two workers, stage A leaves one for the vocoder."""
     return Scheduler(credits=credits, acoustic_slots=workers - 1, workers=workers, idle_threads=2, idle_chunks=2)
@@ -298,7 +303,7 @@ def idle(credits: int = 4, workers: int = 2) -> Scheduler:
 
 def test_a_lone_stream_runs_stage_a_and_its_first_chunk_on_both_cores() -> None:
     s = idle()
-    s.add(1, [seg(), seg()], 0.0, PIPER)
+    s.add(1, [seg(), seg()], 0.0, PIPER16)
     a = s.next_work(0.0)
     assert isinstance(a, AcousticWork) and a.threads == 2
     assert s.busy_workers == 2 and s.next_work(0.0) is None  # it holds both workers
@@ -318,7 +323,7 @@ def test_a_lone_stream_runs_stage_a_and_its_first_chunk_on_both_cores() -> None:
 
 def test_a_lone_stream_decodes_two_chunks_at_once_and_releases_them_in_order() -> None:
     s = idle(credits=100)
-    start_stream(s, 1, now=0.0, frames=300)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
     one, two = s.next_work(0.0), s.next_work(0.0)
     assert isinstance(one, VocoderWork) and isinstance(two, VocoderWork)
     assert (one.seq, one.start, one.end) == (1, 16, 48)
@@ -338,7 +343,7 @@ def test_an_urgent_lone_stream_gets_both_threads_for_one_chunk_instead_of_two_ch
     the other: the one the player waits for would come later. So an urgent stream runs
     one chunk at a time, on both threads while alone."""
     s = idle(credits=100)
-    start_stream(s, 1, now=0.0, frames=300)  # 16 frames out: dry at 0.186 s
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)  # 16 frames out: dry at 0.186 s
     urgent = s.next_work(0.1)
     assert isinstance(urgent, VocoderWork) and urgent.threads == 2
     assert s.next_work(0.1) is None
@@ -361,7 +366,7 @@ def test_the_first_packet_is_timed_by_the_first_chunk_whatever_finishes_first() 
 
 def test_stream_ends_after_its_last_chunk_in_order() -> None:
     s = idle(credits=100)
-    start_stream(s, 1, now=0.0, frames=60)  # chunks (0,16) sent; (16,60) is the rest
+    start_stream(s, 1, now=0.0, frames=60, profile=PIPER16)  # chunks (0,16) sent; (16,60) is the rest
     rest = s.next_work(0.0)
     assert isinstance(rest, VocoderWork) and rest.last and rest.threads == 2  # alone
     chunk = s.complete_vocoder(rest, 44 * HOP, 0.0)
@@ -370,7 +375,7 @@ def test_stream_ends_after_its_last_chunk_in_order() -> None:
 
 def test_last_chunk_out_of_order_ends_the_stream_once_the_earlier_one_is_in() -> None:
     s = idle(credits=100)
-    start_stream(s, 1, now=0.0, frames=112)
+    start_stream(s, 1, now=0.0, frames=112, profile=PIPER16)
     one, two = s.next_work(0.0), s.next_work(0.0)
     assert isinstance(one, VocoderWork) and isinstance(two, VocoderWork) and two.last
     early = s.complete_vocoder(two, 64 * HOP, 0.0)
@@ -381,8 +386,8 @@ def test_last_chunk_out_of_order_ends_the_stream_once_the_earlier_one_is_in() ->
 
 def test_crowded_streams_get_one_unit_per_worker_on_one_thread() -> None:
     s = idle(credits=100)
-    start_stream(s, 1, now=0.0, frames=300)
-    start_stream(s, 2, now=0.0, frames=300)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
+    start_stream(s, 2, now=0.0, frames=300, profile=PIPER16)
     units = [s.next_work(0.0), s.next_work(0.0)]
     assert sorted(w.stream_id for w in units if w is not None) == [1, 2]
     assert all(w is not None and w.threads == 1 for w in units)
@@ -393,8 +398,8 @@ def test_a_second_chunk_never_delays_another_stream() -> None:
     """A stream's second chunk in flight is claimed only when nothing else can run: a
     newcomer's stage A, or another stream's chunk, goes first."""
     s = idle(credits=100)
-    start_stream(s, 1, now=0.0, frames=300)
-    start_stream(s, 2, now=0.0, frames=300)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
+    start_stream(s, 2, now=0.0, frames=300, profile=PIPER16)
     w1 = s.next_work(0.0)
     assert w1 is not None
     s.abort(2 if w1.stream_id == 1 else 1)  # the other stream leaves; its unit was not claimed
@@ -405,7 +410,7 @@ def test_a_second_chunk_never_delays_another_stream() -> None:
 
 def test_a_newcomer_waits_for_a_worker_and_then_goes_first() -> None:
     s = idle(credits=100)
-    start_stream(s, 1, now=0.0, frames=300)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
     one, two = s.next_work(0.0), s.next_work(0.0)
     assert isinstance(one, VocoderWork) and isinstance(two, VocoderWork)
     s.add(2, [seg()], 0.0, PIPER)
@@ -417,7 +422,7 @@ def test_a_newcomer_waits_for_a_worker_and_then_goes_first() -> None:
 
 def test_credits_bound_the_chunks_in_flight() -> None:
     s = idle(credits=2)
-    start_stream(s, 1, now=0.0, frames=300)  # its first chunk was taken
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)  # its first chunk was taken
     one = s.next_work(0.0)
     two = s.next_work(0.0)
     assert isinstance(one, VocoderWork) and isinstance(two, VocoderWork)
@@ -443,7 +448,7 @@ def test_one_worker_never_runs_two_threads_or_two_chunks() -> None:
 
 def test_aborted_and_failed_work_gives_its_workers_back() -> None:
     s = idle(credits=100)
-    start_stream(s, 1, now=0.0, frames=300)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
     one, two = s.next_work(0.0), s.next_work(0.0)
     assert isinstance(one, VocoderWork) and isinstance(two, VocoderWork)
     s.fail(1, one)
@@ -481,3 +486,26 @@ def test_a_whole_segment_model_decodes_two_segments_at_once_when_alone() -> None
     assert s.complete_vocoder(second, 20 * WHOLE.hop, 0.0) is not None
     done = s.complete_vocoder(one, 30 * WHOLE.hop, 0.0)
     assert done is not None and done.released == 2 and done.last and not s.has(1)
+
+
+def test_a_stream_alone_gets_a_smaller_first_chunk_and_a_crowded_one_the_usual() -> None:
+    s = idle(credits=100)
+    s.add(1, [seg()], 0.0, PIPER)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(100))
+    first = s.next_work(0.0)
+    assert isinstance(first, VocoderWork) and (first.start, first.end, first.hi) == (0, 8, 18)
+    s.complete_vocoder(first, 8 * HOP, 0.0)
+    nxt = s.next_work(0.0)  # 93 ms out: urgent, so one chunk on both threads
+    assert isinstance(nxt, VocoderWork) and (nxt.lo, nxt.start, nxt.end) == (0, 8, 40) and nxt.threads == 2
+
+    s = idle(credits=100)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
+    s.add(2, [seg()], 0.0, PIPER)
+    a2 = s.next_work(0.0)
+    assert isinstance(a2, AcousticWork) and a2.stream_id == 2
+    s.complete_acoustic(a2, latent(100))
+    first = s.next_work(0.0)  # stream 1 has a chunk to run too: stream 2 is not alone
+    assert isinstance(first, VocoderWork) and first.stream_id == 2
+    assert (first.start, first.end) == (0, 16) and first.threads == 1

@@ -23,7 +23,8 @@ there are workers (a lone stream), the work that would leave a worker idle sprea
 - a unit that is the only one runnable, with every worker free, runs on up to
   `idle_threads` intra-op threads (stage A and the first chunk of a lone stream, its last
   chunk). It holds those workers, so work that arrives meanwhile waits for it instead of
-  oversubscribing the cores;
+  oversubscribing the cores. The first chunk of a stream that is alone is also smaller
+  (`idle_first_chunk_frames`): its next one follows at once;
 - a stream past its first packet may have up to `idle_chunks` vocoder chunks in flight
   (chunks are independent given their context frames), but a second one is claimed only
   when no other unit of any stream can run, and while the stream is not urgent (an
@@ -159,19 +160,20 @@ class Chunk:
 
 
 def plan_chunk(
-    frames: int, pos: int, index: int, c: VocoderChunking | None
+    frames: int, pos: int, index: int, c: VocoderChunking | None, alone: bool = False
 ) -> tuple[int, int, int, int]:
     """The window of a stream's chunk number `index`, starting at frame `pos` of a latent
     of `frames` frames: decode [lo, hi), keep [start, end).
 
-    Chunk 0 is small for a fast first packet; later chunks double from `chunk_frames` up
-    to `max_chunk_frames`; a tail shorter than half a chunk joins the chunk before it.
+    Chunk 0 is small for a fast first packet (smaller still, `idle_first_chunk_frames`,
+    when the stream is `alone`); later chunks double from `chunk_frames` up to
+    `max_chunk_frames`; a tail shorter than half a chunk joins the chunk before it.
     With no chunking (a whole-segment model) the chunk is the rest of the latent.
     """
     if c is None:
         return pos, frames, pos, frames
     if index == 0:
-        size = c.first_chunk_frames
+        size = c.idle_first_chunk_frames if alone else c.first_chunk_frames
     else:
         size = min(c.max_chunk_frames, c.chunk_frames << min(index - 1, 8))
     start = pos
@@ -409,11 +411,14 @@ class Scheduler:
             return (0, deadline, stream.id)
         return (2, deadline, stream.id)
 
-    def _pick(self, now: float) -> tuple[bool, _Stream] | None:
+    def _pick(self, now: float, exclude: _Stream | None = None) -> tuple[bool, _Stream] | None:
         """The best unit to run now, as (stage A?, stream), without claiming it: one unit
-        per stream at a time, else (only when none is left) a further chunk of a stream."""
+        per stream at a time, else (only when none is left) a further chunk of a stream.
+        `exclude`: a stream not to consider."""
         best: dict[bool, tuple[int, float, int]] = {}  # acoustic? -> (class, key, stream id)
         for stream in self._streams.values():
+            if stream is exclude:
+                continue
             for acoustic in (False, True):
                 ok = self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(stream, False)
                 if not ok:
@@ -436,7 +441,7 @@ class Scheduler:
         extra = [
             (self._rank(stream, False, now), stream)
             for stream in self._streams.values()
-            if self._vocoder_candidate(stream, True, now)
+            if stream is not exclude and self._vocoder_candidate(stream, True, now)
         ]
         return (False, min(extra, key=lambda e: e[0])[1]) if extra else None
 
@@ -452,10 +457,16 @@ class Scheduler:
         acoustic, stream = pick
         if not acoustic and stream.in_flight:
             self.spread["chunks"] += 1
-        work: Work = self._claim_acoustic(stream) if acoustic else self._claim_vocoder(stream)
-        alone = free is not None and free == self.workers and free > 1 and self.idle_threads > 1
-        if alone and self._pick(now) is None:  # nothing else can run: workers would idle
-            work = replace(work, threads=min(self.idle_threads, free or 1))
+        idle = free is not None and free == self.workers and free > 1
+        if acoustic:
+            work: Work = self._claim_acoustic(stream)
+        else:
+            # Before its first packet a stream has no other unit, so it is alone if no
+            # other stream has one.
+            first_alone = idle and stream.claimed == 0 and self._pick(now, exclude=stream) is None
+            work = self._claim_vocoder(stream, first_alone)
+        if idle and self.idle_threads > 1 and self._pick(now) is None:
+            work = replace(work, threads=min(self.idle_threads, free or 1))  # workers would idle
             self.spread["threads"] += 1
         self._busy += work.threads
         return work
@@ -466,14 +477,15 @@ class Scheduler:
         index = stream.next_segment
         return AcousticWork(stream.id, index, stream.segments[index], stream.profile.name)
 
-    def _claim_vocoder(self, stream: _Stream) -> VocoderWork:
+    def _claim_vocoder(self, stream: _Stream, alone: bool = False) -> VocoderWork:
         latent = stream.open_latent()
         assert latent is not None
         seq = stream.claimed
         stream.claimed += 1
         stream.in_flight += 1
         stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
-        lo, hi, start, end = plan_chunk(latent.frames, latent.claimed, seq, stream.profile.chunking)
+        chunking = stream.profile.chunking
+        lo, hi, start, end = plan_chunk(latent.frames, latent.claimed, seq, chunking, alone)
         latent.claimed = end
         latent.claims += 1
         last = (
