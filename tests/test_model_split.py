@@ -146,6 +146,7 @@ def test_a_deferred_flow_gives_the_same_chunks(model: PiperModel) -> None:
     (item,) = voice.inputs(TEXT, voice.voices[0], 1.0)
     (whole,) = voice.acoustic([item])
     (deferred,) = voice.acoustic([item], threads=2)
+    assert deferred.durations is not None and whole.durations is not None
     assert deferred.frames == whole.frames and np.array_equal(deferred.durations, whole.durations)
     assert deferred.words == whole.words
     for lo, hi in ((0, 18), (0, 26), (6, 58), (38, 122), (whole.frames - 40, whole.frames)):
