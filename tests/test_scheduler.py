@@ -291,9 +291,11 @@ def test_stage_a_cost_is_learned_per_model() -> None:
 
 
 # -- the idle core (issue 15): workers held per unit, threads and chunks while alone -----
-PIPER16 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frames=16))
+PIPER16 = PIPER
 """Piper whose first chunk is 16 frames even when alone (0.186 s of audio: not urgent at
 once, so a second chunk may follow it)."""
+PIPER8 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frames=8))
+"""Piper whose first chunk is 8 frames when alone."""
 
 
 def idle(credits: int = 4, workers: int = 2) -> Scheduler:
@@ -490,7 +492,7 @@ def test_a_whole_segment_model_decodes_two_segments_at_once_when_alone() -> None
 
 def test_a_stream_alone_gets_a_smaller_first_chunk_and_a_crowded_one_the_usual() -> None:
     s = idle(credits=100)
-    s.add(1, [seg()], 0.0, PIPER)
+    s.add(1, [seg()], 0.0, PIPER8)
     a = s.next_work(0.0)
     assert isinstance(a, AcousticWork)
     s.complete_acoustic(a, latent(100))
@@ -502,7 +504,7 @@ def test_a_stream_alone_gets_a_smaller_first_chunk_and_a_crowded_one_the_usual()
 
     s = idle(credits=100)
     start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
-    s.add(2, [seg()], 0.0, PIPER)
+    s.add(2, [seg()], 0.0, PIPER8)
     a2 = s.next_work(0.0)
     assert isinstance(a2, AcousticWork) and a2.stream_id == 2
     s.complete_acoustic(a2, latent(100))

@@ -23,8 +23,8 @@ there are workers (a lone stream), the work that would leave a worker idle sprea
 - a unit that is the only one runnable, with every worker free, runs on up to
   `idle_threads` intra-op threads (stage A and the first chunk of a lone stream, its last
   chunk). It holds those workers, so work that arrives meanwhile waits for it instead of
-  oversubscribing the cores. The first chunk of a stream that is alone is also smaller
-  (`idle_first_chunk_frames`): its next one follows at once;
+  oversubscribing the cores. The first chunk of a stream that is alone may also be
+  smaller (`idle_first_chunk_frames`);
 - a stream past its first packet may have up to `idle_chunks` vocoder chunks in flight
   (chunks are independent given their context frames), but a second one is claimed only
   when no other unit of any stream can run, and while the stream is not urgent (an
