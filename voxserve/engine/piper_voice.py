@@ -7,9 +7,9 @@ request model id it claims (`tts-1`). It reads no request and schedules nothing.
 
 A stage A call on several threads is one the engine found alone with cores to spare: a
 lone stream waiting for its first audio. Its flow (half of stage A) is then left to the
-vocoder calls (`_DeferredFlow`): the first chunk runs it on its own window, and the rest
-of the segment once. The first audio waits for the prior and a short window only; the
-flow's work is the same but for that window.
+vocoder calls (`_DeferredFlow`): the first chunk runs it over the first two chunks' frames,
+the third over the whole segment. The first audio waits for the prior and that head only;
+the flow's work grows by the head (the segment's first ~90 frames).
 """
 
 from __future__ import annotations
@@ -48,28 +48,32 @@ class PiperItem(AcousticInput):
 
 
 class _DeferredFlow:
-    """A segment's latent whose flow has not run: a first chunk (frames [0, hi) with
-    hi <= `window`) runs it on its own window; any other chunk runs it once over the whole
-    segment (under a lock: two chunks in flight may both ask), kept for the rest."""
+    """A segment's latent whose flow has not run yet. The first chunk runs it over a head
+    of `head` frames (exact there: `FLOW_CONTEXT` frames of window past it), which also
+    covers the second chunk, so that one costs a decode only, as any second chunk does.
+    A chunk past the head runs it once over the whole segment (under a lock: chunks in
+    flight together may both ask), kept for the rest."""
 
-    def __init__(self, runner: AcousticRunner, prior: Prior, window: int):
+    def __init__(self, runner: AcousticRunner, prior: Prior, head: int):
         self._runner = runner
         self._prior = prior
-        self._window = window
+        self._head = head if head + FLOW_CONTEXT < prior.frames else 0
+        """0 when a head saves nothing over the whole flow (a short segment)."""
         self._z: np.ndarray | None = None
+        self._z_head: np.ndarray | None = None
         self._lock = threading.Lock()
 
     def frames(self, lo: int, hi: int, threads: int) -> np.ndarray:
         """z [192, hi - lo]."""
-        z = self._z
-        if z is None and lo == 0 and hi <= self._window and hi + FLOW_CONTEXT < self._prior.frames // 2:
-            return self._runner.flow(self._prior, 0, hi, threads)
-        if z is None:
-            with self._lock:
-                if self._z is None:
-                    self._z = self._runner.flow(self._prior, 0, self._prior.frames, threads)
-                z = self._z
-        return z[:, lo:hi]
+        with self._lock:
+            if self._z is None and hi <= self._head:
+                if self._z_head is None:
+                    self._z_head = self._runner.flow(self._prior, 0, self._head, threads)
+                return self._z_head[:, lo:hi]
+            if self._z is None:
+                self._z = self._runner.flow(self._prior, 0, self._prior.frames, threads)
+                self._z_head = None
+            return self._z[:, lo:hi]
 
 
 class PiperVoice:
@@ -92,11 +96,12 @@ class PiperVoice:
         self._name = name or model.name
         self._model_ids = model_ids
         self._profile = ModelProfile(self._name, model.hop, model.sample_rate, chunking)
-        self._flow_window = 0
-        """The longest first chunk window (core and right context) that runs its own flow."""
+        self._flow_head = 0
+        """Frames a deferred flow computes for a segment's first two chunks (see
+        `_DeferredFlow`); 0 without chunking."""
         if chunking is not None:
             first = max(chunking.first_chunk_frames, chunking.idle_first_chunk_frames)
-            self._flow_window = first + chunking.right_context
+            self._flow_head = first + chunking.chunk_frames + chunking.right_context
         self._gain = output_gain
         self._noise_scale = model.noise_scale if noise_scale is None else noise_scale
         self._noise_w = model.noise_w if noise_w is None else noise_w
@@ -173,7 +178,7 @@ class PiperVoice:
         runner = self.model.acoustic
         if threads > 1:
             return [
-                Latent(_DeferredFlow(runner, prior, self._flow_window), prior.frames, durations,
+                Latent(_DeferredFlow(runner, prior, self._flow_head), prior.frames, durations,
                        word_frames(item.words, durations))
                 for item, (prior, durations) in zip(batch, runner.run_prior(batch, threads), strict=True)
             ]
