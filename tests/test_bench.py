@@ -69,10 +69,15 @@ def test_speech_bench_json_plot_and_compare(server: RunningServer, tmp_path: Pat
             assert rec["audio_s"] == pytest.approx(sum(rec["chunk_bytes"]) / 2 / 24000)
             assert rec["rtf"] == pytest.approx(rec["e2el_s"] / rec["audio_s"])
             assert rec["max_underrun_s"] >= 0
+            assert 0 < rec["server_timing_s"]["total"] < rec["ttfp_s"]
+        parts = s["first_packet_s"]
+        assert {"text", "queue", "acoustic", "decode", "encode", "total", "http"} <= set(parts)
+        assert parts["acoustic"]["n"] == 3 and parts["http"]["p50"] >= 0
     assert result["health"]["n"] >= sum(lv["health"]["n"] for lv in result["levels"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = capsys.readouterr().out
     assert "TTFP p50 ms" in table and "/health over the run" in table
+    assert "c=1 first packet p50 ms: parse" in table and "= server" in table
 
     assert main(["bench", "compare", str(out), str(out)]) == 0
     compared = capsys.readouterr().out

@@ -11,6 +11,7 @@ from voxserve.bench.metrics import (
     continuity_ok_rate,
     max_underrun,
     normalize_text,
+    parse_server_timing,
     percentile,
     summarize,
     word_error_rate,
@@ -138,3 +139,9 @@ def test_pick_is_seeded_and_cycles() -> None:
     assert 30 <= len(BUILTIN_PROMPTS) <= 50
     lengths = sorted(len(p) for p in BUILTIN_PROMPTS)
     assert lengths[0] < 20 and lengths[-1] > 400
+
+
+def test_server_timing_is_read_in_seconds_and_odd_entries_are_skipped() -> None:
+    value = 'text;dur=1.5, acoustic;desc="two threads";dur=20, cache;desc=hit, bad;dur=x, total;dur=31.25'
+    assert parse_server_timing(value) == {"text": 0.0015, "acoustic": 0.02, "total": 0.03125}
+    assert parse_server_timing("") == {}

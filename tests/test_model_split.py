@@ -15,6 +15,7 @@ from voxserve.config import TTSConfig, VocoderChunking
 from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.scheduler import AcousticWork, Latent, Scheduler, VocoderWork
 from voxserve.engine.tts import TTSEngine, decode_chunk
+from voxserve.engine.voices import Span
 from voxserve.runners.piper import (
     SPLIT_LAYOUT,
     AcousticInput,
@@ -43,12 +44,12 @@ def ids(model: PiperModel) -> np.ndarray:
 
 
 def test_split_is_cached_by_hash(model: PiperModel, tmp_path: Path) -> None:
-    a, b = split_model(model.files.model, tmp_path)
-    assert a.exists() and b.exists()
-    mtime = a.stat().st_mtime_ns
-    assert split_model(model.files.model, tmp_path) == (a, b)
-    assert a.stat().st_mtime_ns == mtime  # second call reuses the cache
-    assert a.parent.name == f"{_sha256(model.files.model)[:32]}-{SPLIT_LAYOUT}"  # not an older layout's
+    graphs = split_model(model.files.model, tmp_path)
+    assert graphs.prior.exists() and graphs.flow.exists() and graphs.vocoder.exists()
+    mtime = graphs.prior.stat().st_mtime_ns
+    assert split_model(model.files.model, tmp_path) == graphs
+    assert graphs.prior.stat().st_mtime_ns == mtime  # second call reuses the cache
+    assert graphs.prior.parent.name == f"{_sha256(model.files.model)[:32]}-{SPLIT_LAYOUT}"  # not an older layout's
 
 
 def _sha256(path: Path) -> str:
@@ -136,3 +137,19 @@ def test_engine_stream_equals_full_model(model: PiperModel) -> None:
     reference = np.clip(np.concatenate(expected), -1, 1) * 32767
     assert pcm.dtype == np.int16 and len(pcm) == len(reference)
     assert snr_db(reference, pcm) >= 60
+
+
+def test_a_deferred_flow_gives_the_same_chunks(model: PiperModel) -> None:
+    """Stage A on two threads (a lone stream) leaves the flow to the chunks: the first runs
+    it on its own window, the others once over the segment. The audio is the same."""
+    voice = PiperVoice(model, VocoderChunking(), 1.0, noise_scale=0.0, noise_w=0.0)
+    (item,) = voice.inputs(TEXT, voice.voices[0], 1.0)
+    (whole,) = voice.acoustic([item])
+    (deferred,) = voice.acoustic([item], threads=2)
+    assert deferred.durations is not None and whole.durations is not None
+    assert deferred.frames == whole.frames and np.array_equal(deferred.durations, whole.durations)
+    assert deferred.words == whole.words
+    for lo, hi in ((0, 18), (0, 26), (6, 58), (38, 122), (whole.frames - 40, whole.frames)):
+        a = voice.decode([Span(whole, lo, hi)])[0]
+        b = voice.decode([Span(deferred, lo, hi)], threads=2)[0]
+        assert snr_db(a, b) >= 90, (lo, hi)

@@ -288,3 +288,226 @@ def test_stage_a_cost_is_learned_per_model() -> None:
     assert s.acoustic_s_per_id("piper") == PIPER.acoustic_s_per_id
     whole = s.acoustic_s_per_id("whole")
     assert whole is not None and whole > WHOLE.acoustic_s_per_id
+
+
+# -- the idle core (issue 15): workers held per unit, threads and chunks while alone -----
+PIPER16 = PIPER
+"""Piper whose first chunk is 16 frames even when alone (0.186 s of audio: not urgent at
+once, so a second chunk may follow it)."""
+PIPER8 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frames=8))
+"""Piper whose first chunk is 8 frames when alone."""
+
+
+def idle(credits: int = 4, workers: int = 2) -> Scheduler:
+    """As the engine builds it: two workers, stage A leaves one for the vocoder."""
+    return Scheduler(credits=credits, acoustic_slots=workers - 1, workers=workers, idle_threads=2, idle_chunks=2)
+
+
+def test_a_lone_stream_runs_stage_a_and_its_first_chunk_on_both_cores() -> None:
+    s = idle()
+    s.add(1, [seg(), seg()], 0.0, PIPER16)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork) and a.threads == 2
+    assert s.busy_workers == 2 and s.next_work(0.0) is None  # it holds both workers
+    s.complete_acoustic(a, latent(100))
+    assert s.busy_workers == 0
+    first = s.next_work(0.0)
+    assert isinstance(first, VocoderWork) and first.seq == 0 and first.threads == 2
+    assert s.next_work(0.0) is None
+    s.complete_vocoder(first, 16 * HOP, 0.0)
+    # Past the first packet there are two units (the next chunk, the next sentence's
+    # stage A): one thread each, side by side.
+    pair = [s.next_work(0.0), s.next_work(0.0)]
+    assert sorted(type(w).__name__ for w in pair) == ["AcousticWork", "VocoderWork"]
+    assert all(w is not None and w.threads == 1 for w in pair)
+    assert s.next_work(0.0) is None
+
+
+def test_a_lone_stream_decodes_two_chunks_at_once_and_releases_them_in_order() -> None:
+    s = idle(credits=100)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
+    one, two = s.next_work(0.0), s.next_work(0.0)
+    assert isinstance(one, VocoderWork) and isinstance(two, VocoderWork)
+    assert (one.seq, one.start, one.end) == (1, 16, 48)
+    assert (two.seq, two.start, two.end) == (2, 48, 112)
+    assert one.threads == two.threads == 1
+    assert s.next_work(0.1) is None  # idle_chunks = 2
+    # The second finishes first: nothing is released until the first is done.
+    early = s.complete_vocoder(two, 64 * HOP, 0.2)
+    assert early is not None and early.released == 0 and s.produced(1) == 16 * HOP
+    both = s.complete_vocoder(one, 32 * HOP, 0.3)
+    assert both is not None and both.released == 2 and both.samples == 96 * HOP
+    assert s.produced(1) == 112 * HOP and s.busy_workers == 0
+
+
+def test_an_urgent_lone_stream_gets_both_threads_for_one_chunk_instead_of_two_chunks() -> None:
+    """Two chunks in flight would share a core if something else (another process) held
+    the other: the one the player waits for would come later. So an urgent stream runs
+    one chunk at a time, on both threads while alone."""
+    s = idle(credits=100)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)  # 16 frames out: dry at 0.186 s
+    urgent = s.next_work(0.1)
+    assert isinstance(urgent, VocoderWork) and urgent.threads == 2
+    assert s.next_work(0.1) is None
+
+
+def test_the_first_packet_is_timed_by_the_first_chunk_whatever_finishes_first() -> None:
+    s = idle(credits=100)
+    s.add(1, [seg()], 0.0, PIPER)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(300))
+    first = s.next_work(0.0)
+    assert isinstance(first, VocoderWork)
+    # No second chunk before the first packet: the first chunk gets both cores instead.
+    assert first.threads == 2 and s.next_work(0.0) is None
+    chunk = s.complete_vocoder(first, 16 * HOP, 0.5)
+    assert chunk is not None and chunk.first
+    assert s.lagging(0.5 + 16 * FRAME_S - 0.1, 0.5) == 0  # still starting (one chunk out)
+
+
+def test_stream_ends_after_its_last_chunk_in_order() -> None:
+    s = idle(credits=100)
+    start_stream(s, 1, now=0.0, frames=60, profile=PIPER16)  # chunks (0,16) sent; (16,60) is the rest
+    rest = s.next_work(0.0)
+    assert isinstance(rest, VocoderWork) and rest.last and rest.threads == 2  # alone
+    chunk = s.complete_vocoder(rest, 44 * HOP, 0.0)
+    assert chunk is not None and chunk.last and not s.has(1)
+
+
+def test_last_chunk_out_of_order_ends_the_stream_once_the_earlier_one_is_in() -> None:
+    s = idle(credits=100)
+    start_stream(s, 1, now=0.0, frames=112, profile=PIPER16)
+    one, two = s.next_work(0.0), s.next_work(0.0)
+    assert isinstance(one, VocoderWork) and isinstance(two, VocoderWork) and two.last
+    early = s.complete_vocoder(two, 64 * HOP, 0.0)
+    assert early is not None and not early.last and s.has(1)
+    done = s.complete_vocoder(one, 32 * HOP, 0.0)
+    assert done is not None and done.last and done.released == 2 and not s.has(1)
+
+
+def test_crowded_streams_get_one_unit_per_worker_on_one_thread() -> None:
+    s = idle(credits=100)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
+    start_stream(s, 2, now=0.0, frames=300, profile=PIPER16)
+    units = [s.next_work(0.0), s.next_work(0.0)]
+    assert sorted(w.stream_id for w in units if w is not None) == [1, 2]
+    assert all(w is not None and w.threads == 1 for w in units)
+    assert s.next_work(0.0) is None  # every worker is held
+
+
+def test_a_second_chunk_never_delays_another_stream() -> None:
+    """A stream's second chunk in flight is claimed only when nothing else can run: a
+    newcomer's stage A, or another stream's chunk, goes first."""
+    s = idle(credits=100)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
+    start_stream(s, 2, now=0.0, frames=300, profile=PIPER16)
+    w1 = s.next_work(0.0)
+    assert w1 is not None
+    s.abort(2 if w1.stream_id == 1 else 1)  # the other stream leaves; its unit was not claimed
+    s.add(3, [seg()], 0.0, PIPER)
+    nxt = s.next_work(0.0)
+    assert isinstance(nxt, AcousticWork) and nxt.stream_id == 3 and nxt.threads == 1
+
+
+def test_a_newcomer_waits_for_a_worker_and_then_goes_first() -> None:
+    s = idle(credits=100)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
+    one, two = s.next_work(0.0), s.next_work(0.0)
+    assert isinstance(one, VocoderWork) and isinstance(two, VocoderWork)
+    s.add(2, [seg()], 0.0, PIPER)
+    assert s.next_work(0.0) is None  # both workers decode stream 1
+    s.complete_vocoder(one, 32 * HOP, 0.0)
+    nxt = s.next_work(0.0)
+    assert isinstance(nxt, AcousticWork) and nxt.stream_id == 2 and nxt.threads == 1
+
+
+def test_credits_bound_the_chunks_in_flight() -> None:
+    s = idle(credits=2)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)  # its first chunk was taken
+    one = s.next_work(0.0)
+    two = s.next_work(0.0)
+    assert isinstance(one, VocoderWork) and isinstance(two, VocoderWork)
+    s.complete_vocoder(one, 32 * HOP, 0.0)
+    s.complete_vocoder(two, 64 * HOP, 0.0)
+    assert s.next_work(0.0) is None  # two chunks untaken: out of credit
+    s.taken(1)
+    assert isinstance(s.next_work(0.0), VocoderWork)
+
+
+def test_one_worker_never_runs_two_threads_or_two_chunks() -> None:
+    s = Scheduler(credits=100, workers=1, idle_threads=2, idle_chunks=2)
+    s.add(1, [seg()], 0.0, PIPER)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork) and a.threads == 1
+    assert s.next_work(0.0) is None
+    s.complete_acoustic(a, latent(300))
+    first = s.next_work(0.0)
+    assert isinstance(first, VocoderWork) and first.threads == 1
+    s.complete_vocoder(first, 16 * HOP, 0.0)
+    assert isinstance(s.next_work(0.0), VocoderWork) and s.next_work(0.0) is None
+
+
+def test_aborted_and_failed_work_gives_its_workers_back() -> None:
+    s = idle(credits=100)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
+    one, two = s.next_work(0.0), s.next_work(0.0)
+    assert isinstance(one, VocoderWork) and isinstance(two, VocoderWork)
+    s.fail(1, one)
+    assert s.busy_workers == 1 and not s.has(1)
+    assert s.complete_vocoder(two, 64 * HOP, 0.0) is None  # late result of a dropped stream
+    assert s.busy_workers == 0
+    s.add(2, [seg()], 0.0, PIPER)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork) and a.threads == 2
+    s.abort(2)
+    s.complete_acoustic(a, latent(10))
+    assert s.busy_workers == 0
+
+
+def test_a_whole_segment_model_decodes_two_segments_at_once_when_alone() -> None:
+    """Kokoro's case: no chunking, so parallel chunks are whole segments of one stream."""
+    s = idle(credits=100)
+    s.add(1, [seg(), seg(), seg()], 0.0, WHOLE)
+    a0 = s.next_work(0.0)
+    assert isinstance(a0, AcousticWork) and a0.threads == 2
+    s.complete_acoustic(a0, latent(40))
+    first = s.next_work(0.0)
+    assert isinstance(first, VocoderWork) and first.threads == 2 and (first.start, first.end) == (0, 40)
+    s.complete_vocoder(first, 40 * WHOLE.hop, 0.0)
+    a1 = s.next_work(0.0)
+    assert isinstance(a1, AcousticWork) and a1.segment == 1 and a1.threads == 2
+    s.complete_acoustic(a1, latent(30))
+    pair = [s.next_work(0.0), s.next_work(0.0)]  # segment 1's decode beside segment 2's stage A
+    assert sorted(type(w).__name__ for w in pair) == ["AcousticWork", "VocoderWork"]
+    a2 = next(w for w in pair if isinstance(w, AcousticWork))
+    s.complete_acoustic(a2, latent(20))
+    second = s.next_work(0.0)  # segment 2 decodes beside segment 1
+    assert isinstance(second, VocoderWork) and second.segment == 2 and second.threads == 1
+    one = next(w for w in pair if isinstance(w, VocoderWork))
+    assert s.complete_vocoder(second, 20 * WHOLE.hop, 0.0) is not None
+    done = s.complete_vocoder(one, 30 * WHOLE.hop, 0.0)
+    assert done is not None and done.released == 2 and done.last and not s.has(1)
+
+
+def test_a_stream_alone_gets_a_smaller_first_chunk_and_a_crowded_one_the_usual() -> None:
+    s = idle(credits=100)
+    s.add(1, [seg()], 0.0, PIPER8)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(100))
+    first = s.next_work(0.0)
+    assert isinstance(first, VocoderWork) and (first.start, first.end, first.hi) == (0, 8, 18)
+    s.complete_vocoder(first, 8 * HOP, 0.0)
+    nxt = s.next_work(0.0)  # 93 ms out: urgent, so one chunk on both threads
+    assert isinstance(nxt, VocoderWork) and (nxt.lo, nxt.start, nxt.end) == (0, 8, 40) and nxt.threads == 2
+
+    s = idle(credits=100)
+    start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
+    s.add(2, [seg()], 0.0, PIPER8)
+    a2 = s.next_work(0.0)
+    assert isinstance(a2, AcousticWork) and a2.stream_id == 2
+    s.complete_acoustic(a2, latent(100))
+    first = s.next_work(0.0)  # stream 1 has a chunk to run too: stream 2 is not alone
+    assert isinstance(first, VocoderWork) and first.stream_id == 2
+    assert (first.start, first.end) == (0, 16) and first.threads == 1

@@ -27,6 +27,14 @@ class VocoderChunking:
 
     first_chunk_frames: int = 16
     """Core frames in a stream's first chunk; small, so the first audio leaves early."""
+    idle_first_chunk_frames: int = 16
+    """Core frames in the first chunk of a stream that arrives alone (nothing else to run,
+    every worker free). With the right context any size reproduces the whole decode (8
+    frames: >= 106 dB SNR on every first segment of the bench prompts), and a smaller one
+    leaves sooner, but it holds less audio for the next chunk to arrive in: at 8 frames,
+    74 ms at 24 kHz after the resampler's delay, and the lone stream's second chunk also
+    runs the rest of the deferred flow (see PiperVoice), so it came late under load. Equal
+    to first_chunk_frames by default, which turns it off."""
     chunk_frames: int = 32
     """Core frames in the second chunk (256 samples each, so 32 frames = 372 ms at 22 kHz)."""
     max_chunk_frames: int = 128
@@ -39,7 +47,7 @@ class VocoderChunking:
     """Frames decoded after a chunk and cropped away."""
 
     def __post_init__(self) -> None:
-        if self.first_chunk_frames < 1 or self.chunk_frames < 1:
+        if min(self.first_chunk_frames, self.idle_first_chunk_frames, self.chunk_frames) < 1:
             raise ValueError("chunk sizes must be at least 1 frame")
         if self.max_chunk_frames < self.chunk_frames:
             raise ValueError("max_chunk_frames must be >= chunk_frames")
@@ -60,7 +68,8 @@ class TTSConfig:
     cache_dir: Path | None = None
     """Where the split stage A / stage B graphs are cached; None uses the user cache dir."""
     workers: int = field(default_factory=default_cores)
-    """Inference threads; each owns single-threaded ONNX sessions."""
+    """Inference threads; each runs single-threaded ONNX sessions (a lone stream's unit
+    may hold several workers and their threads: see idle_threads)."""
     chunking: VocoderChunking = field(default_factory=VocoderChunking)
     """Vocoder chunk sizes and context."""
     output_gain: float = 1.15
@@ -98,10 +107,19 @@ class TTSConfig:
     long one holds a core for hundreds of milliseconds."""
     urgent_slack_s: float = 0.15
     """A live stream whose playback runs dry within this much time outranks new requests."""
+    idle_threads: int = 2
+    """Intra-op threads for a unit of work that is the only one runnable while every
+    worker is free (stage A and the first chunk of a lone stream); it holds that many
+    workers meanwhile. 1: always single-threaded sessions."""
+    idle_chunks: int = 2
+    """Vocoder chunks of one stream decoded at once while workers would otherwise idle
+    (fewer runnable streams than workers). 1: one chunk per stream at a time."""
 
     def __post_init__(self) -> None:
         if min(self.workers, self.credits, self.max_streams, self.max_input_chars) < 1:
             raise ValueError("workers, credits, max_streams and max_input_chars must be >= 1")
+        if min(self.idle_threads, self.idle_chunks) < 1:
+            raise ValueError("idle_threads and idle_chunks must be >= 1")
         if not self.models:
             raise ValueError("load at least one TTS model (--tts-models piper)")
         if self.max_queue < 0 or self.queue_timeout_s < 0:

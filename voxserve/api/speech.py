@@ -23,7 +23,7 @@ import base64
 import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 
 from starlette.requests import Request
 
@@ -34,12 +34,13 @@ from voxserve.audio.encode import content_type
 from voxserve.engine.words import WordTime
 from voxserve.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType, VoxError
 from voxserve.serving.service import Service, Speech
-from voxserve.serving.speech import SpeechParams
+from voxserve.serving.speech import AudioChunk, SpeechParams
 
 __all__ = [
     "read_body",
     "read_speech_request",
     "require_json",
+    "server_timing",
     "speech",
     "speech_body",
     "speech_head",
@@ -74,11 +75,23 @@ async def speech(request: Request) -> StreamResponse:
     media_type, headers = speech_head(body, state.config.default_sample_rate, request_id)
     if stream.replica is not None:
         headers[REPLICA_HEADER] = stream.replica
+    late: dict[str, str] = {}
     if body.timestamps and body.stream_format == "audio":
-        content = captioned_body(stream, body.response_format)
+        content = captioned_body(stream, body.response_format, late)
     else:
-        content = speech_body(stream, body.stream_format, body.timestamps)
-    return StreamResponse(content, media_type, headers, stream.close)
+        content = speech_body(stream, body.stream_format, body.timestamps, late)
+    return StreamResponse(content, media_type, headers, stream.close, late_headers=late)
+
+
+def server_timing(parts: Mapping[str, float]) -> str:
+    """A `Server-Timing` header value: each part of the time to first audio in ms (the
+    W3C format browsers' developer tools show; `voxserve bench speech` reads it)."""
+    return ", ".join(f"{name};dur={seconds * 1e3:.2f}" for name, seconds in parts.items())
+
+
+def _note_first_packet(chunk: AudioChunk, late: dict[str, str] | None) -> None:
+    if late is not None and chunk.first_packet is not None:
+        late["server-timing"] = server_timing(chunk.first_packet)
 
 
 def speech_params(body: SpeechRequest) -> SpeechParams:
@@ -141,13 +154,17 @@ def words_json(words: Sequence[WordTime]) -> list[dict[str, object]]:
     return [{"word": w.word, "start_time": w.start, "end_time": w.end} for w in words]
 
 
-async def captioned_body(stream: Speech, response_format: str) -> AsyncGenerator[bytes, None]:
+async def captioned_body(
+    stream: Speech, response_format: str, late: dict[str, str] | None = None
+) -> AsyncGenerator[bytes, None]:
     """The whole audio and its word timings as one JSON body, sent once all is made (so a
-    failure before the end is still a JSON error with its status)."""
+    failure before the end is still a JSON error with its status). `late` gets the
+    first packet's Server-Timing header."""
     parts: list[bytes] = []
     words: list[WordTime] = []
     async with contextlib.aclosing(stream.chunks()) as chunks:
         async for chunk in chunks:
+            _note_first_packet(chunk, late)
             parts.append(chunk.data)
             words.extend(chunk.words)
     body = {
@@ -159,19 +176,24 @@ async def captioned_body(stream: Speech, response_format: str) -> AsyncGenerator
     yield json.dumps(body).encode()
 
 
-async def speech_body(stream: Speech, stream_format: str, timestamps: bool = False) -> AsyncGenerator[bytes, None]:
+async def speech_body(
+    stream: Speech, stream_format: str, timestamps: bool = False, late: dict[str, str] | None = None
+) -> AsyncGenerator[bytes, None]:
     """The response body: the encoded audio, or SSE events (`speech.audio.delta`, then
     `speech.audio.done` with usage; a failure after the start is an `error` event); with
-    `timestamps`, a `speech.words` event before each segment's audio."""
+    `timestamps`, a `speech.words` event before each segment's audio. `late` gets the
+    first packet's Server-Timing header before the first bytes."""
     if stream_format != "sse":
         async with contextlib.aclosing(stream.chunks()) as chunks:
             async for chunk in chunks:
+                _note_first_packet(chunk, late)
                 yield chunk.data
         return
     samples = 0
     try:
         async with contextlib.aclosing(stream.chunks()) as chunks:
             async for chunk in chunks:
+                _note_first_packet(chunk, late)
                 samples += chunk.samples
                 if timestamps and chunk.words:
                     yield sse({"type": "speech.words", "words": words_json(chunk.words)})

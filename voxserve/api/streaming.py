@@ -51,10 +51,14 @@ class StreamResponse:
         headers: dict[str, str] | None = None,
         close: Callable[[bool], None] | None = None,
         status: int = 200,
+        late_headers: dict[str, str] | None = None,
     ):
+        """`late_headers`: a dict the body may fill until its first bytes (what only the
+        first chunk tells, such as its Server-Timing); sent with the status line."""
         self.body = body
         self.status = status
         self.headers = {"content-type": media_type, "cache-control": "no-store", **(headers or {})}
+        self.late_headers = late_headers
         self._close = close
 
     async def _first_bytes(self) -> bytes | None:
@@ -81,7 +85,8 @@ class StreamResponse:
             except VoxError as exc:
                 await error_response(exc)(scope, receive, send)
                 return False
-            start = [(k.encode(), v.encode()) for k, v in self.headers.items()]
+            headers = {**self.headers, **(self.late_headers or {})}
+            start = [(k.encode(), v.encode()) for k, v in headers.items()]
             await send({"type": "http.response.start", "status": self.status, "headers": start})
             if first is not None:
                 await send({"type": "http.response.body", "body": first, "more_body": True})

@@ -17,6 +17,7 @@ __all__ = [
     "continuity_ok_rate",
     "max_underrun",
     "normalize_text",
+    "parse_server_timing",
     "percentile",
     "playback_stalls",
     "summarize",
@@ -51,6 +52,25 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
     for q in (50, 95, 99):
         out[f"p{q}"] = percentile(values, q)
     out["max"] = max(values) if values else math.nan
+    return out
+
+
+def parse_server_timing(value: str) -> dict[str, float]:
+    """A `Server-Timing` header's durations in seconds by name (`name;dur=ms, ...`);
+    entries without a duration, or with a bad one, are left out."""
+    out: dict[str, float] = {}
+    for entry in value.split(",")[:64]:
+        name, *params = (p.strip() for p in entry.split(";"))
+        for param in params:
+            key, _, raw = param.partition("=")
+            if key.strip().lower() != "dur" or not name:
+                continue
+            try:
+                ms = float(raw.strip().strip('"'))
+            except ValueError:
+                continue
+            if math.isfinite(ms):
+                out[name] = ms / 1e3
     return out
 
 

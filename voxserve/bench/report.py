@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "METRICS",
     "Metric",
+    "first_packet_line",
     "format_table",
     "git_revision",
     "host_info",
@@ -121,6 +122,10 @@ def format_table(result: dict[str, Any]) -> str:
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     for level in result["levels"]:
+        line = first_packet_line(level["summary"].get("first_packet_s") or {})
+        if line:
+            lines.append(f"c={level['concurrency']} first packet p50 ms: {line}")
+    for level in result["levels"]:
         failures = level["summary"]["failures_by_status"]
         if failures:
             shown = ", ".join(f"{'no response' if code == '0' else code}: {n}"
@@ -135,6 +140,21 @@ def format_table(result: dict[str, Any]) -> str:
                      f"{health['p50'] * 1e3:.1f} ms, p99 {health['p99'] * 1e3:.1f} ms, max "
                      f"{health['max'] * 1e3:.1f} ms, {int(health['failures'])} failed")
     return "\n".join(lines)
+
+
+def first_packet_line(parts: dict[str, dict[str, float]]) -> str:
+    """`text 1.2, queue 0.1, ... = server 31.0 + http 4.2`: the p50 of each part of time
+    to first audio as the server reported it, then its total and the client's rest. The
+    p50s of the parts need not add up to the p50 of the total."""
+    cells = [f"{name} {v['p50'] * 1e3:.1f}" for name, v in parts.items()
+             if name not in ("total", "http") and not math.isnan(v.get("p50", math.nan))]
+    if not cells:
+        return ""
+    line = ", ".join(cells)
+    for name, label in (("total", " = server"), ("http", " + http")):
+        if name in parts and not math.isnan(parts[name].get("p50", math.nan)):
+            line += f"{label} {parts[name]['p50'] * 1e3:.1f}"
+    return line
 
 
 def _git_dirs(folder: Path) -> tuple[Path, Path] | None:

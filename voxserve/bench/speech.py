@@ -20,9 +20,17 @@ import aiohttp
 
 from voxserve.bench.levels import BenchError, measure_levels
 from voxserve.bench.load import LevelRun, run_level
-from voxserve.bench.metrics import continuity_ok_rate, max_underrun, summarize
+from voxserve.bench.metrics import continuity_ok_rate, max_underrun, parse_server_timing, summarize
 
-__all__ = ["SpeechApi", "SpeechRecord", "SpeechTarget", "bench_speech", "chunk_samples", "summarize_speech"]
+__all__ = [
+    "SpeechApi",
+    "SpeechRecord",
+    "SpeechTarget",
+    "bench_speech",
+    "chunk_samples",
+    "first_packet_summary",
+    "summarize_speech",
+]
 
 _ERROR_CHARS = 300
 
@@ -122,6 +130,9 @@ class SpeechRecord:
     audio_s: float | None = None
     rtf: float | None = None
     max_underrun_s: float | None = None
+    server_timing_s: dict[str, float] = field(default_factory=dict)
+    """The server's own time to first audio by part, from its `Server-Timing` header
+    (voxserve sends one; other servers none)."""
 
     @property
     def ok(self) -> bool:
@@ -167,6 +178,9 @@ async def speak(session: aiohttp.ClientSession, target: SpeechApi, text: str,
                 record.error = (await resp.text(errors="replace"))[:_ERROR_CHARS]
                 record.e2el_s = time.perf_counter() - sent
                 return record
+            timing = resp.headers.get("server-timing")
+            if timing:
+                record.server_timing_s = parse_server_timing(timing)
             await target.receive(resp, sent, record)
         record.e2el_s = time.perf_counter() - sent
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
@@ -200,7 +214,27 @@ def summarize_speech(records: list[SpeechRecord], wall_s: float,
         "underrun_s": summarize(underruns),
         "continuity_ok_rate": continuity_ok_rate(underruns, threshold_s),
         "sample_rates": sorted({r.sample_rate for r in ok if r.sample_rate}),
+        "first_packet_s": first_packet_summary(ok),
     }
+
+
+def first_packet_summary(records: list[SpeechRecord]) -> dict[str, dict[str, float]]:
+    """The server's parts of time to first audio, as each request's `Server-Timing`
+    reported them, summarized per part; `http` is the rest of the client's TTFP (the
+    request and the first bytes on the wire, the client's own loop). Empty when the
+    server sent no timings."""
+    timed = [r for r in records if r.server_timing_s and r.ttfp_s is not None]
+    names: list[str] = []
+    for r in timed:
+        names += [n for n in r.server_timing_s if n not in names]
+    out = {name: summarize([r.server_timing_s[name] for r in timed if name in r.server_timing_s])
+           for name in names}
+    if timed and "total" in names:
+        out["http"] = summarize([
+            max(0.0, r.ttfp_s - r.server_timing_s["total"])  # type: ignore[operator]
+            for r in timed if "total" in r.server_timing_s
+        ])
+    return out
 
 
 async def bench_speech(target: SpeechApi, prompts: list[str], levels: list[int],

@@ -190,7 +190,8 @@ class KokoroVoice:
             items.append(KokoroItem(piece, style_row(rows, len(piece)), speed, kept))
         return items
 
-    def acoustic(self, batch: Sequence[KokoroItem]) -> list[Latent]:
+    def acoustic(self, batch: Sequence[KokoroItem], threads: int = 1) -> list[Latent]:
+        del threads  # single-threaded sessions until the runner keeps a set per thread count
         if self._hook is not None:
             self._hook("acoustic", len(batch))
         frames = self.model.acoustic.run([KokoroInput(i.ids, i.style, i.speed) for i in batch])
@@ -199,7 +200,8 @@ class KokoroVoice:
             for i, f in zip(batch, frames, strict=True)
         ]
 
-    def decode(self, batch: Sequence[Span]) -> list[np.ndarray]:
+    def decode(self, batch: Sequence[Span], threads: int = 1) -> list[np.ndarray]:
+        del threads  # as in `acoustic`
         if self._hook is not None:
             self._hook("vocoder", len(batch))
         return self.model.decoder.run([s.latent.features.window(s.lo, s.hi) for s in batch])

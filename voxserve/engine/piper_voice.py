@@ -4,10 +4,17 @@ It wraps what was there: `runners.piper.PiperModel` (stage A and stage B runners
 `text.phonemize.Phonemizer`, unchanged. Piper's particulars live here: its noise and
 length scales, speaker ids, the OpenAI voice names spread over its speakers, and the
 request model id it claims (`tts-1`). It reads no request and schedules nothing.
+
+A stage A call on several threads is one the engine found alone with cores to spare: a
+lone stream waiting for its first audio. Its flow (half of stage A) is then left to the
+vocoder calls (`_DeferredFlow`): the first chunk runs it over the first two chunks' frames,
+the third over the whole segment. The first audio waits for the prior and that head only;
+the flow's work grows by the head (the segment's first ~90 frames).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -18,7 +25,14 @@ from voxserve.engine.scheduler import Latent, ModelProfile
 from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice, find_voice
 from voxserve.engine.words import word_frames
 from voxserve.errors import InvalidRequest
-from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice
+from voxserve.runners.piper import (
+    FLOW_CONTEXT,
+    AcousticInput,
+    AcousticRunner,
+    PiperModel,
+    Prior,
+    bundled_voice,
+)
 from voxserve.runners.piper import find_voice as find_voice_files
 from voxserve.text.phonemize import Phonemizer
 
@@ -31,6 +45,35 @@ class PiperItem(AcousticInput):
 
     words: tuple[tuple[str, int, int], ...] = field(default=())
     """Each word and the range of `ids` it produced."""
+
+
+class _DeferredFlow:
+    """A segment's latent whose flow has not run yet. The first chunk runs it over a head
+    of `head` frames (exact there: `FLOW_CONTEXT` frames of window past it), which also
+    covers the second chunk, so that one costs a decode only, as any second chunk does.
+    A chunk past the head runs it once over the whole segment (under a lock: chunks in
+    flight together may both ask), kept for the rest."""
+
+    def __init__(self, runner: AcousticRunner, prior: Prior, head: int):
+        self._runner = runner
+        self._prior = prior
+        self._head = head if head + FLOW_CONTEXT < prior.frames else 0
+        """0 when a head saves nothing over the whole flow (a short segment)."""
+        self._z: np.ndarray | None = None
+        self._z_head: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    def frames(self, lo: int, hi: int, threads: int) -> np.ndarray:
+        """z [192, hi - lo]."""
+        with self._lock:
+            if self._z is None and hi <= self._head:
+                if self._z_head is None:
+                    self._z_head = self._runner.flow(self._prior, 0, self._head, threads)
+                return self._z_head[:, lo:hi]
+            if self._z is None:
+                self._z = self._runner.flow(self._prior, 0, self._prior.frames, threads)
+                self._z_head = None
+            return self._z[:, lo:hi]
 
 
 class PiperVoice:
@@ -53,6 +96,12 @@ class PiperVoice:
         self._name = name or model.name
         self._model_ids = model_ids
         self._profile = ModelProfile(self._name, model.hop, model.sample_rate, chunking)
+        self._flow_head = 0
+        """Frames a deferred flow computes for a segment's first two chunks (see
+        `_DeferredFlow`); 0 without chunking."""
+        if chunking is not None:
+            first = max(chunking.first_chunk_frames, chunking.idle_first_chunk_frames)
+            self._flow_head = first + chunking.chunk_frames + chunking.right_context
         self._gain = output_gain
         self._noise_scale = model.noise_scale if noise_scale is None else noise_scale
         self._noise_w = model.noise_w if noise_w is None else noise_w
@@ -122,16 +171,32 @@ class PiperVoice:
             for s in self.phonemizer.sentences(text)
         ]
 
-    def acoustic(self, batch: Sequence[PiperItem]) -> list[Latent]:
+    def acoustic(self, batch: Sequence[PiperItem], threads: int = 1) -> list[Latent]:
         """z and, from `w_ceil` (frames per id; `speed` is in its length scale), the words'
-        frames."""
+        frames. On several threads (a lone stream), the prior only: the flow is deferred
+        to the vocoder calls."""
+        runner = self.model.acoustic
+        if threads > 1:
+            return [
+                Latent(_DeferredFlow(runner, prior, self._flow_head), prior.frames, durations,
+                       word_frames(item.words, durations))
+                for item, (prior, durations) in zip(batch, runner.run_prior(batch, threads), strict=True)
+            ]
         return [
             Latent(z, int(z.shape[-1]), durations, word_frames(item.words, durations))
-            for item, (z, durations) in zip(batch, self.model.acoustic.run_timed(batch), strict=True)
+            for item, (z, durations) in zip(batch, runner.run_timed(batch, threads), strict=True)
         ]
 
-    def decode(self, batch: Sequence[Span]) -> list[np.ndarray]:
-        return self.model.vocoder.run([span.latent.features[:, span.lo : span.hi] for span in batch])
+    def decode(self, batch: Sequence[Span], threads: int = 1) -> list[np.ndarray]:
+        spans = [self._frames(span, threads) for span in batch]
+        return self.model.vocoder.run(spans, threads)
+
+    @staticmethod
+    def _frames(span: Span, threads: int) -> np.ndarray:
+        features = span.latent.features
+        if isinstance(features, _DeferredFlow):
+            return features.frames(span.lo, span.hi, threads)
+        return np.asarray(features[:, span.lo : span.hi])
 
     def set_fault_hook(self, hook: FaultHook | None) -> None:
         self.model.set_fault_hook(hook)

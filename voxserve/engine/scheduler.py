@@ -16,6 +16,25 @@ no locks and never reads a clock: the caller passes `now`. Policy in one place:
 - stage A of a stream's next sentence may run while its current sentence is vocoded, one
   sentence ahead at most, with the deadline at which the current sentence runs out.
 
+The idle core (issue 15). With `workers` given, every unit holds the workers it runs on:
+one, or `threads` for a unit on several intra-op threads. While fewer units can run than
+there are workers (a lone stream), the work that would leave a worker idle spreads:
+
+- a unit that is the only one runnable, with every worker free, runs on up to
+  `idle_threads` intra-op threads (stage A and the first chunk of a lone stream, its last
+  chunk). It holds those workers, so work that arrives meanwhile waits for it instead of
+  oversubscribing the cores. The first chunk of a stream that is alone may also be
+  smaller (`idle_first_chunk_frames`);
+- a stream past its first packet may have up to `idle_chunks` vocoder chunks in flight
+  (chunks are independent given their context frames), but a second one is claimed only
+  when no other unit of any stream can run, and while the stream is not urgent (an
+  urgent lone chunk gets the threads instead). Chunks are released in order: the first
+  packet, the audio produced and the end of the stream follow the chunk sequence, whatever
+  order the workers finish in, and credits still bound the chunks in flight.
+
+With as many runnable units as workers (the crowded case) neither applies: one unit per
+worker, each on one thread, exactly as without them.
+
 Streams of several voice models share one scheduler: each stream carries its model's
 `ModelProfile` (samples per frame, sample rate, how its frames are cut into chunks), and
 every deadline is computed in that stream's own figures. Stage A's cost per phoneme id
@@ -26,7 +45,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -92,6 +111,8 @@ class AcousticWork:
     input: StageInput
     model: str
     """The stream's model (its profile's name)."""
+    threads: int = 1
+    """Intra-op threads to run it on (and workers it holds)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +128,11 @@ class VocoderWork:
     end: int
     last: bool
     """Last chunk of the whole stream."""
+    seq: int = 0
+    """The chunk's place in its stream (0 is the first packet): output goes out in this
+    order, whatever order chunks in flight finish in."""
+    threads: int = 1
+    """Intra-op threads to run it on (and workers it holds)."""
 
     @property
     def crop(self) -> tuple[int, int]:
@@ -119,28 +145,35 @@ Work = AcousticWork | VocoderWork
 
 @dataclass(frozen=True)
 class Chunk:
-    """What `complete` reports for a finished vocoder chunk."""
+    """What `complete_vocoder` reports for a finished vocoder chunk: the chunks it released
+    in stream order (none while an earlier chunk is still in flight)."""
 
     stream_id: int
     samples: int
+    """Samples released."""
     first: bool
+    """The first packet was among them."""
     last: bool
+    """The stream ended with them."""
+    released: int = 1
+    """Chunks released (0: this one waits for an earlier chunk)."""
 
 
 def plan_chunk(
-    frames: int, pos: int, index: int, c: VocoderChunking | None
+    frames: int, pos: int, index: int, c: VocoderChunking | None, alone: bool = False
 ) -> tuple[int, int, int, int]:
     """The window of a stream's chunk number `index`, starting at frame `pos` of a latent
     of `frames` frames: decode [lo, hi), keep [start, end).
 
-    Chunk 0 is small for a fast first packet; later chunks double from `chunk_frames` up
-    to `max_chunk_frames`; a tail shorter than half a chunk joins the chunk before it.
+    Chunk 0 is small for a fast first packet (smaller still, `idle_first_chunk_frames`,
+    when the stream is `alone`); later chunks double from `chunk_frames` up to
+    `max_chunk_frames`; a tail shorter than half a chunk joins the chunk before it.
     With no chunking (a whole-segment model) the chunk is the rest of the latent.
     """
     if c is None:
         return pos, frames, pos, frames
     if index == 0:
-        size = c.first_chunk_frames
+        size = c.idle_first_chunk_frames if alone else c.first_chunk_frames
     else:
         size = min(c.max_chunk_frames, c.chunk_frames << min(index - 1, 8))
     start = pos
@@ -154,11 +187,27 @@ def plan_chunk(
 class _Latent:
     segment: int
     latent: Latent
-    pos: int = 0
+    claimed: int = 0
+    """Frames handed to the vocoder so far."""
+    claims: int = 0
+    """Chunks claimed from it."""
+    done: int = 0
+    """Chunks finished."""
+    done_frames: int = 0
+    """Frames of the finished chunks."""
 
     @property
     def frames(self) -> int:
         return self.latent.frames
+
+    @property
+    def open(self) -> bool:
+        """Chunks remain to be claimed (an empty latent yields one empty chunk)."""
+        return self.claims == 0 or self.claimed < self.latent.frames
+
+    @property
+    def complete(self) -> bool:
+        return not self.open and self.done == self.claims
 
 
 @dataclass
@@ -170,11 +219,23 @@ class _Stream:
     next_segment: int = 0
     latents: deque[_Latent] = field(default_factory=deque)
     acoustic_busy: bool = False
-    vocoder_busy: bool = False
+    in_flight: int = 0
+    """Vocoder chunks claimed and not finished."""
+    claimed: int = 0
+    """Vocoder chunks claimed so far: the next one's sequence number."""
+    early: dict[int, int] = field(default_factory=dict)
+    """Samples of chunks finished before an earlier one, by sequence number."""
     first_packet_at: float | None = None
     produced: int = 0
     untaken: int = 0
     chunks: int = 0
+    """Chunks released, in order."""
+
+    def open_latent(self) -> _Latent | None:
+        for lat in self.latents:
+            if lat.open:
+                return lat
+        return None
 
     def dry_at(self) -> float:
         assert self.first_packet_at is not None
@@ -189,12 +250,27 @@ class Scheduler:
         credits: int = 4,
         urgent_slack: float = 0.15,
         acoustic_slots: int | None = None,
+        workers: int | None = None,
+        idle_threads: int = 1,
+        idle_chunks: int = 1,
     ):
         self.credits = credits
         self.urgent_slack = urgent_slack
         self.acoustic_slots = acoustic_slots
         """Most stage A items in flight while vocoder work waits (None: no limit). With
         one worker left for the vocoder, long sentences cannot stall every stream."""
+        self.workers = workers
+        """Workers that run the units (None: unbounded, and no idle-core policy): a unit
+        holds `threads` of them while it runs, and none is handed out past them."""
+        self.idle_threads = idle_threads
+        """Most intra-op threads for a unit that is alone while every worker is free."""
+        self.idle_chunks = idle_chunks
+        """Most vocoder chunks of one stream in flight while workers would idle."""
+        self._busy = 0
+        """Workers held by the units in flight."""
+        self.spread: dict[str, int] = {"threads": 0, "chunks": 0}
+        """Units handed out on several threads, and chunks claimed beside another of
+        their stream: how often the idle-core policies applied."""
         self._acoustic_s_per_id: dict[str, float] = {}
         """Running estimate of stage A seconds per phoneme id, per model, to start it
         early enough."""
@@ -239,7 +315,7 @@ class Scheduler:
             stream.latents
             or stream.next_segment < len(stream.segments)
             or stream.acoustic_busy
-            or stream.vocoder_busy
+            or stream.in_flight
         )
 
     def __len__(self) -> int:
@@ -282,13 +358,29 @@ class Scheduler:
         return 0 if stream is None else stream.untaken
 
     def produced(self, stream_id: int) -> int:
-        """Samples decoded so far for the stream (at its model's rate)."""
+        """Samples decoded and released in order so far for the stream (at its model's rate)."""
         stream = self._streams.get(stream_id)
         return 0 if stream is None else stream.produced
 
+    @property
+    def busy_workers(self) -> int:
+        """Workers held by the units in flight (each unit holds its `threads`)."""
+        return self._busy
+
     # -- choosing work ---------------------------------------------------------------
-    def _vocoder_candidate(self, stream: _Stream) -> bool:
-        return bool(stream.latents) and not stream.vocoder_busy and stream.untaken < self.credits
+    def _vocoder_candidate(self, stream: _Stream, extra: bool, now: float = 0.0) -> bool:
+        """A chunk of the stream may be claimed: its first in flight, or (`extra`) one more
+        beside those in flight, up to `idle_chunks`, after the first packet and while the
+        stream is not urgent (if the cores are busier than the scheduler knows, say with
+        another process, two chunks would share one core, and the earlier one, which the
+        player waits for, would come later)."""
+        if stream.untaken >= self.credits or stream.open_latent() is None:
+            return False
+        if not extra:
+            return stream.in_flight == 0
+        if not 0 < stream.in_flight < self.idle_chunks or stream.first_packet_at is None:
+            return False
+        return stream.dry_at() - now > self.urgent_slack
 
     def _acoustic_candidate(self, stream: _Stream) -> bool:
         if stream.acoustic_busy or stream.next_segment >= len(stream.segments):
@@ -305,30 +397,33 @@ class Scheduler:
             # Needed once every latent already computed has been played, and it takes
             # time itself: start it with twice its expected run time to spare.
             profile = stream.profile
-            frames = sum(lat.frames - lat.pos for lat in stream.latents)
+            frames = sum(lat.frames - lat.done_frames for lat in stream.latents)
             ids = len(stream.segments[stream.next_segment].ids)
             per_id = self._acoustic_s_per_id[profile.name]
             dry += frames * profile.hop / profile.sample_rate - 2 * ids * per_id
         return dry
 
-    def next_work(self, now: float) -> Work | None:
-        """Pick and claim the next unit of work, or None if nothing can run now."""
+    def _rank(self, stream: _Stream, acoustic: bool, now: float) -> tuple[int, float, int]:
+        deadline = self._deadline(stream, acoustic)
+        if stream.first_packet_at is None:
+            return (1, deadline, stream.id)
+        if deadline - now <= self.urgent_slack:
+            return (0, deadline, stream.id)
+        return (2, deadline, stream.id)
+
+    def _pick(self, now: float, exclude: _Stream | None = None) -> tuple[bool, _Stream] | None:
+        """The best unit to run now, as (stage A?, stream), without claiming it: one unit
+        per stream at a time, else (only when none is left) a further chunk of a stream.
+        `exclude`: a stream not to consider."""
         best: dict[bool, tuple[int, float, int]] = {}  # acoustic? -> (class, key, stream id)
         for stream in self._streams.values():
+            if stream is exclude:
+                continue
             for acoustic in (False, True):
-                if acoustic:
-                    ok = self._acoustic_candidate(stream)
-                else:
-                    ok = self._vocoder_candidate(stream)
+                ok = self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(stream, False)
                 if not ok:
                     continue
-                deadline = self._deadline(stream, acoustic)
-                if stream.first_packet_at is None:
-                    rank = (1, deadline, stream.id)
-                elif deadline - now <= self.urgent_slack:
-                    rank = (0, deadline, stream.id)
-                else:
-                    rank = (2, deadline, stream.id)
+                rank = self._rank(stream, acoustic, now)
                 if acoustic not in best or rank < best[acoustic]:
                     best[acoustic] = rank
         if (
@@ -338,11 +433,43 @@ class Scheduler:
             and self._acoustic_in_flight >= self.acoustic_slots
         ):
             del best[True]  # keep a worker for the vocoder
-        if not best:
+        if best:
+            acoustic = min(best, key=lambda k: best[k])
+            return acoustic, self._streams[best[acoustic][2]]
+        if self.workers is None or self.idle_chunks < 2:
             return None
-        acoustic = min(best, key=lambda k: best[k])
-        stream = self._streams[best[acoustic][2]]
-        return self._claim_acoustic(stream) if acoustic else self._claim_vocoder(stream)
+        extra = [
+            (self._rank(stream, False, now), stream)
+            for stream in self._streams.values()
+            if stream is not exclude and self._vocoder_candidate(stream, True, now)
+        ]
+        return (False, min(extra, key=lambda e: e[0])[1]) if extra else None
+
+    def next_work(self, now: float) -> Work | None:
+        """Pick and claim the next unit of work, or None if nothing can run now (or every
+        worker is held)."""
+        free = None if self.workers is None else self.workers - self._busy
+        if free is not None and free <= 0:
+            return None
+        pick = self._pick(now)
+        if pick is None:
+            return None
+        acoustic, stream = pick
+        if not acoustic and stream.in_flight:
+            self.spread["chunks"] += 1
+        idle = free is not None and free == self.workers and free > 1
+        if acoustic:
+            work: Work = self._claim_acoustic(stream)
+        else:
+            # Before its first packet a stream has no other unit, so it is alone if no
+            # other stream has one.
+            first_alone = idle and stream.claimed == 0 and self._pick(now, exclude=stream) is None
+            work = self._claim_vocoder(stream, first_alone)
+        if idle and self.idle_threads > 1 and self._pick(now) is None:
+            work = replace(work, threads=min(self.idle_threads, free or 1))  # workers would idle
+            self.spread["threads"] += 1
+        self._busy += work.threads
+        return work
 
     def _claim_acoustic(self, stream: _Stream) -> AcousticWork:
         stream.acoustic_busy = True
@@ -350,20 +477,24 @@ class Scheduler:
         index = stream.next_segment
         return AcousticWork(stream.id, index, stream.segments[index], stream.profile.name)
 
-    def _claim_vocoder(self, stream: _Stream) -> VocoderWork:
-        stream.vocoder_busy = True
+    def _claim_vocoder(self, stream: _Stream, alone: bool = False) -> VocoderWork:
+        latent = stream.open_latent()
+        assert latent is not None
+        seq = stream.claimed
+        stream.claimed += 1
+        stream.in_flight += 1
         stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
-        latent = stream.latents[0]
-        lo, hi, start, end = plan_chunk(
-            latent.frames, latent.pos, stream.chunks, stream.profile.chunking
-        )
+        chunking = stream.profile.chunking
+        lo, hi, start, end = plan_chunk(latent.frames, latent.claimed, seq, chunking, alone)
+        latent.claimed = end
+        latent.claims += 1
         last = (
             end == latent.frames
-            and len(stream.latents) == 1
+            and latent is stream.latents[-1]
             and stream.next_segment >= len(stream.segments)
             and not stream.acoustic_busy
         )
-        return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last)
+        return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq)
 
     # -- results ---------------------------------------------------------------------
     def complete_acoustic(
@@ -372,6 +503,7 @@ class Scheduler:
         """Record stage A's latent; `elapsed` (its run time) refines the cost estimate of
         the stream's model."""
         self._acoustic_in_flight -= 1
+        self._release_workers(work)
         if elapsed is not None and len(work.input.ids):
             per_id = elapsed / len(work.input.ids)
             estimate = self._acoustic_s_per_id[work.model]
@@ -386,28 +518,47 @@ class Scheduler:
             stream.latents.append(_Latent(work.segment, latent))
 
     def complete_vocoder(self, work: VocoderWork, samples: int, now: float) -> Chunk | None:
-        """Record a decoded chunk; returns what the stream's writer must be told."""
+        """Record a decoded chunk and release, in stream order, every chunk it completes
+        the sequence of; returns what the stream's writer must be told (None once the
+        stream is gone)."""
+        self._release_workers(work)
         stream = self._streams.get(work.stream_id)
         if stream is None:
             return None
-        stream.vocoder_busy = False
-        latent = stream.latents[0]
-        latent.pos = work.end
-        if latent.pos >= latent.frames:
+        stream.in_flight -= 1
+        for lat in stream.latents:
+            if lat.segment == work.segment:
+                lat.done += 1
+                lat.done_frames += work.end - work.start
+                break
+        while stream.latents and stream.latents[0].complete:
             stream.latents.popleft()
-        first = stream.first_packet_at is None
-        if first:
-            stream.first_packet_at = now
-        stream.produced += samples
-        stream.chunks += 1
-        last = not stream.latents and stream.next_segment >= len(stream.segments)
-        last = last and not stream.acoustic_busy
+        stream.early[work.seq] = samples
+        released = total = 0
+        first = last = False
+        while stream.chunks in stream.early:
+            size = stream.early.pop(stream.chunks)
+            if stream.first_packet_at is None:
+                stream.first_packet_at = now
+                first = True
+            stream.produced += size
+            stream.chunks += 1
+            released += 1
+            total += size
+        if released:
+            last = not stream.latents and stream.next_segment >= len(stream.segments)
+            last = last and not stream.acoustic_busy and not stream.in_flight and not stream.early
         if last:
             del self._streams[stream.id]
-        return Chunk(stream.id, samples, first, last)
+        return Chunk(stream.id, total, first, last, released)
 
     def fail(self, stream_id: int, work: Work | None = None) -> None:
         """The stream's work raised: drop the stream (and free the work's slot)."""
         if isinstance(work, AcousticWork):
             self._acoustic_in_flight -= 1
+        if work is not None:
+            self._release_workers(work)
         self._streams.pop(stream_id, None)
+
+    def _release_workers(self, work: Work) -> None:
+        self._busy = max(0, self._busy - work.threads)

@@ -17,11 +17,29 @@ import numpy as np
 
 from voxserve.engine.words import WordTime
 
-__all__ = ["ChunkStream", "StreamFailed", "StreamItem"]
+__all__ = ["ChunkStream", "FirstPacket", "StreamFailed", "StreamItem"]
 
 
 class StreamFailed(RuntimeError):
     """The engine could not finish this stream."""
+
+
+@dataclass(frozen=True)
+class FirstPacket:
+    """Where a stream's first chunk spent its time inside the engine: `time.perf_counter`
+    stamps, from `submit` to the chunk being handed to the writer."""
+
+    submitted: float
+    acoustic_start: float
+    """Stage A of the first segment began (after waiting for a worker)."""
+    acoustic_end: float
+    decode_start: float
+    """The first chunk's decode began (after waiting for a worker)."""
+    decode_end: float
+    ready: float
+    """Gain, resampling and the hand-off done: the writer may take it."""
+    acoustic_threads: int = 1
+    decode_threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -32,6 +50,8 @@ class StreamItem:
     words: tuple[WordTime, ...] = ()
     """The words of the segment this chunk starts, in seconds of the stream's audio
     (empty unless the chunk is a segment's first and the model times its words)."""
+    first_packet: FirstPacket | None = None
+    """On the stream's first chunk: where its time went in the engine."""
 
 
 class ChunkStream:

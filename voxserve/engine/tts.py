@@ -30,7 +30,7 @@ from voxserve.engine.kokoro_voice import KokoroVoice
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.scheduler import AcousticWork, Scheduler, StageInput, VocoderWork, Work
-from voxserve.engine.stream import ChunkStream, StreamItem
+from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
@@ -85,17 +85,48 @@ class StreamHandle:
 
 @dataclass
 class _Output:
-    """Per-stream post-processing state, touched only by the worker decoding its chunk."""
+    """Per-stream post-processing state. Chunks of one stream may be decoded at once and
+    finish in any order; `deliver` passes them on in sequence under the output's lock, so
+    the word offsets, the resampler and the writer see them in order."""
 
     handle: StreamHandle
     model: VoiceModel[Any]
     resampler: soxr.ResampleStream | None
     gain: float
+    submitted: float = 0.0
+    """`time.perf_counter` at submit, for the first packet's timing."""
     samples_out: int = 0
     segment: int = -1
     """The segment of the last chunk finished."""
     model_samples: int = 0
     """Samples finished so far at the model's own rate: where the next segment starts."""
+    acoustic_span: tuple[float, float, int] | None = None
+    """The first segment's stage A: start, end (perf_counter) and threads."""
+    decode_span: tuple[float, float, int] | None = None
+    """The first chunk's decode: start, end (perf_counter) and threads."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pending: dict[int, tuple[VocoderWork, np.ndarray]] = field(default_factory=dict)
+    """Decoded chunks waiting for an earlier one, by sequence number."""
+    next_seq: int = 0
+
+    def deliver(self, work: VocoderWork, pcm: np.ndarray) -> None:
+        """Hand a decoded chunk on once every earlier chunk of the stream has gone."""
+        with self.lock:
+            self.pending[work.seq] = (work, pcm)
+            while self.next_seq in self.pending:
+                ready, samples = self.pending.pop(self.next_seq)
+                self.next_seq += 1
+                words = self.words(ready, len(samples))
+                audio = self.finish(samples, ready.last)
+                first = self.first_packet() if ready.seq == 0 else None
+                self.handle.stream.put(StreamItem(audio, ready.last, words, first))
+
+    def first_packet(self) -> FirstPacket | None:
+        if self.acoustic_span is None or self.decode_span is None:
+            return None
+        a0, a1, a_threads = self.acoustic_span
+        d0, d1, d_threads = self.decode_span
+        return FirstPacket(self.submitted, a0, a1, d0, d1, time.perf_counter(), a_threads, d_threads)
 
     def words(self, work: VocoderWork, samples: int) -> tuple[WordTime, ...]:
         """The word timings a chunk of `samples` (model rate) carries: its segment's words
@@ -133,10 +164,11 @@ class EngineStats:
 
 
 def decode_chunk(model: VoiceModel[Any], work: VocoderWork) -> np.ndarray:
-    """Decode a chunk with its context frames, then crop the context samples away."""
+    """Decode a chunk with its context frames (on the work's intra-op threads), then crop
+    the context samples away."""
     if work.hi <= work.lo:
         return np.zeros(0, dtype=np.float32)
-    pcm = model.decode([Span(work.latent, work.lo, work.hi)])[0]
+    pcm = model.decode([Span(work.latent, work.lo, work.hi)], threads=work.threads)[0]
     a, b = work.crop
     hop = model.profile.hop
     return pcm[a * hop : b * hop]
@@ -172,6 +204,9 @@ class TTSEngine(WorkerEngine):
             credits=config.credits,
             urgent_slack=config.urgent_slack_s,
             acoustic_slots=config.workers - 1 if config.workers > 1 else None,
+            workers=config.workers,
+            idle_threads=config.idle_threads,
+            idle_chunks=config.idle_chunks,
         )
         self._outputs: dict[int, _Output] = {}
         self._ids = itertools.count(1)
@@ -287,7 +322,8 @@ class TTSEngine(WorkerEngine):
                 raise Unavailable("server is shutting down")
             if not self.any_worker_alive():
                 raise Unavailable("no TTS worker is alive; see /health")
-            self._outputs[stream_id] = _Output(handle, model, resampler, model.output_gain)
+            output = _Output(handle, model, resampler, model.output_gain, time.perf_counter())
+            self._outputs[stream_id] = output
             self._sched.add(stream_id, prepared.segments, self._clock(), profile)
             self._cond.notify_all()
         return handle
@@ -343,6 +379,12 @@ class TTSEngine(WorkerEngine):
         budget = self.config.workers * self.config.target_utilization
         return stream_capacity(budget, costs, live, unsubmitted, self.default_model.name)
 
+    def idle_core_units(self) -> dict[str, int]:
+        """How often a lone stream used the idle core: units run on several threads
+        ("threads"), chunks decoded beside another of their stream ("chunks")."""
+        with self._cond:
+            return dict(self._sched.spread)
+
     def stream_ids(self) -> list[int]:
         with self._cond:
             return self._sched.ids()
@@ -386,7 +428,8 @@ class TTSEngine(WorkerEngine):
                 spent = time.perf_counter() - started
                 busy = self.stats.busy_s
                 busy[index] = busy.get(index, 0.0) + spent
-                self.stats.costs[model.name].add(spent, audio)
+                # A unit on several threads held that many workers: count them all.
+                self.stats.costs[model.name].add(spent * work.threads, audio)
 
     def _worker_died(self, index: int, exc: BaseException) -> None:
         with self._cond:
@@ -408,21 +451,27 @@ class TTSEngine(WorkerEngine):
 
     def _run_acoustic(self, work: AcousticWork, model: VoiceModel[Any]) -> None:
         started = time.perf_counter()
-        latent = model.acoustic([work.input])[0]
+        latent = model.acoustic([work.input], threads=work.threads)[0]
+        ended = time.perf_counter()
         with self._cond:
-            self._sched.complete_acoustic(work, latent, time.perf_counter() - started)
+            out = self._outputs.get(work.stream_id)
+            if out is not None and work.segment == 0:
+                out.acoustic_span = (started, ended, work.threads)
+            self._sched.complete_acoustic(work, latent, (ended - started) * work.threads)
             self.stats.acoustic_runs += 1
             self._cond.notify_all()
 
     def _run_vocoder(self, work: VocoderWork, model: VoiceModel[Any]) -> float:
+        started = time.perf_counter()
         pcm = decode_chunk(model, work)
+        ended = time.perf_counter()
         rate = model.profile.sample_rate
         with self._cond:
             out = self._outputs.get(work.stream_id)
         if out is not None:
-            # Only one chunk per stream is in flight, so the resampler sees chunks in order.
-            words = out.words(work, len(pcm))
-            out.handle.stream.put(StreamItem(out.finish(pcm, work.last), work.last, words))
+            if work.seq == 0:
+                out.decode_span = (started, ended, work.threads)
+            out.deliver(work, pcm)
         with self._cond:
             chunk = self._sched.complete_vocoder(work, len(pcm), self._clock())
             self.stats.chunks += 1

@@ -112,13 +112,16 @@ class VoiceModel(Protocol[InputT]):
         CPU work: the engine calls it from the text pool."""
         ...
 
-    def acoustic(self, batch: Sequence[InputT]) -> list[Latent]:
-        """Stage A: one latent per item."""
+    def acoustic(self, batch: Sequence[InputT], threads: int = 1) -> list[Latent]:
+        """Stage A: one latent per item. `threads`: the intra-op threads the engine wants
+        for this call (1: the single-threaded sessions; more only while cores would idle).
+        A model keeps one set of sessions per thread count, made on first use."""
         ...
 
-    def decode(self, batch: Sequence[Span]) -> list[np.ndarray]:
+    def decode(self, batch: Sequence[Span], threads: int = 1) -> list[np.ndarray]:
         """Stage B: float32 PCM per span, (hi - lo) * hop samples, context included (the
-        engine crops it)."""
+        engine crops it). `threads` as for `acoustic`; the output must not depend on it
+        beyond float rounding."""
         ...
 
     def set_fault_hook(self, hook: FaultHook | None) -> None:

@@ -1,7 +1,10 @@
 """Piper voices split into two ONNX stages, and the runners that execute them.
 
 Stage A ("acoustic") maps phoneme ids to latent frames z [B, 192, T]; stage B ("vocoder")
-maps z to PCM, 256 samples per frame. This module is one of the three places that import
+maps z to PCM, 256 samples per frame. Stage A is itself two graphs: the prior (text
+encoder, durations, and the noise drawn: z_p) and the flow (z_p to z), which is
+convolutional like the vocoder, so a window of it needs only `FLOW_CONTEXT` frames on
+each side: the first chunk of a stream can run the flow on its own window. This module is one of the three places that import
 onnxruntime (with `runners/vad.py` and the offline benchmarks). It knows nothing of requests, scheduling or HTTP.
 """
 
@@ -22,10 +25,14 @@ import numpy as np
 import onnxruntime as ort
 
 __all__ = [
+    "FLOW_CONTEXT",
     "AcousticInput",
     "AcousticRunner",
     "FaultHook",
     "PiperModel",
+    "Prior",
+    "Sessions",
+    "SplitGraphs",
     "VocoderRunner",
     "VoiceFiles",
     "bundled_voice",
@@ -39,10 +46,21 @@ LATENT_TENSOR = "/Mul_7_output_0"
 LENGTHS_TENSOR = "/Cast_output_0"
 DURATIONS_TENSOR = "/Ceil_output_0"
 """VITS's `w_ceil` [B, 1, ids]: frames per phoneme id, 0 past an item's ids."""
-STAGE_A_OUTPUTS = (LATENT_TENSOR, LENGTHS_TENSOR, DURATIONS_TENSOR)
-SPLIT_LAYOUT = "d1"
-"""Names the stage A outputs in the split's cache folder: a cache made with other
-outputs (before the durations were one, its folder named by the hash alone) is not read."""
+PRIOR_TENSOR = "/Add_output_0"
+"""z_p [B, 192, T]: the prior's mean plus its scaled noise, the flow's input."""
+MASK_TENSOR = "/Cast_2_output_0"
+"""y_mask [B, 1, T]: 1 within an item's frames."""
+PRIOR_OUTPUTS = (PRIOR_TENSOR, MASK_TENSOR, LENGTHS_TENSOR, DURATIONS_TENSOR)
+FLOW_CONTEXT = 32
+"""Frames of z_p on each side that a frame of the flow's output depends on: 4 coupling
+layers, each a WaveNet of 4 convolutions of kernel 5 (+-8 frames). The first 58 frames of
+a [0, 90) window match the whole flow at >= 344 dB on all 87 segments of the bench
+prompts longer than 90 frames (with 24 frames of context, the first 18 frames of a window
+match at >= 98 dB; with 16, 41 dB)."""
+SPLIT_LAYOUT = "f1"
+"""Names the graphs in the split's cache folder: a cache of another layout (stage A in
+one graph, "d1"; before the durations were an output, its folder named by the hash
+alone) is not read."""
 
 FaultHook = Callable[[str, int], None]
 """Called as hook(stage, batch_size) before each inference; raising fails that batch."""
@@ -89,26 +107,40 @@ def default_cache_dir() -> Path:
     return Path(base) / "voxserve"
 
 
-def split_model(model: Path, cache_dir: Path | None = None) -> tuple[Path, Path]:
-    """Split a Piper graph at the latent tensor; cached by the model file's sha256 and
-    `SPLIT_LAYOUT`. Stage A gives `STAGE_A_OUTPUTS`.
+@dataclass(frozen=True)
+class SplitGraphs:
+    """The three graphs of a split Piper voice."""
 
-    Returns the paths of stage A and stage B. The split is written atomically, so two
-    processes starting at once cannot read a half-written file.
+    prior: Path
+    """Stage A's first part: ids -> `PRIOR_OUTPUTS`."""
+    flow: Path
+    """Stage A's second part: z_p and the mask (and sid, for several speakers) -> z."""
+    vocoder: Path
+    """Stage B: z -> PCM."""
+
+
+def split_model(model: Path, cache_dir: Path | None = None) -> SplitGraphs:
+    """Split a Piper graph at z_p and at the latent tensor; cached by the model file's
+    sha256 and `SPLIT_LAYOUT`. The prior and the flow together are exactly stage A.
+
+    The split is written atomically, so two processes starting at once cannot read a
+    half-written file.
     """
     import onnx
     from onnx.utils import extract_model
 
     folder = (cache_dir or default_cache_dir()) / "piper-split" / f"{_file_sha256(model)[:32]}-{SPLIT_LAYOUT}"
-    stage_a, stage_b = folder / "acoustic.onnx", folder / "vocoder.onnx"
-    if stage_a.exists() and stage_b.exists():
-        return stage_a, stage_b
+    graphs = SplitGraphs(folder / "prior.onnx", folder / "flow.onnx", folder / "vocoder.onnx")
+    if graphs.prior.exists() and graphs.flow.exists() and graphs.vocoder.exists():
+        return graphs
     folder.mkdir(parents=True, exist_ok=True)
     graph_inputs = [i.name for i in onnx.load(str(model), load_external_data=False).graph.input]
-    log.info("splitting %s into two stages under %s", model.name, folder)
+    speaker = ["sid"] if "sid" in graph_inputs else []  # the flow is conditioned on the speaker
+    log.info("splitting %s into stages under %s", model.name, folder)
     for target, inputs, outputs in (
-        (stage_a, graph_inputs, list(STAGE_A_OUTPUTS)),
-        (stage_b, [LATENT_TENSOR], ["output"]),
+        (graphs.prior, graph_inputs, list(PRIOR_OUTPUTS)),
+        (graphs.flow, [PRIOR_TENSOR, MASK_TENSOR, *speaker], [LATENT_TENSOR]),
+        (graphs.vocoder, [LATENT_TENSOR], ["output"]),
     ):
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".onnx.tmp")
         os.close(fd)
@@ -118,18 +150,66 @@ def split_model(model: Path, cache_dir: Path | None = None) -> tuple[Path, Path]
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    return stage_a, stage_b
+    return graphs
 
 
-def _session(path: Path | str) -> ort.InferenceSession:
+_ARENA_LOCK = threading.Lock()
+_arena: bool | None = None
+
+
+def _shared_arena() -> bool:
+    """Register one CPU memory arena with ONNX Runtime's environment, once per process,
+    for Piper's sessions to share. Each session would otherwise grow an arena of its own
+    to its largest shapes; the sessions on two threads (used only while the single-
+    threaded ones idle) would then add ~60 MB of arena for nothing. False if this
+    onnxruntime cannot: every session then keeps its own arena."""
+    global _arena
+    with _ARENA_LOCK:
+        if _arena is None:
+            info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+            try:
+                ort.create_and_register_allocator(info, None)
+                _arena = True
+            except Exception as exc:  # noqa: BLE001 - registered by someone else, or unsupported
+                _arena = "already" in str(exc).lower()
+                if not _arena:
+                    log.warning("no shared ONNX Runtime arena (%s); each Piper session keeps its own", exc)
+        return _arena
+
+
+def _session(path: Path | str, threads: int = 1) -> ort.InferenceSession:
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
+    opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if _shared_arena():
+        opts.add_session_config_entry("session.use_env_allocators", "1")
     opts.log_severity_level = 3
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+class Sessions:
+    """One graph's sessions, one per intra-op thread count, each made on first use and
+    then kept. Single-threaded calls run on the caller's thread; a call on n threads
+    borrows n - 1 pool threads (the engine asks for that only while cores idle)."""
+
+    def __init__(self, path: Path | str):
+        self._path = path
+        self._lock = threading.Lock()
+        self._by_threads = {1: _session(path, 1)}
+
+    def get(self, threads: int = 1) -> ort.InferenceSession:
+        if threads < 1:
+            raise ValueError("a session needs at least one thread")
+        session = self._by_threads.get(threads)
+        if session is None:
+            with self._lock:
+                session = self._by_threads.get(threads)
+                if session is None:
+                    session = self._by_threads[threads] = _session(self._path, threads)
+        return session
 
 
 @dataclass(frozen=True)
@@ -144,68 +224,129 @@ class AcousticInput:
     speaker_id: int | None = None
 
 
-class AcousticRunner:
-    """Stage A: phoneme ids -> latent frames. Takes a batch, returns one z [192, T] each."""
+@dataclass(frozen=True)
+class Prior:
+    """Stage A of one item without its flow: z_p [192, T] (its noise already drawn)."""
 
-    def __init__(self, path: Path | str, multi_speaker: bool, hook: FaultHook | None = None):
-        self._session = _session(path)
+    z_p: np.ndarray
+    speaker_id: int | None = None
+
+    @property
+    def frames(self) -> int:
+        return int(self.z_p.shape[-1])
+
+
+class AcousticRunner:
+    """Stage A: phoneme ids -> latent frames. Takes a batch, returns one z [192, T] each;
+    or the prior alone, whose flow runs later on windows (`flow`)."""
+
+    def __init__(self, prior: Path | str, flow: Path | str, multi_speaker: bool, hook: FaultHook | None = None):
+        self._prior = Sessions(prior)
+        self._flow = Sessions(flow)
         self._multi_speaker = multi_speaker
+        self._flow_takes_sid = "sid" in [i.name for i in self._flow.get(1).get_inputs()]
         self.hook = hook
 
-    def run(self, batch: Sequence[AcousticInput]) -> list[np.ndarray]:
-        return [z for z, _ in self.run_timed(batch)]
+    def run(self, batch: Sequence[AcousticInput], threads: int = 1) -> list[np.ndarray]:
+        return [z for z, _ in self.run_timed(batch, threads)]
 
-    def run_timed(self, batch: Sequence[AcousticInput]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def run_timed(
+        self, batch: Sequence[AcousticInput], threads: int = 1
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each item's z [192, T] and its durations: int64 frames per phoneme id (summing
-        to T)."""
+        to T). `threads`: intra-op threads of the call."""
+        results: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for (z_p, mask, speakers), members in self._run_prior(batch, threads):
+            feeds = {PRIOR_TENSOR: z_p, MASK_TENSOR: mask, **self._sid(speakers)}
+            (z,) = self._flow.get(threads).run(None, feeds)
+            for row, (i, frames, durations) in enumerate(members):
+                results[i] = (np.ascontiguousarray(z[row, :, :frames]), durations)
+        return [results[i] for i in range(len(batch))]
+
+    def run_prior(
+        self, batch: Sequence[AcousticInput], threads: int = 1
+    ) -> list[tuple[Prior, np.ndarray]]:
+        """Each item's prior (for `flow`) and its durations."""
+        results: dict[int, tuple[Prior, np.ndarray]] = {}
+        for (z_p, _, speakers), members in self._run_prior(batch, threads):
+            for row, (i, frames, durations) in enumerate(members):
+                speaker = int(speakers[row]) if self._multi_speaker else None
+                results[i] = (Prior(np.ascontiguousarray(z_p[row, :, :frames]), speaker), durations)
+        return [results[i] for i in range(len(batch))]
+
+    def flow(self, prior: Prior, lo: int, hi: int, threads: int = 1) -> np.ndarray:
+        """z [192, hi - lo] for frames [lo, hi) of the prior's item: the flow runs on that
+        window with `FLOW_CONTEXT` frames each side (as far as the item goes), so it
+        reproduces the whole flow's frames there."""
+        a, b = max(0, lo - FLOW_CONTEXT), min(prior.frames, hi + FLOW_CONTEXT)
+        z_p = prior.z_p[np.newaxis, :, a:b]
+        speakers = np.full(1, prior.speaker_id or 0, dtype=np.int64)
+        feeds = {PRIOR_TENSOR: z_p, MASK_TENSOR: np.ones((1, 1, b - a), np.float32), **self._sid(speakers)}
+        (z,) = self._flow.get(threads).run(None, feeds)
+        return np.ascontiguousarray(z[0, :, lo - a : hi - a])
+
+    def _sid(self, speakers: np.ndarray) -> dict[str, np.ndarray]:
+        return {"sid": speakers} if self._flow_takes_sid else {}
+
+    def _run_prior(
+        self, batch: Sequence[AcousticInput], threads: int
+    ) -> list[tuple[tuple[np.ndarray, np.ndarray, np.ndarray], list[tuple[int, int, np.ndarray]]]]:
+        """The prior per group of items that can share a call (equal scales and speaker;
+        ids padded with 0, the pad id): the group's (z_p, mask, speakers) and, per member,
+        (its index in `batch`, its frames, its durations)."""
         if self.hook is not None:
             self.hook("acoustic", len(batch))
-        # Equal scales and speaker are required to share one call; pad ids with 0 (pad id).
         groups: dict[tuple[float, float, float, int | None], list[int]] = {}
         for i, item in enumerate(batch):
             key = (item.noise_scale, item.length_scale, item.noise_w, item.speaker_id)
             groups.setdefault(key, []).append(i)
-        results: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        session = self._prior.get(threads)
+        out = []
         for (noise, length, noise_w, speaker), members in groups.items():
             longest = max(len(batch[i].ids) for i in members)
             ids = np.zeros((len(members), longest), dtype=np.int64)
             for row, i in enumerate(members):
                 ids[row, : len(batch[i].ids)] = batch[i].ids
+            speakers = np.full(len(members), speaker or 0, dtype=np.int64)
             feeds: dict[str, np.ndarray] = {
                 "input": ids,
                 "input_lengths": np.array([len(batch[i].ids) for i in members], dtype=np.int64),
                 "scales": np.array([noise, length, noise_w], dtype=np.float32),
             }
             if self._multi_speaker:
-                feeds["sid"] = np.full(len(members), speaker or 0, dtype=np.int64)
-            z, frames, w_ceil = self._session.run(None, feeds)
-            for row, i in enumerate(members):
-                durations = w_ceil[row].reshape(-1)[: len(batch[i].ids)].astype(np.int64)
-                results[i] = (np.ascontiguousarray(z[row, :, : int(frames[row])]), durations)
-        return [results[i] for i in range(len(batch))]
+                feeds["sid"] = speakers
+            z_p, mask, frames, w_ceil = session.run(None, feeds)
+            rows = [
+                (i, int(frames[row]), w_ceil[row].reshape(-1)[: len(batch[i].ids)].astype(np.int64))
+                for row, i in enumerate(members)
+            ]
+            out.append(((z_p, mask, speakers), rows))
+        return out
 
 
 class VocoderRunner:
     """Stage B: latent frames -> float PCM. Equal-length items share one call."""
 
     def __init__(self, path: Path | str, hop: int, hook: FaultHook | None = None):
-        self._session = _session(path)
+        self._sessions = Sessions(path)
         self.hop = hop
         self.hook = hook
 
-    def run(self, batch: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def run(self, batch: Sequence[np.ndarray], threads: int = 1) -> list[np.ndarray]:
+        """PCM per item; `threads`: intra-op threads of the call."""
         if self.hook is not None:
             self.hook("vocoder", len(batch))
+        session = self._sessions.get(threads)
         if len(batch) == 1:
             z = batch[0][np.newaxis]
-            return [self._session.run(None, {LATENT_TENSOR: z})[0].reshape(-1)]
+            return [session.run(None, {LATENT_TENSOR: z})[0].reshape(-1)]
         out: list[np.ndarray] = [np.empty(0, np.float32)] * len(batch)
         by_len: dict[int, list[int]] = {}
         for i, z in enumerate(batch):
             by_len.setdefault(z.shape[-1], []).append(i)
         for members in by_len.values():
             stacked = np.stack([batch[i] for i in members])
-            pcm = self._session.run(None, {LATENT_TENSOR: stacked})[0]
+            pcm = session.run(None, {LATENT_TENSOR: stacked})[0]
             for row, i in enumerate(members):
                 out[i] = pcm[row].reshape(-1)
         return out
@@ -237,11 +378,11 @@ class PiperModel:
         self.num_speakers = int(self.config.get("num_speakers", 1))
         self.name = files.model.name.removesuffix(".onnx")
         self.speakers = self._speakers()
-        self.acoustic_path, self.vocoder_path = split_model(files.model, cache_dir)
+        self.graphs = split_model(files.model, cache_dir)
         self._hook: FaultHook | None = None
         self._lock = threading.Lock()
-        self.acoustic = AcousticRunner(self.acoustic_path, self.num_speakers > 1)
-        self.vocoder = VocoderRunner(self.vocoder_path, self.hop)
+        self.acoustic = AcousticRunner(self.graphs.prior, self.graphs.flow, self.num_speakers > 1)
+        self.vocoder = VocoderRunner(self.graphs.vocoder, self.hop)
 
     def _speakers(self) -> list[SpeakerInfo]:
         if self.num_speakers <= 1:

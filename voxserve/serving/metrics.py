@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 __all__ = ["Metrics"]
 
 _LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10)
+_PART_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.5, 1, 5)
 _RTF_BUCKETS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
 _LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 _RTFX_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 50, 75, 100, 200)
@@ -43,6 +44,15 @@ class _EngineCollector(Collector):
         yield CounterMetricFamily("voxserve_tts_rejected", "Streams refused with 429", s["rejected"])
         yield CounterMetricFamily("voxserve_tts_chunks_decoded", "Vocoder chunks decoded", s["chunks"])
         yield CounterMetricFamily("voxserve_tts_acoustic_runs", "Stage A runs", s["acoustic_runs"])
+        spread = CounterMetricFamily(
+            "voxserve_tts_idle_core_units",
+            "Units that used an idle core: run on several threads (way=threads), or a chunk "
+            "decoded beside another of its stream (way=chunks)",
+            labels=["way"],
+        )
+        for way, count in sorted(s.get("idle_core_units", {}).items()):
+            spread.add_metric([way], count)
+        yield spread
         yield CounterMetricFamily("voxserve_tts_inference_failures", "Failed inference calls", s["failures"])
         busy = CounterMetricFamily(
             "voxserve_tts_worker_busy_seconds", "Time each worker spent in inference", labels=["worker"]
@@ -162,6 +172,12 @@ class Metrics:
         )
         self.ttfp = Histogram(
             "voxserve_tts_ttfp_seconds", "Time from request to first audio", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.first_packet = Histogram(
+            "voxserve_tts_first_packet_seconds",
+            "The server's time to first audio by part (parse, text, admission, queue, acoustic, "
+            "wait, decode, deliver, encode) and in all (total)",
+            ["part"], buckets=_PART_BUCKETS, registry=r,
         )
         self.rtf = Histogram(
             "voxserve_tts_rtf", "Stream wall time / audio duration", buckets=_RTF_BUCKETS, registry=r

@@ -10,6 +10,7 @@ bytes, SSE events, WebSocket frames) and decides what "the client left" means.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -22,7 +23,7 @@ from voxserve.audio.encode import StreamEncoder, make_encoder
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.pool import BoundedPool
-from voxserve.engine.stream import StreamFailed
+from voxserve.engine.stream import FirstPacket, StreamFailed
 from voxserve.engine.tts import StreamHandle, TTSEngine
 from voxserve.engine.words import WordTime
 from voxserve.serving.catalog import speech_voice
@@ -30,11 +31,58 @@ from voxserve.serving.failures import raise_failure
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.waiting import unless_gone
 
-__all__ = ["AudioChunk", "SpeechParams", "SpeechResources", "SpeechStream", "open_speech"]
+__all__ = [
+    "FIRST_PACKET_PARTS",
+    "AudioChunk",
+    "SpeechParams",
+    "SpeechResources",
+    "SpeechStream",
+    "first_packet_parts",
+    "open_speech",
+]
 
 log = logging.getLogger(__name__)
 
 _CHEAP_FORMATS = ("pcm", "wav")
+
+FIRST_PACKET_PARTS = (
+    "parse", "text", "admission", "queue", "acoustic", "wait", "decode", "deliver", "encode",
+)  # fmt: skip
+"""The server's share of time to first audio, in order; they add up to `total`:
+
+- parse: the request read and checked, the voice resolved;
+- text: normalizing, segmenting and phonemizing (with the wait for the text pool);
+- admission: waiting for a stream slot, and the submit;
+- queue: waiting for a worker for the first segment's stage A;
+- acoustic: that stage A;
+- wait: stage A done until the first chunk's decode began;
+- decode: the first chunk's decode;
+- deliver: gain, resampling, the hand-off to the event loop and its wake-up;
+- encode: encoding the first chunk into the response format.
+"""
+
+
+@dataclass(frozen=True)
+class _TextMarks:
+    """`time.perf_counter` around the text preparation of a stream."""
+
+    start: float
+    end: float
+
+
+def first_packet_parts(
+    started: float, text: _TextMarks, engine: FirstPacket, taken: float, encoded: float
+) -> dict[str, float]:
+    """Seconds per part of `FIRST_PACKET_PARTS`, and their sum as `total` (from `started`,
+    the request's arrival, to the first chunk encoded)."""
+    stamps = (
+        started, text.start, text.end, engine.submitted, engine.acoustic_start,
+        engine.acoustic_end, engine.decode_start, engine.decode_end, taken, encoded,
+    )  # fmt: skip
+    gaps = itertools.pairwise(stamps)
+    parts = {name: max(0.0, b - a) for name, (a, b) in zip(FIRST_PACKET_PARTS, gaps, strict=True)}
+    parts["total"] = encoded - started
+    return parts
 
 
 @dataclass(frozen=True)
@@ -72,6 +120,9 @@ class AudioChunk:
     words: tuple[WordTime, ...] = ()
     """Word timings of the segment this chunk starts (seconds of the stream's audio), where
     the model gives them; empty for every other chunk."""
+    first_packet: dict[str, float] | None = None
+    """On the first chunk: the server's time to it, in seconds per part
+    (`FIRST_PACKET_PARTS` and `total`)."""
 
 
 class SpeechStream:
@@ -89,6 +140,7 @@ class SpeechStream:
         characters: int,
         started: float,
         holds_slot: bool,
+        text: _TextMarks | None = None,
     ):
         self.state = state
         self.replica: str | None = None
@@ -101,6 +153,7 @@ class SpeechStream:
         self._encoder = encoder
         self._inline = fmt in _CHEAP_FORMATS
         self._started = started
+        self._text = text
         self._holds_slot = holds_slot
         self._closed = False
 
@@ -118,15 +171,22 @@ class SpeechStream:
                 state.metrics.stream_errors.inc()
                 raise_failure(exc)
             state.engine.taken(handle.id)
+            taken = time.perf_counter()
             if self._inline:
                 data = _encode_step(self._encoder, item.pcm, item.last)
             else:
                 data = await state.audio_pool.run(_encode_step, self._encoder, item.pcm, item.last)
             total += len(item.pcm)
+            parts = None
             if first and len(item.pcm):
                 first = False
-                state.metrics.ttfp.observe(time.perf_counter() - self._started)
-            yield AudioChunk(data, len(item.pcm), item.words)
+                encoded = time.perf_counter()
+                state.metrics.ttfp.observe(encoded - self._started)
+                if item.first_packet is not None and self._text is not None:
+                    parts = first_packet_parts(self._started, self._text, item.first_packet, taken, encoded)
+                    for name, seconds in parts.items():
+                        state.metrics.first_packet.labels(name).observe(seconds)
+            yield AudioChunk(data, len(item.pcm), item.words, parts)
             if item.last:
                 elapsed = time.perf_counter() - self._started
                 if total:
@@ -178,7 +238,9 @@ async def open_speech(
         state.admission.refuse_if_full()  # before the phonemizer's work, not after
 
     loop = asyncio.get_running_loop()
+    text_start = time.perf_counter()
     prepared = await state.text_pool.run(engine.prepare, params.text, voice, params.speed)
+    text = _TextMarks(text_start, time.perf_counter())
     if not admitted:
         await unless_gone(
             state.admission.acquire(),  # raises Overloaded (429)
@@ -194,4 +256,4 @@ async def open_speech(
         raise
     state.metrics.streams_started.inc()
     fmt = params.response_format
-    return SpeechStream(state, handle, encoder, fmt, prepared.characters, started, not admitted)
+    return SpeechStream(state, handle, encoder, fmt, prepared.characters, started, not admitted, text)

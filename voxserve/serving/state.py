@@ -135,6 +135,7 @@ class AppState:
             "rejected": self.admission.rejected,
             "chunks": stats.chunks,
             "acoustic_runs": stats.acoustic_runs,
+            "idle_core_units": self.engine.idle_core_units(),
             "failures": stats.failures,
             "busy": dict(stats.busy_s),
             "healthy": self.engine.healthy,

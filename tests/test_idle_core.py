@@ -1,0 +1,56 @@
+"""A lone stream on the idle core, through the real server: its audio is the whole
+decode of each sentence (the parallel chunks, each with its context, come out in order),
+and the server reports where its first packet's time went."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+
+from tests.conftest import RunningServer
+from voxserve.engine.voices import Span
+
+TEXT = (
+    "The storm knocked out power across the valley. Crews are working through the night, "
+    "and most homes should have electricity again by tomorrow noon."
+)
+
+
+def reference_pcm(server: RunningServer, text: str) -> np.ndarray:
+    """Each sentence decoded whole, in one call on one thread, as the engine's output
+    stage finishes it (fixed gain, int16)."""
+    engine = server.state.engine
+    model = engine.default_model
+    prepared = engine.prepare(text, model.resolve_voice("alloy"))
+    parts = []
+    for item in prepared.segments:
+        latent = model.acoustic([item])[0]
+        parts.append(model.decode([Span(latent, 0, latent.frames)])[0])
+    audio = np.clip(np.concatenate(parts) * model.output_gain, -1.0, 1.0)
+    return (audio * 32767.0).astype(np.int16)
+
+
+def test_a_lone_stream_uses_the_idle_core_and_keeps_its_audio(server: RunningServer, client: httpx.Client) -> None:
+    engine = server.state.engine
+    rate = engine.default_model.profile.sample_rate
+    before = engine.idle_core_units()
+    body = {"model": "tts-1", "voice": "alloy", "input": TEXT, "response_format": "pcm", "sample_rate": rate}
+    r = client.post("/v1/audio/speech", json=body)
+    assert r.status_code == 200
+    after = engine.idle_core_units()
+    assert after["threads"] > before["threads"]  # stage A and the first chunk on two threads
+    assert after["chunks"] > before["chunks"]  # and chunks of the stream side by side
+    got = np.frombuffer(r.content, dtype=np.int16).astype(np.float64)
+    ref = reference_pcm(server, TEXT).astype(np.float64)
+    assert got.shape == ref.shape
+    snr = 10 * np.log10(np.sum(ref**2) / max(np.sum((ref - got) ** 2), 1e-30))
+    assert snr >= 60, f"SNR {snr:.1f} dB against the whole decode"
+
+    timing = dict(part.split(";dur=") for part in r.headers["server-timing"].split(", "))
+    parts = ("parse", "text", "admission", "queue", "acoustic", "wait", "decode", "deliver", "encode")
+    assert list(timing) == [*parts, "total"]
+    total = float(timing["total"])
+    assert 0 < sum(float(timing[p]) for p in parts) <= total + 0.05
+    metrics = client.get("/metrics").text
+    assert 'voxserve_tts_first_packet_seconds_count{part="acoustic"}' in metrics
+    assert 'voxserve_tts_idle_core_units_total{way="chunks"}' in metrics
