@@ -3,8 +3,10 @@
 Text goes through `voxserve.text.kokoro_g2p` (espeak-ng, mapped to Kokoro's phonemes) in
 the voice's language, or the request's. Stage A is Kokoro's encoder (durations, aligned
 text features, pitch and energy), stage B its decoder. The decoder normalizes over the
-whole window it is given, so it decodes whole segments (`chunking=None`): the engine's
-first segment is short, which keeps the first audio early.
+whole window it is given, so it decodes whole segments (`chunking=None`). Its profile's
+`SEGMENTS` plan makes the first segment a few words (first audio early) and lets later
+ones grow only as fast as one thread decodes them ahead of playback. Stage B skips most
+of each segment's leading pad (`LEAD_FRAMES`), 0.2-0.3 s of silence it would decode.
 
 Voices are Kokoro's own names (`af_heart`), OpenAI's names mapped to the closest Kokoro
 voice (see `ALIASES`), or a blend written as Kokoro-FastAPI does, `af_bella(2)+af_sky(1)`:
@@ -28,10 +30,21 @@ from voxserve.errors import InvalidRequest, NotFound
 from voxserve.runners.kokoro import HOP, SAMPLE_RATE, KokoroInput, KokoroModel, style_row
 from voxserve.text.kokoro_g2p import KokoroG2P, kokoro_language
 from voxserve.text.kokoro_vocab import KOKORO_VOCAB, MAX_PHONEMES
+from voxserve.text.split import SegmentPlan
 
-__all__ = ["ALIASES", "KokoroVoice"]
+__all__ = ["ALIASES", "LEAD_FRAMES", "SEGMENTS", "KokoroVoice"]
 
 NAME = "kokoro-82m-v1.0"
+
+SEGMENTS = SegmentPlan(first_chars=18, max_chars=150, growth=1.5, pause_chars=6)
+"""Kokoro's segment plan. One thread decodes at 1.8x real time here (RTF 0.55), so a
+segment may be up to 1.8x the audio before it; 1.5 keeps a sixth of margin. The first
+segment is about 1 s of speech (Kokoro speaks ~15 characters a second); 150 characters
+is about 9 s of audio, 5 s of one worker."""
+
+LEAD_FRAMES = 6
+"""Frames of each segment's leading pad that stage B decodes (150 ms): the speech onset
+starts about 3 frames before the pad's end, so fewer would clip it."""
 
 ALIASES = {
     "alloy": "af_alloy",
@@ -82,7 +95,7 @@ class KokoroVoice:
     def __init__(self, model: KokoroModel, output_gain: float = 1.0):
         self.model = model
         self._g2p = KokoroG2P(KOKORO_VOCAB)
-        self._profile = ModelProfile(NAME, HOP, SAMPLE_RATE, None, acoustic_s_per_id=2e-3)
+        self._profile = ModelProfile(NAME, HOP, SAMPLE_RATE, None, acoustic_s_per_id=2e-3, segments=SEGMENTS)
         self._gain = output_gain
         self._voices = [
             KokoroVoiceRef(v.name, NAME, None, v.language, v.gender, ((v.name, 1.0),))
@@ -190,19 +203,26 @@ class KokoroVoice:
             items.append(KokoroItem(piece, style_row(rows, len(piece)), speed, kept))
         return items
 
-    def acoustic(self, batch: Sequence[KokoroItem]) -> list[Latent]:
+    def acoustic(self, batch: Sequence[KokoroItem], threads: int = 1) -> list[Latent]:
+        """Stage A on sessions of `threads` intra-op threads; each latent starts
+        `LEAD_FRAMES` before the first phoneme."""
         if self._hook is not None:
             self._hook("acoustic", len(batch))
-        frames = self.model.acoustic.run([KokoroInput(i.ids, i.style, i.speed) for i in batch])
-        return [
-            Latent(f.decoder_input, f.frames, f.durations[1:-1], word_frames(i.words, f.durations[1:-1], int(f.durations[0])))
-            for i, f in zip(batch, frames, strict=True)
-        ]
+        runner, _ = self.model.runners(threads)
+        frames = runner.run([KokoroInput(i.ids, i.style, i.speed) for i in batch])
+        latents = []
+        for item, whole in zip(batch, frames, strict=True):
+            f = whole.trim_lead(LEAD_FRAMES)
+            words = word_frames(item.words, f.durations[1:-1], int(f.durations[0]))
+            latents.append(Latent(f.decoder_input, f.frames, f.durations[1:-1], words))
+        return latents
 
-    def decode(self, batch: Sequence[Span]) -> list[np.ndarray]:
+    def decode(self, batch: Sequence[Span], threads: int = 1) -> list[np.ndarray]:
+        """Stage B on sessions of `threads` intra-op threads."""
         if self._hook is not None:
             self._hook("vocoder", len(batch))
-        return self.model.decoder.run([s.latent.features.window(s.lo, s.hi) for s in batch])
+        _, runner = self.model.runners(threads)
+        return runner.run([s.latent.features.window(s.lo, s.hi) for s in batch])
 
     def set_fault_hook(self, hook: FaultHook | None) -> None:
         self._hook = hook

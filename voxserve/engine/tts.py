@@ -34,7 +34,7 @@ from voxserve.engine.stream import ChunkStream, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
-from voxserve.text.split import normalize, segment
+from voxserve.text.split import grow_segments, normalize, segment
 
 __all__ = [
     "MODEL_LOADERS",
@@ -244,17 +244,21 @@ class TTSEngine(WorkerEngine):
 
     # -- requests --------------------------------------------------------------------
     def prepare(self, text: str, voice: Voice, speed: float = 1.0) -> PreparedText:
-        """Normalize and segment, then the voice's model makes its stage A inputs
-        (phonemes). CPU work: call it from the text pool."""
+        """Normalize and segment (as the model's profile plans it), then the voice's model
+        makes its stage A inputs (phonemes). CPU work: call it from the text pool."""
         model = self.models[voice.model]
         clean = normalize(text)
         texts: list[str] = []
         segments: list[StageInput] = []
-        pieces = segment(
-            clean,
-            first_max_chars=self.config.first_segment_chars,
-            max_chars=self.config.max_segment_chars,
-        )
+        plan = model.profile.segments
+        if plan is not None:
+            pieces = grow_segments(clean, plan)
+        else:
+            pieces = segment(
+                clean,
+                first_max_chars=self.config.first_segment_chars,
+                max_chars=self.config.max_segment_chars,
+            )
         for piece in pieces:
             for item in model.inputs(piece, voice, speed):
                 texts.append(piece)
