@@ -25,7 +25,7 @@ import numpy as np
 import soxr
 
 from voxserve.config import TTSConfig
-from voxserve.engine.cost import CostMeter, stream_capacity
+from voxserve.engine.cost import CostMeter, room_for, stream_capacity
 from voxserve.engine.kokoro_voice import KokoroVoice
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.piper_voice import PiperVoice
@@ -310,24 +310,28 @@ class TTSEngine(WorkerEngine):
         if out is not None:
             out.handle.stream.close()
 
-    def keeping_up(self, admitted: int = 0) -> bool:
-        """Whether one more stream fits now: no live stream is about to run dry, at most
-        one stream per worker is still starting (so a burst of arrivals ramps up instead
-        of being let in before anyone can tell it is too much), and the streams stay
-        under the capacity measured from recent work.
+    def keeping_up(self, admitted: int = 0, model: str | None = None) -> bool:
+        """Whether one more stream of voice model `model` fits now: no live stream is
+        about to run dry, at most one stream per worker is still starting (so a burst of
+        arrivals ramps up instead of being let in before anyone can tell it is too
+        much), and the load of the streams *with* the newcomer, each weighed by its
+        model's recently measured cost, stays within `workers x target_utilization`
+        (`voxserve.engine.cost.room_for`).
 
         `admitted` is what admission has let in; those not yet submitted count as
-        starting.
+        starting, and at the costliest model's cost. A newcomer of no named model counts
+        at the costliest model's cost too.
         """
         with self._cond:
-            live = len(self._sched)
-            unsubmitted = max(0, admitted - live)
+            live = self._sched.streams_by_model()
+            unsubmitted = max(0, admitted - sum(live.values()))
             if self._sched.starting() + unsubmitted >= self.config.workers:
                 return False
             if self._sched.lagging(self._clock(), self.config.admit_min_slack_s):
                 return False
-            capacity = self.capacity_streams(admitted)
-            return capacity is None or max(live, admitted) < capacity
+            costs = {name: meter.cost() for name, meter in self.stats.costs.items()}
+        budget = self.config.workers * self.config.target_utilization
+        return room_for(budget, costs, live, unsubmitted, model)
 
     def costs(self) -> dict[str, float | None]:
         """Each model's recently measured cost in worker-seconds per audio-second (None

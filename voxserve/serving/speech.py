@@ -181,7 +181,7 @@ async def open_speech(
     prepared = await state.text_pool.run(engine.prepare, params.text, voice, params.speed)
     if not admitted:
         await unless_gone(
-            state.admission.acquire(),  # raises Overloaded (429)
+            state.admission.acquire(prepared.model),  # raises Overloaded (429)
             gone() if gone is not None else None,
             "client disconnected while queued",
         )
