@@ -131,6 +131,12 @@ def test_the_leading_pad_is_trimmed_before_stage_b(model: KokoroModel, hello: Ko
     assert float(np.sqrt(np.mean(pcm**2))) == pytest.approx(float(np.sqrt(np.mean(full[(lead - 6) * HOP :] ** 2))), rel=0.2)
     with pytest.raises(ValueError):
         whole.trim_lead(0)
+    # A crop at both ends clips each token's frames to the window.
+    both = whole.crop(3, whole.frames - 5)
+    assert both.frames == whole.frames - 8 == int(both.durations.sum())
+    assert int(both.durations[0]) == lead - 3 and int(both.durations[-1]) == max(0, int(whole.durations[-1]) - 5)
+    with pytest.raises(ValueError):
+        whole.crop(10, 10)
 
 
 def test_sessions_are_made_per_thread_count_once(model: KokoroModel, hello: KokoroInput) -> None:

@@ -362,24 +362,32 @@ class KokoroFrames:
         return self.decoder_input.frames
 
     def trim_lead(self, keep: int) -> KokoroFrames:
-        """The same frames with the leading pad cut to at most `keep` frames, for stage B
-        to skip: the pad is 14-17 frames (0.35-0.43 s) of near silence at speed 1.
-
-        The cut is made after stage A, not before it: the prosody predictor needs the
-        whole pad to warm up (clamped before the alignment, the first words lose their
-        pitch and come out whispered). Stage B decodes the shorter window; its output
-        there differs from the whole decode as two windows' decodes differ (the decoder
-        normalizes over its window), and the speech onset, which begins ~3 frames before
-        the pad ends, is kept whole for `keep` >= 4. The durations follow the cut, so
-        word timings and `len(audio) == HOP * sum(durations)` still hold."""
+        """`crop` to at most `keep` frames of the leading pad."""
         if keep < 1:
             raise ValueError(f"the leading pad keeps at least 1 frame, not {keep}")
-        cut = int(self.durations[0]) - keep
-        if cut <= 0:
+        return self.crop(int(self.durations[0]) - keep, self.frames)
+
+    def crop(self, start: int, stop: int) -> KokoroFrames:
+        """Frames [start, stop) only, for stage B to skip the rest: each token keeps the
+        part of its frames inside the window (the durations still sum to the frames, so
+        word timings and `len(audio) == HOP * sum(durations)` hold).
+
+        Meant for silence: the leading pad is 14-17 frames at speed 1, and a segment ends
+        in ~20 frames below -70 dB (the last phoneme's lengthening, the final
+        punctuation, the trailing pad). The cut is made after stage A, not before it: the
+        prosody predictor needs the whole pad to warm up (clamped before the alignment,
+        the first words lose their pitch and come out whispered). Stage B's output on the
+        shorter window differs from the whole decode as two windows' decodes differ (the
+        decoder normalizes over its window), more the more silence is cut: see
+        docs/KOKORO.md."""
+        start, stop = max(0, start), min(self.frames, stop)
+        if start >= stop:
+            raise ValueError(f"empty crop [{start}, {stop}) of {self.frames} frames")
+        if (start, stop) == (0, self.frames):
             return self
-        durations = self.durations.copy()
-        durations[0] = keep
-        return KokoroFrames(durations, self.decoder_input.window(cut, self.frames))
+        cum = np.concatenate(([0], np.cumsum(self.durations)))
+        durations = np.diff(np.clip(cum, start, stop)).astype(np.int64)
+        return KokoroFrames(durations, self.decoder_input.window(start, stop))
 
 
 class KokoroAcousticRunner:
