@@ -37,11 +37,13 @@ __all__ = ["ALIASES", "LEAD_FRAMES", "SEGMENTS", "KokoroVoice"]
 
 NAME = "kokoro-82m-v1.0"
 
-SEGMENTS = SegmentPlan(first_chars=18, max_chars=150, growth=1.5, pause_chars=6)
+SEGMENTS = SegmentPlan(first_chars=18, max_chars=150, growth=1.3, pause_chars=6)
 """Kokoro's segment plan. One thread decodes at 1.8x real time here (RTF 0.55), so a
-segment may be up to 1.8x the audio before it; 1.5 keeps a sixth of margin. The first
-segment is about 1 s of speech (Kokoro speaks ~15 characters a second); 150 characters
-is about 9 s of audio, 5 s of one worker."""
+segment could be up to 1.8x the audio before it; 1.3 keeps a stream continuous up to
+RTF 0.7 (a loaded machine), where 1.5 stalls (simulated with the real scheduler:
+tests/test_segment_plan.py). The first segment is about 1 s of speech (Kokoro speaks
+~15-20 characters a second, and adds ~1 s of pauses per segment); 150 characters are
+about 8 s of audio, 4.5 s of one worker."""
 
 LEAD_FRAMES = 6
 """Frames of each segment's leading pad that stage B decodes (150 ms): the speech onset

@@ -25,7 +25,7 @@ import numpy as np
 import soxr
 
 from voxserve.config import TTSConfig
-from voxserve.engine.cost import CostMeter, room_for, stream_capacity
+from voxserve.engine.cost import CostMeter, admission_cost, room_for, stream_capacity
 from voxserve.engine.kokoro_voice import KokoroVoice
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.piper_voice import PiperVoice
@@ -315,7 +315,8 @@ class TTSEngine(WorkerEngine):
         about to run dry, at most one stream per worker is still starting (so a burst of
         arrivals ramps up instead of being let in before anyone can tell it is too
         much), and the load of the streams *with* the newcomer, each weighed by its
-        model's recently measured cost, stays within `workers x target_utilization`
+        model's recently measured cost (a whole-segment model's times its segment
+        growth: `cost.admission_cost`), stays within `workers x target_utilization`
         (`voxserve.engine.cost.room_for`).
 
         `admitted` is what admission has let in; those not yet submitted count as
@@ -329,7 +330,7 @@ class TTSEngine(WorkerEngine):
                 return False
             if self._sched.lagging(self._clock(), self.config.admit_min_slack_s):
                 return False
-            costs = {name: meter.cost() for name, meter in self.stats.costs.items()}
+            costs = self._admission_costs()
         budget = self.config.workers * self.config.target_utilization
         return room_for(budget, costs, live, unsubmitted, model)
 
@@ -339,15 +340,25 @@ class TTSEngine(WorkerEngine):
         with self._cond:
             return {name: meter.cost() for name, meter in self.stats.costs.items()}
 
+    def _admission_costs(self) -> dict[str, float | None]:
+        """Each model's cost as admission counts it (`cost.admission_cost`: a whole-
+        segment model's times its segment growth). Call under the lock."""
+        costs: dict[str, float | None] = {}
+        for name, meter in self.stats.costs.items():
+            plan = self.models[name].profile.segments
+            costs[name] = admission_cost(meter.cost(), plan.growth if plan is not None else None)
+        return costs
+
     def capacity_streams(self, admitted: int = 0) -> float | None:
         """Real-time streams the workers sustain at `target_utilization` for the mix of
-        models live now, each stream weighed by its model's measured cost
-        (`voxserve.engine.cost.stream_capacity`); None until some model's cost is known.
+        models live now, each stream weighed by its model's cost as admission counts it
+        (`voxserve.engine.cost.stream_capacity`, `admission_cost`); None until some
+        model's cost is known.
         `admitted` as for `keeping_up`."""
         with self._cond:
             live = self._sched.streams_by_model()
             unsubmitted = max(0, admitted - sum(live.values()))
-            costs = {name: meter.cost() for name, meter in self.stats.costs.items()}
+            costs = self._admission_costs()
         budget = self.config.workers * self.config.target_utilization
         return stream_capacity(budget, costs, live, unsubmitted, self.default_model.name)
 
