@@ -37,12 +37,14 @@ __all__ = ["ALIASES", "LEAD_FRAMES", "SEGMENTS", "KokoroVoice"]
 
 NAME = "kokoro-82m-v1.0"
 
-SEGMENTS = SegmentPlan(first_chars=18, max_chars=150, growth=1.3, pause_chars=6)
-"""Kokoro's segment plan. One thread decodes at 1.8x real time here (RTF 0.55), so a
-segment could be up to 1.8x the audio before it; 1.3 keeps a stream continuous up to
-RTF 0.7 (a loaded machine), where 1.5 stalls (simulated with the real scheduler:
-tests/test_segment_plan.py). The first segment is about 1 s of speech (Kokoro speaks
-~15-20 characters a second, and adds ~1 s of pauses per segment); 150 characters are
+SEGMENTS = SegmentPlan(first_chars=14, max_chars=150, growth=1.3, pause_chars=6)
+"""Kokoro's segment plan. The first segment is a few words: with the pauses the model
+adds at a segment's end, 50-60 frames (1.3-1.5 s of audio), 0.8-0.9 s of one thread's
+work or ~0.6 s of two. One thread decodes at 1.8x real time here (RTF 0.55), so a
+segment could be up to 1.8x the audio before it; growing by 1.3 keeps a stream
+continuous up to RTF 0.65 (a loaded machine). Simulated with the real scheduler on each
+bench prompt's real frame counts: first 18 characters instead of 14 starts 0.13 s
+later; growth 1.5 stalls at RTF 0.7 (tests/test_segment_plan.py); 150 characters are
 about 8 s of audio, 4.5 s of one worker."""
 
 LEAD_FRAMES = 6

@@ -341,12 +341,18 @@ class _Cutter:
         if phrase is not None and phrase >= half:
             return _with_comma(text[pos:phrase]), phrase + 1
         space, dangles = self._space(pos, window_end)
-        if dangles:
-            # Every cut at a space leaves an article or a preposition hanging: rather the
-            # whole sentence, if it is short.
-            k = bisect.bisect_right(self.ends, pos)
-            if k < len(self.ends) and self.ends[k] <= pos + min(2 * limit, plan.max_chars):
-                return text[pos : self.ends[k]], self.ends[k]
+        if space is not None and not dangles:
+            return _with_comma(text[pos:space]), space + 1
+        # No clean cut in the window (none fits, or each leaves an article or a preposition
+        # hanging): rather the whole sentence if it is short, else the first clean cut
+        # past the window, within twice the limit.
+        reach = pos + min(2 * limit, plan.max_chars)
+        k = bisect.bisect_right(self.ends, pos)
+        if k < len(self.ends) and self.ends[k] <= reach:
+            return text[pos : self.ends[k]], self.ends[k]
+        later = self._space_after(pos, window_end, reach)
+        if later is not None:
+            return _with_comma(text[pos:later]), later + 1
         if space is not None:
             return _with_comma(text[pos:space]), space + 1
         if clause is not None:
@@ -362,6 +368,20 @@ class _Cutter:
             after = len(text)
         stop = after if after != -1 else window_end
         return text[pos:stop], stop
+
+    def _space_after(self, pos: int, window_end: int, reach: int) -> int | None:
+        """The first space in (window_end, reach] where a cut fits and leaves no dangling
+        word."""
+        text = self.text
+        start = text.rfind(" ", pos, window_end + 1) + 1
+        space = text.find(" ", window_end + 1, reach + 1)
+        while space != -1:
+            word = text[max(start, pos) : space]
+            if self._fits(space, pos) and word.lower().strip(",;:") not in _DANGLING:
+                return space
+            start = space + 1
+            space = text.find(" ", start, reach + 1)
+        return None
 
     def _space(self, pos: int, window_end: int) -> tuple[int | None, bool]:
         """The last space in the window where a cut fits and leaves no dangling word at
