@@ -60,7 +60,7 @@ def test_cancelled_waiter_leaves_the_line() -> None:
 def test_gate_holds_newcomers_until_the_engine_keeps_up() -> None:
     async def run() -> None:
         keeping_up = False
-        adm = Admission(limit=10, max_queue=4, timeout_s=5, gate=lambda active: keeping_up, recheck_s=0.01)
+        adm = Admission(limit=10, max_queue=4, timeout_s=5, gate=lambda active, kind: keeping_up, recheck_s=0.01)
         await adm.acquire()  # nothing active: the gate is not asked
         second = asyncio.create_task(adm.acquire())
         await asyncio.sleep(0.05)
@@ -68,6 +68,33 @@ def test_gate_holds_newcomers_until_the_engine_keeps_up() -> None:
         keeping_up = True
         await asyncio.wait_for(second, 1)  # the timer re-asked the gate
         assert adm.active == 2
+        adm.close()
+
+    asyncio.run(run())
+
+
+def test_the_gate_is_asked_about_the_waiter_at_the_head_with_its_kind() -> None:
+    async def run() -> None:
+        asked: list[tuple[int, str | None]] = []
+        room = {"heavy": False, "light": True}
+
+        def gate(active: int, kind: str | None) -> bool:
+            asked.append((active, kind))
+            return room[kind or "heavy"]
+
+        adm = Admission(limit=10, max_queue=4, timeout_s=5, gate=gate, recheck_s=0.01)
+        await adm.acquire("heavy")  # nothing active: the gate is not asked
+        heavy = asyncio.create_task(adm.acquire("heavy"))
+        await asyncio.sleep(0)
+        light = asyncio.create_task(adm.acquire("light"))
+        await asyncio.sleep(0.05)
+        # The light stream would fit, but it waits behind the heavy one: first come,
+        # first served, so a costly stream is never starved by cheap ones.
+        assert not heavy.done() and not light.done()
+        assert set(asked) == {(1, "heavy")}
+        room["heavy"] = True
+        await asyncio.wait_for(asyncio.gather(heavy, light), 1)
+        assert adm.active == 3 and asked[-1] == (2, "light")
         adm.close()
 
     asyncio.run(run())

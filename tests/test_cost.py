@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voxserve.engine.cost import CostMeter, stream_capacity
+from voxserve.engine.cost import CostMeter, room_for, stream_capacity
 
 PIPER, HEAVY = 0.08, 0.48  # worker-seconds per audio-second: HEAVY costs 6 Piper streams
 BUDGET = 2 * 0.85
@@ -43,9 +43,33 @@ def test_a_stream_six_times_as_costly_counts_as_six() -> None:
     assert 16 < (stream_capacity(BUDGET, costs, {"piper": 15, "heavy": 1}, 0, "piper") or 0)
 
 
-def test_unmeasured_model_counts_as_costliest_and_unsubmitted_as_cheapest() -> None:
+def test_unmeasured_model_and_unsubmitted_streams_count_as_costliest() -> None:
     costs: dict[str, float | None] = {"piper": PIPER, "heavy": HEAVY, "new": None}
     unmeasured = stream_capacity(BUDGET, costs, {"new": 2}, 0, "piper")
     assert unmeasured == pytest.approx(BUDGET / HEAVY)
-    pending = stream_capacity(BUDGET, costs, {"heavy": 1}, 1, "piper")
+    pending = stream_capacity(BUDGET, costs, {"piper": 1}, 1, "piper")
     assert pending == pytest.approx(BUDGET / ((HEAVY + PIPER) / 2))
+
+
+def test_a_newcomer_is_let_in_only_if_the_load_with_it_fits() -> None:
+    """Kokoro at RTF 0.55 on two workers at 85 %: capacity 3.09 streams. Three fit (1.65
+    of 1.7); a fourth must wait, although three streams are still "under capacity"
+    (the old test, n < capacity, let the fourth in, and all four stuttered)."""
+    kokoro = {"piper": PIPER, "kokoro": 0.55}
+    capacity = stream_capacity(BUDGET, kokoro, {"kokoro": 3}, 0, "piper")
+    assert capacity is not None and 3 < capacity < 4
+    assert room_for(BUDGET, kokoro, {"kokoro": 2}, 0, "kokoro")
+    assert not room_for(BUDGET, kokoro, {"kokoro": 3}, 0, "kokoro")
+    # A Piper stream does not fit beside three Kokoro streams (1.65 + 0.08 > 1.7), it
+    # does beside two and five Piper; a newcomer of no named model counts at the
+    # costliest model.
+    assert not room_for(BUDGET, kokoro, {"kokoro": 3}, 0, "piper")
+    assert room_for(BUDGET, kokoro, {"kokoro": 2, "piper": 5}, 0, "piper")
+    assert not room_for(BUDGET, kokoro, {"kokoro": 2, "piper": 2}, 0, None)
+    # One admitted but not yet submitted counts at the costliest model: two Kokoro
+    # streams live and one on its way leave no room for another.
+    assert not room_for(BUDGET, kokoro, {"kokoro": 2}, 1, "kokoro")
+    # Piper alone: n + 1 streams are let in while (n + 1) x 0.08 <= 1.7, i.e. 21.
+    assert room_for(BUDGET, {"piper": PIPER}, {"piper": 20}, 0, "piper")
+    assert not room_for(BUDGET, {"piper": PIPER}, {"piper": 21}, 0, "piper")
+    assert room_for(BUDGET, {"piper": None}, {"piper": 30}, 0, "piper")  # nothing measured

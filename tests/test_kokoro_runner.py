@@ -111,3 +111,37 @@ def test_a_span_decoded_with_context_has_the_span_length(model: KokoroModel, hel
     whole = model.acoustic.run([hello])[0].decoder_input
     pcm = decode_span(model.decoder, whole, 4, 12, 8, 8)
     assert len(pcm) == 8 * HOP
+
+
+def test_the_leading_pad_is_trimmed_before_stage_b(model: KokoroModel, hello: KokoroInput) -> None:
+    whole = model.acoustic.run([hello])[0]
+    lead = int(whole.durations[0])
+    assert lead >= 12  # the model's own pad: 0.3-0.45 s of near silence
+    trimmed = whole.trim_lead(6)
+    assert int(trimmed.durations[0]) == 6 and np.array_equal(trimmed.durations[1:], whole.durations[1:])
+    assert trimmed.frames == whole.frames - (lead - 6) == int(trimmed.durations.sum())
+    assert whole.trim_lead(lead) is whole and whole.trim_lead(100) is whole
+    pcm = model.decoder.run([trimmed.decoder_input])[0]
+    assert len(pcm) == trimmed.frames * HOP
+    # The onset survives the cut: speech starts within the kept pad's last frames, as it
+    # does in the whole decode, and the rest is as loud as the whole decode.
+    full = model.decoder.run([whole.decoder_input])[0]
+    rms = [float(np.sqrt(np.mean(pcm[i * HOP : (i + 1) * HOP] ** 2))) for i in range(10)]
+    assert max(rms[:2]) < 0.01 and max(rms[4:10]) > 0.05
+    assert float(np.sqrt(np.mean(pcm**2))) == pytest.approx(float(np.sqrt(np.mean(full[(lead - 6) * HOP :] ** 2))), rel=0.2)
+    with pytest.raises(ValueError):
+        whole.trim_lead(0)
+    # A crop at both ends clips each token's frames to the window.
+    both = whole.crop(3, whole.frames - 5)
+    assert both.frames == whole.frames - 8 == int(both.durations.sum())
+    assert int(both.durations[0]) == lead - 3 and int(both.durations[-1]) == max(0, int(whole.durations[-1]) - 5)
+    with pytest.raises(ValueError):
+        whole.crop(10, 10)
+
+
+def test_sessions_are_made_per_thread_count_once(model: KokoroModel, hello: KokoroInput) -> None:
+    assert model.runners(1) == (model.acoustic, model.decoder)
+    two = model.runners(2)
+    assert model.runners(2) is two
+    frames = two[0].run([hello])[0]
+    assert np.array_equal(frames.durations, model.acoustic.run([hello])[0].durations)

@@ -156,3 +156,41 @@ def test_kokoro_peer_bench_compares_the_engine_the_server_and_kokoro_onnx(
     assert set(ratios) == {"voxserve", "voxserve-http"}
     assert all(math.isfinite(v) and v > 0 for r in ratios.values()
                for k, v in r.items() if k not in ("system", "threads"))
+
+
+def test_admission_weighs_a_newcomer_by_its_own_model(both: RunningServer) -> None:
+    """The gate is told each waiter's voice model, and lets a Kokoro stream in only if
+    the load with it fits: with two workers and Kokoro's measured cost (0.5-1 worker-
+    seconds per audio-second), at most one or two Kokoro streams fit, never four."""
+    admission = both.state.admission
+    engine = both.state.engine
+    gate = admission.gate
+    assert gate is not None
+    asked: list[tuple[int, str | None, bool]] = []
+
+    def spy(active: int, kind: str | None) -> bool:
+        verdict = gate(active, kind)
+        asked.append((active, kind, verdict))
+        return verdict
+
+    admission.gate = spy
+    try:
+        body = {"model": "tts-1-hd", "input": "Hello there.", "voice": "af_heart", "response_format": "pcm"}
+        with httpx.Client(base_url=both.base_url, timeout=120) as c, ThreadPoolExecutor(1) as pool:
+            longer = {**body, "input": "Hello there. The second sentence is a little longer than the first."}
+            with c.stream("POST", "/v1/audio/speech", json=longer) as first:
+                chunks = first.iter_bytes()
+                next(chunks)  # the first stream is live: the next ones ask the gate
+                piper = c.post("/v1/audio/speech", json={**body, "model": "tts-1", "voice": "alloy"})
+                kokoro = pool.submit(c.post, "/v1/audio/speech", json=body)
+                for _ in chunks:
+                    pass
+            assert piper.status_code == 200 and kokoro.result().status_code == 200
+    finally:
+        admission.gate = gate
+    kinds = [kind for _, kind, _ in asked]
+    assert kinds[0] == "en_US-joe-medium" and "kokoro-82m-v1.0" in kinds
+    cost = engine.costs()["kokoro-82m-v1.0"]
+    assert cost is not None and cost > 0.2  # measured at warm-up, before the first client
+    budget = engine.config.workers * engine.config.target_utilization
+    assert int(budget / cost) < 4

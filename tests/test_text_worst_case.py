@@ -16,7 +16,14 @@ from collections.abc import Callable
 import pytest
 
 from voxserve.text.incremental import SplitMode, TextSegmenter
-from voxserve.text.split import normalize, segment, split_clauses, split_sentences
+from voxserve.text.split import (
+    SegmentPlan,
+    grow_segments,
+    normalize,
+    segment,
+    split_clauses,
+    split_sentences,
+)
 
 BUDGET_S = 0.05
 
@@ -58,6 +65,8 @@ def test_pure_splitters_are_linear(name: str) -> None:
         ("split_clauses", lambda: split_clauses(text, 20)),
         ("segment raw", lambda: segment(text)),
         ("segment normalized", lambda: segment(normalize(text))),
+        ("grow_segments", lambda: grow_segments(text, SegmentPlan())),
+        ("grow_segments normalized", lambda: grow_segments(normalize(text), SegmentPlan())),
     ]:
         assert cpu_seconds(fn) < BUDGET_S, label
 
@@ -77,6 +86,10 @@ def test_segmenter_is_linear_whole_and_per_character(name: str, mode: SplitMode)
 def test_segments_are_bounded_even_when_a_word_is_not() -> None:
     assert all(len(s) <= 400 for s in segment(WORST["dotted digits"]))
     assert all(len(s) <= 400 for s in segment(WORST["no marks"]))
+    plan = SegmentPlan()
+    for name in ("dotted digits", "no marks", "spaces", "numbered"):
+        pieces = grow_segments(WORST[name], plan)
+        assert all(len(s) <= plan.max_chars * plan.slack for s in pieces), name
 
 
 def test_a_pending_verdict_does_not_hold_back_a_long_buffer() -> None:

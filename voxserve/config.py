@@ -101,10 +101,13 @@ class TTSConfig:
     max_input_chars: int = 4096
     """Longest accepted `input`, in characters (OpenAI's limit is 4096)."""
     first_segment_chars: int = 60
-    """A first sentence longer than this is split at clause boundaries for a fast start."""
+    """A first sentence longer than this is split at clause boundaries for a fast start
+    (models that stream chunks, Piper; a whole-segment model's profile has its own
+    `SegmentPlan`)."""
     max_segment_chars: int = 200
     """Longer sentences are split at clauses (then spaces): stage A cannot stream, and a
-    long one holds a core for hundreds of milliseconds."""
+    long one holds a core for hundreds of milliseconds (as above: not for a model with its
+    own `SegmentPlan`)."""
     urgent_slack_s: float = 0.15
     """A live stream whose playback runs dry within this much time outranks new requests."""
     idle_threads: int = 2

@@ -1,10 +1,12 @@
 """Admission control on the event loop: at most `limit` active streams, a bounded FIFO of
 waiters behind them, and 429 past the queue or after the wait times out.
 
-An optional `gate(active)` says whether the engine can take one more stream right now
-(no live stream is about to underrun); it is told how many streams are admitted. While it says no, newcomers wait even below `limit`; a
-timer re-asks it every `recheck_s` while anyone waits. With nothing active, the gate is
-not asked: one stream always runs. Every wait is cancellable: a client that leaves while
+An optional `gate(active, kind)` says whether the engine can take one more stream right
+now (no live stream is about to underrun, and the load with it stays within what the
+workers sustain); it is told how many streams are admitted and the `kind` the waiter
+named (its voice model; None if it did not say). While it says no, newcomers wait even
+below `limit`, in order; a timer re-asks it every `recheck_s` while anyone waits. With
+nothing active, the gate is not asked: one stream always runs. Every wait is cancellable: a client that leaves while
 queued simply drops out of the line. `close()` (at shutdown) answers every waiter and
 every later caller with 503.
 """
@@ -21,13 +23,17 @@ from voxserve.errors import Overloaded, Unavailable
 __all__ = ["Admission"]
 
 
+Gate = Callable[[int, str | None], bool]
+"""gate(active, kind): whether one more stream of `kind` fits now."""
+
+
 class Admission:
     def __init__(
         self,
         limit: int,
         max_queue: int,
         timeout_s: float,
-        gate: Callable[[int], bool] | None = None,
+        gate: Gate | None = None,
         recheck_s: float = 0.05,
     ):
         if limit < 1 or max_queue < 0:
@@ -41,6 +47,8 @@ class Admission:
         self.rejected = 0
         self.gated = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._kinds: dict[asyncio.Future[None], str | None] = {}
+        """The kind each waiter named, for the gate."""
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -51,12 +59,12 @@ class Admission:
     def _retry_after(self) -> float:
         return max(1.0, round(1.0 + self.queued / max(1, self.limit)))
 
-    def _room(self) -> bool:
+    def _room(self, kind: str | None) -> bool:
         if self.active >= self.limit:
             return False
         if self.active == 0 or self.gate is None:
             return True
-        if self.gate(self.active):
+        if self.gate(self.active, kind):
             return True
         self.gated += 1
         return False
@@ -77,16 +85,18 @@ class Admission:
             retry_after=self._retry_after(),
         )
 
-    async def acquire(self) -> None:
+    async def acquire(self, kind: str | None = None) -> None:
+        """Take a slot, waiting in line if need be; `kind` is passed to the gate."""
         if self._closed:
             raise Unavailable("server is shutting down")
-        if not self._waiters and self._room():
+        if not self._waiters and self._room(kind):
             self.active += 1
             return
         if len(self._waiters) >= self.max_queue:
             self._refuse()
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        self._kinds[waiter] = kind
         self._arm_timer()
         try:
             await asyncio.wait_for(asyncio.shield(waiter), self.timeout_s)
@@ -109,12 +119,14 @@ class Admission:
     def _drop(self, waiter: asyncio.Future[None]) -> None:
         with contextlib.suppress(ValueError):
             self._waiters.remove(waiter)
+        self._kinds.pop(waiter, None)
         waiter.cancel()
 
     def _grant(self) -> None:
         """Admit waiters, oldest first, while there is room."""
-        while self._waiters and self._room():
+        while self._waiters and self._room(self._kinds.get(self._waiters[0])):
             waiter = self._waiters.popleft()
+            self._kinds.pop(waiter, None)
             if not waiter.done():
                 self.active += 1
                 waiter.set_result(None)
@@ -137,6 +149,7 @@ class Admission:
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
+        self._kinds.clear()
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():

@@ -4,14 +4,16 @@ of a given mix of models the workers sustain. Pure: no locks, no clock, no model
 A model's cost is worker-seconds per audio-second (Piper ~0.08 on this CPU; a model six
 times as slow, ~0.5). The load of the live streams is the sum of their models' costs, and
 the workers' budget is `workers x target_utilization`: one stream of a model six times
-as costly counts as six.
+as costly counts as six. A newcomer is let in only if the load *with it* stays within the
+budget (`room_for`): for a model whose capacity is three streams, "under capacity now"
+would let in a fourth.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["CostMeter", "stream_capacity"]
+__all__ = ["CostMeter", "admission_cost", "room_for", "stream_capacity"]
 
 
 class CostMeter:
@@ -39,6 +41,22 @@ class CostMeter:
         return self.busy / self.audio if self.audio >= 2.0 else None
 
 
+def admission_cost(measured: float | None, growth: float | None) -> float | None:
+    """What admission counts a stream of a model at: its measured cost, times its segment
+    plan's `growth` for a model that decodes whole segments (None: it streams chunks).
+
+    Such a stream ramps up through segments up to `growth` times the audio before them,
+    each decoded whole by one worker: it keeps up only while its share of the workers
+    decodes `growth` times faster than it plays. With n streams on w workers at cost r,
+    that is `r * n / w * growth <= 1`; counting each at `r * growth` against the budget
+    says so, with the budget's own margin on top. (Simulated with the real scheduler at
+    r = 0.55 on 2 workers: 2 Kokoro streams stay continuous, 3 do not, though 3 x 0.55
+    is under the 1.7 budget.)"""
+    if measured is None or growth is None:
+        return measured
+    return measured * growth
+
+
 def stream_capacity(
     budget: float,
     costs: Mapping[str, float | None],
@@ -52,16 +70,46 @@ def stream_capacity(
     `costs` is each model's measured cost (None: not yet measured), `live` the live
     streams per model, `unsubmitted` the streams admitted but not yet submitted (their
     model is unknown here). `n < capacity`, for the n streams counted, says exactly that
-    their load is under the budget. A model not yet measured counts at the costliest
-    measured one, a stream not yet submitted at the cheapest; with no stream counted it
-    is the capacity in streams of the `default` model.
+    their load is under the budget. A model not yet measured, and a stream not yet
+    submitted, count at the costliest measured model; with no stream counted it is the
+    capacity in streams of the `default` model.
     """
-    known = {name: c for name, c in costs.items() if c is not None and c > 0}
+    known = _known(costs)
     if not known:
         return None
-    ceiling = max(known.values())
-    load = sum(n * known.get(name, ceiling) for name, n in live.items())
-    load += unsubmitted * min(known.values())
+    load = _load(known, live, unsubmitted)
     count = sum(live.values()) + unsubmitted
-    mean = load / count if count else known.get(default, ceiling)
+    mean = load / count if count else known.get(default, max(known.values()))
     return budget / mean
+
+
+def room_for(
+    budget: float,
+    costs: Mapping[str, float | None],
+    live: Mapping[str, int],
+    unsubmitted: int,
+    newcomer: str | None,
+) -> bool:
+    """Whether one more stream of the model `newcomer` keeps the load of the streams
+    within `budget` (worker-seconds per second); True while no cost is known.
+
+    Counted as `stream_capacity` counts; the newcomer at its model's cost, or at the
+    costliest measured model when its model is not named or not yet measured.
+    """
+    known = _known(costs)
+    if not known:
+        return True
+    ceiling = max(known.values())
+    cost = known.get(newcomer, ceiling) if newcomer is not None else ceiling
+    return _load(known, live, unsubmitted) + cost <= budget
+
+
+def _known(costs: Mapping[str, float | None]) -> dict[str, float]:
+    return {name: c for name, c in costs.items() if c is not None and c > 0}
+
+
+def _load(known: Mapping[str, float], live: Mapping[str, int], unsubmitted: int) -> float:
+    """Worker-seconds per second of the streams counted: unmeasured models and streams
+    not yet submitted at the costliest measured cost (they are few, and only briefly)."""
+    ceiling = max(known.values())
+    return sum(n * known.get(name, ceiling) for name, n in live.items()) + unsubmitted * ceiling

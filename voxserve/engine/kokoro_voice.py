@@ -3,8 +3,11 @@
 Text goes through `voxserve.text.kokoro_g2p` (espeak-ng, mapped to Kokoro's phonemes) in
 the voice's language, or the request's. Stage A is Kokoro's encoder (durations, aligned
 text features, pitch and energy), stage B its decoder. The decoder normalizes over the
-whole window it is given, so it decodes whole segments (`chunking=None`): the engine's
-first segment is short, which keeps the first audio early.
+whole window it is given, so it decodes whole segments (`chunking=None`). Its profile's
+`SEGMENTS` plan makes the first segment a few words (first audio early) and lets later
+ones grow only as fast as one thread decodes them ahead of playback. Stage B skips most
+of each segment's leading pad (`LEAD_FRAMES`): 0.2-0.3 s of silence, a tenth of a short
+first segment's decode.
 
 Voices are Kokoro's own names (`af_heart`), OpenAI's names mapped to the closest Kokoro
 voice (see `ALIASES`), or a blend written as Kokoro-FastAPI does, `af_bella(2)+af_sky(1)`:
@@ -28,10 +31,27 @@ from voxserve.errors import InvalidRequest, NotFound
 from voxserve.runners.kokoro import HOP, SAMPLE_RATE, KokoroInput, KokoroModel, style_row
 from voxserve.text.kokoro_g2p import KokoroG2P, kokoro_language
 from voxserve.text.kokoro_vocab import KOKORO_VOCAB, MAX_PHONEMES
+from voxserve.text.split import SegmentPlan
 
-__all__ = ["ALIASES", "KokoroVoice"]
+__all__ = ["ALIASES", "LEAD_FRAMES", "SEGMENTS", "KokoroVoice"]
 
 NAME = "kokoro-82m-v1.0"
+
+SEGMENTS = SegmentPlan(first_chars=14, max_chars=150, growth=1.3, pause_chars=6)
+"""Kokoro's segment plan. The first segment is a few words: with the pauses the model
+adds at a segment's end, 50-60 frames (1.3-1.5 s of audio), 0.8-0.9 s of one thread's
+work or ~0.6 s of two. One thread decodes at 1.8x real time here (RTF 0.55), so a
+segment could be up to 1.8x the audio before it; growing by 1.3 keeps a stream
+continuous up to RTF 0.65 (a loaded machine). Simulated with the real scheduler on each
+bench prompt's real frame counts: first 18 characters instead of 14 starts 0.13 s
+later; growth 1.5 stalls at RTF 0.7 (tests/test_segment_plan.py); 150 characters are
+about 8 s of audio, 4.5 s of one worker."""
+
+LEAD_FRAMES = 6
+"""Frames of each segment's leading pad that stage B decodes (150 ms): the speech onset
+starts about 3 frames before the pad's end, so fewer would clip it. The trailing silence
+(~20 frames below -70 dB) is decoded whole: cropping it too moves the decode of a short
+segment's speech by 5-8 dB of log-mel, against 2 dB for the lead alone (docs/KOKORO.md)."""
 
 ALIASES = {
     "alloy": "af_alloy",
@@ -82,7 +102,7 @@ class KokoroVoice:
     def __init__(self, model: KokoroModel, output_gain: float = 1.0):
         self.model = model
         self._g2p = KokoroG2P(KOKORO_VOCAB)
-        self._profile = ModelProfile(NAME, HOP, SAMPLE_RATE, None, acoustic_s_per_id=2e-3)
+        self._profile = ModelProfile(NAME, HOP, SAMPLE_RATE, None, acoustic_s_per_id=2e-3, segments=SEGMENTS)
         self._gain = output_gain
         self._voices = [
             KokoroVoiceRef(v.name, NAME, None, v.language, v.gender, ((v.name, 1.0),))
@@ -191,20 +211,25 @@ class KokoroVoice:
         return items
 
     def acoustic(self, batch: Sequence[KokoroItem], threads: int = 1) -> list[Latent]:
-        del threads  # single-threaded sessions until the runner keeps a set per thread count
+        """Stage A on sessions of `threads` intra-op threads; each latent starts
+        `LEAD_FRAMES` before the first phoneme."""
         if self._hook is not None:
             self._hook("acoustic", len(batch))
-        frames = self.model.acoustic.run([KokoroInput(i.ids, i.style, i.speed) for i in batch])
-        return [
-            Latent(f.decoder_input, f.frames, f.durations[1:-1], word_frames(i.words, f.durations[1:-1], int(f.durations[0])))
-            for i, f in zip(batch, frames, strict=True)
-        ]
+        runner, _ = self.model.runners(threads)
+        frames = runner.run([KokoroInput(i.ids, i.style, i.speed) for i in batch])
+        latents = []
+        for item, whole in zip(batch, frames, strict=True):
+            f = whole.trim_lead(LEAD_FRAMES)
+            words = word_frames(item.words, f.durations[1:-1], int(f.durations[0]))
+            latents.append(Latent(f.decoder_input, f.frames, f.durations[1:-1], words))
+        return latents
 
     def decode(self, batch: Sequence[Span], threads: int = 1) -> list[np.ndarray]:
-        del threads  # as in `acoustic`
+        """Stage B on sessions of `threads` intra-op threads."""
         if self._hook is not None:
             self._hook("vocoder", len(batch))
-        return self.model.decoder.run([s.latent.features.window(s.lo, s.hi) for s in batch])
+        _, runner = self.model.runners(threads)
+        return runner.run([s.latent.features.window(s.lo, s.hi) for s in batch])
 
     def set_fault_hook(self, hook: FaultHook | None) -> None:
         self._hook = hook

@@ -52,6 +52,7 @@ import numpy as np
 
 from voxserve.config import VocoderChunking
 from voxserve.engine.words import WordFrames
+from voxserve.text.split import SegmentPlan
 
 __all__ = [
     "AcousticWork",
@@ -81,6 +82,10 @@ class ModelProfile:
     decoder must see a whole segment at once (one chunk per segment)."""
     acoustic_s_per_id: float = 5e-4
     """Stage A seconds per phoneme id before any was measured."""
+    segments: SegmentPlan | None = None
+    """How `TTSEngine.prepare` cuts text for this model: None for a model that streams
+    chunks within a segment (sentences, the first one short: `config.first_segment_chars`
+    and `max_segment_chars`); a plan of growing segments for a whole-segment model."""
 
 
 class StageInput(Protocol):

@@ -25,7 +25,7 @@ import numpy as np
 import soxr
 
 from voxserve.config import TTSConfig
-from voxserve.engine.cost import CostMeter, stream_capacity
+from voxserve.engine.cost import CostMeter, admission_cost, room_for, stream_capacity
 from voxserve.engine.kokoro_voice import KokoroVoice
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.piper_voice import PiperVoice
@@ -34,7 +34,7 @@ from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
-from voxserve.text.split import normalize, segment
+from voxserve.text.split import grow_segments, normalize, segment
 
 __all__ = [
     "MODEL_LOADERS",
@@ -279,17 +279,21 @@ class TTSEngine(WorkerEngine):
 
     # -- requests --------------------------------------------------------------------
     def prepare(self, text: str, voice: Voice, speed: float = 1.0) -> PreparedText:
-        """Normalize and segment, then the voice's model makes its stage A inputs
-        (phonemes). CPU work: call it from the text pool."""
+        """Normalize and segment (as the model's profile plans it), then the voice's model
+        makes its stage A inputs (phonemes). CPU work: call it from the text pool."""
         model = self.models[voice.model]
         clean = normalize(text)
         texts: list[str] = []
         segments: list[StageInput] = []
-        pieces = segment(
-            clean,
-            first_max_chars=self.config.first_segment_chars,
-            max_chars=self.config.max_segment_chars,
-        )
+        plan = model.profile.segments
+        if plan is not None:
+            pieces = grow_segments(clean, plan)
+        else:
+            pieces = segment(
+                clean,
+                first_max_chars=self.config.first_segment_chars,
+                max_chars=self.config.max_segment_chars,
+            )
         for piece in pieces:
             for item in model.inputs(piece, voice, speed):
                 texts.append(piece)
@@ -342,24 +346,29 @@ class TTSEngine(WorkerEngine):
         if out is not None:
             out.handle.stream.close()
 
-    def keeping_up(self, admitted: int = 0) -> bool:
-        """Whether one more stream fits now: no live stream is about to run dry, at most
-        one stream per worker is still starting (so a burst of arrivals ramps up instead
-        of being let in before anyone can tell it is too much), and the streams stay
-        under the capacity measured from recent work.
+    def keeping_up(self, admitted: int = 0, model: str | None = None) -> bool:
+        """Whether one more stream of voice model `model` fits now: no live stream is
+        about to run dry, at most one stream per worker is still starting (so a burst of
+        arrivals ramps up instead of being let in before anyone can tell it is too
+        much), and the load of the streams *with* the newcomer, each weighed by its
+        model's recently measured cost (a whole-segment model's times its segment
+        growth: `cost.admission_cost`), stays within `workers x target_utilization`
+        (`voxserve.engine.cost.room_for`).
 
         `admitted` is what admission has let in; those not yet submitted count as
-        starting.
+        starting, and at the costliest model's cost. A newcomer of no named model counts
+        at the costliest model's cost too.
         """
         with self._cond:
-            live = len(self._sched)
-            unsubmitted = max(0, admitted - live)
+            live = self._sched.streams_by_model()
+            unsubmitted = max(0, admitted - sum(live.values()))
             if self._sched.starting() + unsubmitted >= self.config.workers:
                 return False
             if self._sched.lagging(self._clock(), self.config.admit_min_slack_s):
                 return False
-            capacity = self.capacity_streams(admitted)
-            return capacity is None or max(live, admitted) < capacity
+            costs = self._admission_costs()
+        budget = self.config.workers * self.config.target_utilization
+        return room_for(budget, costs, live, unsubmitted, model)
 
     def costs(self) -> dict[str, float | None]:
         """Each model's recently measured cost in worker-seconds per audio-second (None
@@ -367,15 +376,25 @@ class TTSEngine(WorkerEngine):
         with self._cond:
             return {name: meter.cost() for name, meter in self.stats.costs.items()}
 
+    def _admission_costs(self) -> dict[str, float | None]:
+        """Each model's cost as admission counts it (`cost.admission_cost`: a whole-
+        segment model's times its segment growth). Call under the lock."""
+        costs: dict[str, float | None] = {}
+        for name, meter in self.stats.costs.items():
+            plan = self.models[name].profile.segments
+            costs[name] = admission_cost(meter.cost(), plan.growth if plan is not None else None)
+        return costs
+
     def capacity_streams(self, admitted: int = 0) -> float | None:
         """Real-time streams the workers sustain at `target_utilization` for the mix of
-        models live now, each stream weighed by its model's measured cost
-        (`voxserve.engine.cost.stream_capacity`); None until some model's cost is known.
+        models live now, each stream weighed by its model's cost as admission counts it
+        (`voxserve.engine.cost.stream_capacity`, `admission_cost`); None until some
+        model's cost is known.
         `admitted` as for `keeping_up`."""
         with self._cond:
             live = self._sched.streams_by_model()
             unsubmitted = max(0, admitted - sum(live.values()))
-            costs = {name: meter.cost() for name, meter in self.stats.costs.items()}
+            costs = self._admission_costs()
         budget = self.config.workers * self.config.target_utilization
         return stream_capacity(budget, costs, live, unsubmitted, self.default_model.name)
 

@@ -21,6 +21,9 @@ docs/KOKORO.md). Kokoro therefore streams per clause: stage B decodes a clause w
 `DecoderInput.window` carries the harmonic source's phase into a window (`PHASE`, the one
 input added to the graph), and `decode_span` decodes a span with context.
 
+Each stage has one session per intra-op thread count, made when first asked for
+(`KokoroModel.runners(threads)`): 1 thread while the machine is busy, 2 for a lone stream.
+
 This module imports onnxruntime; it knows nothing of requests or scheduling.
 """
 
@@ -32,6 +35,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -357,6 +361,34 @@ class KokoroFrames:
     def frames(self) -> int:
         return self.decoder_input.frames
 
+    def trim_lead(self, keep: int) -> KokoroFrames:
+        """`crop` to at most `keep` frames of the leading pad."""
+        if keep < 1:
+            raise ValueError(f"the leading pad keeps at least 1 frame, not {keep}")
+        return self.crop(int(self.durations[0]) - keep, self.frames)
+
+    def crop(self, start: int, stop: int) -> KokoroFrames:
+        """Frames [start, stop) only, for stage B to skip the rest: each token keeps the
+        part of its frames inside the window (the durations still sum to the frames, so
+        word timings and `len(audio) == HOP * sum(durations)` hold).
+
+        Meant for silence: the leading pad is 14-17 frames at speed 1, and a segment ends
+        in ~20 frames below -70 dB (the last phoneme's lengthening, the final
+        punctuation, the trailing pad). The cut is made after stage A, not before it: the
+        prosody predictor needs the whole pad to warm up (clamped before the alignment,
+        the first words lose their pitch and come out whispered). Stage B's output on the
+        shorter window differs from the whole decode as two windows' decodes differ (the
+        decoder normalizes over its window), more the more silence is cut: see
+        docs/KOKORO.md."""
+        start, stop = max(0, start), min(self.frames, stop)
+        if start >= stop:
+            raise ValueError(f"empty crop [{start}, {stop}) of {self.frames} frames")
+        if (start, stop) == (0, self.frames):
+            return self
+        cum = np.concatenate(([0], np.cumsum(self.durations)))
+        durations = np.diff(np.clip(cum, start, stop)).astype(np.int64)
+        return KokoroFrames(durations, self.decoder_input.window(start, stop))
+
 
 class KokoroAcousticRunner:
     """Stage A: phoneme ids -> durations and aligned features. The graph takes batch 1, so
@@ -426,8 +458,9 @@ def decode_span(
 
 
 class KokoroModel:
-    """The joined model split into two stages, with one session per stage (shared by
-    threads: ONNX Runtime sessions may run from several threads at once)."""
+    """The joined model split into two stages. Sessions are shared by the caller's
+    threads (ONNX Runtime sessions may run from several threads at once); there is one
+    pair per intra-op thread count, made on first use (`runners`)."""
 
     def __init__(
         self,
@@ -442,9 +475,26 @@ class KokoroModel:
         self.voices_dir = voices_dir or default_voices_dir()
         self.model_path = model_file(cache_dir)
         self.acoustic_path, self.decoder_path = split_model(self.model_path, precision, cache_dir)
-        self.acoustic = KokoroAcousticRunner(self.acoustic_path, threads)
-        self.decoder = KokoroDecoderRunner(self.decoder_path, threads)
+        self._runners: dict[int, tuple[KokoroAcousticRunner, KokoroDecoderRunner]] = {}
+        self._runners_lock = threading.Lock()
+        self.acoustic, self.decoder = self.runners(threads)
+        """The runners of the thread count the model was made with."""
         self.voices = {v.name: v for v in list_voices()}
+
+    def runners(self, threads: int = 1) -> tuple[KokoroAcousticRunner, KokoroDecoderRunner]:
+        """Stage A and stage B on sessions with `threads` intra-op threads, made the first
+        time a count is asked for, then kept (memory: docs/KOKORO.md)."""
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, not {threads}")
+        with self._runners_lock:
+            pair = self._runners.get(threads)
+            if pair is None:
+                pair = (
+                    KokoroAcousticRunner(self.acoustic_path, threads),
+                    KokoroDecoderRunner(self.decoder_path, threads),
+                )
+                self._runners[threads] = pair
+            return pair
 
     def voice(self, name: str) -> np.ndarray:
         """A voice's style rows [510, 256] (see `load_voice`)."""

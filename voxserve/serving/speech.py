@@ -243,7 +243,7 @@ async def open_speech(
     text = _TextMarks(text_start, time.perf_counter())
     if not admitted:
         await unless_gone(
-            state.admission.acquire(),  # raises Overloaded (429)
+            state.admission.acquire(prepared.model),  # raises Overloaded (429)
             gone() if gone is not None else None,
             "client disconnected while queued",
         )
