@@ -361,3 +361,22 @@ def test_live_turns_get_an_encoder_window_fitted_to_them() -> None:
     assert fitted_window(9 * second) == 1000
     assert fitted_window(int(9.5 * second)) == 1500  # 10.5 s -> the next 5 s step
     assert fitted_window(28 * second) == 3000  # never past Whisper's 30 s
+
+
+def test_a_batch_runs_solo_only_when_it_is_all_the_work() -> None:
+    from voxserve.engine.asr import solo_threads
+
+    def threads(
+        live: bool = False, running: int = 0, waiting: int = 0, live_sessions: int = 0, busy_elsewhere: bool = False
+    ) -> int:
+        return solo_threads(
+            2, live=live, running=running, waiting=waiting, live_sessions=live_sessions, busy_elsewhere=busy_elsewhere
+        )
+
+    assert threads() == 2  # a lone clip gets the idle core
+    assert threads(running=1) == 1  # another batch is decoding
+    assert threads(waiting=1) == 1  # more work waits: replicas side by side win
+    assert threads(busy_elsewhere=True) == 1  # speech is using the cores
+    assert threads(live_sessions=1) == 1  # a live turn may need the second core at once
+    assert threads(live=True, live_sessions=1) == 2  # a lone live turn goes solo
+    assert solo_threads(1, live=False, running=0, waiting=0, live_sessions=0, busy_elsewhere=False) == 1

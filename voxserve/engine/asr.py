@@ -11,6 +11,11 @@ Live utterances (realtime sessions) come with a deadline: the batcher puts them 
 file work, earliest deadline first, and while any live session is open file pieces may
 hold at most `workers - 1` workers, so a live utterance never waits behind a 30 s piece.
 
+A batch that is all the work there is (no other batch decoding or waiting, no speech
+stream open, and for a file batch no live session open) runs on `solo_threads` intra-op
+threads, so a lone short clip uses the cores that would idle (`solo_threads`, pure).
+While it runs it holds every core: file batches wait for it, live ones do not.
+
 Audio work (decode, cut, log-mel) is not done here: `prepare` and `features` are pure
 steps that callers run in their audio pool. This module knows nothing of HTTP.
 """
@@ -57,6 +62,8 @@ __all__ = [
     "PreparedAudio",
     "TranscribeOptions",
     "WindowResult",
+    "fitted_window",
+    "solo_threads",
 ]
 
 log = logging.getLogger(__name__)
@@ -156,6 +163,8 @@ class ASRStats:
     """Counters read by the metrics endpoint; written under the engine lock."""
 
     batches: int = 0
+    solo_batches: int = 0
+    """Batches that ran alone on `solo_threads` threads."""
     pieces: int = 0
     fallbacks: int = 0
     failures: int = 0
@@ -193,10 +202,15 @@ class ASREngine(WorkerEngine):
         self._stopping = False
         self._in_flight = 0
         self._busy_workers = 0
+        self._busy_cores = 0
+        """Intra-op threads of the batches decoding now (a solo batch counts all of its)."""
         self._file_batches = 0
         """Workers decoding file pieces now (the rest are free or decoding live ones)."""
         self._live_sessions = 0
         self.stats = ASRStats()
+        self.busy_elsewhere: Callable[[], bool] = lambda: False
+        """True while other work (speech) uses the cores; the server sets it. No batch runs
+        solo then. Called under the engine's lock: it must be quick and must not call back."""
 
     # -- lifecycle (start, healthy and stop come from WorkerEngine) --------------------
     def drain(self) -> None:
@@ -215,7 +229,11 @@ class ASREngine(WorkerEngine):
         """Decode one second of silence so that first-call costs are not a client's."""
         features, frames = self.mel(np.zeros(SAMPLE_RATE, dtype=np.float32))
         opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0)
-        self.runner.run([DecodeInput(features, frames, align=True)], opts)
+        inputs = [DecodeInput(features, frames, align=True)]
+        self.runner.run(inputs, opts)
+        if self.config.solo_threads > 1:
+            # Loads the solo replica; its threads inherit the lowered priority.
+            run_lowered(self.config.nice, self.runner.run, inputs, opts, self.config.solo_threads)
 
     @property
     def name(self) -> str:
@@ -236,6 +254,7 @@ class ASREngine(WorkerEngine):
                 "file_batches": self._file_batches,
                 "live_sessions": self._live_sessions,
                 "batches": s.batches,
+                "solo_batches": s.solo_batches,
                 "pieces": s.pieces,
                 "fallbacks": s.fallbacks,
                 "failures": s.failures,
@@ -310,7 +329,7 @@ class ASREngine(WorkerEngine):
         with self._cond:
             if len(self._batcher):
                 return 0
-            return max(0, self.config.workers - self._busy_workers)
+            return max(0, self.config.workers - self._busy_cores)
 
     def live_queued(self) -> int:
         """Live pieces waiting for a worker."""
@@ -323,6 +342,8 @@ class ASREngine(WorkerEngine):
 
     def _files_allowed(self) -> bool:
         workers = self.config.workers
+        if self._busy_cores > self._busy_workers:
+            return False  # a solo batch is decoding: it holds every core
         return not (self._live_sessions and workers > 1 and self._file_batches >= workers - 1)
 
     def features(self, prepared: PreparedAudio, index: int) -> DecodeInput | None:
@@ -332,8 +353,9 @@ class ASREngine(WorkerEngine):
         if not len(samples) or max(-float(samples.min()), float(samples.max())) < SILENCE_PEAK:
             return None
         features, frames = self.mel(samples)
-        if prepared.fitted:
-            features = np.ascontiguousarray(features[:, : fitted_window(len(samples))])
+        window = fitted_window(len(samples))
+        if (prepared.fitted or self.config.fitted_windows) and window < features.shape[-1]:
+            features = np.ascontiguousarray(features[:, :window])
         return DecodeInput(features, frames)
 
     def open(
@@ -424,27 +446,38 @@ class ASREngine(WorkerEngine):
                 if batch is None:
                     return
                 live = batch[0].live
+                threads = solo_threads(
+                    self.config.solo_threads,
+                    live=live,
+                    running=self._busy_workers,
+                    waiting=len(self._batcher),
+                    live_sessions=self._live_sessions,
+                    busy_elsewhere=self.busy_elsewhere(),
+                )
                 self._busy_workers += 1
+                self._busy_cores += threads
                 self._file_batches += 0 if live else 1
                 self._in_flight += len(batch)
                 self.stats.batches += 1
+                self.stats.solo_batches += threads > 1
                 self.stats.batch_sizes[len(batch)] += 1
             started = time.perf_counter()
-            self._run(batch)
+            self._run(batch, threads)
             with self._cond:
                 self._busy_workers -= 1
+                self._busy_cores -= threads
                 self._file_batches -= 0 if live else 1
                 self._in_flight -= len(batch)
                 busy = self.stats.busy_s
                 busy[index] = busy.get(index, 0.0) + time.perf_counter() - started
                 self._cond.notify_all()
 
-    def _run(self, batch: list[Pending[_Piece]]) -> None:
+    def _run(self, batch: list[Pending[_Piece]], threads: int) -> None:
         key = batch[0].key  # (decoding options, encoder window width)
         assert isinstance(key, tuple) and isinstance(key[0], DecodeOptions)
         opts: DecodeOptions = key[0]
         try:
-            outputs = self.runner.run([p.payload.input for p in batch], opts)
+            outputs = self.runner.run([p.payload.input for p in batch], opts, threads)
         except Exception as exc:  # noqa: BLE001 - an inference error fails only this batch
             self._fail({p.request for p in batch}, exc)
             return
@@ -501,6 +534,18 @@ class ASREngine(WorkerEngine):
             rid = job.handle.request_id or str(job.handle.id)
             log.error("transcription failed for request %s: %r", rid, exc, exc_info=exc)
             job.handle.results.fail(ServerError(f"transcription failed (request {rid})"))
+
+
+def solo_threads(
+    threads: int, *, live: bool, running: int, waiting: int, live_sessions: int, busy_elsewhere: bool
+) -> int:
+    """Intra-op threads for a batch about to start: all `threads` when it is the only work
+    (no other batch `running`, none `waiting`, nothing `busy_elsewhere`), else 1. A file
+    batch never goes solo while live sessions are open: it would hold the core that
+    their turns need."""
+    if running or waiting or busy_elsewhere or (live_sessions and not live):
+        return 1
+    return threads
 
 
 def fitted_window(samples: int) -> int:
