@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2, help="runs per mode; the best is reported")
     p.add_argument("--beam-size", type=int, default=ASRConfig().beam_size)
     p.add_argument("--workers", type=int, default=default_cores(), help="engine decoding threads")
+    p.add_argument("--fw-threads", type=int, default=default_cores(),
+                   help="faster-whisper's cpu_threads (default: every core, as for one stream; "
+                   "0 is CTranslate2's own default)")
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--save", type=Path,
                    help="also write the clips here, with manifest-long.jsonl and manifest-short.jsonl "
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     engine.start()
     engine.warmup()
     model_dir = str(engine.runner.model_dir)
-    sequential = WhisperModel(model_dir, device="cpu", compute_type="int8", cpu_threads=default_cores())
+    sequential = WhisperModel(model_dir, device="cpu", compute_type="int8", cpu_threads=args.fw_threads)
     results: list[Result] = []
 
     def best(times: list[float]) -> float:
