@@ -380,3 +380,25 @@ def test_a_batch_runs_solo_only_when_it_is_all_the_work() -> None:
     assert threads(live_sessions=1) == 1  # a live turn may need the second core at once
     assert threads(live=True, live_sessions=1) == 2  # a lone live turn goes solo
     assert solo_threads(1, live=False, running=0, waiting=0, live_sessions=0, busy_elsewhere=False) == 1
+
+
+def test_a_text_that_repeats_its_last_words_is_a_loop() -> None:
+    from voxserve.engine.segments import ends_in_a_loop
+
+    assert ends_in_a_loop("People settle along rivers for food and an easy way to travel. Food and an easy way to travel")
+    assert ends_in_a_loop("Allow about 40 minutes for the trip. Allow about 40 minutes for the trip.")
+    assert not ends_in_a_loop("Allow about 40 minutes for the trip.")
+    assert not ends_in_a_loop("I'm sorry, I'm sorry.")  # three words: speech does that
+    assert not ends_in_a_loop("We said it was fine, and it was fine, and then it was not fine.")
+    assert not ends_in_a_loop("")
+
+
+def test_a_fitted_window_padded_with_zeros_is_the_full_window() -> None:
+    """What the engine relies on to widen a looping piece without recomputing features."""
+    from voxserve.engine.asr import fitted_window
+
+    samples = _tone(3.2)
+    full, _ = LogMel()(samples)
+    width = fitted_window(len(samples))
+    widened = np.pad(full[:, :width], ((0, 0), (0, N_FRAMES - width)))
+    assert width == 1000 and np.array_equal(widened, full)

@@ -11,6 +11,9 @@ Live utterances (realtime sessions) come with a deadline: the batcher puts them 
 file work, earliest deadline first, and while any live session is open file pieces may
 hold at most `workers - 1` workers, so a live utterance never waits behind a 30 s piece.
 
+Pieces shorter than 30 s are encoded in a window fitted to them (`fitted_window`); one
+whose text ends in a loop is decoded again in the full 30 s window.
+
 A batch that is all the work there is (no other batch decoding or waiting, no speech
 stream open, and for a file batch no live session open) runs on `solo_threads` intra-op
 threads, so a lone short clip uses the cores that would idle (`solo_threads`, pure).
@@ -49,6 +52,7 @@ from voxserve.engine.segments import (
     COMPRESSION_RATIO_THRESHOLD,
     TimedSegment,
     compression_ratio,
+    ends_in_a_loop,
     needs_fallback,
     window_segments,
 )
@@ -72,10 +76,12 @@ FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 LIVE_WINDOW_MIN_S = 10.0
 LIVE_WINDOW_STEP_S = 5.0
 LIVE_WINDOW_MARGIN_S = 1.0
-"""A live turn is encoded in a window sized to it, not Whisper's full 30 s: its audio plus
-1 s, rounded up to 5 s steps, at least 10 s. On 48 live-sized turns (1-12 s, tiny.en) that
-gave the same WER as 30 s windows at about a third of the decode time
-(docs/bench/window-probe.py)."""
+"""A piece under 30 s (a live turn; a short file, unless `fitted_windows` is off) is
+encoded in a window sized to it, not Whisper's full 30 s: its audio plus 1 s, rounded up
+to 5 s steps, at least 10 s. On 48 live-sized turns (1-12 s, tiny.en) and on the bench's
+file clips that gave the same WER as 30 s windows at about a third of the decode time
+(docs/bench/window-probe.py). A fitted piece whose text ends in a loop is decoded again
+in 30 s (`ends_in_a_loop`): in a short window Whisper sometimes repeats the last words."""
 SILENCE_PEAK = 10 ** (-60 / 20)
 """A piece whose loudest sample stays under -60 dBFS is not decoded: Whisper would only
 hallucinate on it ("you", "Thank you.")."""
@@ -167,6 +173,8 @@ class ASRStats:
     """Batches that ran alone on `solo_threads` threads."""
     pieces: int = 0
     fallbacks: int = 0
+    widened: int = 0
+    """Pieces decoded in a fitted window that looped and were decoded again in 30 s."""
     failures: int = 0
     audio_seconds: float = 0.0
     batch_sizes: Counter[int] = field(default_factory=Counter)
@@ -257,6 +265,7 @@ class ASREngine(WorkerEngine):
                 "solo_batches": s.solo_batches,
                 "pieces": s.pieces,
                 "fallbacks": s.fallbacks,
+                "widened": s.widened,
                 "failures": s.failures,
                 "audio_seconds": s.audio_seconds,
                 "batch_sizes": dict(s.batch_sizes),
@@ -494,16 +503,18 @@ class ASREngine(WorkerEngine):
             return  # aborted while decoding
         tok = self.runner.tokenizer(job.task, out.language or job.language)
         text = tok.decode([t for t in out.tokens if t < tok.eot])
+        width = piece.input.features.shape[-1]
+        if width < N_FRAMES and ends_in_a_loop(text):
+            # Decode this attempt again in Whisper's own 30 s window. The features past
+            # the piece's audio are zeros (`LogMel`), so padding gives exactly those.
+            full = np.pad(piece.input.features, ((0, 0), (0, N_FRAMES - width)))
+            piece.input = replace(piece.input, features=full)
+            self._requeue(job, piece, widened=True)
+            return
         piece.tried.append((out, text, opts.temperature))
         if needs_fallback(out, text) and piece.attempt + 1 < len(job.ladder):
             piece.attempt += 1
-            with self._cond:
-                if piece.job in self._jobs:
-                    self.stats.fallbacks += 1
-                    key = (job.ladder[piece.attempt], piece.input.features.shape[-1])
-                    pending = Pending(piece.job, piece.index, key, piece, job.deadline)
-                    self._batcher.add(pending, self._clock())
-                    self._cond.notify()
+            self._requeue(job, piece)
             return
         out, text, temperature = _best(piece.tried)
         segments = window_segments(out, tok, piece.offset, piece.duration, temperature)
@@ -511,6 +522,19 @@ class ASREngine(WorkerEngine):
             piece.index, piece.offset, piece.offset + piece.duration, segments, out.language
         )
         self._complete(job, result, piece.duration)
+
+    def _requeue(self, job: _Job, piece: _Piece, widened: bool = False) -> None:
+        """Queue a piece again: at its next temperature, or in a wider window."""
+        with self._cond:
+            if piece.job not in self._jobs:
+                return
+            if widened:
+                self.stats.widened += 1
+            else:
+                self.stats.fallbacks += 1
+            key = (job.ladder[piece.attempt], piece.input.features.shape[-1])
+            self._batcher.add(Pending(piece.job, piece.index, key, piece, job.deadline), self._clock())
+            self._cond.notify()
 
     def _complete(self, job: _Job, result: WindowResult, duration: float) -> None:
         with self._cond:

@@ -89,6 +89,9 @@ class _ASRCollector(Collector):
         yield CounterMetricFamily(
             "voxserve_asr_fallbacks", "Pieces decoded again at a higher temperature", s["fallbacks"]
         )
+        yield CounterMetricFamily(
+            "voxserve_asr_widened", "Pieces decoded again in 30 s after looping in a fitted window", s["widened"]
+        )
         yield CounterMetricFamily("voxserve_asr_inference_failures", "Failed decoder calls", s["failures"])
         yield CounterMetricFamily(
             "voxserve_asr_decoded_audio_seconds", "Audio seconds decoded by the engine", s["audio_seconds"]
