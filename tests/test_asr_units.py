@@ -402,3 +402,12 @@ def test_a_fitted_window_padded_with_zeros_is_the_full_window() -> None:
     width = fitted_window(len(samples))
     widened = np.pad(full[:, :width], ((0, 0), (0, N_FRAMES - width)))
     assert width == 1000 and np.array_equal(widened, full)
+
+
+def test_numpy_blas_can_be_made_single_threaded() -> None:
+    """`voxserve serve` does this at start-up; numpy's wheels bundle OpenBLAS."""
+    from voxserve.engine.threads import single_threaded_blas
+
+    assert single_threaded_blas()
+    a = np.ones((80, 201), dtype=np.float32)
+    assert float((a @ np.ones((500, 201), dtype=np.float32).T)[0, 0]) == 201.0  # still computes

@@ -23,6 +23,7 @@ from pathlib import Path
 from voxserve.bench.metrics import normalize_text, word_errors
 from voxserve.config import ASRConfig
 from voxserve.engine.asr import ASREngine, TranscribeOptions
+from voxserve.engine.threads import single_threaded_blas
 from voxserve.engine.transcribe import start_transcription
 
 MODES = {
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     clips = [json.loads(line) for line in args.manifest.read_text().splitlines() if line.strip()]
     datas = [(args.manifest.parent / c["audio"]).read_bytes() for c in clips]
+    single_threaded_blas()  # as `voxserve serve` does
     engines = {}
     for name, (threads, fitted) in MODES.items():
         engine = ASREngine(ASRConfig(workers=2, solo_threads=threads, fitted_windows=fitted))

@@ -152,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from faster_whisper import WhisperModel
 
+    from voxserve.engine.threads import single_threaded_blas
+
+    single_threaded_blas()  # as `voxserve serve` does
+
     if args.audio:
         long_clip = (args.audio.read_bytes(), args.text.read_text() if args.text else "")
         short: list[tuple[bytes, str]] = []
