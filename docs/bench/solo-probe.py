@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--manifest", type=Path, required=True)
     p.add_argument("--repeat", type=int, default=3, help="passes over the clips")
+    p.add_argument("--nice", type=int, default=ASRConfig().nice,
+                   help="the engines' nice increment (0 on a machine shared with other "
+                   "normal-priority work, or they get what it leaves)")
     p.add_argument("-o", "--output", type=Path, help="write the rows as JSON")
     args = p.parse_args(argv)
     clips = [json.loads(line) for line in args.manifest.read_text().splitlines() if line.strip()]
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     single_threaded_blas()  # as `voxserve serve` does
     engines = {}
     for name, (threads, fitted) in MODES.items():
-        engine = ASREngine(ASRConfig(workers=2, solo_threads=threads, fitted_windows=fitted))
+        engine = ASREngine(ASRConfig(workers=2, solo_threads=threads, fitted_windows=fitted, nice=args.nice))
         engine.start()
         engine.warmup()
         engines[name] = engine

@@ -141,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fw-threads", type=int, default=default_cores(),
                    help="faster-whisper's cpu_threads (default: every core, as for one stream; "
                    "0 is CTranslate2's own default)")
+    p.add_argument("--nice", type=int, default=ASRConfig().nice,
+                   help="the engine's nice increment (faster-whisper runs at the process's "
+                   "own priority: on a machine shared with other work, pass 0 to compare "
+                   "like with like)")
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--save", type=Path,
                    help="also write the clips here, with manifest-long.jsonl and manifest-short.jsonl "
@@ -168,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = len(audio) / SAMPLE_RATE
     reference = long_clip[1]
 
-    config = ASRConfig(workers=args.workers, beam_size=args.beam_size)
+    config = ASRConfig(workers=args.workers, beam_size=args.beam_size, nice=args.nice)
     engine = ASREngine(config)
     engine.start()
     engine.warmup()
