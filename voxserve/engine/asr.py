@@ -14,10 +14,11 @@ hold at most `workers - 1` workers, so a live utterance never waits behind a 30 
 Pieces shorter than 30 s are encoded in a window fitted to them (`fitted_window`); one
 whose text ends in a loop is decoded again in the full 30 s window.
 
-A batch that is all the work there is (no other batch decoding or waiting, no speech
-stream open, and for a file batch no live session open) runs on `solo_threads` intra-op
-threads, so a lone short clip uses the cores that would idle (`solo_threads`, pure).
-While it runs it holds every core: file batches wait for it, live ones do not.
+A batch that is all the work there is (no other batch decoding or waiting, no more pieces
+to come from its requests, no speech stream open, and for a file batch no live session
+open) runs on `solo_threads` intra-op threads, so a lone short clip, or the last piece of
+a long file, uses the cores that would idle (`solo_threads`, pure). While it runs it
+holds every core: file batches wait for it, live ones do not.
 
 Audio work (decode, cut, log-mel) is not done here: `prepare` and `features` are pure
 steps that callers run in their audio pool. This module knows nothing of HTTP.
@@ -459,7 +460,7 @@ class ASREngine(WorkerEngine):
                     self.config.solo_threads,
                     live=live,
                     running=self._busy_workers,
-                    waiting=len(self._batcher),
+                    waiting=len(self._batcher) + self._still_to_come(batch),
                     live_sessions=self._live_sessions,
                     busy_elsewhere=self.busy_elsewhere(),
                 )
@@ -480,6 +481,12 @@ class ASREngine(WorkerEngine):
                 busy = self.stats.busy_s
                 busy[index] = busy.get(index, 0.0) + time.perf_counter() - started
                 self._cond.notify_all()
+
+    def _still_to_come(self, batch: list[Pending[_Piece]]) -> int:
+        """Pieces of the batch's own requests other than the batch's: a long file's next
+        pieces are coming, so its first piece does not run solo. Call under the lock."""
+        mine = Counter(p.request for p in batch)
+        return sum(max(0, job.left - n) for j, n in mine.items() if (job := self._jobs.get(j)) is not None)
 
     def _run(self, batch: list[Pending[_Piece]], threads: int) -> None:
         key = batch[0].key  # (decoding options, encoder window width)
@@ -564,7 +571,8 @@ def solo_threads(
     threads: int, *, live: bool, running: int, waiting: int, live_sessions: int, busy_elsewhere: bool
 ) -> int:
     """Intra-op threads for a batch about to start: all `threads` when it is the only work
-    (no other batch `running`, none `waiting`, nothing `busy_elsewhere`), else 1. A file
+    (no other batch `running`; no piece `waiting`, queued or still to come from the
+    batch's own requests; nothing `busy_elsewhere`), else 1. A file
     batch never goes solo while live sessions are open: it would hold the core that
     their turns need."""
     if running or waiting or busy_elsewhere or (live_sessions and not live):
