@@ -78,3 +78,40 @@ def test_silent_pieces_are_not_decoded() -> None:
     prepared = engine.prepare(wav_file(np.zeros(16000 * 3, dtype=np.int16), 16000))
     assert prepared.duration == 3.0 and len(prepared.spans) == 1
     assert engine.features(prepared, 0) is None
+
+
+def test_a_lone_short_clip_runs_solo_in_a_fitted_window(speech_wav: str) -> None:
+    """One short clip with nothing else to do: decoded once, on two intra-op threads, in a
+    10 s window instead of 30 s, with the same transcript as one thread and 30 s."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from voxserve.engine.asr import TranscribeOptions
+    from voxserve.engine.transcribe import start_transcription
+
+    engine = ASREngine(ASRConfig(workers=2, solo_threads=2))
+    data = Path(speech_wav).read_bytes()
+    prepared = engine.prepare(data)
+    piece = engine.features(prepared, 0)
+    prepared.release()
+    assert piece is not None and piece.features.shape[-1] == 1000  # 2.6 s + 1 s -> 10 s
+    opts = engine.runner.options("transcribe", "en", None, beam_size=5, temperature=0.0)
+    full = np.asarray(LogMel(engine.runner.n_mels)(decode_audio(data, max_seconds=60))[0])
+    wide, narrow = engine.runner.run([piece], opts, threads=2)[0], engine.runner.run(
+        [DecodeInput(full, piece.frames)], opts
+    )[0]
+    tok = engine.runner.tokenizer("transcribe", "en")
+    assert tok.decode(wide.tokens).strip() == tok.decode(narrow.tokens).strip() == SENTENCE
+
+    async def transcribe() -> str:
+        with ThreadPoolExecutor(1) as pool:
+            job = await start_transcription(engine, data, TranscribeOptions(language="en"), pool)
+            return (await job.collect()).text
+
+    engine.start()
+    try:
+        assert asyncio.run(transcribe()) == SENTENCE
+        snapshot = engine.snapshot()
+    finally:
+        engine.stop()
+    assert (snapshot["batches"], snapshot["solo_batches"]) == (1, 1)

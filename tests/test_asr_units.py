@@ -361,3 +361,54 @@ def test_live_turns_get_an_encoder_window_fitted_to_them() -> None:
     assert fitted_window(9 * second) == 1000
     assert fitted_window(int(9.5 * second)) == 1500  # 10.5 s -> the next 5 s step
     assert fitted_window(28 * second) == 3000  # never past Whisper's 30 s
+
+
+def test_a_batch_runs_solo_only_when_it_is_all_the_work() -> None:
+    from voxserve.engine.asr import solo_threads
+
+    def threads(
+        live: bool = False, running: int = 0, waiting: int = 0, live_sessions: int = 0, busy_elsewhere: bool = False
+    ) -> int:
+        return solo_threads(
+            2, live=live, running=running, waiting=waiting, live_sessions=live_sessions, busy_elsewhere=busy_elsewhere
+        )
+
+    assert threads() == 2  # a lone clip gets the idle core
+    assert threads(running=1) == 1  # another batch is decoding
+    assert threads(waiting=1) == 1  # more work waits: replicas side by side win
+    assert threads(busy_elsewhere=True) == 1  # speech is using the cores
+    assert threads(live_sessions=1) == 1  # a live turn may need the second core at once
+    assert threads(live=True, live_sessions=1) == 2  # a lone live turn goes solo
+    assert solo_threads(1, live=False, running=0, waiting=0, live_sessions=0, busy_elsewhere=False) == 1
+
+
+def test_a_text_that_repeats_its_last_words_is_a_loop() -> None:
+    from voxserve.engine.segments import ends_in_a_loop
+
+    assert ends_in_a_loop("People settle along rivers for food and an easy way to travel. Food and an easy way to travel")
+    assert ends_in_a_loop("Allow about 40 minutes for the trip. Allow about 40 minutes for the trip.")
+    assert not ends_in_a_loop("Allow about 40 minutes for the trip.")
+    assert ends_in_a_loop("Hello there. Hello there.")
+    assert not ends_in_a_loop("No, no.")  # one word twice: speech does that
+    assert not ends_in_a_loop("We said it was fine, and it was fine, and then it was not fine.")
+    assert not ends_in_a_loop("")
+
+
+def test_a_fitted_window_padded_with_zeros_is_the_full_window() -> None:
+    """What the engine relies on to widen a looping piece without recomputing features."""
+    from voxserve.engine.asr import fitted_window
+
+    samples = _tone(3.2)
+    full, _ = LogMel()(samples)
+    width = fitted_window(len(samples))
+    widened = np.pad(full[:, :width], ((0, 0), (0, N_FRAMES - width)))
+    assert width == 1000 and np.array_equal(widened, full)
+
+
+def test_numpy_blas_can_be_made_single_threaded() -> None:
+    """`voxserve serve` does this at start-up; numpy's wheels bundle OpenBLAS."""
+    from voxserve.engine.threads import single_threaded_blas
+
+    assert single_threaded_blas()
+    a = np.ones((80, 201), dtype=np.float32)
+    assert float((a @ np.ones((500, 201), dtype=np.float32).T)[0, 0]) == 201.0  # still computes

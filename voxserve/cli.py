@@ -201,7 +201,7 @@ def _serve(args: argparse.Namespace) -> int:
     from voxserve.api.app import create_app
     from voxserve.api.server import serve
     from voxserve.engine.memory import tune_allocator
-    from voxserve.engine.threads import stragglers
+    from voxserve.engine.threads import single_threaded_blas, stragglers
 
     try:
         config = server_config(args)
@@ -212,6 +212,7 @@ def _serve(args: argparse.Namespace) -> int:
     if config.api_key is not None:
         logging.getLogger("voxserve").info("API key required on /v1 routes")
     tune_allocator()  # before create_app starts any thread
+    single_threaded_blas()
     if layout is not None:
         from voxserve.ray.environment import prepare_local  # imports no ray
 

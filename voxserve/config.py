@@ -141,6 +141,16 @@ class ASRConfig:
     """CTranslate2 compute type (int8 is the fast one on CPU)."""
     workers: int = field(default_factory=default_cores)
     """Decoding threads, each with a single-threaded model replica (CTranslate2 releases the GIL)."""
+    solo_threads: int = field(default_factory=lambda: min(default_cores(), 4))
+    """Intra-op threads for a batch that runs alone: no other transcription waiting or
+    decoding, and no speech stream open. It runs on one more model replica with this many
+    threads (tiny.en: ~85 MB more), so a lone short clip uses the idle cores; 1 turns it
+    off. At most 4 by default: tiny.en's matrices are small, and only 2 was measured."""
+    fitted_windows: bool = True
+    """Encode a file piece shorter than 30 s in a window fitted to it (its audio + 1 s,
+    rounded up to 5 s, at least 10 s) instead of Whisper's full 30 s window: a short clip
+    costs about a third as much at the same WER (docs/BENCHMARKS.md). Live turns always
+    use fitted windows."""
     max_batch: int = 8
     """Most 30 s segments decoded in one call."""
     batch_wait_ms: float = 5.0
@@ -183,8 +193,8 @@ class ASRConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.nice <= 19:
             raise ValueError("the ASR nice increment must be within 0..19")
-        if self.workers < 1 or self.audio_workers < 1:
-            raise ValueError("ASR workers and audio workers must be at least 1")
+        if self.workers < 1 or self.audio_workers < 1 or self.solo_threads < 1:
+            raise ValueError("ASR workers, audio workers and solo threads must be at least 1")
         if min(self.max_batch, self.beam_size, self.segments_ahead, self.max_requests) < 1:
             raise ValueError("max_batch, beam_size, segments_ahead and max_requests must be >= 1")
         if self.batch_wait_ms < 0 or self.max_upload_mb <= 0 or self.max_audio_seconds <= 0:

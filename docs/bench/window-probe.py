@@ -24,6 +24,13 @@ root (each speaks the set anew: Piper samples, so transcripts differ a little pe
     python docs/bench/window-probe.py --rules 4,9,10,11 --noise-seeds 4 --no-align \
         -o docs/bench/window-probe-min.json
     python docs/bench/window-probe.py --rescore FILE.json   # recount a stored run
+
+`--manifest FILE` measures uploaded files instead (issue 15: fitted windows for short
+file clips): each clip of a `bench transcribe` manifest, decoded as an upload is
+(`decode_audio`, 16 kHz), as it is, without added silence:
+
+    python docs/bench/window-probe.py --manifest /tmp/asrset/manifest.jsonl --rules 3 \
+        -o docs/bench/window-probe-files.json   # (no word-alignment pass)
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from typing import Any
 import ctranslate2
 import numpy as np
 
+from voxserve.audio.decode import decode_audio
 from voxserve.audio.mel import N_FRAMES, LogMel
 from voxserve.audio.pcm import InputDecoder
 from voxserve.bench.asr_offline import SHORT
@@ -174,6 +182,20 @@ def make_set() -> list[Utterance]:
                 out.append(Utterance(text, speak(text)))
     finally:
         tts.stop()
+    return out
+
+
+def load_manifest(path: Path) -> list[Utterance]:
+    """Clips of a JSON-lines manifest (`{"audio": path, "text": reference}`, paths relative
+    to the manifest), decoded as an upload is; those of 30 s or more are left out."""
+    out = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        clip = json.loads(line)
+        audio = decode_audio((path.parent / clip["audio"]).read_bytes(), max_seconds=60)
+        if len(audio) < 30 * RATE:
+            out.append(Utterance(clip["text"], audio))
     return out
 
 
@@ -404,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, help="use only the first N utterances (a quick look)")
     p.add_argument("--no-align", action="store_true", help="skip the word-alignment pass")
     p.add_argument("--rescore", type=Path, help="recount a stored run's JSON in place instead of running")
+    p.add_argument("--manifest", type=Path, help="measure the clips of this manifest instead of speaking the set")
     args = p.parse_args(argv)
     if args.rescore:
         report = rescore(args.rescore)
@@ -419,8 +442,11 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     load_start = os.getloadavg()
-    log("speaking the test set with voxserve's TTS...")
-    utterances = make_set()[: args.limit]
+    if args.manifest:
+        utterances = load_manifest(args.manifest)[: args.limit]
+    else:
+        log("speaking the test set with voxserve's TTS...")
+        utterances = make_set()[: args.limit]
     seconds = [u.seconds for u in utterances]
     log(f"{len(utterances)} utterances, {min(seconds):.1f}-{max(seconds):.1f} s")
     decoder = Decoder()
@@ -440,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         log(table(name, summarize(rows[name])))
     summaries = summaries_of(rows)
     alignment = None
-    if not args.no_align:
+    if not args.no_align and not args.manifest:  # its end check assumes the added silence
         log("word alignment (clean)...")
         alignment = alignment_check(decoder, clean, rules)
         log(json.dumps(alignment, indent=1))
@@ -457,8 +483,9 @@ def main(argv: list[str] | None = None) -> int:
             "intra_threads": 1,
             "beam_size": BEAM_SIZE,
             "temperatures": list(FALLBACK_TEMPERATURES),
-            "silence_before_s": BEFORE_S,
-            "silence_after_s": AFTER_S,
+            "silence_before_s": 0.0 if args.manifest else BEFORE_S,
+            "silence_after_s": 0.0 if args.manifest else AFTER_S,
+            "manifest": str(args.manifest) if args.manifest else None,
             "rules": [vars(r) for r in rules],
             "hallucinated": HALLUCINATION_RULE,
         },

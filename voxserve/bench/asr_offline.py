@@ -138,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2, help="runs per mode; the best is reported")
     p.add_argument("--beam-size", type=int, default=ASRConfig().beam_size)
     p.add_argument("--workers", type=int, default=default_cores(), help="engine decoding threads")
+    p.add_argument("--fw-threads", type=int, default=default_cores(),
+                   help="faster-whisper's cpu_threads (default: every core, as for one stream; "
+                   "0 is CTranslate2's own default)")
+    p.add_argument("--nice", type=int, default=ASRConfig().nice,
+                   help="the engine's nice increment (faster-whisper runs at the process's "
+                   "own priority: on a machine shared with other work, pass 0 to compare "
+                   "like with like)")
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--save", type=Path,
                    help="also write the clips here, with manifest-long.jsonl and manifest-short.jsonl "
@@ -148,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from faster_whisper import WhisperModel
+
+    from voxserve.engine.threads import single_threaded_blas
+
+    single_threaded_blas()  # as `voxserve serve` does
 
     if args.audio:
         long_clip = (args.audio.read_bytes(), args.text.read_text() if args.text else "")
@@ -161,12 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     seconds = len(audio) / SAMPLE_RATE
     reference = long_clip[1]
 
-    config = ASRConfig(workers=args.workers, beam_size=args.beam_size)
+    config = ASRConfig(workers=args.workers, beam_size=args.beam_size, nice=args.nice)
     engine = ASREngine(config)
     engine.start()
     engine.warmup()
     model_dir = str(engine.runner.model_dir)
-    sequential = WhisperModel(model_dir, device="cpu", compute_type="int8", cpu_threads=default_cores())
+    sequential = WhisperModel(model_dir, device="cpu", compute_type="int8", cpu_threads=args.fw_threads)
     results: list[Result] = []
 
     def best(times: list[float]) -> float:

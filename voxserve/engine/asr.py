@@ -11,6 +11,15 @@ Live utterances (realtime sessions) come with a deadline: the batcher puts them 
 file work, earliest deadline first, and while any live session is open file pieces may
 hold at most `workers - 1` workers, so a live utterance never waits behind a 30 s piece.
 
+Pieces shorter than 30 s are encoded in a window fitted to them (`fitted_window`); one
+whose text ends in a loop is decoded again in the full 30 s window.
+
+A batch that is all the work there is (no other batch decoding or waiting, no more pieces
+to come from its requests, no speech stream open, and for a file batch no live session
+open) runs on `solo_threads` intra-op threads, so a lone short clip, or the last piece of
+a long file, uses the cores that would idle (`solo_threads`, pure). While it runs it
+holds every core: file batches wait for it, live ones do not.
+
 Audio work (decode, cut, log-mel) is not done here: `prepare` and `features` are pure
 steps that callers run in their audio pool. This module knows nothing of HTTP.
 """
@@ -44,6 +53,7 @@ from voxserve.engine.segments import (
     COMPRESSION_RATIO_THRESHOLD,
     TimedSegment,
     compression_ratio,
+    ends_in_a_loop,
     needs_fallback,
     window_segments,
 )
@@ -57,6 +67,8 @@ __all__ = [
     "PreparedAudio",
     "TranscribeOptions",
     "WindowResult",
+    "fitted_window",
+    "solo_threads",
 ]
 
 log = logging.getLogger(__name__)
@@ -65,10 +77,12 @@ FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 LIVE_WINDOW_MIN_S = 10.0
 LIVE_WINDOW_STEP_S = 5.0
 LIVE_WINDOW_MARGIN_S = 1.0
-"""A live turn is encoded in a window sized to it, not Whisper's full 30 s: its audio plus
-1 s, rounded up to 5 s steps, at least 10 s. On 48 live-sized turns (1-12 s, tiny.en) that
-gave the same WER as 30 s windows at about a third of the decode time
-(docs/bench/window-probe.py)."""
+"""A piece under 30 s (a live turn; a short file, unless `fitted_windows` is off) is
+encoded in a window sized to it, not Whisper's full 30 s: its audio plus 1 s, rounded up
+to 5 s steps, at least 10 s. On 48 live-sized turns (1-12 s, tiny.en) and on the bench's
+file clips that gave the same WER as 30 s windows at about a third of the decode time
+(docs/bench/window-probe.py). A fitted piece whose text ends in a loop is decoded again
+in 30 s (`ends_in_a_loop`): in a short window Whisper sometimes repeats the last words."""
 SILENCE_PEAK = 10 ** (-60 / 20)
 """A piece whose loudest sample stays under -60 dBFS is not decoded: Whisper would only
 hallucinate on it ("you", "Thank you.")."""
@@ -156,8 +170,12 @@ class ASRStats:
     """Counters read by the metrics endpoint; written under the engine lock."""
 
     batches: int = 0
+    solo_batches: int = 0
+    """Batches that ran alone on `solo_threads` threads."""
     pieces: int = 0
     fallbacks: int = 0
+    widened: int = 0
+    """Pieces decoded in a fitted window that looped and were decoded again in 30 s."""
     failures: int = 0
     audio_seconds: float = 0.0
     batch_sizes: Counter[int] = field(default_factory=Counter)
@@ -193,10 +211,15 @@ class ASREngine(WorkerEngine):
         self._stopping = False
         self._in_flight = 0
         self._busy_workers = 0
+        self._busy_cores = 0
+        """Intra-op threads of the batches decoding now (a solo batch counts all of its)."""
         self._file_batches = 0
         """Workers decoding file pieces now (the rest are free or decoding live ones)."""
         self._live_sessions = 0
         self.stats = ASRStats()
+        self.busy_elsewhere: Callable[[], bool] = lambda: False
+        """True while other work (speech) uses the cores; the server sets it. No batch runs
+        solo then. Called under the engine's lock: it must be quick and must not call back."""
 
     # -- lifecycle (start, healthy and stop come from WorkerEngine) --------------------
     def drain(self) -> None:
@@ -215,7 +238,11 @@ class ASREngine(WorkerEngine):
         """Decode one second of silence so that first-call costs are not a client's."""
         features, frames = self.mel(np.zeros(SAMPLE_RATE, dtype=np.float32))
         opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0)
-        self.runner.run([DecodeInput(features, frames, align=True)], opts)
+        inputs = [DecodeInput(features, frames, align=True)]
+        self.runner.run(inputs, opts)
+        if self.config.solo_threads > 1:
+            # Loads the solo replica; its threads inherit the lowered priority.
+            run_lowered(self.config.nice, self.runner.run, inputs, opts, self.config.solo_threads)
 
     @property
     def name(self) -> str:
@@ -236,8 +263,10 @@ class ASREngine(WorkerEngine):
                 "file_batches": self._file_batches,
                 "live_sessions": self._live_sessions,
                 "batches": s.batches,
+                "solo_batches": s.solo_batches,
                 "pieces": s.pieces,
                 "fallbacks": s.fallbacks,
+                "widened": s.widened,
                 "failures": s.failures,
                 "audio_seconds": s.audio_seconds,
                 "batch_sizes": dict(s.batch_sizes),
@@ -310,7 +339,7 @@ class ASREngine(WorkerEngine):
         with self._cond:
             if len(self._batcher):
                 return 0
-            return max(0, self.config.workers - self._busy_workers)
+            return max(0, self.config.workers - self._busy_cores)
 
     def live_queued(self) -> int:
         """Live pieces waiting for a worker."""
@@ -323,6 +352,8 @@ class ASREngine(WorkerEngine):
 
     def _files_allowed(self) -> bool:
         workers = self.config.workers
+        if self._busy_cores > self._busy_workers:
+            return False  # a solo batch is decoding: it holds every core
         return not (self._live_sessions and workers > 1 and self._file_batches >= workers - 1)
 
     def features(self, prepared: PreparedAudio, index: int) -> DecodeInput | None:
@@ -332,8 +363,9 @@ class ASREngine(WorkerEngine):
         if not len(samples) or max(-float(samples.min()), float(samples.max())) < SILENCE_PEAK:
             return None
         features, frames = self.mel(samples)
-        if prepared.fitted:
-            features = np.ascontiguousarray(features[:, : fitted_window(len(samples))])
+        window = fitted_window(len(samples))
+        if (prepared.fitted or self.config.fitted_windows) and window < features.shape[-1]:
+            features = np.ascontiguousarray(features[:, :window])
         return DecodeInput(features, frames)
 
     def open(
@@ -424,27 +456,44 @@ class ASREngine(WorkerEngine):
                 if batch is None:
                     return
                 live = batch[0].live
+                threads = solo_threads(
+                    self.config.solo_threads,
+                    live=live,
+                    running=self._busy_workers,
+                    waiting=len(self._batcher) + self._still_to_come(batch),
+                    live_sessions=self._live_sessions,
+                    busy_elsewhere=self.busy_elsewhere(),
+                )
                 self._busy_workers += 1
+                self._busy_cores += threads
                 self._file_batches += 0 if live else 1
                 self._in_flight += len(batch)
                 self.stats.batches += 1
+                self.stats.solo_batches += threads > 1
                 self.stats.batch_sizes[len(batch)] += 1
             started = time.perf_counter()
-            self._run(batch)
+            self._run(batch, threads)
             with self._cond:
                 self._busy_workers -= 1
+                self._busy_cores -= threads
                 self._file_batches -= 0 if live else 1
                 self._in_flight -= len(batch)
                 busy = self.stats.busy_s
                 busy[index] = busy.get(index, 0.0) + time.perf_counter() - started
                 self._cond.notify_all()
 
-    def _run(self, batch: list[Pending[_Piece]]) -> None:
+    def _still_to_come(self, batch: list[Pending[_Piece]]) -> int:
+        """Pieces of the batch's own requests other than the batch's: a long file's next
+        pieces are coming, so its first piece does not run solo. Call under the lock."""
+        mine = Counter(p.request for p in batch)
+        return sum(max(0, job.left - n) for j, n in mine.items() if (job := self._jobs.get(j)) is not None)
+
+    def _run(self, batch: list[Pending[_Piece]], threads: int) -> None:
         key = batch[0].key  # (decoding options, encoder window width)
         assert isinstance(key, tuple) and isinstance(key[0], DecodeOptions)
         opts: DecodeOptions = key[0]
         try:
-            outputs = self.runner.run([p.payload.input for p in batch], opts)
+            outputs = self.runner.run([p.payload.input for p in batch], opts, threads)
         except Exception as exc:  # noqa: BLE001 - an inference error fails only this batch
             self._fail({p.request for p in batch}, exc)
             return
@@ -461,16 +510,18 @@ class ASREngine(WorkerEngine):
             return  # aborted while decoding
         tok = self.runner.tokenizer(job.task, out.language or job.language)
         text = tok.decode([t for t in out.tokens if t < tok.eot])
+        width = piece.input.features.shape[-1]
+        if width < N_FRAMES and ends_in_a_loop(text):
+            # Decode this attempt again in Whisper's own 30 s window. The features past
+            # the piece's audio are zeros (`LogMel`), so padding gives exactly those.
+            full = np.pad(piece.input.features, ((0, 0), (0, N_FRAMES - width)))
+            piece.input = replace(piece.input, features=full)
+            self._requeue(job, piece, widened=True)
+            return
         piece.tried.append((out, text, opts.temperature))
         if needs_fallback(out, text) and piece.attempt + 1 < len(job.ladder):
             piece.attempt += 1
-            with self._cond:
-                if piece.job in self._jobs:
-                    self.stats.fallbacks += 1
-                    key = (job.ladder[piece.attempt], piece.input.features.shape[-1])
-                    pending = Pending(piece.job, piece.index, key, piece, job.deadline)
-                    self._batcher.add(pending, self._clock())
-                    self._cond.notify()
+            self._requeue(job, piece)
             return
         out, text, temperature = _best(piece.tried)
         segments = window_segments(out, tok, piece.offset, piece.duration, temperature)
@@ -478,6 +529,19 @@ class ASREngine(WorkerEngine):
             piece.index, piece.offset, piece.offset + piece.duration, segments, out.language
         )
         self._complete(job, result, piece.duration)
+
+    def _requeue(self, job: _Job, piece: _Piece, widened: bool = False) -> None:
+        """Queue a piece again: at its next temperature, or in a wider window."""
+        with self._cond:
+            if piece.job not in self._jobs:
+                return
+            if widened:
+                self.stats.widened += 1
+            else:
+                self.stats.fallbacks += 1
+            key = (job.ladder[piece.attempt], piece.input.features.shape[-1])
+            self._batcher.add(Pending(piece.job, piece.index, key, piece, job.deadline), self._clock())
+            self._cond.notify()
 
     def _complete(self, job: _Job, result: WindowResult, duration: float) -> None:
         with self._cond:
@@ -501,6 +565,19 @@ class ASREngine(WorkerEngine):
             rid = job.handle.request_id or str(job.handle.id)
             log.error("transcription failed for request %s: %r", rid, exc, exc_info=exc)
             job.handle.results.fail(ServerError(f"transcription failed (request {rid})"))
+
+
+def solo_threads(
+    threads: int, *, live: bool, running: int, waiting: int, live_sessions: int, busy_elsewhere: bool
+) -> int:
+    """Intra-op threads for a batch about to start: all `threads` when it is the only work
+    (no other batch `running`; no piece `waiting`, queued or still to come from the
+    batch's own requests; nothing `busy_elsewhere`), else 1. A file
+    batch never goes solo while live sessions are open: it would hold the core that
+    their turns need."""
+    if running or waiting or busy_elsewhere or (live_sessions and not live):
+        return 1
+    return threads
 
 
 def fitted_window(samples: int) -> int:

@@ -5,11 +5,15 @@ This is the only ASR module that imports ctranslate2. It knows the model's own d
 prompt) and nothing of requests, scheduling or HTTP. `inter_threads` replicas with one
 intra-op thread each let that many Python threads decode at once: CTranslate2 releases
 the GIL, and several single-threaded replicas beat one multi-threaded one on this CPU.
+A call may ask for more intra-op threads (`run(..., threads=N)`, for a piece that runs
+alone while cores idle): that uses a separate replica with N threads, loaded on first
+use and then kept. The caller decides when; this module only holds the replicas.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,13 +114,11 @@ class WhisperRunner:
             raise FileNotFoundError(f"{model_dir} is not a CTranslate2 Whisper folder (no model.bin)")
         self.name = name or default_name
         self.model_dir = model_dir
-        self.model = ctranslate2.models.Whisper(
-            str(model_dir),
-            device="cpu",
-            compute_type=compute_type,
-            intra_threads=1,
-            inter_threads=workers,
-        )
+        self.compute_type = compute_type
+        self.model = self._load(intra_threads=1, inter_threads=workers)
+        self._wide: dict[int, ctranslate2.models.Whisper] = {}
+        """Replicas with several intra-op threads, by thread count (one replica each)."""
+        self._wide_lock = threading.Lock()
         self.multilingual: bool = self.model.is_multilingual
         self.n_mels: int = self.model.n_mels
         self._hf = _load_tokenizer(model_dir)
@@ -124,6 +126,27 @@ class WhisperRunner:
         self._tokenizers: dict[tuple[str, str | None], Tokenizer] = {}
         self._eot = self._token_id("<|endoftext|>")
         self._no_timestamps = self._token_id("<|notimestamps|>")
+
+    def _load(self, intra_threads: int, inter_threads: int) -> ctranslate2.models.Whisper:
+        return ctranslate2.models.Whisper(
+            str(self.model_dir),
+            device="cpu",
+            compute_type=self.compute_type,
+            intra_threads=intra_threads,
+            inter_threads=inter_threads,
+        )
+
+    def replica(self, threads: int = 1) -> ctranslate2.models.Whisper:
+        """The model to run a call on `threads` intra-op threads. Loading one with more
+        than one thread reads the weights again (tiny.en int8: ~40 MB more) and starts its
+        threads from the calling thread, so they inherit its priority."""
+        if threads <= 1:
+            return self.model
+        with self._wide_lock:
+            model = self._wide.get(threads)
+            if model is None:
+                model = self._wide[threads] = self._load(intra_threads=threads, inter_threads=1)
+            return model
 
     def _token_id(self, token: str) -> int:
         found = self._hf.token_to_id(token)
@@ -163,14 +186,16 @@ class WhisperRunner:
         )
 
     # -- inference ---------------------------------------------------------------------
-    def run(self, inputs: Sequence[DecodeInput], opts: DecodeOptions) -> list[DecodeOutput]:
-        """Encode, (detect languages,) generate and (align) a batch that shares `opts`."""
+    def run(self, inputs: Sequence[DecodeInput], opts: DecodeOptions, threads: int = 1) -> list[DecodeOutput]:
+        """Encode, (detect languages,) generate and (align) a batch that shares `opts`, on
+        `threads` intra-op threads (1: one of the single-threaded replicas)."""
+        model = self.replica(threads)
         batch = np.stack([x.features for x in inputs])
-        encoded = self.model.encode(ctranslate2.StorageView.from_array(batch), to_cpu=False)
+        encoded = model.encode(ctranslate2.StorageView.from_array(batch), to_cpu=False)
         sots = [list(opts.sot_sequence) for _ in inputs]
         languages: list[str | None] = [None] * len(inputs)
         if opts.detect_language:
-            for i, found in enumerate(self.model.detect_language(encoded)):
+            for i, found in enumerate(model.detect_language(encoded)):
                 token = found[0][0]  # like "<|de|>"
                 languages[i] = token[2:-2]
                 sots[i][1] = self._token_id(token)
@@ -185,7 +210,7 @@ class WhisperRunner:
             }
         else:
             sampling = {"beam_size": opts.beam_size}
-        results = self.model.generate(
+        results = model.generate(
             encoded,
             prompts,
             max_length=MAX_LENGTH,
@@ -208,7 +233,7 @@ class WhisperRunner:
         aligned: list[Alignment | None] = [None] * len(inputs)
         if any(x.align for x in inputs):
             wanted = [t if x.align else [] for t, x in zip(texts, inputs, strict=True)]
-            aligned = self._align(encoded, sots, wanted, [x.frames for x in inputs])
+            aligned = self._align(model, encoded, sots, wanted, [x.frames for x in inputs])
         return [
             DecodeOutput(o.tokens, o.avg_logprob, o.no_speech_prob, lang, al)
             for o, lang, al in zip(outputs, languages, aligned, strict=True)
@@ -216,6 +241,7 @@ class WhisperRunner:
 
     def _align(
         self,
+        model: ctranslate2.models.Whisper,
         encoded: ctranslate2.StorageView,
         sots: list[list[int]],
         texts: list[list[int]],
@@ -230,7 +256,7 @@ class WhisperRunner:
         array = np.asarray(encoded) if not whole else np.zeros(0)
         for start_sequence, idx in groups.items():
             enc = encoded if whole else ctranslate2.StorageView.from_array(np.ascontiguousarray(array[idx]))
-            results = self.model.align(
+            results = model.align(
                 enc,
                 list(start_sequence),
                 [texts[i] for i in idx],

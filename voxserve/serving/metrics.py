@@ -92,9 +92,15 @@ class _ASRCollector(Collector):
         yield GaugeMetricFamily("voxserve_asr_queue_depth", "Pieces waiting for a batch", s["queued"])
         yield GaugeMetricFamily("voxserve_asr_segments_in_flight", "Pieces being decoded", s["in_flight"])
         yield CounterMetricFamily("voxserve_asr_batches", "Decoder batches run", s["batches"])
+        yield CounterMetricFamily(
+            "voxserve_asr_solo_batches", "Batches run alone on --asr-solo-threads threads", s["solo_batches"]
+        )
         yield CounterMetricFamily("voxserve_asr_segments_decoded", "30 s pieces decoded", s["pieces"])
         yield CounterMetricFamily(
             "voxserve_asr_fallbacks", "Pieces decoded again at a higher temperature", s["fallbacks"]
+        )
+        yield CounterMetricFamily(
+            "voxserve_asr_widened", "Pieces decoded again in 30 s after looping in a fitted window", s["widened"]
         )
         yield CounterMetricFamily("voxserve_asr_inference_failures", "Failed decoder calls", s["failures"])
         yield CounterMetricFamily(

@@ -181,6 +181,7 @@ async def running_state(
         state.metrics.attach_asr(
             lambda: {**asr.snapshot(), "upload_bytes": uploads.held, "upload_refused": uploads.refused}
         )
+        asr.busy_elsewhere = lambda: engine.active_streams > 0
         asr.start()
         vad = VADEngine()
         vad.start()
