@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -180,16 +181,17 @@ def test_admission_weighs_a_newcomer_by_its_own_model(both: RunningServer) -> No
             longer = {**body, "input": "Hello there. The second sentence is a little longer than the first."}
             with c.stream("POST", "/v1/audio/speech", json=longer) as first:
                 chunks = first.iter_bytes()
-                next(chunks)  # the first stream is live: the next ones ask the gate
-                piper = c.post("/v1/audio/speech", json={**body, "model": "tts-1", "voice": "alloy"})
+                next(chunks)  # the first stream is live (and unread): the next one asks the gate
                 kokoro = pool.submit(c.post, "/v1/audio/speech", json=body)
+                deadline = time.monotonic() + 30
+                while not asked and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 for _ in chunks:
                     pass
-            assert piper.status_code == 200 and kokoro.result().status_code == 200
+            assert kokoro.result().status_code == 200
     finally:
         admission.gate = gate
-    kinds = [kind for _, kind, _ in asked]
-    assert kinds[0] == "en_US-joe-medium" and "kokoro-82m-v1.0" in kinds
+    assert asked and asked[0][:2] == (1, "kokoro-82m-v1.0")
     cost = engine.costs()["kokoro-82m-v1.0"]
     assert cost is not None and cost > 0.2  # measured at warm-up, before the first client
     budget = engine.config.workers * engine.config.target_utilization
