@@ -112,6 +112,7 @@ def test_a_lone_short_clip_runs_solo_in_a_fitted_window(speech_wav: str) -> None
     try:
         assert asyncio.run(transcribe()) == SENTENCE
         snapshot = engine.snapshot()
+        assert not engine.busy()
     finally:
         engine.stop()
     assert (snapshot["batches"], snapshot["solo_batches"]) == (1, 1)

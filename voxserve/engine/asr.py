@@ -111,7 +111,8 @@ class PreparedAudio:
     lease: Lease | None = None
     """This audio's share of the engine's buffered-audio budget."""
     fitted: bool = False
-    """Encode each piece in a window fitted to it (live turns) instead of 30 s."""
+    """Encode each piece in a window fitted to it even when `ASRConfig.fitted_windows` is
+    off (live turns)."""
 
     def release(self) -> None:
         """Give the audio's share of the budget back (the request is over); idempotent."""
@@ -340,6 +341,12 @@ class ASREngine(WorkerEngine):
             if len(self._batcher):
                 return 0
             return max(0, self.config.workers - self._busy_cores)
+
+    def busy(self) -> bool:
+        """Whether any transcription work is decoding or waiting: for other engines that
+        would use the idle cores (speech on two threads) to ask first."""
+        with self._cond:
+            return bool(self._busy_workers or len(self._batcher))
 
     def live_queued(self) -> int:
         """Live pieces waiting for a worker."""
