@@ -1,8 +1,8 @@
 #!/bin/bash
 # quiet same-run benches: Kokoro c=1,2,3 then Piper voxserve vs Piper http_server at c=1,4
-cd /work/main
+cd "$(dirname "$0")/../.."
 B=.venv/bin
-OUT=/tmp/s3/bench; mkdir -p $OUT
+OUT=${OUT:-/tmp/tts-quiet}; mkdir -p $OUT
 $B/voxserve serve --port 8471 --no-asr > $OUT/server.log 2>&1 &
 SRV=$!
 for i in $(seq 60); do curl -sf http://127.0.0.1:8471/health >/dev/null && break; sleep 1; done
