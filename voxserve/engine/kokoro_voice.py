@@ -39,15 +39,15 @@ NAME = "kokoro-82m-v1.0"
 
 SEGMENTS = SegmentPlan(first_chars=18, max_chars=150, growth=1.3, pause_chars=6)
 """Kokoro's segment plan. The first segment is a few words: with the pauses the model
-adds at a segment's end, 50-60 frames (1.3-1.5 s of audio), 0.8-0.9 s of one thread's
-work or ~0.6 s of two. One thread decodes at 1.8x real time here (RTF 0.55), so a
-segment could be up to 1.8x the audio before it; growing by 1.3 keeps a stream
-continuous up to RTF 0.65 (a loaded machine). Simulated with the real scheduler on each
-bench prompt's real frame counts: a first segment of 18 characters instead of 14 starts
-0.13 s later, and is kept because 14 cut phrases apart ("Please call, | Stella and ask, |
-her to bring,"), which Whisper misheard for 2 of the 28 English voices (WER 0.17), where
-18 cuts "Please call Stella, | and ask her to bring," and all of them read back whole; growth 1.5 stalls at RTF 0.7 (tests/test_segment_plan.py); 150 characters are
-about 8 s of audio, 4.5 s of one worker."""
+adds at a segment's end, 60-75 frames (1.5-1.9 s of audio), ~1 s of one thread's work or
+~0.75 s of two. One thread decodes at 1.8x real time here (RTF 0.55), so a segment could
+be up to 1.8x the audio before it; growing by 1.3 keeps a stream continuous up to RTF
+0.65 (a loaded machine). Simulated with the real scheduler on each bench prompt's real
+frame counts (docs/KOKORO.md): a first segment of 14 characters starts 0.13 s sooner but
+cuts sentences into pieces of two or three words, which two of the 28 English voices
+then read wrongly to Whisper ("Please call, | Stella and ask, | ..."); growth 1.5 stalls
+at RTF 0.7 (tests/test_segment_plan.py). 150 characters are about 8 s of audio, 4.5 s of
+one worker."""
 
 LEAD_FRAMES = 6
 """Frames of each segment's leading pad that stage B decodes (150 ms): the speech onset
