@@ -47,18 +47,20 @@ def load_kokoro_workload(voice: KokoroVoice, prompts: list[str], voice_name: str
     return items
 
 
-def speak_segment(voice: KokoroVoice, item: KokoroItem) -> int:
-    """Samples of one segment: stage A, then stage B over all its frames."""
-    latent = voice.acoustic([item])[0]
+def speak_segment(voice: KokoroVoice, item: KokoroItem, threads: int = 1) -> int:
+    """Samples of one segment: stage A, then stage B over all its frames, on sessions of
+    `threads` intra-op threads."""
+    latent = voice.acoustic([item], threads=threads)[0]
     if latent.frames == 0:
         return 0
-    return len(voice.decode([Span(latent, 0, latent.frames)])[0])
+    return len(voice.decode([Span(latent, 0, latent.frames)], threads=threads)[0])
 
 
 def _point(voice: KokoroVoice, workload: list[KokoroItem], mode: str, threads: int,
            workers: int, seconds: float) -> OfflinePoint:
+    intra = 1 if mode == "full" else threads
     samples, wall, count = run_threads(
-        lambda n: speak_segment(voice, workload[n % len(workload)]), workers, seconds)
+        lambda n: speak_segment(voice, workload[n % len(workload)], intra), workers, seconds)
     return OfflinePoint(mode, threads, samples / voice.model.sample_rate, wall, count)
 
 
@@ -77,10 +79,10 @@ def run_offline_kokoro(prompts: list[str], thread_counts: list[int], seconds: fl
         for threads in thread_counts:
             if mode == "intra" and threads == 1:
                 continue  # the same as `full` with one thread
-            voice = single if mode == "full" else KokoroVoice(KokoroModel(threads=threads))
-            speak_segment(voice, workload[0])  # first-run costs out of the timing
+            # `intra` uses the same model's sessions of `threads` threads (made on first use).
+            speak_segment(single, workload[0], 1 if mode == "full" else threads)  # first-run costs
             workers = threads if mode == "full" else 1
-            point = _point(voice, workload, mode, threads, workers, seconds)
+            point = _point(single, workload, mode, threads, workers, seconds)
             report(f"kokoro {mode:>5} threads={threads}: {point.audio_per_s:6.2f} audio-s/s "
                    f"({point.audio_s:.1f} s of audio in {point.wall_s:.2f} s, "
                    f"{point.segments} segments)")
