@@ -31,6 +31,15 @@ file clips): each clip of a `bench transcribe` manifest, decoded as an upload is
 
     python docs/bench/window-probe.py --manifest /tmp/asrset/manifest.jsonl --rules 3 \
         -o docs/bench/window-probe-files.json   # (no word-alignment pass)
+
+`--manifest` may be given several times (the sets are joined). Rules 12-14 try larger
+minimums and more padding after the audio, 15-17 decode with timestamp tokens as
+faster-whisper does. Like the engine, a fitted window whose text ends in a loop is decoded
+again in 30 s (`widened` in the rows). The broad-set runs of `docs/BENCHMARKS.md` ("Which
+window for short files"):
+
+    python docs/bench/window-probe.py --manifest SET36/manifest.jsonl --manifest SET20/manifest.jsonl \
+        --rules 2,3,12,13,15,16 --noise-seeds 0 --no-encode-timing -o window-probe-56-clean.json
 """
 
 from __future__ import annotations
