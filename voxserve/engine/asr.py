@@ -437,7 +437,7 @@ class ASREngine(WorkerEngine):
                 piece = _Piece(handle.id, index, offset, duration, decode_input)
                 key = (job.ladder[0], decode_input.features.shape[-1])
                 self._batcher.add(Pending(handle.id, index, key, piece, job.deadline), now)
-            self._cond.notify_all()
+            self._cond.notify(len(pieces))
         for index, offset, duration in silent:
             self._complete(job, WindowResult(index, offset, offset + duration, [], None), duration)
         return True
