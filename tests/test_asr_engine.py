@@ -116,3 +116,35 @@ def test_a_lone_short_clip_runs_solo_in_a_fitted_window(speech_wav: str) -> None
     finally:
         engine.stop()
     assert (snapshot["batches"], snapshot["solo_batches"]) == (1, 1)
+
+
+def test_a_files_first_pieces_are_queued_together(speech_wav: str) -> None:
+    """The feeder featurizes a file's first pieces before queueing them, all at once: the
+    first batch takes two of the three speech pieces instead of piece 0 starting alone,
+    and every piece (a silent one last) comes back in order."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from voxserve.engine.asr import TranscribeOptions
+    from voxserve.engine.transcribe import start_transcription
+
+    fox = decode_audio(Path(speech_wav).read_bytes(), max_seconds=60)
+    audio = np.zeros(84 * 16000, dtype=np.float32)
+    for start in (0, 28, 56):  # cut into three pieces of 26-28 s (30 s windows) and a silent tail
+        audio[start * 16000 : start * 16000 + len(fox)] = fox
+    data = wav_file((audio * 32767).astype(np.int16), 16000)
+    engine = ASREngine(ASRConfig(workers=2, solo_threads=1))
+
+    async def transcribe() -> list[tuple[int, str]]:
+        with ThreadPoolExecutor(2) as pool:
+            job = await start_transcription(engine, data, TranscribeOptions(language="en"), pool)
+            return [(w.index, "".join(s.text for s in w.segments).strip()) async for w in job.windows()]
+
+    engine.start()
+    try:
+        windows = asyncio.run(transcribe())
+        snapshot = engine.snapshot()
+    finally:
+        engine.stop()
+    assert windows == [(0, SENTENCE), (1, SENTENCE), (2, SENTENCE), (3, "")]
+    assert snapshot["batch_sizes"] == {2: 1, 1: 1}

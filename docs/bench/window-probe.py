@@ -31,6 +31,15 @@ file clips): each clip of a `bench transcribe` manifest, decoded as an upload is
 
     python docs/bench/window-probe.py --manifest /tmp/asrset/manifest.jsonl --rules 3 \
         -o docs/bench/window-probe-files.json   # (no word-alignment pass)
+
+`--manifest` may be given several times (the sets are joined). Rules 12-14 try larger
+minimums and more padding after the audio, 15-17 decode with timestamp tokens as
+faster-whisper does. Like the engine, a fitted window whose text ends in a loop is decoded
+again in 30 s (`widened` in the rows). The broad-set runs of `docs/BENCHMARKS.md` ("Which
+window for short files"):
+
+    python docs/bench/window-probe.py --manifest SET36/manifest.jsonl --manifest SET20/manifest.jsonl \
+        --rules 2,3,12,13,15,16 --noise-seeds 0 --no-encode-timing -o window-probe-56-clean.json
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +72,7 @@ from voxserve.engine.segments import (
     COMPRESSION_RATIO_THRESHOLD,
     Word,
     compression_ratio,
+    ends_in_a_loop,
     needs_fallback,
     window_segments,
 )
@@ -96,6 +106,8 @@ class Rule:
     margin_s: float
     step_s: float
     min_s: float
+    timestamps: bool = False
+    """Decode with timestamp tokens, as faster-whisper does (the engine decodes without)."""
 
     def frames(self, seconds: float) -> int:
         window = max(self.min_s, math.ceil((seconds + self.margin_s) / self.step_s - 1e-9) * self.step_s)
@@ -115,6 +127,12 @@ RULES = (
     Rule("min 9 s, audio + 1 s", 1.0, 0.02, 9.0),
     Rule("min 8 s, audio + 1 s", 1.0, 0.02, 8.0),
     Rule("min 7 s, audio + 1 s", 1.0, 0.02, 7.0),
+    Rule("min 20 s, step 5 s", 1.0, 5.0, 20.0),
+    Rule("min 10 s, +2 s, step 5 s", 2.0, 5.0, 10.0),
+    Rule("min 10 s, +4 s, step 5 s", 4.0, 5.0, 10.0),
+    Rule("30 s, timestamps", 0.0, 30.0, 30.0, timestamps=True),
+    Rule("min 10 s step 5 s, ts", 1.0, 5.0, 10.0, timestamps=True),
+    Rule("min 15 s step 5 s, ts", 1.0, 5.0, 15.0, timestamps=True),
 )
 """Stepped rules add 1 s of margin to the utterance (which already holds its 0.5 s of
 silence) before rounding up. The first `DEFAULT_RULES` run unless `--rules` picks; the
@@ -217,6 +235,8 @@ class Decoded:
     decode_s: float
     """Encode + generate of every attempt on the ladder (runner.run), alignment included
     when asked."""
+    widened: bool = False
+    """A fitted window's text ended in a loop and was decoded again in 30 s."""
 
 
 def best(tried: list[tuple[DecodeOutput, str, float]]) -> tuple[DecodeOutput, str, float]:
@@ -236,6 +256,9 @@ class Decoder:
         self.ladder: list[DecodeOptions] = [
             self.runner.options("transcribe", "en", None, BEAM_SIZE, t) for t in FALLBACK_TEMPERATURES
         ]
+        self.time_encoder = True
+        """Time one encoder pass alone before each decode (costs one more pass)."""
+        self.ladder_timestamps = [replace(o, without_timestamps=False) for o in self.ladder]
 
     def features(self, audio: np.ndarray) -> tuple[np.ndarray, int]:
         return self.mel(audio)
@@ -247,23 +270,35 @@ class Decoder:
         self.runner.model.encode(view, to_cpu=False)
         return time.perf_counter() - started
 
-    def decode(self, features: np.ndarray, frames: int, window: int, seconds: float, align: bool) -> Decoded:
+    def decode(
+        self, features: np.ndarray, frames: int, window: int, seconds: float, align: bool, timestamps: bool = False
+    ) -> Decoded:
         x = DecodeInput(np.ascontiguousarray(features[:, :window]), min(frames, window), align)
-        encode_s = self.encode_s(x.features)
+        encode_s = self.encode_s(x.features) if self.time_encoder else 0.0
         tried: list[tuple[DecodeOutput, str, float]] = []
         spent = 0.0
-        for opts in self.ladder:
+        widened = False
+        ladder = self.ladder_timestamps if timestamps else self.ladder
+        attempt = 0
+        while attempt < len(ladder):
+            opts = ladder[attempt]
             started = time.perf_counter()
             out = self.runner.run([x], opts)[0]
             spent += time.perf_counter() - started
             text = self.tok.decode([t for t in out.tokens if t < self.tok.eot])
+            if x.features.shape[-1] < N_FRAMES and ends_in_a_loop(text):
+                # As the engine does: a fitted window whose text loops is decoded again in 30 s.
+                x = DecodeInput(np.ascontiguousarray(features[:, :N_FRAMES]), frames, align)
+                widened = True
+                continue
             tried.append((out, text, opts.temperature))
             if not needs_fallback(out, text):
                 break
+            attempt += 1
         out, _, temperature = best(tried)
         segments = window_segments(out, self.tok, 0.0, seconds, temperature)
         words = [w for s in segments for w in (s.words or ())]
-        return Decoded("".join(s.text for s in segments), words, len(tried), encode_s, spent)
+        return Decoded("".join(s.text for s in segments), words, len(tried), encode_s, spent, widened)
 
 
 # -- the runs -----------------------------------------------------------------------------
@@ -288,7 +323,7 @@ def run_condition(
         features, frames = decoder.features(audio)
         for rule in rules[i % len(rules) :] + rules[: i % len(rules)]:
             window = rule.frames(utt.seconds)
-            d = decoder.decode(features, frames, window, utt.seconds, align=False)
+            d = decoder.decode(features, frames, window, utt.seconds, align=False, timestamps=rule.timestamps)
             rows[rule.name].append({
                 "utterance": i,
                 "window_s": window / FRAMES_PER_S,
@@ -297,6 +332,7 @@ def run_condition(
                 "errors": word_errors(utt.text, d.text).errors,
                 "hallucinated": hallucinated(utt.text, d.text),
                 "attempts": d.attempts,
+                "widened": d.widened,
                 "encode_ms": round(d.encode_s * 1000, 1),
                 "decode_ms": round(d.decode_s * 1000, 1),
             })
@@ -322,6 +358,7 @@ def summarize(rows: Rows) -> dict[str, dict[str, Any]]:
             "empty": sum(1 for x in r if not normalize_text(x["text"])),
             "hallucinated": sum(1 for x in r if x["hallucinated"]),
             "fallbacks": sum(1 for x in r if x["attempts"] > 1),
+            "widened": sum(1 for x in r if x.get("widened")),
             "encode_ms_median": round(statistics.median(x["encode_ms"] for x in r), 1),
             "decode_ms_median": round(statistics.median(x["decode_ms"] for x in r), 1),
             "decode_ms_max": round(max(x["decode_ms"] for x in r), 1),
@@ -425,8 +462,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-clean", action="store_true", help="skip the clean condition")
     p.add_argument("--limit", type=int, help="use only the first N utterances (a quick look)")
     p.add_argument("--no-align", action="store_true", help="skip the word-alignment pass")
+    p.add_argument("--no-encode-timing", action="store_true",
+                   help="do not time an encoder pass alone per decode (enc ms reads 0; halves a 30 s decode's cost)")
     p.add_argument("--rescore", type=Path, help="recount a stored run's JSON in place instead of running")
-    p.add_argument("--manifest", type=Path, help="measure the clips of this manifest instead of speaking the set")
+    p.add_argument("--manifest", type=Path, action="append",
+                   help="measure the clips of this manifest instead of speaking the set (repeat to join sets)")
     args = p.parse_args(argv)
     if args.rescore:
         report = rescore(args.rescore)
@@ -443,13 +483,14 @@ def main(argv: list[str] | None = None) -> int:
 
     load_start = os.getloadavg()
     if args.manifest:
-        utterances = load_manifest(args.manifest)[: args.limit]
+        utterances = [u for m in args.manifest for u in load_manifest(m)][: args.limit]
     else:
         log("speaking the test set with voxserve's TTS...")
         utterances = make_set()[: args.limit]
     seconds = [u.seconds for u in utterances]
     log(f"{len(utterances)} utterances, {min(seconds):.1f}-{max(seconds):.1f} s")
     decoder = Decoder()
+    decoder.time_encoder = not args.no_encode_timing
     features, frames = decoder.features(utterances[0].clean)
     decoder.decode(features, frames, N_FRAMES, utterances[0].seconds, align=True)  # warm-up
 
@@ -485,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
             "temperatures": list(FALLBACK_TEMPERATURES),
             "silence_before_s": 0.0 if args.manifest else BEFORE_S,
             "silence_after_s": 0.0 if args.manifest else AFTER_S,
-            "manifest": str(args.manifest) if args.manifest else None,
+            "manifest": [str(m) for m in args.manifest] if args.manifest else None,
             "rules": [vars(r) for r in rules],
             "hallucinated": HALLUCINATION_RULE,
         },

@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,6 +75,8 @@ class Result:
     wall_s: float
     rtfx: float
     wer: float | None
+    walls: list[float] = field(default_factory=list)
+    """Every run's wall time, in order (the long clip: alternating with the other mode)."""
 
 
 def wer(reference: str, hypothesis: str) -> float:
@@ -151,8 +154,6 @@ def main(argv: list[str] | None = None) -> int:
                    "for `voxserve bench transcribe --manifest`")
     args = p.parse_args(argv)
 
-    import os
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from faster_whisper import WhisperModel
 
@@ -187,18 +188,29 @@ def main(argv: list[str] | None = None) -> int:
         # Long form: alternate the two modes so that both see the same neighbours.
         eng_times, seq_times = [], []
         eng_text = seq_text = ""
+        loads = [os.getloadavg()[0]]
         for _ in range(args.repeat):
             t, texts = run_engine(engine, [long_clip[0]], pool)
             eng_times.append(t)
             eng_text = texts[0]
             t, seq_text = run_sequential(sequential, audio, args.beam_size)
             seq_times.append(t)
+            loads.append(os.getloadavg()[0])
         for mode, times, text in (
             ("voxserve cut+batch, long", eng_times, eng_text),
             ("faster-whisper transcribe(), long", seq_times, seq_text),
         ):
             wall = best(times)
-            results.append(Result(mode, seconds, wall, seconds / wall, wer(reference, text) if reference else None))
+            werr = wer(reference, text) if reference else None
+            results.append(Result(mode, seconds, wall, seconds / wall, werr, [round(x, 3) for x in times]))
+        ratios = [s / e for e, s in zip(eng_times, seq_times, strict=True)]
+        print(
+            f"long form, round by round (faster-whisper time / voxserve time): "
+            f"{' '.join(f'{r:.2f}x' for r in ratios)}; median {statistics.median(ratios):.2f}x; "
+            f"medians {statistics.median(eng_times):.2f} s / {statistics.median(seq_times):.2f} s; "
+            f"load average {' '.join(f'{x:.1f}' for x in loads)}",
+            file=sys.stderr,
+        )
 
         if short:
             # One short clip at a time: latency.

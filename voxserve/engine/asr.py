@@ -33,7 +33,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -410,21 +410,36 @@ class ASREngine(WorkerEngine):
     ) -> bool:
         """Queue one piece whose features are ready (None: silent, no text); False if the
         request is gone."""
-        span = prepared.spans[index]
-        offset, duration = span.start / SAMPLE_RATE, len(span) / SAMPLE_RATE
+        return self.submit_all(handle, prepared, [(index, decode_input)])
+
+    def submit_all(
+        self,
+        handle: ASRHandle,
+        prepared: PreparedAudio,
+        pieces: Sequence[tuple[int, DecodeInput | None]],
+    ) -> bool:
+        """Queue pieces whose features are ready, as `submit` does, all under one lock: a
+        worker that wakes meanwhile sees them together, so a long file's first pieces fill
+        batches instead of the first one starting alone. False if the request is gone."""
+        silent: list[tuple[int, float, float]] = []
         with self._cond:
             job = self._jobs.get(handle.id)
             if job is None:
                 return False
-            if decode_input is not None:
+            now = self._clock()
+            for index, decode_input in pieces:
+                span = prepared.spans[index]
+                offset, duration = span.start / SAMPLE_RATE, len(span) / SAMPLE_RATE
+                if decode_input is None:
+                    silent.append((index, offset, duration))
+                    continue
                 decode_input = replace(decode_input, align=job.timings)
                 piece = _Piece(handle.id, index, offset, duration, decode_input)
                 key = (job.ladder[0], decode_input.features.shape[-1])
-                pending = Pending(handle.id, index, key, piece, job.deadline)
-                self._batcher.add(pending, self._clock())
-                self._cond.notify()
-                return True
-        self._complete(job, WindowResult(index, offset, offset + duration, [], None), duration)
+                self._batcher.add(Pending(handle.id, index, key, piece, job.deadline), now)
+            self._cond.notify(len(pieces))
+        for index, offset, duration in silent:
+            self._complete(job, WindowResult(index, offset, offset + duration, [], None), duration)
         return True
 
     def abort(self, handle: ASRHandle) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 from voxserve.engine.asr import ASREngine, ASRHandle, PreparedAudio, TranscribeOptions, WindowResult
 from voxserve.engine.segments import TimedSegment
 from voxserve.errors import ServerError
+from voxserve.runners.whisper import DecodeInput
 
 __all__ = ["Transcript", "Transcription", "build_transcript", "start_live", "start_transcription"]
 
@@ -156,11 +157,26 @@ def _release_result(decoding: asyncio.Future[PreparedAudio]) -> None:
 async def _feed(engine: ASREngine, handle: ASRHandle, prepared: PreparedAudio, pool: Executor) -> None:
     loop = asyncio.get_running_loop()
     ahead = engine.config.segments_ahead
+    pieces = len(prepared.spans)
+    width = engine.config.audio_workers
+
+    def features(index: int) -> asyncio.Future[DecodeInput | None]:
+        return loop.run_in_executor(pool, engine.features, prepared, index)
+
     try:
-        for index in range(len(prepared.spans)):
+        # The first `ahead` pieces are featurized first (`width` at a time, so other
+        # requests' audio work is not queued behind a whole file) and queued together:
+        # a long file's first batches then fill, instead of its first pieces starting
+        # alone at batch 1 while the rest are still being featurized.
+        first = min(pieces, ahead)
+        ready: list[DecodeInput | None] = []
+        for start in range(0, first, width):
+            ready += await asyncio.gather(*(features(i) for i in range(start, min(first, start + width))))
+        if not engine.submit_all(handle, prepared, list(enumerate(ready))):
+            return  # aborted
+        for index in range(first, pieces):
             await handle.results.wait_room(index, ahead)
-            decode_input = await loop.run_in_executor(pool, engine.features, prepared, index)
-            if not engine.submit(handle, prepared, index, decode_input):
+            if not engine.submit(handle, prepared, index, await features(index)):
                 return  # aborted
     except asyncio.CancelledError:
         raise

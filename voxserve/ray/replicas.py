@@ -117,7 +117,11 @@ class ASRReplica:
 
     async def __init__(self, config: ServerConfig) -> None:  # type: ignore[misc]  # Serve awaits it
         bind_replica_grpc_to_node()
-        asr = config.asr
+        # The replica's batches use at most the CPUs Ray reserved for it (`num_cpus` =
+        # workers): a batch that runs alone gets that many intra-op threads, no more. It
+        # cannot see speech replicas, so `busy_elsewhere` stays unset; within its own
+        # reservation a solo batch uses no more cores than two batches side by side.
+        asr = replace(config.asr, solo_threads=min(config.asr.solo_threads, config.asr.workers))
         self.engine = ASREngine(asr)
         self.pool = self.engine.audio_pool()
         self.admission = Admission(asr.max_requests, asr.max_queue, asr.queue_timeout_s)
