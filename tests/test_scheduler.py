@@ -291,11 +291,11 @@ def test_stage_a_cost_is_learned_per_model() -> None:
 
 
 # -- the idle core (issue 15): workers held per unit, threads and chunks while alone -----
-PIPER16 = PIPER
+PIPER16 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frames=16))
 """Piper whose first chunk is 16 frames even when alone (0.186 s of audio: not urgent at
 once, so a second chunk may follow it)."""
-PIPER8 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frames=8))
-"""Piper whose first chunk is 8 frames when alone."""
+PIPER8 = PIPER
+"""Piper whose first chunk is 8 frames when alone (the default)."""
 
 
 def idle(credits: int = 4, workers: int = 2) -> Scheduler:
@@ -500,7 +500,14 @@ def test_a_stream_alone_gets_a_smaller_first_chunk_and_a_crowded_one_the_usual()
     assert isinstance(first, VocoderWork) and (first.start, first.end, first.hi) == (0, 8, 18)
     s.complete_vocoder(first, 8 * HOP, 0.0)
     nxt = s.next_work(0.0)  # 93 ms out: urgent, so one chunk on both threads
-    assert isinstance(nxt, VocoderWork) and (nxt.lo, nxt.start, nxt.end) == (0, 8, 40) and nxt.threads == 2
+    # The chunks after a small first one grow from it (8, 16, 32, ...), so that the second,
+    # due 93 ms after the first, is small too.
+    assert isinstance(nxt, VocoderWork) and (nxt.lo, nxt.start, nxt.end) == (0, 8, 24) and nxt.threads == 2
+    s.complete_vocoder(nxt, 16 * HOP, 0.0)
+    third = s.next_work(0.0)
+    assert isinstance(third, VocoderWork) and (third.start, third.end) == (24, 56)
+    fourth = s.next_work(0.0)  # 278 ms out: a second chunk in flight beside the third
+    assert isinstance(fourth, VocoderWork) and (fourth.start, fourth.end) == (56, 100) and fourth.last
 
     s = idle(credits=100)
     start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)

@@ -27,14 +27,15 @@ class VocoderChunking:
 
     first_chunk_frames: int = 16
     """Core frames in a stream's first chunk; small, so the first audio leaves early."""
-    idle_first_chunk_frames: int = 16
+    idle_first_chunk_frames: int = 8
     """Core frames in the first chunk of a stream that arrives alone (nothing else to run,
-    every worker free). With the right context any size reproduces the whole decode (8
-    frames: >= 106 dB SNR on every first segment of the bench prompts), and a smaller one
-    leaves sooner, but it holds less audio for the next chunk to arrive in: at 8 frames,
-    74 ms at 24 kHz after the resampler's delay, and the lone stream's second chunk also
-    runs the rest of the deferred flow (see PiperVoice), so it came late under load. Equal
-    to first_chunk_frames by default, which turns it off."""
+    every worker free); the chunks after it double from there (8, 16, 32, ...:
+    `scheduler.plan_chunk`), so that the second, due 74 ms after the first at 24 kHz
+    (after the resampler's delay), is small too. With the right context any size
+    reproduces the whole decode (8 frames: >= 106 dB SNR on every first segment of the
+    bench prompts), and the first three chunks of a lone stream run the flow on their own
+    windows only (see PiperVoice). Set it to 16 for the crowded plan's sizes (16, 32, 64,
+    ...), which leaves 186 ms for the second chunk."""
     chunk_frames: int = 32
     """Core frames in the second chunk (256 samples each, so 32 frames = 372 ms at 22 kHz)."""
     max_chunk_frames: int = 128

@@ -23,8 +23,8 @@ there are workers (a lone stream), the work that would leave a worker idle sprea
 - a unit that is the only one runnable, with every worker free, runs on up to
   `idle_threads` intra-op threads (stage A and the first chunk of a lone stream, its last
   chunk). It holds those workers, so work that arrives meanwhile waits for it instead of
-  oversubscribing the cores. The first chunk of a stream that is alone may also be
-  smaller (`idle_first_chunk_frames`);
+  oversubscribing the cores. The first chunk of a stream that is alone is also
+  smaller (`idle_first_chunk_frames`), and its later chunks grow from there (`plan_chunk`);
 - a stream past its first packet may have up to `idle_chunks` vocoder chunks in flight
   (chunks are independent given their context frames), but a second one is claimed only
   when no other unit of any stream can run, and while the stream is not urgent (an
@@ -170,15 +170,19 @@ def plan_chunk(
     """The window of a stream's chunk number `index`, starting at frame `pos` of a latent
     of `frames` frames: decode [lo, hi), keep [start, end).
 
-    Chunk 0 is small for a fast first packet (smaller still, `idle_first_chunk_frames`,
-    when the stream is `alone`); later chunks double from `chunk_frames` up to
-    `max_chunk_frames`; a tail shorter than half a chunk joins the chunk before it.
+    Chunk 0 is small for a fast first packet; later chunks double from `chunk_frames` up
+    to `max_chunk_frames`. A stream whose first chunk was claimed `alone` starts smaller
+    still, at `idle_first_chunk_frames`, and every chunk after it doubles from there (8,
+    16, 32, ...), so that each one, on a core of its own, is ready before the audio
+    before it has played. A tail shorter than half a chunk joins the chunk before it.
     With no chunking (a whole-segment model) the chunk is the rest of the latent.
     """
     if c is None:
         return pos, frames, pos, frames
-    if index == 0:
-        size = c.idle_first_chunk_frames if alone else c.first_chunk_frames
+    if alone:
+        size = min(c.max_chunk_frames, c.idle_first_chunk_frames << min(index, 8))
+    elif index == 0:
+        size = c.first_chunk_frames
     else:
         size = min(c.max_chunk_frames, c.chunk_frames << min(index - 1, 8))
     start = pos
@@ -235,6 +239,8 @@ class _Stream:
     untaken: int = 0
     chunks: int = 0
     """Chunks released, in order."""
+    alone: bool = False
+    """Its first chunk was claimed alone: its chunks follow the idle plan (`plan_chunk`)."""
 
     def open_latent(self) -> _Latent | None:
         for lat in self.latents:
@@ -486,11 +492,13 @@ class Scheduler:
         latent = stream.open_latent()
         assert latent is not None
         seq = stream.claimed
+        if seq == 0:
+            stream.alone = alone
         stream.claimed += 1
         stream.in_flight += 1
         stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
         chunking = stream.profile.chunking
-        lo, hi, start, end = plan_chunk(latent.frames, latent.claimed, seq, chunking, alone)
+        lo, hi, start, end = plan_chunk(latent.frames, latent.claimed, seq, chunking, stream.alone)
         latent.claimed = end
         latent.claims += 1
         last = (
