@@ -161,6 +161,9 @@ class EngineStats:
     busy_s: dict[int, float] = field(default_factory=dict)
     costs: dict[str, CostMeter] = field(default_factory=dict)
     """Each model's cost, by model name."""
+    held: dict[str, int] = field(default_factory=lambda: {"starting": 0, "lagging": 0, "load": 0})
+    """Times `keeping_up` said no, by the first reason that held: too many streams
+    starting, a live stream about to run dry, or no room in the load budget."""
 
 
 def decode_chunk(model: VoiceModel[Any], work: VocoderWork) -> np.ndarray:
@@ -363,12 +366,17 @@ class TTSEngine(WorkerEngine):
             live = self._sched.streams_by_model()
             unsubmitted = max(0, admitted - sum(live.values()))
             if self._sched.starting() + unsubmitted >= self.config.workers:
+                self.stats.held["starting"] += 1
                 return False
             if self._sched.lagging(self._clock(), self.config.admit_min_slack_s):
+                self.stats.held["lagging"] += 1
                 return False
             costs = self._admission_costs()
-        budget = self.config.workers * self.config.target_utilization
-        return room_for(budget, costs, live, unsubmitted, model)
+            budget = self.config.workers * self.config.target_utilization
+            if not room_for(budget, costs, live, unsubmitted, model):
+                self.stats.held["load"] += 1
+                return False
+        return True
 
     def costs(self) -> dict[str, float | None]:
         """Each model's recently measured cost in worker-seconds per audio-second (None
@@ -397,6 +405,11 @@ class TTSEngine(WorkerEngine):
             costs = self._admission_costs()
         budget = self.config.workers * self.config.target_utilization
         return stream_capacity(budget, costs, live, unsubmitted, self.default_model.name)
+
+    def admission_held(self) -> dict[str, int]:
+        """How often `keeping_up` held a newcomer, by reason (`EngineStats.held`)."""
+        with self._cond:
+            return dict(self.stats.held)
 
     def idle_core_units(self) -> dict[str, int]:
         """How often a lone stream used the idle core: units run on several threads

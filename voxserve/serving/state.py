@@ -136,6 +136,7 @@ class AppState:
             "chunks": stats.chunks,
             "acoustic_runs": stats.acoustic_runs,
             "idle_core_units": self.engine.idle_core_units(),
+            "admission_held": self.engine.admission_held(),
             "failures": stats.failures,
             "busy": dict(stats.busy_s),
             "healthy": self.engine.healthy,
