@@ -518,3 +518,21 @@ def test_a_stream_alone_gets_a_smaller_first_chunk_and_a_crowded_one_the_usual()
     first = s.next_work(0.0)  # stream 1 has a chunk to run too: stream 2 is not alone
     assert isinstance(first, VocoderWork) and first.stream_id == 2
     assert (first.start, first.end) == (0, 16) and first.threads == 1
+
+
+def test_work_elsewhere_on_the_cores_turns_the_idle_core_policies_off() -> None:
+    """A transcription batch on the other core: a lone stream runs as a crowded one, one
+    unit on one thread, one chunk at a time, its first chunk of the usual size."""
+    s = idle(credits=100)
+    s.add(1, [seg()], 0.0, PIPER8)
+    a = s.next_work(0.0, elsewhere=True)
+    assert isinstance(a, AcousticWork) and a.threads == 1
+    s.complete_acoustic(a, latent(300))
+    first = s.next_work(0.0, elsewhere=True)
+    assert isinstance(first, VocoderWork) and first.threads == 1 and (first.start, first.end) == (0, 16)
+    s.complete_vocoder(first, 16 * HOP, 0.0)
+    one = s.next_work(0.0, elsewhere=True)
+    assert isinstance(one, VocoderWork) and one.threads == 1
+    assert s.next_work(0.0, elsewhere=True) is None  # no second chunk beside it
+    two = s.next_work(0.0)  # the other core is free again: a second chunk beside the first
+    assert isinstance(two, VocoderWork) and two.seq == one.seq + 1

@@ -33,7 +33,9 @@ there are workers (a lone stream), the work that would leave a worker idle sprea
   order the workers finish in, and credits still bound the chunks in flight.
 
 With as many runnable units as workers (the crowded case) neither applies: one unit per
-worker, each on one thread, exactly as without them.
+worker, each on one thread, exactly as without them. Neither applies either while the
+caller says the cores are used by work outside the scheduler (`next_work(now,
+elsewhere=True)`: a transcription batch on the other core).
 
 Streams of several voice models share one scheduler: each stream carries its model's
 `ModelProfile` (samples per frame, sample rate, how its frames are cut into chunks), and
@@ -422,10 +424,12 @@ class Scheduler:
             return (0, deadline, stream.id)
         return (2, deadline, stream.id)
 
-    def _pick(self, now: float, exclude: _Stream | None = None) -> tuple[bool, _Stream] | None:
+    def _pick(
+        self, now: float, exclude: _Stream | None = None, spread: bool = True
+    ) -> tuple[bool, _Stream] | None:
         """The best unit to run now, as (stage A?, stream), without claiming it: one unit
-        per stream at a time, else (only when none is left) a further chunk of a stream.
-        `exclude`: a stream not to consider."""
+        per stream at a time, else (only when none is left, and `spread`) a further chunk
+        of a stream. `exclude`: a stream not to consider."""
         best: dict[bool, tuple[int, float, int]] = {}  # acoustic? -> (class, key, stream id)
         for stream in self._streams.values():
             if stream is exclude:
@@ -447,7 +451,7 @@ class Scheduler:
         if best:
             acoustic = min(best, key=lambda k: best[k])
             return acoustic, self._streams[best[acoustic][2]]
-        if self.workers is None or self.idle_chunks < 2:
+        if self.workers is None or self.idle_chunks < 2 or not spread:
             return None
         extra = [
             (self._rank(stream, False, now), stream)
@@ -456,19 +460,21 @@ class Scheduler:
         ]
         return (False, min(extra, key=lambda e: e[0])[1]) if extra else None
 
-    def next_work(self, now: float) -> Work | None:
+    def next_work(self, now: float, elsewhere: bool = False) -> Work | None:
         """Pick and claim the next unit of work, or None if nothing can run now (or every
-        worker is held)."""
+        worker is held). `elsewhere`: work outside the scheduler uses the cores now, so
+        none of the idle-core policies applies (no unit on several threads, no second
+        chunk of a stream)."""
         free = None if self.workers is None else self.workers - self._busy
         if free is not None and free <= 0:
             return None
-        pick = self._pick(now)
+        pick = self._pick(now, spread=not elsewhere)
         if pick is None:
             return None
         acoustic, stream = pick
         if not acoustic and stream.in_flight:
             self.spread["chunks"] += 1
-        idle = free is not None and free == self.workers and free > 1
+        idle = free is not None and free == self.workers and free > 1 and not elsewhere
         if acoustic:
             work: Work = self._claim_acoustic(stream)
         else:

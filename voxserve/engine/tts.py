@@ -216,6 +216,10 @@ class TTSEngine(WorkerEngine):
         self._stopping = False
         self._in_hand: dict[int, Work] = {}
         """What each worker is running, by worker index; failed if the worker dies."""
+        self.busy_elsewhere: Callable[[], bool] = lambda: False
+        """True while other work (transcription) uses the cores; the server sets it. While
+        it is, no unit spreads onto the idle core (`Scheduler.next_work`). Never called
+        under this engine's lock (the other engine asks this one under its own)."""
         self.stats = EngineStats(costs={name: CostMeter() for name in self.models})
 
     # -- lifecycle (start, healthy and stop come from WorkerEngine) ------------------
@@ -438,14 +442,21 @@ class TTSEngine(WorkerEngine):
     # -- workers ---------------------------------------------------------------------
     def _worker(self, index: int) -> None:
         while True:
+            elsewhere = self.busy_elsewhere()
             with self._cond:
                 self._in_hand.pop(index, None)
                 work = None
                 while not self._stopping:
-                    work = self._sched.next_work(self._clock())
+                    work = self._sched.next_work(self._clock(), elsewhere)
                     if work is not None:
                         break
                     self._cond.wait()
+                    # Ask again after the wait, with this engine's lock let go.
+                    self._cond.release()
+                    try:
+                        elsewhere = self.busy_elsewhere()
+                    finally:
+                        self._cond.acquire()
                 if work is None:
                     return
                 out = self._outputs.get(work.stream_id)

@@ -183,6 +183,7 @@ async def running_state(
             lambda: {**asr.snapshot(), "upload_bytes": uploads.held, "upload_refused": uploads.refused}
         )
         asr.busy_elsewhere = lambda: engine.active_streams > 0
+        engine.busy_elsewhere = asr.busy
         asr.start()
         vad = VADEngine()
         vad.start()
