@@ -303,7 +303,7 @@ def idle(credits: int = 4, workers: int = 2) -> Scheduler:
     return Scheduler(credits=credits, acoustic_slots=workers - 1, workers=workers, idle_threads=2, idle_chunks=2)
 
 
-def test_a_lone_stream_runs_stage_a_and_its_first_chunk_on_both_cores() -> None:
+def test_a_lone_stream_runs_stage_a_on_both_cores_and_its_first_two_chunks_side_by_side() -> None:
     s = idle()
     s.add(1, [seg(), seg()], 0.0, PIPER16)
     a = s.next_work(0.0)
@@ -311,10 +311,12 @@ def test_a_lone_stream_runs_stage_a_and_its_first_chunk_on_both_cores() -> None:
     assert s.busy_workers == 2 and s.next_work(0.0) is None  # it holds both workers
     s.complete_acoustic(a, latent(100))
     assert s.busy_workers == 0
-    first = s.next_work(0.0)
-    assert isinstance(first, VocoderWork) and first.seq == 0 and first.threads == 2
+    first, second = s.next_work(0.0), s.next_work(0.0)
+    assert isinstance(first, VocoderWork) and first.seq == 0 and first.threads == 1
+    assert isinstance(second, VocoderWork) and second.seq == 1 and second.threads == 1
     assert s.next_work(0.0) is None
     s.complete_vocoder(first, 16 * HOP, 0.0)
+    s.complete_vocoder(second, 32 * HOP, 0.0)
     # Past the first packet there are two units (the next chunk, the next sentence's
     # stage A): one thread each, side by side.
     pair = [s.next_work(0.0), s.next_work(0.0)]
@@ -357,13 +359,14 @@ def test_the_first_packet_is_timed_by_the_first_chunk_whatever_finishes_first() 
     a = s.next_work(0.0)
     assert isinstance(a, AcousticWork)
     s.complete_acoustic(a, latent(300))
-    first = s.next_work(0.0)
-    assert isinstance(first, VocoderWork)
-    # No second chunk before the first packet: the first chunk gets both cores instead.
-    assert first.threads == 2 and s.next_work(0.0) is None
-    chunk = s.complete_vocoder(first, 16 * HOP, 0.5)
-    assert chunk is not None and chunk.first
-    assert s.lagging(0.5 + 16 * FRAME_S - 0.1, 0.5) == 0  # still starting (one chunk out)
+    first, second = s.next_work(0.0), s.next_work(0.0)
+    assert isinstance(first, VocoderWork) and isinstance(second, VocoderWork)
+    assert first.seq == 0 and second.seq == 1  # the second chunk beside the first
+    early = s.complete_vocoder(second, 16 * HOP, 0.4)
+    assert early is not None and early.released == 0 and not early.first
+    chunk = s.complete_vocoder(first, 8 * HOP, 0.5)
+    assert chunk is not None and chunk.first and chunk.released == 2
+    assert s.produced(1) == 24 * HOP
 
 
 def test_stream_ends_after_its_last_chunk_in_order() -> None:

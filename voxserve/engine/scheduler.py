@@ -21,11 +21,15 @@ one, or `threads` for a unit on several intra-op threads. While fewer units can 
 there are workers (a lone stream), the work that would leave a worker idle spreads:
 
 - a unit that is the only one runnable, with every worker free, runs on up to
-  `idle_threads` intra-op threads (stage A and the first chunk of a lone stream, its last
-  chunk). It holds those workers, so work that arrives meanwhile waits for it instead of
-  oversubscribing the cores. The first chunk of a stream that is alone is also
-  smaller (`idle_first_chunk_frames`), and its later chunks grow from there (`plan_chunk`);
-- a stream past its first packet may have up to `idle_chunks` vocoder chunks in flight
+  `idle_threads` intra-op threads (stage A of a lone stream, its last chunk). It holds
+  those workers, so work that arrives meanwhile waits for it instead of oversubscribing
+  the cores;
+- the first chunk of a stream that is alone is smaller (`idle_first_chunk_frames`), its
+  later chunks grow from there (`plan_chunk`), and its second chunk is decoded beside
+  the first, each on one core: the second is then ready soon after the first packet
+  instead of one decode after it, which a small first chunk could not wait for on a
+  loaded machine;
+- a stream past its first packet may also have up to `idle_chunks` vocoder chunks in flight
   (chunks are independent given their context frames), but a second one is claimed only
   when no other unit of any stream can run, and while the stream is not urgent (an
   urgent lone chunk gets the threads instead). Chunks are released in order: the first
@@ -383,16 +387,20 @@ class Scheduler:
     # -- choosing work ---------------------------------------------------------------
     def _vocoder_candidate(self, stream: _Stream, extra: bool, now: float = 0.0) -> bool:
         """A chunk of the stream may be claimed: its first in flight, or (`extra`) one more
-        beside those in flight, up to `idle_chunks`, after the first packet and while the
-        stream is not urgent (if the cores are busier than the scheduler knows, say with
-        another process, two chunks would share one core, and the earlier one, which the
-        player waits for, would come later)."""
+        beside those in flight, up to `idle_chunks`: before the first packet, the second
+        chunk of a stream that started alone (so that it is ready long before the small
+        first one has played, whatever slows the machine down); after the first packet,
+        while the stream is not urgent (if the cores are busier than the scheduler knows,
+        say with another process, two chunks would share one core, and the earlier one,
+        which the player waits for, would come later)."""
         if stream.untaken >= self.credits or stream.open_latent() is None:
             return False
         if not extra:
             return stream.in_flight == 0
-        if not 0 < stream.in_flight < self.idle_chunks or stream.first_packet_at is None:
+        if not 0 < stream.in_flight < self.idle_chunks:
             return False
+        if stream.first_packet_at is None:
+            return stream.alone and stream.claimed == 1
         return stream.dry_at() - now > self.urgent_slack
 
     def _acoustic_candidate(self, stream: _Stream) -> bool:
