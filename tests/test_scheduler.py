@@ -539,3 +539,17 @@ def test_work_elsewhere_on_the_cores_turns_the_idle_core_policies_off() -> None:
     assert s.next_work(0.0, elsewhere=True) is None  # no second chunk beside it
     two = s.next_work(0.0)  # the other core is free again: a second chunk beside the first
     assert isinstance(two, VocoderWork) and two.seq == one.seq + 1
+
+
+def test_without_the_pair_a_lone_first_chunk_gets_both_threads_and_the_second_follows() -> None:
+    s = Scheduler(credits=100, acoustic_slots=1, workers=2, idle_threads=2, idle_chunks=2, idle_pair=False)
+    s.add(1, [seg()], 0.0, PIPER8)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(300))
+    first = s.next_work(0.0)
+    assert isinstance(first, VocoderWork) and first.threads == 2 and (first.start, first.end) == (0, 8)
+    assert s.next_work(0.0) is None
+    s.complete_vocoder(first, 8 * HOP, 0.0)
+    second = s.next_work(0.0)  # 93 ms out: urgent, one chunk on both threads
+    assert isinstance(second, VocoderWork) and second.threads == 2 and (second.start, second.end) == (8, 24)

@@ -118,6 +118,12 @@ class TTSConfig:
     idle_chunks: int = 2
     """Vocoder chunks of one stream decoded at once while workers would otherwise idle
     (fewer runnable streams than workers). 1: one chunk per stream at a time."""
+    idle_pair: bool = True
+    """A lone stream's second chunk is decoded beside its first, one core each, so that it
+    comes soon after the first packet however loaded the machine is (needs idle_chunks
+    >= 2). Off: the first chunk runs alone on idle_threads threads (a few ms sooner on a
+    quiet machine) and the second after it, which under load came late after an 8-frame
+    first chunk (`VocoderChunking.idle_first_chunk_frames`)."""
 
     def __post_init__(self) -> None:
         if min(self.workers, self.credits, self.max_streams, self.max_input_chars) < 1:

@@ -26,9 +26,9 @@ there are workers (a lone stream), the work that would leave a worker idle sprea
   the cores;
 - the first chunk of a stream that is alone is smaller (`idle_first_chunk_frames`), its
   later chunks grow from there (`plan_chunk`), and its second chunk is decoded beside
-  the first, each on one core: the second is then ready soon after the first packet
-  instead of one decode after it, which a small first chunk could not wait for on a
-  loaded machine;
+  the first, each on one core (`idle_pair`): the second is then ready soon after the
+  first packet instead of one decode after it, which a small first chunk could not wait
+  for on a loaded machine;
 - a stream past its first packet may also have up to `idle_chunks` vocoder chunks in flight
   (chunks are independent given their context frames), but a second one is claimed only
   when no other unit of any stream can run, and while the stream is not urgent (an
@@ -270,6 +270,7 @@ class Scheduler:
         workers: int | None = None,
         idle_threads: int = 1,
         idle_chunks: int = 1,
+        idle_pair: bool = True,
     ):
         self.credits = credits
         self.urgent_slack = urgent_slack
@@ -283,6 +284,9 @@ class Scheduler:
         """Most intra-op threads for a unit that is alone while every worker is free."""
         self.idle_chunks = idle_chunks
         """Most vocoder chunks of one stream in flight while workers would idle."""
+        self.idle_pair = idle_pair
+        """A lone stream's second chunk goes beside its first (else the first runs on
+        `idle_threads` threads, and the second after it)."""
         self._busy = 0
         """Workers held by the units in flight."""
         self.spread: dict[str, int] = {"threads": 0, "chunks": 0}
@@ -400,7 +404,7 @@ class Scheduler:
         if not 0 < stream.in_flight < self.idle_chunks:
             return False
         if stream.first_packet_at is None:
-            return stream.alone and stream.claimed == 1
+            return self.idle_pair and stream.alone and stream.claimed == 1
         return stream.dry_at() - now > self.urgent_slack
 
     def _acoustic_candidate(self, stream: _Stream) -> bool:

@@ -210,6 +210,7 @@ class TTSEngine(WorkerEngine):
             workers=config.workers,
             idle_threads=config.idle_threads,
             idle_chunks=config.idle_chunks,
+            idle_pair=config.idle_pair,
         )
         self._outputs: dict[int, _Output] = {}
         self._ids = itertools.count(1)
