@@ -294,17 +294,19 @@ def test_stage_a_cost_is_learned_per_model() -> None:
 PIPER16 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frames=16))
 """Piper whose first chunk is 16 frames even when alone (0.186 s of audio: not urgent at
 once, so a second chunk may follow it)."""
-PIPER8 = PIPER
-"""Piper whose first chunk is 8 frames when alone (the default)."""
+PIPER8 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frames=8))
+"""Piper whose first chunk is 8 frames when alone."""
 
 
-def idle(credits: int = 4, workers: int = 2) -> Scheduler:
+def idle(credits: int = 4, workers: int = 2, pair: bool = False) -> Scheduler:
     """As the engine builds it: two workers, stage A leaves one for the vocoder."""
-    return Scheduler(credits=credits, acoustic_slots=workers - 1, workers=workers, idle_threads=2, idle_chunks=2)
+    return Scheduler(
+        credits=credits, acoustic_slots=workers - 1, workers=workers, idle_threads=2, idle_chunks=2, idle_pair=pair
+    )
 
 
-def test_a_lone_stream_runs_stage_a_on_both_cores_and_its_first_two_chunks_side_by_side() -> None:
-    s = idle()
+def test_a_lone_stream_runs_stage_a_on_both_cores_and_with_the_pair_its_first_two_chunks_side_by_side() -> None:
+    s = idle(pair=True)
     s.add(1, [seg(), seg()], 0.0, PIPER16)
     a = s.next_work(0.0)
     assert isinstance(a, AcousticWork) and a.threads == 2
@@ -354,7 +356,7 @@ def test_an_urgent_lone_stream_gets_both_threads_for_one_chunk_instead_of_two_ch
 
 
 def test_the_first_packet_is_timed_by_the_first_chunk_whatever_finishes_first() -> None:
-    s = idle(credits=100)
+    s = idle(credits=100, pair=True)
     s.add(1, [seg()], 0.0, PIPER)
     a = s.next_work(0.0)
     assert isinstance(a, AcousticWork)

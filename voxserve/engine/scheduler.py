@@ -24,11 +24,10 @@ there are workers (a lone stream), the work that would leave a worker idle sprea
   `idle_threads` intra-op threads (stage A of a lone stream, its last chunk). It holds
   those workers, so work that arrives meanwhile waits for it instead of oversubscribing
   the cores;
-- the first chunk of a stream that is alone is smaller (`idle_first_chunk_frames`), its
-  later chunks grow from there (`plan_chunk`), and its second chunk is decoded beside
-  the first, each on one core (`idle_pair`): the second is then ready soon after the
-  first packet instead of one decode after it, which a small first chunk could not wait
-  for on a loaded machine;
+- the first chunk of a stream that is alone is smaller (`idle_first_chunk_frames`), and
+  its later chunks grow from there (`plan_chunk`). With `idle_pair` its second chunk is
+  decoded beside the first, each on one core, instead of after it: ready soon after the
+  first packet on a loaded machine too, at the cost of a first chunk on one thread;
 - a stream past its first packet may also have up to `idle_chunks` vocoder chunks in flight
   (chunks are independent given their context frames), but a second one is claimed only
   when no other unit of any stream can run, and while the stream is not urgent (an
@@ -178,9 +177,8 @@ def plan_chunk(
 
     Chunk 0 is small for a fast first packet; later chunks double from `chunk_frames` up
     to `max_chunk_frames`. A stream whose first chunk was claimed `alone` starts smaller
-    still, at `idle_first_chunk_frames`, and every chunk after it doubles from there (8,
-    16, 32, ...), so that each one, on a core of its own, is ready before the audio
-    before it has played. A tail shorter than half a chunk joins the chunk before it.
+    still, at `idle_first_chunk_frames`, and every chunk after it doubles from there (12,
+    24, 48, ...), so that each one is ready before the audio before it has played. A tail shorter than half a chunk joins the chunk before it.
     With no chunking (a whole-segment model) the chunk is the rest of the latent.
     """
     if c is None:
@@ -270,7 +268,7 @@ class Scheduler:
         workers: int | None = None,
         idle_threads: int = 1,
         idle_chunks: int = 1,
-        idle_pair: bool = True,
+        idle_pair: bool = False,
     ):
         self.credits = credits
         self.urgent_slack = urgent_slack
