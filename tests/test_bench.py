@@ -73,6 +73,9 @@ def test_speech_bench_json_plot_and_compare(server: RunningServer, tmp_path: Pat
         parts = s["first_packet_s"]
         assert {"text", "queue", "acoustic", "decode", "encode", "total", "http"} <= set(parts)
         assert parts["acoustic"]["n"] == 3 and parts["http"]["p50"] >= 0
+        tail = s["first_packet_tail_s"]  # the slowest first packet's parts add up to its TTFP
+        assert tail["n"] == 1 and tail["ttfp"] == pytest.approx(s["ttfp_s"]["max"])
+        assert tail["total"] + tail["http"] == pytest.approx(tail["ttfp"])
     assert result["health"]["n"] >= sum(lv["health"]["n"] for lv in result["levels"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = capsys.readouterr().out

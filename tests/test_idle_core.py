@@ -54,3 +54,4 @@ def test_a_lone_stream_uses_the_idle_core_and_keeps_its_audio(server: RunningSer
     metrics = client.get("/metrics").text
     assert 'voxserve_tts_first_packet_seconds_count{part="acoustic"}' in metrics
     assert 'voxserve_tts_idle_core_units_total{way="chunks"}' in metrics
+    assert 'voxserve_tts_admission_held_total{reason="lagging"}' in metrics

@@ -291,30 +291,34 @@ def test_stage_a_cost_is_learned_per_model() -> None:
 
 
 # -- the idle core (issue 15): workers held per unit, threads and chunks while alone -----
-PIPER16 = PIPER
+PIPER16 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frames=16))
 """Piper whose first chunk is 16 frames even when alone (0.186 s of audio: not urgent at
 once, so a second chunk may follow it)."""
 PIPER8 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frames=8))
 """Piper whose first chunk is 8 frames when alone."""
 
 
-def idle(credits: int = 4, workers: int = 2) -> Scheduler:
+def idle(credits: int = 4, workers: int = 2, pair: bool = False) -> Scheduler:
     """As the engine builds it: two workers, stage A leaves one for the vocoder."""
-    return Scheduler(credits=credits, acoustic_slots=workers - 1, workers=workers, idle_threads=2, idle_chunks=2)
+    return Scheduler(
+        credits=credits, acoustic_slots=workers - 1, workers=workers, idle_threads=2, idle_chunks=2, idle_pair=pair
+    )
 
 
-def test_a_lone_stream_runs_stage_a_and_its_first_chunk_on_both_cores() -> None:
-    s = idle()
+def test_a_lone_stream_runs_stage_a_on_both_cores_and_with_the_pair_its_first_two_chunks_side_by_side() -> None:
+    s = idle(pair=True)
     s.add(1, [seg(), seg()], 0.0, PIPER16)
     a = s.next_work(0.0)
     assert isinstance(a, AcousticWork) and a.threads == 2
     assert s.busy_workers == 2 and s.next_work(0.0) is None  # it holds both workers
     s.complete_acoustic(a, latent(100))
     assert s.busy_workers == 0
-    first = s.next_work(0.0)
-    assert isinstance(first, VocoderWork) and first.seq == 0 and first.threads == 2
+    first, second = s.next_work(0.0), s.next_work(0.0)
+    assert isinstance(first, VocoderWork) and first.seq == 0 and first.threads == 1
+    assert isinstance(second, VocoderWork) and second.seq == 1 and second.threads == 1
     assert s.next_work(0.0) is None
     s.complete_vocoder(first, 16 * HOP, 0.0)
+    s.complete_vocoder(second, 32 * HOP, 0.0)
     # Past the first packet there are two units (the next chunk, the next sentence's
     # stage A): one thread each, side by side.
     pair = [s.next_work(0.0), s.next_work(0.0)]
@@ -352,18 +356,19 @@ def test_an_urgent_lone_stream_gets_both_threads_for_one_chunk_instead_of_two_ch
 
 
 def test_the_first_packet_is_timed_by_the_first_chunk_whatever_finishes_first() -> None:
-    s = idle(credits=100)
+    s = idle(credits=100, pair=True)
     s.add(1, [seg()], 0.0, PIPER)
     a = s.next_work(0.0)
     assert isinstance(a, AcousticWork)
     s.complete_acoustic(a, latent(300))
-    first = s.next_work(0.0)
-    assert isinstance(first, VocoderWork)
-    # No second chunk before the first packet: the first chunk gets both cores instead.
-    assert first.threads == 2 and s.next_work(0.0) is None
-    chunk = s.complete_vocoder(first, 16 * HOP, 0.5)
-    assert chunk is not None and chunk.first
-    assert s.lagging(0.5 + 16 * FRAME_S - 0.1, 0.5) == 0  # still starting (one chunk out)
+    first, second = s.next_work(0.0), s.next_work(0.0)
+    assert isinstance(first, VocoderWork) and isinstance(second, VocoderWork)
+    assert first.seq == 0 and second.seq == 1  # the second chunk beside the first
+    early = s.complete_vocoder(second, 16 * HOP, 0.4)
+    assert early is not None and early.released == 0 and not early.first
+    chunk = s.complete_vocoder(first, 8 * HOP, 0.5)
+    assert chunk is not None and chunk.first and chunk.released == 2
+    assert s.produced(1) == 24 * HOP
 
 
 def test_stream_ends_after_its_last_chunk_in_order() -> None:
@@ -500,7 +505,14 @@ def test_a_stream_alone_gets_a_smaller_first_chunk_and_a_crowded_one_the_usual()
     assert isinstance(first, VocoderWork) and (first.start, first.end, first.hi) == (0, 8, 18)
     s.complete_vocoder(first, 8 * HOP, 0.0)
     nxt = s.next_work(0.0)  # 93 ms out: urgent, so one chunk on both threads
-    assert isinstance(nxt, VocoderWork) and (nxt.lo, nxt.start, nxt.end) == (0, 8, 40) and nxt.threads == 2
+    # The chunks after a small first one grow from it (8, 16, 32, ...), so that the second,
+    # due 93 ms after the first, is small too.
+    assert isinstance(nxt, VocoderWork) and (nxt.lo, nxt.start, nxt.end) == (0, 8, 24) and nxt.threads == 2
+    s.complete_vocoder(nxt, 16 * HOP, 0.0)
+    third = s.next_work(0.0)
+    assert isinstance(third, VocoderWork) and (third.start, third.end) == (24, 56)
+    fourth = s.next_work(0.0)  # 278 ms out: a second chunk in flight beside the third
+    assert isinstance(fourth, VocoderWork) and (fourth.start, fourth.end) == (56, 100) and fourth.last
 
     s = idle(credits=100)
     start_stream(s, 1, now=0.0, frames=300, profile=PIPER16)
@@ -511,3 +523,35 @@ def test_a_stream_alone_gets_a_smaller_first_chunk_and_a_crowded_one_the_usual()
     first = s.next_work(0.0)  # stream 1 has a chunk to run too: stream 2 is not alone
     assert isinstance(first, VocoderWork) and first.stream_id == 2
     assert (first.start, first.end) == (0, 16) and first.threads == 1
+
+
+def test_work_elsewhere_on_the_cores_turns_the_idle_core_policies_off() -> None:
+    """A transcription batch on the other core: a lone stream runs as a crowded one, one
+    unit on one thread, one chunk at a time, its first chunk of the usual size."""
+    s = idle(credits=100)
+    s.add(1, [seg()], 0.0, PIPER8)
+    a = s.next_work(0.0, elsewhere=True)
+    assert isinstance(a, AcousticWork) and a.threads == 1
+    s.complete_acoustic(a, latent(300))
+    first = s.next_work(0.0, elsewhere=True)
+    assert isinstance(first, VocoderWork) and first.threads == 1 and (first.start, first.end) == (0, 16)
+    s.complete_vocoder(first, 16 * HOP, 0.0)
+    one = s.next_work(0.0, elsewhere=True)
+    assert isinstance(one, VocoderWork) and one.threads == 1
+    assert s.next_work(0.0, elsewhere=True) is None  # no second chunk beside it
+    two = s.next_work(0.0)  # the other core is free again: a second chunk beside the first
+    assert isinstance(two, VocoderWork) and two.seq == one.seq + 1
+
+
+def test_without_the_pair_a_lone_first_chunk_gets_both_threads_and_the_second_follows() -> None:
+    s = Scheduler(credits=100, acoustic_slots=1, workers=2, idle_threads=2, idle_chunks=2, idle_pair=False)
+    s.add(1, [seg()], 0.0, PIPER8)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(300))
+    first = s.next_work(0.0)
+    assert isinstance(first, VocoderWork) and first.threads == 2 and (first.start, first.end) == (0, 8)
+    assert s.next_work(0.0) is None
+    s.complete_vocoder(first, 8 * HOP, 0.0)
+    second = s.next_work(0.0)  # 93 ms out: urgent, one chunk on both threads
+    assert isinstance(second, VocoderWork) and second.threads == 2 and (second.start, second.end) == (8, 24)

@@ -27,14 +27,17 @@ class VocoderChunking:
 
     first_chunk_frames: int = 16
     """Core frames in a stream's first chunk; small, so the first audio leaves early."""
-    idle_first_chunk_frames: int = 16
+    idle_first_chunk_frames: int = 12
     """Core frames in the first chunk of a stream that arrives alone (nothing else to run,
-    every worker free). With the right context any size reproduces the whole decode (8
-    frames: >= 106 dB SNR on every first segment of the bench prompts), and a smaller one
-    leaves sooner, but it holds less audio for the next chunk to arrive in: at 8 frames,
-    74 ms at 24 kHz after the resampler's delay, and the lone stream's second chunk also
-    runs the rest of the deferred flow (see PiperVoice), so it came late under load. Equal
-    to first_chunk_frames by default, which turns it off."""
+    every worker free); the chunks after it double from there (12, 24, 48, ...:
+    `scheduler.plan_chunk`). With the right context any size reproduces the whole decode
+    (8 frames: >= 106 dB SNR on every first segment of the bench prompts), and the first
+    three chunks of a lone stream run the flow on their own windows only (see
+    PiperVoice). A smaller first chunk leaves sooner but holds less audio for the second
+    to arrive in: 12 frames leave 120 ms at 24 kHz (after the resampler's delay), and on a
+    loaded machine (load 8-10 on 2 cores) the second chunk came in time as it did at 16;
+    at 8 frames (74 ms) it often did not (see `TTSConfig.idle_pair`). 16 gives the
+    crowded plan's sizes (16, 32, 64, ...)."""
     chunk_frames: int = 32
     """Core frames in the second chunk (256 samples each, so 32 frames = 372 ms at 22 kHz)."""
     max_chunk_frames: int = 128
@@ -117,6 +120,12 @@ class TTSConfig:
     idle_chunks: int = 2
     """Vocoder chunks of one stream decoded at once while workers would otherwise idle
     (fewer runnable streams than workers). 1: one chunk per stream at a time."""
+    idle_pair: bool = False
+    """Decode a lone stream's second chunk beside its first, one core each (needs
+    idle_chunks >= 2), instead of the first on idle_threads threads and the second after
+    it. The second then comes soon after the first packet however loaded the machine is,
+    but the first packet waits for a one-thread decode: ~6 ms later on a quiet machine,
+    twice as late on a loaded one, where the two chunks share what CPU the process gets."""
 
     def __post_init__(self) -> None:
         if min(self.workers, self.credits, self.max_streams, self.max_input_chars) < 1:

@@ -125,6 +125,10 @@ def format_table(result: dict[str, Any]) -> str:
         line = first_packet_line(level["summary"].get("first_packet_s") or {})
         if line:
             lines.append(f"c={level['concurrency']} first packet p50 ms: {line}")
+        tail = level["summary"].get("first_packet_tail_s") or {}
+        if tail.get("n", 0) and (level["concurrency"] > 1 or level["summary"]["completed"] >= 20):
+            lines.append(f"c={level['concurrency']} slowest {int(tail['n'])} first packets, mean ms: "
+                         f"{first_packet_tail_line(tail)}")
     for level in result["levels"]:
         failures = level["summary"]["failures_by_status"]
         if failures:
@@ -155,6 +159,15 @@ def first_packet_line(parts: dict[str, dict[str, float]]) -> str:
         if name in parts and not math.isnan(parts[name].get("p50", math.nan)):
             line += f"{label} {parts[name]['p50'] * 1e3:.1f}"
     return line
+
+
+def first_packet_tail_line(tail: dict[str, float]) -> str:
+    """`admission 812.0, queue 40.1, ... = TTFP 930.2`: the mean of each part over the
+    slowest first packets (`speech.first_packet_tail`), which add up to their TTFP; parts
+    under 0.05 ms are left out."""
+    cells = [f"{name} {v * 1e3:.1f}" for name, v in tail.items()
+             if name not in ("total", "ttfp", "n") and v >= 5e-5]
+    return ", ".join(cells) + f" = TTFP {tail.get('ttfp', math.nan) * 1e3:.1f}"
 
 
 def _git_dirs(folder: Path) -> tuple[Path, Path] | None:

@@ -29,6 +29,7 @@ __all__ = [
     "bench_speech",
     "chunk_samples",
     "first_packet_summary",
+    "first_packet_tail",
     "summarize_speech",
 ]
 
@@ -215,6 +216,7 @@ def summarize_speech(records: list[SpeechRecord], wall_s: float,
         "continuity_ok_rate": continuity_ok_rate(underruns, threshold_s),
         "sample_rates": sorted({r.sample_rate for r in ok if r.sample_rate}),
         "first_packet_s": first_packet_summary(ok),
+        "first_packet_tail_s": first_packet_tail(ok),
     }
 
 
@@ -234,6 +236,29 @@ def first_packet_summary(records: list[SpeechRecord]) -> dict[str, dict[str, flo
             max(0.0, r.ttfp_s - r.server_timing_s["total"])  # type: ignore[operator]
             for r in timed if "total" in r.server_timing_s
         ])
+    return out
+
+
+def first_packet_tail(records: list[SpeechRecord], share: float = 0.05) -> dict[str, float]:
+    """Where the slowest first packets spent their time: the mean of each `Server-Timing`
+    part (and `http`, the client's rest) over the slowest `share` of the timed requests
+    by TTFP (at least one), with `ttfp` (their mean TTFP, in seconds) and `n`. Unlike
+    each part's own p99, these add up: they say whether the tail is queueing (admission,
+    queue) or work. Empty when the server sent no timings."""
+    timed = sorted((r for r in records if r.server_timing_s and r.ttfp_s is not None),
+                   key=lambda r: r.ttfp_s or 0.0)
+    if not timed:
+        return {}
+    tail = timed[-max(1, round(share * len(timed))):]
+    names: list[str] = []
+    for r in tail:
+        names += [n for n in r.server_timing_s if n not in names]
+    out = {name: sum(r.server_timing_s.get(name, 0.0) for r in tail) / len(tail) for name in names}
+    if "total" in out:
+        out["http"] = sum(max(0.0, (r.ttfp_s or 0.0) - r.server_timing_s.get("total", 0.0))
+                          for r in tail) / len(tail)
+    out["ttfp"] = sum(r.ttfp_s or 0.0 for r in tail) / len(tail)
+    out["n"] = float(len(tail))
     return out
 
 

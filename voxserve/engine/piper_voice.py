@@ -7,9 +7,10 @@ request model id it claims (`tts-1`). It reads no request and schedules nothing.
 
 A stage A call on several threads is one the engine found alone with cores to spare: a
 lone stream waiting for its first audio. Its flow (half of stage A) is then left to the
-vocoder calls (`_DeferredFlow`): the first chunk runs it over the first two chunks' frames,
-the third over the whole segment. The first audio waits for the prior and that head only;
-the flow's work grows by the head (the segment's first ~90 frames).
+vocoder calls (`_DeferredFlow`): the first three chunks each run it over their own window,
+the fourth over the rest of the segment. The first audio waits for the prior and the flow
+of the first chunk's window only; the flow's work grows by the windows' context (64
+frames each).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from voxserve.config import TTSConfig, VocoderChunking
-from voxserve.engine.scheduler import Latent, ModelProfile
+from voxserve.engine.scheduler import Latent, ModelProfile, plan_chunk
 from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice, find_voice
 from voxserve.engine.words import word_frames
 from voxserve.errors import InvalidRequest
@@ -48,32 +49,32 @@ class PiperItem(AcousticInput):
 
 
 class _DeferredFlow:
-    """A segment's latent whose flow has not run yet. The first chunk runs it over a head
-    of `head` frames (exact there: `FLOW_CONTEXT` frames of window past it), which also
-    covers the second chunk, so that one costs a decode only, as any second chunk does.
-    A chunk past the head runs it once over the whole segment (under a lock: chunks in
+    """A segment's latent whose flow has not run yet. A chunk within the segment's head
+    (the first three chunks, `head` frames) runs the flow on its own window only (exact
+    there: `FLOW_CONTEXT` frames of window on each side), so the first audio waits for
+    the first chunk's frames alone, and the early chunks, whose audio is due soon, never
+    wait for the flow of frames they do not play. The first chunk past the head, due
+    later, runs it once from its own start to the segment's end (under a lock: chunks in
     flight together may both ask), kept for the rest."""
 
     def __init__(self, runner: AcousticRunner, prior: Prior, head: int):
         self._runner = runner
         self._prior = prior
-        self._head = head if head + FLOW_CONTEXT < prior.frames else 0
-        """0 when a head saves nothing over the whole flow (a short segment)."""
+        self._head = head
         self._z: np.ndarray | None = None
-        self._z_head: np.ndarray | None = None
+        self._z_from = 0
+        """The frame `_z` starts at."""
         self._lock = threading.Lock()
 
     def frames(self, lo: int, hi: int, threads: int) -> np.ndarray:
         """z [192, hi - lo]."""
+        if hi <= self._head and hi + FLOW_CONTEXT < self._prior.frames:  # a window saves work
+            return self._runner.flow(self._prior, lo, hi, threads)
         with self._lock:
-            if self._z is None and hi <= self._head:
-                if self._z_head is None:
-                    self._z_head = self._runner.flow(self._prior, 0, self._head, threads)
-                return self._z_head[:, lo:hi]
-            if self._z is None:
-                self._z = self._runner.flow(self._prior, 0, self._prior.frames, threads)
-                self._z_head = None
-            return self._z[:, lo:hi]
+            if self._z is None or lo < self._z_from:
+                self._z = self._runner.flow(self._prior, lo, self._prior.frames, threads)
+                self._z_from = lo
+            return self._z[:, lo - self._z_from : hi - self._z_from]
 
 
 class PiperVoice:
@@ -100,8 +101,15 @@ class PiperVoice:
         """Frames a deferred flow computes for a segment's first two chunks (see
         `_DeferredFlow`); 0 without chunking."""
         if chunking is not None:
-            first = max(chunking.first_chunk_frames, chunking.idle_first_chunk_frames)
-            self._flow_head = first + chunking.chunk_frames + chunking.right_context
+            # Where the third chunk's window ends, alone or not (`plan_chunk`).
+            big = 1 << 20
+            heads = []
+            for alone in (False, True):
+                pos = 0
+                for index in range(3):
+                    _, hi, _, pos = plan_chunk(big, pos, index, chunking, alone)
+                heads.append(hi)
+            self._flow_head = max(heads)
         self._gain = output_gain
         self._noise_scale = model.noise_scale if noise_scale is None else noise_scale
         self._noise_w = model.noise_w if noise_w is None else noise_w

@@ -21,11 +21,14 @@ one, or `threads` for a unit on several intra-op threads. While fewer units can 
 there are workers (a lone stream), the work that would leave a worker idle spreads:
 
 - a unit that is the only one runnable, with every worker free, runs on up to
-  `idle_threads` intra-op threads (stage A and the first chunk of a lone stream, its last
-  chunk). It holds those workers, so work that arrives meanwhile waits for it instead of
-  oversubscribing the cores. The first chunk of a stream that is alone may also be
-  smaller (`idle_first_chunk_frames`);
-- a stream past its first packet may have up to `idle_chunks` vocoder chunks in flight
+  `idle_threads` intra-op threads (stage A of a lone stream, its last chunk). It holds
+  those workers, so work that arrives meanwhile waits for it instead of oversubscribing
+  the cores;
+- the first chunk of a stream that is alone is smaller (`idle_first_chunk_frames`), and
+  its later chunks grow from there (`plan_chunk`). With `idle_pair` its second chunk is
+  decoded beside the first, each on one core, instead of after it: ready soon after the
+  first packet on a loaded machine too, at the cost of a first chunk on one thread;
+- a stream past its first packet may also have up to `idle_chunks` vocoder chunks in flight
   (chunks are independent given their context frames), but a second one is claimed only
   when no other unit of any stream can run, and while the stream is not urgent (an
   urgent lone chunk gets the threads instead). Chunks are released in order: the first
@@ -33,7 +36,9 @@ there are workers (a lone stream), the work that would leave a worker idle sprea
   order the workers finish in, and credits still bound the chunks in flight.
 
 With as many runnable units as workers (the crowded case) neither applies: one unit per
-worker, each on one thread, exactly as without them.
+worker, each on one thread, exactly as without them. Neither applies either while the
+caller says the cores are used by work outside the scheduler (`next_work(now,
+elsewhere=True)`: a transcription batch on the other core).
 
 Streams of several voice models share one scheduler: each stream carries its model's
 `ModelProfile` (samples per frame, sample rate, how its frames are cut into chunks), and
@@ -170,15 +175,18 @@ def plan_chunk(
     """The window of a stream's chunk number `index`, starting at frame `pos` of a latent
     of `frames` frames: decode [lo, hi), keep [start, end).
 
-    Chunk 0 is small for a fast first packet (smaller still, `idle_first_chunk_frames`,
-    when the stream is `alone`); later chunks double from `chunk_frames` up to
-    `max_chunk_frames`; a tail shorter than half a chunk joins the chunk before it.
+    Chunk 0 is small for a fast first packet; later chunks double from `chunk_frames` up
+    to `max_chunk_frames`. A stream whose first chunk was claimed `alone` starts smaller
+    still, at `idle_first_chunk_frames`, and every chunk after it doubles from there (12,
+    24, 48, ...), so that each one is ready before the audio before it has played. A tail shorter than half a chunk joins the chunk before it.
     With no chunking (a whole-segment model) the chunk is the rest of the latent.
     """
     if c is None:
         return pos, frames, pos, frames
-    if index == 0:
-        size = c.idle_first_chunk_frames if alone else c.first_chunk_frames
+    if alone:
+        size = min(c.max_chunk_frames, c.idle_first_chunk_frames << min(index, 8))
+    elif index == 0:
+        size = c.first_chunk_frames
     else:
         size = min(c.max_chunk_frames, c.chunk_frames << min(index - 1, 8))
     start = pos
@@ -235,6 +243,8 @@ class _Stream:
     untaken: int = 0
     chunks: int = 0
     """Chunks released, in order."""
+    alone: bool = False
+    """Its first chunk was claimed alone: its chunks follow the idle plan (`plan_chunk`)."""
 
     def open_latent(self) -> _Latent | None:
         for lat in self.latents:
@@ -258,6 +268,7 @@ class Scheduler:
         workers: int | None = None,
         idle_threads: int = 1,
         idle_chunks: int = 1,
+        idle_pair: bool = False,
     ):
         self.credits = credits
         self.urgent_slack = urgent_slack
@@ -271,6 +282,9 @@ class Scheduler:
         """Most intra-op threads for a unit that is alone while every worker is free."""
         self.idle_chunks = idle_chunks
         """Most vocoder chunks of one stream in flight while workers would idle."""
+        self.idle_pair = idle_pair
+        """A lone stream's second chunk goes beside its first (else the first runs on
+        `idle_threads` threads, and the second after it)."""
         self._busy = 0
         """Workers held by the units in flight."""
         self.spread: dict[str, int] = {"threads": 0, "chunks": 0}
@@ -375,16 +389,20 @@ class Scheduler:
     # -- choosing work ---------------------------------------------------------------
     def _vocoder_candidate(self, stream: _Stream, extra: bool, now: float = 0.0) -> bool:
         """A chunk of the stream may be claimed: its first in flight, or (`extra`) one more
-        beside those in flight, up to `idle_chunks`, after the first packet and while the
-        stream is not urgent (if the cores are busier than the scheduler knows, say with
-        another process, two chunks would share one core, and the earlier one, which the
-        player waits for, would come later)."""
+        beside those in flight, up to `idle_chunks`: before the first packet, the second
+        chunk of a stream that started alone (so that it is ready long before the small
+        first one has played, whatever slows the machine down); after the first packet,
+        while the stream is not urgent (if the cores are busier than the scheduler knows,
+        say with another process, two chunks would share one core, and the earlier one,
+        which the player waits for, would come later)."""
         if stream.untaken >= self.credits or stream.open_latent() is None:
             return False
         if not extra:
             return stream.in_flight == 0
-        if not 0 < stream.in_flight < self.idle_chunks or stream.first_packet_at is None:
+        if not 0 < stream.in_flight < self.idle_chunks:
             return False
+        if stream.first_packet_at is None:
+            return self.idle_pair and stream.alone and stream.claimed == 1
         return stream.dry_at() - now > self.urgent_slack
 
     def _acoustic_candidate(self, stream: _Stream) -> bool:
@@ -416,10 +434,12 @@ class Scheduler:
             return (0, deadline, stream.id)
         return (2, deadline, stream.id)
 
-    def _pick(self, now: float, exclude: _Stream | None = None) -> tuple[bool, _Stream] | None:
+    def _pick(
+        self, now: float, exclude: _Stream | None = None, spread: bool = True
+    ) -> tuple[bool, _Stream] | None:
         """The best unit to run now, as (stage A?, stream), without claiming it: one unit
-        per stream at a time, else (only when none is left) a further chunk of a stream.
-        `exclude`: a stream not to consider."""
+        per stream at a time, else (only when none is left, and `spread`) a further chunk
+        of a stream. `exclude`: a stream not to consider."""
         best: dict[bool, tuple[int, float, int]] = {}  # acoustic? -> (class, key, stream id)
         for stream in self._streams.values():
             if stream is exclude:
@@ -441,7 +461,7 @@ class Scheduler:
         if best:
             acoustic = min(best, key=lambda k: best[k])
             return acoustic, self._streams[best[acoustic][2]]
-        if self.workers is None or self.idle_chunks < 2:
+        if self.workers is None or self.idle_chunks < 2 or not spread:
             return None
         extra = [
             (self._rank(stream, False, now), stream)
@@ -450,19 +470,21 @@ class Scheduler:
         ]
         return (False, min(extra, key=lambda e: e[0])[1]) if extra else None
 
-    def next_work(self, now: float) -> Work | None:
+    def next_work(self, now: float, elsewhere: bool = False) -> Work | None:
         """Pick and claim the next unit of work, or None if nothing can run now (or every
-        worker is held)."""
+        worker is held). `elsewhere`: work outside the scheduler uses the cores now, so
+        none of the idle-core policies applies (no unit on several threads, no second
+        chunk of a stream)."""
         free = None if self.workers is None else self.workers - self._busy
         if free is not None and free <= 0:
             return None
-        pick = self._pick(now)
+        pick = self._pick(now, spread=not elsewhere)
         if pick is None:
             return None
         acoustic, stream = pick
         if not acoustic and stream.in_flight:
             self.spread["chunks"] += 1
-        idle = free is not None and free == self.workers and free > 1
+        idle = free is not None and free == self.workers and free > 1 and not elsewhere
         if acoustic:
             work: Work = self._claim_acoustic(stream)
         else:
@@ -486,11 +508,13 @@ class Scheduler:
         latent = stream.open_latent()
         assert latent is not None
         seq = stream.claimed
+        if seq == 0:
+            stream.alone = alone
         stream.claimed += 1
         stream.in_flight += 1
         stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
         chunking = stream.profile.chunking
-        lo, hi, start, end = plan_chunk(latent.frames, latent.claimed, seq, chunking, alone)
+        lo, hi, start, end = plan_chunk(latent.frames, latent.claimed, seq, chunking, stream.alone)
         latent.claimed = end
         latent.claims += 1
         last = (

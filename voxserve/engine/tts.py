@@ -161,6 +161,9 @@ class EngineStats:
     busy_s: dict[int, float] = field(default_factory=dict)
     costs: dict[str, CostMeter] = field(default_factory=dict)
     """Each model's cost, by model name."""
+    held: dict[str, int] = field(default_factory=lambda: {"starting": 0, "lagging": 0, "load": 0})
+    """Times `keeping_up` said no, by the first reason that held: too many streams
+    starting, a live stream about to run dry, or no room in the load budget."""
 
 
 def decode_chunk(model: VoiceModel[Any], work: VocoderWork) -> np.ndarray:
@@ -207,12 +210,17 @@ class TTSEngine(WorkerEngine):
             workers=config.workers,
             idle_threads=config.idle_threads,
             idle_chunks=config.idle_chunks,
+            idle_pair=config.idle_pair,
         )
         self._outputs: dict[int, _Output] = {}
         self._ids = itertools.count(1)
         self._stopping = False
         self._in_hand: dict[int, Work] = {}
         """What each worker is running, by worker index; failed if the worker dies."""
+        self.busy_elsewhere: Callable[[], bool] = lambda: False
+        """True while other work (transcription) uses the cores; the server sets it. While
+        it is, no unit spreads onto the idle core (`Scheduler.next_work`). Never called
+        under this engine's lock (the other engine asks this one under its own)."""
         self.stats = EngineStats(costs={name: CostMeter() for name in self.models})
 
     # -- lifecycle (start, healthy and stop come from WorkerEngine) ------------------
@@ -363,12 +371,17 @@ class TTSEngine(WorkerEngine):
             live = self._sched.streams_by_model()
             unsubmitted = max(0, admitted - sum(live.values()))
             if self._sched.starting() + unsubmitted >= self.config.workers:
+                self.stats.held["starting"] += 1
                 return False
             if self._sched.lagging(self._clock(), self.config.admit_min_slack_s):
+                self.stats.held["lagging"] += 1
                 return False
             costs = self._admission_costs()
-        budget = self.config.workers * self.config.target_utilization
-        return room_for(budget, costs, live, unsubmitted, model)
+            budget = self.config.workers * self.config.target_utilization
+            if not room_for(budget, costs, live, unsubmitted, model):
+                self.stats.held["load"] += 1
+                return False
+        return True
 
     def costs(self) -> dict[str, float | None]:
         """Each model's recently measured cost in worker-seconds per audio-second (None
@@ -398,6 +411,11 @@ class TTSEngine(WorkerEngine):
         budget = self.config.workers * self.config.target_utilization
         return stream_capacity(budget, costs, live, unsubmitted, self.default_model.name)
 
+    def admission_held(self) -> dict[str, int]:
+        """How often `keeping_up` held a newcomer, by reason (`EngineStats.held`)."""
+        with self._cond:
+            return dict(self.stats.held)
+
     def idle_core_units(self) -> dict[str, int]:
         """How often a lone stream used the idle core: units run on several threads
         ("threads"), chunks decoded beside another of their stream ("chunks")."""
@@ -425,14 +443,21 @@ class TTSEngine(WorkerEngine):
     # -- workers ---------------------------------------------------------------------
     def _worker(self, index: int) -> None:
         while True:
+            elsewhere = self.busy_elsewhere()
             with self._cond:
                 self._in_hand.pop(index, None)
                 work = None
                 while not self._stopping:
-                    work = self._sched.next_work(self._clock())
+                    work = self._sched.next_work(self._clock(), elsewhere)
                     if work is not None:
                         break
                     self._cond.wait()
+                    # Ask again after the wait, with this engine's lock let go.
+                    self._cond.release()
+                    try:
+                        elsewhere = self.busy_elsewhere()
+                    finally:
+                        self._cond.acquire()
                 if work is None:
                     return
                 out = self._outputs.get(work.stream_id)

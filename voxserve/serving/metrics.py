@@ -53,6 +53,16 @@ class _EngineCollector(Collector):
         for way, count in sorted(s.get("idle_core_units", {}).items()):
             spread.add_metric([way], count)
         yield spread
+        held = CounterMetricFamily(
+            "voxserve_tts_admission_held",
+            "Times the engine held a newcomer in admission, by the reason that held it: too "
+            "many streams starting, a live stream about to run dry (lagging), or no room in "
+            "the load budget",
+            labels=["reason"],
+        )
+        for reason, count in sorted(s.get("admission_held", {}).items()):
+            held.add_metric([reason], count)
+        yield held
         yield CounterMetricFamily("voxserve_tts_inference_failures", "Failed inference calls", s["failures"])
         busy = CounterMetricFamily(
             "voxserve_tts_worker_busy_seconds", "Time each worker spent in inference", labels=["worker"]

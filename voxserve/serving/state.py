@@ -136,6 +136,7 @@ class AppState:
             "chunks": stats.chunks,
             "acoustic_runs": stats.acoustic_runs,
             "idle_core_units": self.engine.idle_core_units(),
+            "admission_held": self.engine.admission_held(),
             "failures": stats.failures,
             "busy": dict(stats.busy_s),
             "healthy": self.engine.healthy,
@@ -182,6 +183,7 @@ async def running_state(
             lambda: {**asr.snapshot(), "upload_bytes": uploads.held, "upload_refused": uploads.refused}
         )
         asr.busy_elsewhere = lambda: engine.active_streams > 0
+        engine.busy_elsewhere = asr.busy
         asr.start()
         vad = VADEngine()
         vad.start()
