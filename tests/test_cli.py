@@ -86,8 +86,8 @@ def test_serve_takes_the_key_from_a_file_and_keeps_it_out_of_ps(tmp_path: Path) 
     key_file.chmod(0o600)
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOXSERVE_")}
-    cmd = [sys.executable, "-m", "voxserve.cli", "serve", "--no-asr", "--workers", "1", "--port", str(port),
-           "--api-key-file", str(key_file)]  # fmt: skip
+    cmd = [sys.executable, "-m", "voxserve.cli", "serve", "--no-asr", "--tts-models", "piper", "--workers", "1",
+           "--port", str(port), "--api-key-file", str(key_file)]  # fmt: skip
     log = tmp_path / "stderr.txt"
     with log.open("wb") as err:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)

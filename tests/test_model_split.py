@@ -115,7 +115,7 @@ def test_no_context_is_audibly_worse(model: PiperModel, ids: np.ndarray) -> None
 def test_engine_stream_equals_full_model(model: PiperModel) -> None:
     """End to end: the engine's streamed int16 output is the full model's sentence audio
     under one fixed gain (deterministic with noise scales 0, no resampling)."""
-    config = replace(TTSConfig(), noise_scale=0.0, noise_w=0.0, workers=2, output_gain=1.0)
+    config = replace(TTSConfig(), models=("piper",), noise_scale=0.0, noise_w=0.0, workers=2, output_gain=1.0)
     engine = TTSEngine(config)
     engine.start()
     try:

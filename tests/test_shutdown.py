@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import pytest
 
 from tests.asr_support import LONG, SHORT, speak
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]  # the first test includes both starts
 
 STREAMS = 8
 EXIT_BUDGET_S = 2.0
@@ -98,19 +99,57 @@ def _refused(port: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_signal_under_load_exits_promptly_and_cleanly(sig: signal.Signals, tmp_path: Path) -> None:
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = tmp_path / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "voxserve.cli", "serve", "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+@dataclass
+class Server:
+    """One `voxserve serve` process with the default settings, as a user starts it."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+SIGNALS = [signal.SIGTERM, signal.SIGINT]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[signal.Signals, Server]]:
+    """A server for each signal, both started at once: a start is about 12 s of CPU
+    (imports, model loads, warm-up), and two overlap on two cores instead of queueing.
+    The second idles, using no CPU (tests/test_load_behaviour.py), while the first is
+    signalled."""
+    started: dict[signal.Signals, Server] = {}
     try:
-        _wait_healthy(base, proc, log)
+        for sig in SIGNALS:
+            port = _free_port()
+            log = tmp_path_factory.mktemp(sig.name) / "server.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "voxserve.cli", "serve", "--port", str(port)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            started[sig] = Server(proc, port, log)
+        for server in started.values():
+            _wait_healthy(server.base, server.proc, server.log, limit_s=90.0)
+        yield started
+    finally:
+        for server in started.values():
+            if server.proc.poll() is None:
+                server.proc.kill()
+                server.proc.wait(10)
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=[sig.name for sig in SIGNALS])
+def test_signal_under_load_exits_promptly_and_cleanly(
+    sig: signal.Signals, servers: dict[signal.Signals, Server]
+) -> None:
+    server = servers[sig]
+    proc, port, base, log = server.proc, server.port, server.base, server.log
+    try:
         with httpx.Client(base_url=base, timeout=30) as client:
             audio = speak(client, " ".join(SHORT), "wav", 16000)
 
