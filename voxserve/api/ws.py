@@ -14,8 +14,9 @@ The server sends, per segment, `{"type": "audio.start", "segment", "text", "samp
 then binary frames of audio as the engine decodes them (16-bit mono PCM, or a WAV stream
 per segment), then `{"type": "audio.done", "segment"}`. With `timestamps`, a
 `{"type": "speech.words", "segment", "words": [{"word", "start_time", "end_time"}]}`
-event comes before the segment's audio, its times in seconds from the segment's start,
-where the model times words. After `input.done` it sends
+event comes before the audio it times (one per part the engine speaks the segment in: a
+long segment may come in several), its times in seconds from the segment's start, where
+the model times words. After `input.done` it sends
 `{"type": "input.flushed"}` once the flushed text is spoken, and `{"type": "session.done"}`
 before it closes. A mistake gets `{"type": "error", "error", "message", "code", ...}`
 (`error` is the object of an HTTP error body) and the session stays usable.
