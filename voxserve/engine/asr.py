@@ -625,7 +625,9 @@ def solo_threads(
     return threads
 
 
-def even_spans(audio: Samples, spans: list[Span], workers: int, most: int, longest: float) -> list[Span]:
+def even_spans(
+    audio: Samples, spans: list[Span], workers: int, most: int, longest: float
+) -> list[Span]:
     """`spans` (30 s cuts) recut into pieces of at most `longest` seconds: of the cut
     limits from `longest` down by `EVEN_LIMIT_RANGE_S`, the one whose busiest worker gets
     the least audio, preferring a number of pieces that is a multiple of `workers`;
@@ -633,8 +635,8 @@ def even_spans(audio: Samples, spans: list[Span], workers: int, most: int, longe
 
     Why: Whisper's encoder costs about the square of its window (tiny.en, batch of 4, one
     thread: 0.45 s per piece at 30 s, 0.30 s at 25 s, 0.20 s at 20 s), about half of a 30 s
-    piece's decoding; the decoder's cost follows the words. Pieces of at most 19 s, encoded
-    in a 20 s window (`fitted_window`), so cost less per second of audio. And 30 s cuts
+    piece's decoding; the decoder's cost follows the words. Shorter pieces, encoded in a
+    window fitted to them (`fitted_window`), so cost less per second of audio. And 30 s cuts
     leave a number of pieces that rarely divides among the workers (185 s: six of 26-30 s
     and one of 18 s), so one worker's batch holds a piece more than the other's and the
     request waits for it. A file of more than `most` pieces is not recut: its batches

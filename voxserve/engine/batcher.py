@@ -106,7 +106,9 @@ class Batcher(Generic[P]):
         oldest = min(p.ready_at for p in group)
         return len(group) >= self.max_batch or now >= oldest + self.wait_s
 
-    def next_batch(self, now: float, files: bool = True, idle: int | None = None) -> list[Pending[P]] | None:
+    def next_batch(
+        self, now: float, files: bool = True, idle: int | None = None
+    ) -> list[Pending[P]] | None:
         """The batch to decode now, or None if no group is due yet. With `files=False`
         only live segments may go. `idle`: workers free to take a batch now, the caller
         included (default: all `workers`)."""
