@@ -311,8 +311,11 @@ class ASREngine(WorkerEngine):
                 msg = f"unknown language {lang!r}; send an ISO-639-1 code such as 'en', 'de' or 'fr'"
             raise InvalidRequest(msg, param="language", code="unsupported_language")
 
-    def prepare(self, data: bytes) -> PreparedAudio:
-        """Decode and cut. CPU work: run it in the audio pool.
+    def prepare(self, data: bytes, even: bool = True) -> PreparedAudio:
+        """Decode and cut (`even`: into even short pieces, `even_spans`; callers pass False
+        for requests that show word times: a piece's first word is aligned to the piece's
+        start when the piece begins in a pause, so each extra cut can move a word's start
+        by up to half a pause). CPU work: run it in the audio pool.
 
         Every block of decoded samples is reserved against the buffered-audio budget
         before it is allocated (429 when the budget is spent) and held until the caller
@@ -323,10 +326,11 @@ class ASREngine(WorkerEngine):
             audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
             spans = plan_spans(audio, SAMPLE_RATE)
             c = self.config
-            even = even_spans(audio, spans, c.workers, c.segments_ahead, c.even_piece_s)
-            if even is spans:
+            most = c.segments_ahead if even else 0
+            recut = even_spans(audio, spans, c.workers, most, c.even_piece_s)
+            if recut is spans:
                 return PreparedAudio(audio, spans, lease)
-            return PreparedAudio(audio, even, lease, window=fitted_window(max(len(s) for s in even)))
+            return PreparedAudio(audio, recut, lease, window=fitted_window(max(len(s) for s in recut)))
         except BaseException:
             lease.release()
             raise
