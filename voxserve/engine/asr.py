@@ -84,10 +84,10 @@ to 5 s steps, at least 10 s. On 48 live-sized turns (1-12 s, tiny.en) and on the
 file clips that gave the same WER as 30 s windows at about a third of the decode time
 (docs/bench/window-probe.py). A fitted piece whose text ends in a loop is decoded again
 in 30 s (`ends_in_a_loop`): in a short window Whisper sometimes repeats the last words."""
-EVEN_LIMIT_RANGE_S = 3.0
-EVEN_LIMIT_STEP_S = 0.5
-"""`even_spans` tries cut limits from the longest piece down by 3 s, in 0.5 s steps: at
-most seven `plan_spans` calls, ~10 ms each for a 3 min file."""
+EVEN_LIMIT_RANGE_S = 2.0
+EVEN_LIMIT_STEP_S = 1.0
+"""`even_spans` tries cut limits from the longest piece down by 2 s, in 1 s steps: three
+`plan_spans` calls, 10-25 ms each for a 3 min file (it runs before the first batch)."""
 ENCODER_30S_AS_SPEECH_S = 27.0
 """One encoder pass over a 30 s window costs about as much as beam-decoding 27 s of
 speech (tiny.en int8, beam 5, batch of 4, one thread: 0.45 s of CPU per piece for each;
