@@ -199,8 +199,8 @@ def main() -> int:
                 for mode in list(limits) if r % 2 == 0 else list(limits)[::-1]:
                     crowd.setdefault(f"{mode} c={n}", []).append(run_many(engines[mode][0], clips, pool))
         print(f"crowded, load average {os.getloadavg()[0]:.1f}:")
-        for k, v in crowd.items():
-            print(f"  {k}: wall median {statistics.median(v):.2f} s (all {' '.join(f'{x:.2f}' for x in v)})")
+        for name, v in crowd.items():
+            print(f"  {name}: wall median {statistics.median(v):.2f} s (all {' '.join(f'{x:.2f}' for x in v)})")
     for engine, _ in engines.values():
         print(f"batch sizes {dict(sorted(engine.snapshot()['batch_sizes'].items()))}")
         engine.stop()
