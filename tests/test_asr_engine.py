@@ -133,7 +133,7 @@ def test_a_files_first_pieces_are_queued_together(speech_wav: str) -> None:
     for start in (0, 28, 56):  # cut into three pieces of 26-28 s (30 s windows) and a silent tail
         audio[start * 16000 : start * 16000 + len(fox)] = fox
     data = wav_file((audio * 32767).astype(np.int16), 16000)
-    engine = ASREngine(ASRConfig(workers=2, solo_threads=1))
+    engine = ASREngine(ASRConfig(workers=2, solo_threads=1, even_piece_s=0))  # 30 s cuts
 
     async def transcribe() -> list[tuple[int, str]]:
         with ThreadPoolExecutor(2) as pool:
@@ -148,3 +148,20 @@ def test_a_files_first_pieces_are_queued_together(speech_wav: str) -> None:
         engine.stop()
     assert windows == [(0, SENTENCE), (1, SENTENCE), (2, SENTENCE), (3, "")]
     assert snapshot["batch_sizes"] == {2: 1, 1: 1}
+
+
+def test_a_file_of_a_few_pieces_is_cut_evenly_into_one_short_window(speech_wav: str) -> None:
+    """65 s that 30 s cuts split into three pieces come as an even number of pieces of at
+    most 14 s, all featurized in one 15 s window (so they share batches)."""
+    fox = decode_audio(Path(speech_wav).read_bytes(), max_seconds=60)
+    audio = np.zeros(65 * 16000, dtype=np.float32)
+    for start in range(0, 62, 4):
+        audio[start * 16000 : start * 16000 + len(fox)] = fox
+    engine = ASREngine(ASRConfig(workers=2))
+    prepared = engine.prepare(wav_file((audio * 32767).astype(np.int16), 16000))
+    try:
+        assert len(prepared.spans) % 2 == 0 and max(len(s) for s in prepared.spans) <= 14 * 16000
+        widths = {x.features.shape[-1] for i in range(len(prepared.spans)) if (x := engine.features(prepared, i))}
+        assert widths == {1500}
+    finally:
+        prepared.release()

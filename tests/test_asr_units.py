@@ -18,6 +18,7 @@ from voxserve.audio.cut import Span, plan_spans, quietest_point
 from voxserve.audio.decode import decode_audio
 from voxserve.audio.encode import wav_file
 from voxserve.audio.mel import N_FRAMES, LogMel
+from voxserve.engine.asr import even_spans
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.results import ResultStream
 from voxserve.engine.segments import TimedSegment, Word, compression_ratio, group_sentences
@@ -111,6 +112,49 @@ def test_batches_spread_over_workers() -> None:
     while (batch := b.next_batch(0.0)) is not None:
         sizes.append(len(batch))
     assert sizes == [3, 1, 1]  # each take leaves the other worker its share
+
+
+def test_batches_are_shared_among_the_idle_workers() -> None:
+    """Eight pieces of one file on two idle workers go as four and four: the second
+    worker to ask is the last idle one, so it takes all that is left."""
+    b: Batcher[str] = Batcher(max_batch=8, wait_s=0.0, workers=2)
+    for i in range(8):
+        b.add(_pending(1, i), now=0.0)
+    first, second = b.next_batch(0.0, idle=2), b.next_batch(0.0, idle=1)
+    assert first is not None and [p.index for p in first] == [0, 1, 2, 3]
+    assert second is not None and [p.index for p in second] == [4, 5, 6, 7]
+
+
+def _talk(seconds: float) -> np.ndarray:
+    """Noise bursts of 3 s with 0.5 s pauses: speech-like, for the cut planner."""
+    audio = np.zeros(int(seconds * RATE), np.float32)
+    noise = np.random.default_rng(0).normal(0, 0.1, 3 * RATE).astype(np.float32)
+    for start in range(0, len(audio), int(3.5 * RATE)):
+        piece = audio[start : start + 3 * RATE]
+        piece[:] = noise[: len(piece)]
+    return audio
+
+
+@pytest.mark.parametrize("seconds", [31, 65, 185])
+def test_even_spans_cut_short_pieces_that_split_among_the_workers(seconds: float) -> None:
+    """30 s cuts of 31 s, 65 s and 185 s give 2, 3 and 7 pieces, one of them short;
+    recut, every piece fits a 20 s window and each of two workers gets half of them."""
+    audio = _talk(seconds)
+    spans = plan_spans(audio, RATE)
+    even = even_spans(audio, spans, workers=2, most=16, longest=19.0)
+    assert len(even) % 2 == 0 and len(even) >= len(spans)
+    assert even[0].start == 0 and even[-1].end == len(audio)
+    assert all(a.end == b.start for a, b in itertools.pairwise(even))
+    assert max(len(s) for s in even) <= 19 * RATE
+
+
+def test_even_spans_leave_alone_what_they_should_not_recut() -> None:
+    audio = _talk(185)
+    spans = plan_spans(audio, RATE)
+    assert even_spans(audio, spans, workers=2, most=6, longest=19.0) is spans  # too many pieces
+    assert even_spans(audio, spans, workers=2, most=16, longest=0.0) is spans  # turned off
+    one = [Span(0, 20 * RATE)]
+    assert even_spans(audio[: 20 * RATE], one, workers=2, most=16, longest=19.0) is one
 
 
 def test_full_batch_goes_at_once_and_caps_at_max() -> None:

@@ -160,6 +160,12 @@ class ASRConfig:
     rounded up to 5 s, at least 10 s) instead of Whisper's full 30 s window: a short clip
     costs about a third as much at the same WER (docs/BENCHMARKS.md). Live turns always
     use fitted windows."""
+    even_piece_s: float = 14.0
+    """Cut a file that 30 s cuts split into 2 to `segments_ahead` pieces into pieces of at
+    most this long (a multiple of `workers` of them where it can), all encoded in one
+    window fitted to the longest (14 s: 15 s), instead of 30 s pieces and a shorter rest:
+    the encoder costs about the square of its window, and the batches end together on
+    every worker (`even_spans`; docs/ASR.md). 0: 30 s pieces."""
     max_batch: int = 8
     """Most 30 s segments decoded in one call."""
     batch_wait_ms: float = 5.0

@@ -67,6 +67,7 @@ __all__ = [
     "PreparedAudio",
     "TranscribeOptions",
     "WindowResult",
+    "even_spans",
     "fitted_window",
     "solo_threads",
 ]
@@ -83,6 +84,14 @@ to 5 s steps, at least 10 s. On 48 live-sized turns (1-12 s, tiny.en) and on the
 file clips that gave the same WER as 30 s windows at about a third of the decode time
 (docs/bench/window-probe.py). A fitted piece whose text ends in a loop is decoded again
 in 30 s (`ends_in_a_loop`): in a short window Whisper sometimes repeats the last words."""
+EVEN_LIMIT_RANGE_S = 2.0
+EVEN_LIMIT_STEP_S = 1.0
+"""`even_spans` tries cut limits from the longest piece down by 2 s, in 1 s steps: three
+`plan_spans` calls, 10-25 ms each for a 3 min file (it runs before the first batch)."""
+ENCODER_30S_AS_SPEECH_S = 27.0
+"""One encoder pass over a 30 s window costs about as much as beam-decoding 27 s of
+speech (tiny.en int8, beam 5, batch of 4, one thread: 0.45 s of CPU per piece for each;
+a window of w seconds costs (w / 30)^2 of it: 0.30 s at 25 s, 0.20 s at 20 s)."""
 SILENCE_PEAK = 10 ** (-60 / 20)
 """A piece whose loudest sample stays under -60 dBFS is not decoded: Whisper would only
 hallucinate on it ("you", "Thank you.")."""
@@ -113,6 +122,9 @@ class PreparedAudio:
     fitted: bool = False
     """Encode each piece in a window fitted to it even when `ASRConfig.fitted_windows` is
     off (live turns)."""
+    window: int | None = None
+    """Encode every piece in this many feature frames (pieces cut evenly by `even_spans`:
+    one width, so they share batches); None: each piece's own window."""
 
     def release(self) -> None:
         """Give the audio's share of the budget back (the request is over); idempotent."""
@@ -299,8 +311,11 @@ class ASREngine(WorkerEngine):
                 msg = f"unknown language {lang!r}; send an ISO-639-1 code such as 'en', 'de' or 'fr'"
             raise InvalidRequest(msg, param="language", code="unsupported_language")
 
-    def prepare(self, data: bytes) -> PreparedAudio:
-        """Decode and cut. CPU work: run it in the audio pool.
+    def prepare(self, data: bytes, even: bool = True) -> PreparedAudio:
+        """Decode and cut (`even`: into even short pieces, `even_spans`; callers pass False
+        for requests that show word times: a piece's first word is aligned to the piece's
+        start when the piece begins in a pause, so each extra cut can move a word's start
+        by up to half a pause). CPU work: run it in the audio pool.
 
         Every block of decoded samples is reserved against the buffered-audio budget
         before it is allocated (429 when the budget is spent) and held until the caller
@@ -309,7 +324,13 @@ class ASREngine(WorkerEngine):
         lease = self.budget.lease()
         try:
             audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
-            return PreparedAudio(audio, plan_spans(audio, SAMPLE_RATE), lease)
+            spans = plan_spans(audio, SAMPLE_RATE)
+            c = self.config
+            most = c.segments_ahead if even else 0
+            recut = even_spans(audio, spans, c.workers, most, c.even_piece_s)
+            if recut is spans:
+                return PreparedAudio(audio, spans, lease)
+            return PreparedAudio(audio, recut, lease, window=fitted_window(max(len(s) for s in recut)))
         except BaseException:
             lease.release()
             raise
@@ -370,8 +391,13 @@ class ASREngine(WorkerEngine):
         if not len(samples) or max(-float(samples.min()), float(samples.max())) < SILENCE_PEAK:
             return None
         features, frames = self.mel(samples)
-        window = fitted_window(len(samples))
-        if (prepared.fitted or self.config.fitted_windows) and window < features.shape[-1]:
+        if prepared.window is not None:
+            window = prepared.window
+        elif prepared.fitted or self.config.fitted_windows:
+            window = fitted_window(len(samples))
+        else:
+            window = N_FRAMES
+        if window < features.shape[-1]:
             features = np.ascontiguousarray(features[:, :window])
         return DecodeInput(features, frames)
 
@@ -470,7 +496,8 @@ class ASREngine(WorkerEngine):
                 batch = None
                 while not self._stopping:
                     files = self._files_allowed()
-                    batch = self._batcher.next_batch(self._clock(), files)
+                    idle = self.config.workers - self._busy_workers
+                    batch = self._batcher.next_batch(self._clock(), files, idle)
                     if batch is not None:
                         break
                     deadline = self._batcher.deadline(files)
@@ -600,6 +627,52 @@ def solo_threads(
     if running or waiting or busy_elsewhere or (live_sessions and not live):
         return 1
     return threads
+
+
+def even_spans(
+    audio: Samples, spans: list[Span], workers: int, most: int, longest: float
+) -> list[Span]:
+    """`spans` (30 s cuts) recut into pieces of at most `longest` seconds: of the cut
+    limits from `longest` down by `EVEN_LIMIT_RANGE_S`, the one whose busiest worker gets
+    the least audio, preferring a number of pieces that is a multiple of `workers`;
+    `spans` itself for a file of one piece or of more than `most`.
+
+    Why: Whisper's encoder costs about the square of its window (tiny.en, batch of 4, one
+    thread: 0.45 s per piece at 30 s, 0.30 s at 25 s, 0.20 s at 20 s), about half of a 30 s
+    piece's decoding; the decoder's cost follows the words. Shorter pieces, encoded in a
+    window fitted to them (`fitted_window`), so cost less per second of audio. And 30 s cuts
+    leave a number of pieces that rarely divides among the workers (185 s: six of 26-30 s
+    and one of 18 s), so one worker's batch holds a piece more than the other's and the
+    request waits for it. A file of more than `most` pieces is not recut: its batches
+    follow one another and it is not one request's latency that counts."""
+    if len(spans) < 2 or len(spans) > most or longest <= 0:
+        return spans
+    best: list[Span] | None = None
+    best_load = (1, 0.0)
+    limit = longest
+    while limit >= longest - EVEN_LIMIT_RANGE_S:
+        planned = plan_spans(audio, SAMPLE_RATE, max_seconds=limit)
+        load = (len(planned) % workers, _busiest(planned, workers))
+        if best is None or load < best_load:
+            best, best_load = planned, load
+        limit -= EVEN_LIMIT_STEP_S
+    return best or spans
+
+
+def _busiest(spans: list[Span], workers: int) -> float:
+    """Cost of the largest batch, in seconds of speech decoded, when idle workers take
+    consecutive pieces, each its share of what is left (`Batcher.next_batch`): its audio,
+    plus each piece's encoder pass in the window fitted to the longest piece."""
+    window = fitted_window(max(len(s) for s in spans)) / N_FRAMES
+    encoder = ENCODER_30S_AS_SPEECH_S * window * window
+    most, first = 0.0, 0
+    for free in range(workers, 0, -1):
+        take = math.ceil((len(spans) - first) / free)
+        if take:
+            audio = (spans[first + take - 1].end - spans[first].start) / SAMPLE_RATE
+            most = max(most, take * encoder + audio)
+        first += take
+    return most
 
 
 def fitted_window(samples: int) -> int:

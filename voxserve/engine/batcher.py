@@ -18,9 +18,10 @@ in one place:
   while live sessions are open and all but one worker already decode files, so a live
   utterance never waits behind a file's 30 s piece;
 - inside a group the same order picks which segments fill the batch;
-- a batch takes at most its group's share per worker (ceil(len / workers)), so five
-  waiting pieces become batches of three and two on two workers instead of one batch
-  of five while the other worker idles. On CPU a batch costs about the sum of its items,
+- a batch takes at most its group's share per idle worker (ceil(len / idle), the
+  caller counted in), so five waiting pieces become batches of three and two on two
+  idle workers instead of one batch of five while the other worker idles, and a file's
+  eight pieces go as four and four, not four, two and two. On CPU a batch costs about the sum of its items,
   so spreading beats stacking; on a GPU, set `workers` to 1 and batches fill up.
 """
 
@@ -105,9 +106,12 @@ class Batcher(Generic[P]):
         oldest = min(p.ready_at for p in group)
         return len(group) >= self.max_batch or now >= oldest + self.wait_s
 
-    def next_batch(self, now: float, files: bool = True) -> list[Pending[P]] | None:
+    def next_batch(
+        self, now: float, files: bool = True, idle: int | None = None
+    ) -> list[Pending[P]] | None:
         """The batch to decode now, or None if no group is due yet. With `files=False`
-        only live segments may go."""
+        only live segments may go. `idle`: workers free to take a batch now, the caller
+        included (default: all `workers`)."""
         due = [
             (min(p.rank for p in g), k)
             for k, g in self._groups.items()
@@ -117,7 +121,8 @@ class Batcher(Generic[P]):
             return None
         _, key = min(due, key=lambda d: d[0])
         group = sorted(self._groups[key], key=lambda p: p.rank)
-        size = min(self.max_batch, math.ceil(len(group) / self.workers))
+        share = self.workers if idle is None else max(1, min(idle, self.workers))
+        size = min(self.max_batch, math.ceil(len(group) / share))
         batch, rest = group[:size], group[size:]
         if rest:
             self._groups[key] = rest

@@ -107,7 +107,9 @@ async def start_transcription(
 
     Raises InvalidRequest for options the model cannot serve or audio it cannot decode.
     """
-    return await _start(engine, lambda: engine.prepare(data), options, pool, request_id)
+    # Requests that show word times keep 30 s cuts (`ASREngine.prepare`).
+    even = not options.timings
+    return await _start(engine, lambda: engine.prepare(data, even), options, pool, request_id)
 
 
 async def start_live(
