@@ -37,7 +37,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -59,6 +59,7 @@ __all__ = [
     "NOISE",
     "PHASE",
     "SAMPLE_RATE",
+    "WEIGHT",
     "DecoderInput",
     "KokoroAcousticRunner",
     "KokoroDecoderRunner",
@@ -94,6 +95,9 @@ F0 = "/encoder/Reshape_output_0"
 NOISE = "/encoder/Reshape_1_output_0"
 PHASE = "source_phase"
 """Stage B's added input [1, 1, 9]: the harmonic source's phase at the window's start."""
+WEIGHT = "frame_weight"
+"""Stage B's added input [1, 1, F]: each frame's weight in the decoder's normalization
+statistics (1 each: the graph as exported)."""
 HARMONICS = 9
 _SOURCE_RATE = 300
 """Samples per F0 point: the source accumulates its phase once per point, times 300."""
@@ -239,7 +243,8 @@ def split_model(
     from onnx.utils import Extractor
 
     folder = (cache_dir or default_cache_dir()) / "kokoro" / MODEL_SHA256[:16]
-    stage_a, stage_b = folder / f"{precision}-acoustic.onnx", folder / f"{precision}-decoder.onnx"
+    stage_a = folder / f"{precision}-acoustic.onnx"
+    stage_b = folder / f"{precision}-decoder-weighted.onnx"
     if stage_a.exists() and stage_b.exists():
         return stage_a, stage_b
     folder.mkdir(parents=True, exist_ok=True)
@@ -257,6 +262,7 @@ def split_model(
         part = extractor.extract_model(inputs, outputs)
         if target == stage_b:
             _add_phase_input(part)
+            _add_frame_weights(part)
 
         def save(tmp: str, part: onnx.ModelProto = part) -> None:
             onnx.save(part, tmp)
@@ -280,6 +286,56 @@ def _add_phase_input(decoder: onnx.ModelProto) -> None:
     offset = helper.make_node("Add", [cumsum.output[0], PHASE], [total], name="/voxserve/source_phase")
     decoder.graph.node.insert(index + 1, offset)
     decoder.graph.input.append(helper.make_tensor_value_info(PHASE, TensorProto.FLOAT, [1, 1, HARMONICS]))
+
+
+def _add_frame_weights(decoder: onnx.ModelProto) -> None:
+    """Let stage B weigh each frame in its normalization statistics (`WEIGHT`, [1, 1, F]).
+
+    Every AdaIN block normalizes each channel over the window's time axis: a mean and a
+    variance, each a `ReduceMean` over axis 2 (108 of them, 54 blocks). Each becomes
+    `sum(x * w) / sum(w)`, with w the frame weights repeated to the tensor's own time
+    resolution (F, 2F, 20F or 120F + 1 points: point i takes frame floor(i * F / T)). With
+    every weight 1 this is the mean again (the output is the same to the last bit here).
+    A window that leaves out silent frames can put their weight on its edge frame, so
+    that the statistics of the shorter window stay close to those of the whole segment
+    (`KokoroFrames.crop`)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = decoder.graph
+    graph.input.append(helper.make_tensor_value_info(WEIGHT, TensorProto.FLOAT, [1, 1, "frames"]))
+    graph.initializer.extend([
+        numpy_helper.from_array(np.array(0, np.int64), "/voxserve/zero"),
+        numpy_helper.from_array(np.array(1, np.int64), "/voxserve/one"),
+    ])  # fmt: skip
+    nodes = [
+        helper.make_node("Shape", [WEIGHT], ["/voxserve/frames_1d"], start=2, end=3),
+        helper.make_node("Squeeze", ["/voxserve/frames_1d"], ["/voxserve/frames"]),
+        helper.make_node("Cast", ["/voxserve/frames"], ["/voxserve/frames_f"], to=TensorProto.FLOAT),
+    ]
+    for node in graph.node:
+        if node.op_type != "ReduceMean":
+            nodes.append(node)
+            continue
+        x, axes = node.input
+        p = f"/voxserve{node.name}"
+        nodes += [
+            helper.make_node("Shape", [x], [f"{p}/t_1d"], start=2, end=3),
+            helper.make_node("Squeeze", [f"{p}/t_1d"], [f"{p}/t"]),
+            helper.make_node("Range", ["/voxserve/zero", f"{p}/t", "/voxserve/one"], [f"{p}/points"]),
+            helper.make_node("Cast", [f"{p}/points"], [f"{p}/points_f"], to=TensorProto.FLOAT),
+            helper.make_node("Cast", [f"{p}/t"], [f"{p}/t_f"], to=TensorProto.FLOAT),
+            helper.make_node("Div", ["/voxserve/frames_f", f"{p}/t_f"], [f"{p}/step"]),
+            helper.make_node("Mul", [f"{p}/points_f", f"{p}/step"], [f"{p}/at"]),
+            helper.make_node("Floor", [f"{p}/at"], [f"{p}/floor"]),
+            helper.make_node("Cast", [f"{p}/floor"], [f"{p}/frame"], to=TensorProto.INT64),
+            helper.make_node("Gather", [WEIGHT, f"{p}/frame"], [f"{p}/w"], axis=2),
+            helper.make_node("Mul", [x, f"{p}/w"], [f"{p}/xw"]),
+            helper.make_node("ReduceSum", [f"{p}/xw", axes], [f"{p}/sum"], keepdims=1),
+            helper.make_node("ReduceSum", [f"{p}/w", axes], [f"{p}/total"], keepdims=1),
+            helper.make_node("Div", [f"{p}/sum", f"{p}/total"], [node.output[0]]),
+        ]
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def source_phase(f0: np.ndarray, points: int) -> np.ndarray:
@@ -329,13 +385,23 @@ class DecoderInput:
     """float32 [256] (the decoder reads the first 128)."""
     phase: np.ndarray = field(default_factory=lambda: np.zeros(HARMONICS, np.float32))
     """float32 [9]: the harmonic source's phase at the first frame (0 for a whole utterance)."""
+    weight: np.ndarray | None = None
+    """float32 [F]: each frame's weight in the decoder's normalization statistics; None:
+    1 each. `KokoroFrames.crop` puts the weight of the frames it leaves out on the edge."""
 
     @property
     def frames(self) -> int:
         return int(self.asr.shape[1])
 
+    def weights(self) -> np.ndarray:
+        """float32 [F]: `weight`, or 1 for every frame."""
+        if self.weight is None:
+            return np.ones(self.frames, np.float32)
+        return self.weight
+
     def window(self, start: int, stop: int) -> DecoderInput:
-        """Frames [start, stop) (clipped to the input), its source phase carried over."""
+        """Frames [start, stop) (clipped to the input), its source phase carried over; the
+        frames outside weigh nothing in the window's statistics (see `KokoroFrames.crop`)."""
         start, stop = max(0, start), min(self.frames, stop)
         if start >= stop:
             raise ValueError(f"empty window [{start}, {stop}) of {self.frames} frames")
@@ -346,6 +412,7 @@ class DecoderInput:
             np.ascontiguousarray(self.noise[2 * start : 2 * stop]),
             self.style,
             phase.astype(np.float32),
+            None if self.weight is None else np.ascontiguousarray(self.weight[start:stop]),
         )
 
 
@@ -376,10 +443,13 @@ class KokoroFrames:
         in ~20 frames below -70 dB (the last phoneme's lengthening, the final
         punctuation, the trailing pad). The cut is made after stage A, not before it: the
         prosody predictor needs the whole pad to warm up (clamped before the alignment,
-        the first words lose their pitch and come out whispered). Stage B's output on the
-        shorter window differs from the whole decode as two windows' decodes differ (the
-        decoder normalizes over its window), more the more silence is cut: see
-        docs/KOKORO.md."""
+        the first words lose their pitch and come out whispered).
+
+        The decoder normalizes over its window, so the frames left out still count: their
+        weight goes to the window's first frame (those before it) and last frame (those
+        after), which are silence like them. Without that, the speech of the shorter
+        window decodes 1-2 dB quieter and further from the whole decode, the more so the
+        more is cut (docs/KOKORO.md)."""
         start, stop = max(0, start), min(self.frames, stop)
         if start >= stop:
             raise ValueError(f"empty crop [{start}, {stop}) of {self.frames} frames")
@@ -387,7 +457,11 @@ class KokoroFrames:
             return self
         cum = np.concatenate(([0], np.cumsum(self.durations)))
         durations = np.diff(np.clip(cum, start, stop)).astype(np.int64)
-        return KokoroFrames(durations, self.decoder_input.window(start, stop))
+        whole = self.decoder_input.weights()
+        weight = np.array(whole[start:stop], dtype=np.float32)
+        weight[0] += whole[:start].sum()
+        weight[-1] += whole[stop:].sum()
+        return KokoroFrames(durations, replace(self.decoder_input.window(start, stop), weight=weight))
 
 
 class KokoroAcousticRunner:
@@ -441,6 +515,7 @@ class KokoroDecoderRunner:
                     NOISE: item.noise[np.newaxis],
                     "style": item.style.reshape(1, STYLE_DIM).astype(np.float32),
                     PHASE: item.phase.reshape(1, 1, HARMONICS).astype(np.float32),
+                    WEIGHT: item.weights().reshape(1, 1, -1).astype(np.float32),
                 },
             )
             out.append(np.asarray(audio, dtype=np.float32).reshape(-1))
