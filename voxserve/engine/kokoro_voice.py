@@ -6,8 +6,9 @@ text features, pitch and energy), stage B its decoder. The decoder normalizes ov
 whole window it is given, so it decodes whole segments (`chunking=None`). Its profile's
 `SEGMENTS` plan makes the first segment a few words (first audio early) and lets later
 ones grow only as fast as one thread decodes them ahead of playback. Stage B skips most
-of each segment's leading pad (`LEAD_FRAMES`): 0.2-0.3 s of silence, a tenth of a short
-first segment's decode.
+of each segment's leading pad (`LEAD_FRAMES`) and its silent tail (`TAIL_FRAMES`, sent as
+zeros): a quarter to a third of a short first segment's frames, with the frames left out
+still weighed in the decoder's statistics.
 
 Voices are Kokoro's own names (`af_heart`), OpenAI's names mapped to the closest Kokoro
 voice (see `ALIASES`), or a blend written as Kokoro-FastAPI does, `af_bella(2)+af_sky(1)`:
@@ -16,6 +17,7 @@ the style rows are mixed by weight.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -61,13 +63,14 @@ LEAD_FRAMES = 6
 starts about 3 frames before the pad's end, so fewer would clip it."""
 
 TAIL_FRAMES: int | None = 12
-"""Frames stage B decodes from the start of a segment's last spoken phoneme (300 ms); the
-rest of the segment (the last phoneme's lengthening, the final punctuation, the trailing
-pad: ~20 frames below -70 dB) is sent as zeros of the same length, so pauses and word
-timings stay. None decodes it all. The frames left out at either end keep their weight
-in the decoder's normalization statistics (`KokoroFrames.crop`): so cut, the speech of a
-short first segment is closer to its whole decode than with the lead cut alone and no
-weights, and its decode is ~15 % shorter (docs/KOKORO.md)."""
+"""Frames stage B decodes from the start of a segment's last spoken phoneme (300 ms, more
+below speed 1). The rest of the segment (the last phoneme's lengthening, the final
+punctuation, the trailing pad: ~20 frames below -70 dB) is sent as zeros of the same
+length, so pauses and word timings stay. None decodes it all. The frames left out at
+either end keep their weight in the decoder's normalization statistics
+(`KokoroFrames.crop`): so cut, a short first segment's speech is as close to its whole
+decode as with the lead cut alone before, at its level (the unweighted lead cut made it
+~1.3 dB quieter), and its decode is ~15 % shorter (docs/KOKORO.md)."""
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,9 @@ class KokoroVoice:
         latents = []
         for item, whole in zip(batch, frames, strict=True):
             f = whole.trim_lead(LEAD_FRAMES)
-            stop = f.frames if TAIL_FRAMES is None else speech_end(f.durations, item.words, TAIL_FRAMES)
+            stop = f.frames
+            if TAIL_FRAMES is not None:  # at speed < 1 the last phoneme sounds for longer
+                stop = speech_end(f.durations, item.words, math.ceil(TAIL_FRAMES / min(1.0, item.speed)))
             segment = KokoroSegment(f.crop(0, stop).decoder_input, f.frames)
             words = word_frames(item.words, f.durations[1:-1], int(f.durations[0]))
             latents.append(Latent(segment, f.frames, f.durations[1:-1], words))

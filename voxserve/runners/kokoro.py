@@ -18,8 +18,11 @@ Stage B is global: its AdaIN layers normalize each channel over the whole window
 int8 graph quantizes activations with one scale per tensor), so a window decoded alone,
 even with seconds of context, is not that part of the whole decode (SNR <= 12 dB, see
 docs/KOKORO.md). Kokoro therefore streams per clause: stage B decodes a clause whole.
-`DecoderInput.window` carries the harmonic source's phase into a window (`PHASE`, the one
-input added to the graph), and `decode_span` decodes a span with context.
+`DecoderInput.window` carries the harmonic source's phase into a window (`PHASE`, an
+input added to the graph), and `decode_span` decodes a span with context. The other added
+input, `WEIGHT`, weighs each frame in the decoder's normalization statistics, so that a
+window cropped to a segment's speech (`KokoroFrames.crop`) keeps the weight of the silence
+it leaves out.
 
 Each stage has one session per intra-op thread count, made when first asked for
 (`KokoroModel.runners(threads)`): 1 thread while the machine is busy, 2 for a lone stream.
