@@ -60,7 +60,7 @@ def _lead(keep: int, weighted: bool) -> Variant:
     def cut(whole: KokoroFrames, item: KokoroItem) -> tuple[KokoroFrames, int]:
         f = whole.trim_lead(keep)
         if not weighted:
-            f = KokoroFrames(f.durations, replace(f.decoder_input, weight=None))
+            f = KokoroFrames(f.durations, replace(f.decoder_input, left_out=(0.0, 0.0)))
         return f, whole.frames - f.frames
 
     return cut
@@ -71,7 +71,7 @@ def _tail(tail: int, weighted: bool) -> Variant:
         f = whole.trim_lead(LEAD_FRAMES)
         g = f.crop(0, speech_end(f.durations, item.words, tail))
         if not weighted:
-            g = KokoroFrames(g.durations, replace(g.decoder_input, weight=None))
+            g = KokoroFrames(g.durations, replace(g.decoder_input, left_out=(0.0, 0.0)))
         return g, whole.frames - f.frames
 
     return cut

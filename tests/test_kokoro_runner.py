@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -151,16 +152,26 @@ def _frames(durations: list[int]) -> KokoroFrames:
 
 def test_a_crop_keeps_the_weight_of_the_frames_it_leaves_out() -> None:
     whole = _frames([15, 4, 6, 3, 12, 8])  # lead pad, 4 phonemes, trailing pad: 48 frames
-    assert np.array_equal(whole.decoder_input.weights(), np.ones(48))
+    assert whole.decoder_input.left_out == (0, 0)
     cut = whole.crop(9, 40)
     assert cut.frames == 31 == int(cut.durations.sum()) and cut.durations.tolist() == [6, 4, 6, 3, 12, 0]
     assert np.array_equal(cut.decoder_input.asr, whole.decoder_input.asr[:, 9:40])
-    weight = cut.decoder_input.weights()
-    assert weight[0] == 10 and weight[-1] == 9 and np.all(weight[1:-1] == 1) and weight.sum() == 48
-    again = cut.crop(2, 30)  # a crop of a crop: the weights add up, the total stays
-    assert again.decoder_input.weights()[0] == 12 and again.decoder_input.weights().sum() == 48
-    window = cut.decoder_input.window(0, 5)  # a plain window leaves the outside out
-    assert window.weights().tolist() == [10, 1, 1, 1, 1]
+    assert cut.decoder_input.left_out == (9, 8)  # counted on the first and last frames
+    again = cut.crop(2, 30)  # a crop of a crop adds up
+    assert again.decoder_input.left_out == (11, 9)
+    assert cut.decoder_input.window(0, 5).left_out == (0, 0)  # a plain window leaves them out
+
+
+def test_frames_left_out_weigh_on_the_window_edges(model: KokoroModel, hello: KokoroInput) -> None:
+    whole = model.acoustic.run([hello])[0]
+    speech = whole.crop(int(whole.durations[0]) - 6, whole.frames - 10)
+    plain = replace(speech.decoder_input, left_out=(0.0, 0.0))
+    counted, bare = model.decoder.run([speech.decoder_input, plain])
+    full = model.decoder.run([whole.decoder_input])[0][(int(whole.durations[0]) - 6) * HOP :]
+    # Counting the left-out silence keeps the speech at the whole decode's level; the
+    # bare window comes out quieter.
+    level = [float(np.sqrt(np.mean(x[: len(counted)] ** 2))) for x in (full, counted, bare)]
+    assert abs(20 * np.log10(level[1] / level[0])) < 0.5 < 20 * np.log10(level[0] / level[2])
 
 
 def test_the_speech_ends_a_few_frames_after_the_last_phoneme_starts() -> None:

@@ -20,9 +20,9 @@ even with seconds of context, is not that part of the whole decode (SNR <= 12 dB
 docs/KOKORO.md). Kokoro therefore streams per clause: stage B decodes a clause whole.
 `DecoderInput.window` carries the harmonic source's phase into a window (`PHASE`, an
 input added to the graph), and `decode_span` decodes a span with context. The other added
-input, `WEIGHT`, weighs each frame in the decoder's normalization statistics, so that a
-window cropped to a segment's speech (`KokoroFrames.crop`) keeps the weight of the silence
-it leaves out.
+input, `LEFT_OUT`, gives a window's first and last frames extra weight in the decoder's
+normalization statistics, so that a window cropped to a segment's speech
+(`KokoroFrames.crop`) keeps the weight of the silence it leaves out.
 
 Each stage has one session per intra-op thread count, made when first asked for
 (`KokoroModel.runners(threads)`): 1 thread while the machine is busy, 2 for a lone stream.
@@ -42,7 +42,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -58,11 +58,11 @@ __all__ = [
     "DURATIONS",
     "F0",
     "HOP",
+    "LEFT_OUT",
     "MODEL_SHA256",
     "NOISE",
     "PHASE",
     "SAMPLE_RATE",
-    "WEIGHT",
     "DecoderInput",
     "KokoroAcousticRunner",
     "KokoroDecoderRunner",
@@ -98,9 +98,10 @@ F0 = "/encoder/Reshape_output_0"
 NOISE = "/encoder/Reshape_1_output_0"
 PHASE = "source_phase"
 """Stage B's added input [1, 1, 9]: the harmonic source's phase at the window's start."""
-WEIGHT = "frame_weight"
-"""Stage B's added input [1, 1, F]: each frame's weight in the decoder's normalization
-statistics (1 each: the graph as exported)."""
+LEFT_OUT = "left_out"
+"""Stage B's added input [2]: frames left out before and after the window, whose weight
+in the decoder's normalization statistics goes to its first and last frames (0 and 0:
+the graph as exported)."""
 HARMONICS = 9
 _SOURCE_RATE = 300
 """Samples per F0 point: the source accumulates its phase once per point, times 300."""
@@ -247,7 +248,7 @@ def split_model(
 
     folder = (cache_dir or default_cache_dir()) / "kokoro" / MODEL_SHA256[:16]
     stage_a = folder / f"{precision}-acoustic.onnx"
-    stage_b = folder / f"{precision}-decoder-weighted.onnx"
+    stage_b = folder / f"{precision}-decoder-left-out.onnx"
     if stage_a.exists() and stage_b.exists():
         return stage_a, stage_b
     folder.mkdir(parents=True, exist_ok=True)
@@ -265,7 +266,7 @@ def split_model(
         part = extractor.extract_model(inputs, outputs)
         if target == stage_b:
             _add_phase_input(part)
-            _add_frame_weights(part)
+            _add_left_out(part)
 
         def save(tmp: str, part: onnx.ModelProto = part) -> None:
             onnx.save(part, tmp)
@@ -291,52 +292,62 @@ def _add_phase_input(decoder: onnx.ModelProto) -> None:
     decoder.graph.input.append(helper.make_tensor_value_info(PHASE, TensorProto.FLOAT, [1, 1, HARMONICS]))
 
 
-def _add_frame_weights(decoder: onnx.ModelProto) -> None:
-    """Let stage B weigh each frame in its normalization statistics (`WEIGHT`, [1, 1, F]).
+def _add_left_out(decoder: onnx.ModelProto) -> None:
+    """Let stage B count frames left out of its window in its normalization statistics
+    (`LEFT_OUT`: a, b frames before and after the window).
 
     Every AdaIN block normalizes each channel over the window's time axis: a mean and a
-    variance, each a `ReduceMean` over axis 2 (108 of them, 54 blocks). Each becomes
-    `sum(x * w) / sum(w)`, with w the frame weights repeated to the tensor's own time
-    resolution (F, 2F, 20F or 120F + 1 points: point i takes frame floor(i * F / T)). With
-    every weight 1 this is the mean again (the output is the same to the last bit here).
-    A window that leaves out silent frames can put their weight on its edge frame, so
-    that the statistics of the shorter window stay close to those of the whole segment
-    (`KokoroFrames.crop`)."""
+    variance, each a `ReduceMean` over axis 2 (108 of them, 54 blocks). Each becomes a
+    weighted mean in which the window's first frame counts 1 + a times and its last frame
+    1 + b times: `(sum(x) + a * sum(x of frame 0) + b * sum(x of frame F-1)) / (T + a * k0
+    + b * k1)`. A tensor has T points for the F frames (F, 2F, 20F or 120F + 1): point i
+    belongs to frame floor(i * F / T), so frame 0 has k0 = ceil(T / F) points and frame
+    F-1 has k1 = T - ceil((F - 1) * T / F). With a = b = 0 this is the mean again. Left-out
+    silence is much like the silent frame at the window's edge, so the shorter window's
+    statistics stay close to the whole segment's (`KokoroFrames.crop`). Only edge slices
+    are added to each mean, so the cost is a few small kernels per block."""
     from onnx import TensorProto, helper, numpy_helper
 
     graph = decoder.graph
-    graph.input.append(helper.make_tensor_value_info(WEIGHT, TensorProto.FLOAT, [1, 1, "frames"]))
-    graph.initializer.extend([
-        numpy_helper.from_array(np.array(0, np.int64), "/voxserve/zero"),
-        numpy_helper.from_array(np.array(1, np.int64), "/voxserve/one"),
-    ])  # fmt: skip
+    graph.input.append(helper.make_tensor_value_info(LEFT_OUT, TensorProto.FLOAT, [2]))
+    consts = {"zero": 0, "one": 1, "two": 2, "big": 1 << 62}
+    graph.initializer.extend(
+        numpy_helper.from_array(np.array([v], np.int64), f"/voxserve/{k}") for k, v in consts.items()
+    )
+    v = "/voxserve"
     nodes = [
-        helper.make_node("Shape", [WEIGHT], ["/voxserve/frames_1d"], start=2, end=3),
-        helper.make_node("Squeeze", ["/voxserve/frames_1d"], ["/voxserve/frames"]),
-        helper.make_node("Cast", ["/voxserve/frames"], ["/voxserve/frames_f"], to=TensorProto.FLOAT),
+        helper.make_node("Shape", [ASR], [f"{v}/frames"], start=2, end=3),
+        helper.make_node("Sub", [f"{v}/frames", f"{v}/one"], [f"{v}/frames_1"]),
+        helper.make_node("Slice", [LEFT_OUT, f"{v}/zero", f"{v}/one"], [f"{v}/a"]),
+        helper.make_node("Slice", [LEFT_OUT, f"{v}/one", f"{v}/two"], [f"{v}/b"]),
     ]
+    prefix = v
+
+    def op(kind: str, inputs: list[str], name: str, **attrs: Any) -> str:
+        nodes.append(helper.make_node(kind, inputs, [f"{prefix}/{name}"], **attrs))
+        return f"{prefix}/{name}"
+
     for node in graph.node:
         if node.op_type != "ReduceMean":
             nodes.append(node)
             continue
         x, axes = node.input
-        p = f"/voxserve{node.name}"
-        nodes += [
-            helper.make_node("Shape", [x], [f"{p}/t_1d"], start=2, end=3),
-            helper.make_node("Squeeze", [f"{p}/t_1d"], [f"{p}/t"]),
-            helper.make_node("Range", ["/voxserve/zero", f"{p}/t", "/voxserve/one"], [f"{p}/points"]),
-            helper.make_node("Cast", [f"{p}/points"], [f"{p}/points_f"], to=TensorProto.FLOAT),
-            helper.make_node("Cast", [f"{p}/t"], [f"{p}/t_f"], to=TensorProto.FLOAT),
-            helper.make_node("Div", ["/voxserve/frames_f", f"{p}/t_f"], [f"{p}/step"]),
-            helper.make_node("Mul", [f"{p}/points_f", f"{p}/step"], [f"{p}/at"]),
-            helper.make_node("Floor", [f"{p}/at"], [f"{p}/floor"]),
-            helper.make_node("Cast", [f"{p}/floor"], [f"{p}/frame"], to=TensorProto.INT64),
-            helper.make_node("Gather", [WEIGHT, f"{p}/frame"], [f"{p}/w"], axis=2),
-            helper.make_node("Mul", [x, f"{p}/w"], [f"{p}/xw"]),
-            helper.make_node("ReduceSum", [f"{p}/xw", axes], [f"{p}/sum"], keepdims=1),
-            helper.make_node("ReduceSum", [f"{p}/w", axes], [f"{p}/total"], keepdims=1),
-            helper.make_node("Div", [f"{p}/sum", f"{p}/total"], [node.output[0]]),
-        ]
+        prefix = f"{v}{node.name}"
+        t = op("Shape", [x], "t", start=2, end=3)
+        k0 = op("Div", [op("Add", [t, f"{v}/frames_1"], "t_up"), f"{v}/frames"], "k0")  # ceil(T / F)
+        first_end = op("Div", [op("Add", [op("Mul", [f"{v}/frames_1", t], "t_last"), f"{v}/frames_1"], "last_up"),
+                               f"{v}/frames"], "last_start")  # ceil((F - 1) * T / F)
+        k1 = op("Sub", [t, first_end], "k1")
+        axis = f"{v}/two"
+        head = op("ReduceSum", [op("Slice", [x, f"{v}/zero", k0, axis], "head"), axes], "head_sum", keepdims=1)
+        tail = op("ReduceSum", [op("Slice", [x, first_end, f"{v}/big", axis], "tail"), axes], "tail_sum", keepdims=1)
+        total = op("ReduceSum", [x, axes], "sum", keepdims=1)
+        total = op("Add", [total, op("Mul", [head, f"{v}/a"], "head_w")], "sum_a")
+        total = op("Add", [total, op("Mul", [tail, f"{v}/b"], "tail_w")], "sum_ab")
+        count = op("Cast", [t], "t_f", to=TensorProto.FLOAT)
+        count = op("Add", [count, op("Mul", [op("Cast", [k0], "k0_f", to=TensorProto.FLOAT), f"{v}/a"], "k0_a")], "n_a")
+        count = op("Add", [count, op("Mul", [op("Cast", [k1], "k1_f", to=TensorProto.FLOAT), f"{v}/b"], "k1_b")], "n_ab")
+        nodes.append(helper.make_node("Div", [total, count], [node.output[0]]))
     del graph.node[:]
     graph.node.extend(nodes)
 
@@ -388,19 +399,13 @@ class DecoderInput:
     """float32 [256] (the decoder reads the first 128)."""
     phase: np.ndarray = field(default_factory=lambda: np.zeros(HARMONICS, np.float32))
     """float32 [9]: the harmonic source's phase at the first frame (0 for a whole utterance)."""
-    weight: np.ndarray | None = None
-    """float32 [F]: each frame's weight in the decoder's normalization statistics; None:
-    1 each. `KokoroFrames.crop` puts the weight of the frames it leaves out on the edge."""
+    left_out: tuple[float, float] = (0.0, 0.0)
+    """Frames left out before and after this window that still count in the decoder's
+    normalization statistics, on the window's first and last frames (`KokoroFrames.crop`)."""
 
     @property
     def frames(self) -> int:
         return int(self.asr.shape[1])
-
-    def weights(self) -> np.ndarray:
-        """float32 [F]: `weight`, or 1 for every frame."""
-        if self.weight is None:
-            return np.ones(self.frames, np.float32)
-        return self.weight
 
     def window(self, start: int, stop: int) -> DecoderInput:
         """Frames [start, stop) (clipped to the input), its source phase carried over; the
@@ -415,7 +420,6 @@ class DecoderInput:
             np.ascontiguousarray(self.noise[2 * start : 2 * stop]),
             self.style,
             phase.astype(np.float32),
-            None if self.weight is None else np.ascontiguousarray(self.weight[start:stop]),
         )
 
 
@@ -460,11 +464,9 @@ class KokoroFrames:
             return self
         cum = np.concatenate(([0], np.cumsum(self.durations)))
         durations = np.diff(np.clip(cum, start, stop)).astype(np.int64)
-        whole = self.decoder_input.weights()
-        weight = np.array(whole[start:stop], dtype=np.float32)
-        weight[0] += whole[:start].sum()
-        weight[-1] += whole[stop:].sum()
-        return KokoroFrames(durations, replace(self.decoder_input.window(start, stop), weight=weight))
+        before, after = self.decoder_input.left_out
+        left_out = (before + start, after + self.frames - stop)
+        return KokoroFrames(durations, replace(self.decoder_input.window(start, stop), left_out=left_out))
 
 
 class KokoroAcousticRunner:
@@ -518,7 +520,7 @@ class KokoroDecoderRunner:
                     NOISE: item.noise[np.newaxis],
                     "style": item.style.reshape(1, STYLE_DIM).astype(np.float32),
                     PHASE: item.phase.reshape(1, 1, HARMONICS).astype(np.float32),
-                    WEIGHT: item.weights().reshape(1, 1, -1).astype(np.float32),
+                    LEFT_OUT: np.array(item.left_out, dtype=np.float32),
                 },
             )
             out.append(np.asarray(audio, dtype=np.float32).reshape(-1))
