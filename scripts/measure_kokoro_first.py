@@ -13,13 +13,13 @@ prompts. Variants of one segment's stage B, all from the same stage A output:
   change a different window brings by itself;
 - `lead_w`: `lead`, with the left-out frames' weight on the first frame (`KokoroFrames.crop`);
 - `tailN_w`: `lead_w` also cut N frames after the last spoken phoneme starts (the rest
-  sent as zeros), weights on both edges; `tail12_w` is what the engine serves now;
+  sent as zeros), weights on both edges; `tail14_w` is what the engine serves now;
 - `tail12`: the same cut with no weights.
 
 `quality`: log-mel distance on the speech (from the first phoneme to 4 frames into the
 last one) against `whole`, with and without its mean offset (`shape`), the RMS and the
 spectral centroid change, and the level of the last decoded frame (where the zeros
-begin). `whisper`: every English voice speaks each text as `lead` and as `tail12_w`;
+begin). `whisper`: every English voice speaks each text as `lead` and as `tail12_w` (a cut 2 frames harder than served);
 tiny.en's word errors on both. `time`: stage A + B of the first segment on 2 threads,
 `lead` and the engine's path taking turns, medians. Prints a report.
 """
