@@ -143,7 +143,8 @@ def quality(voice: KokoroVoice, texts: list[str]) -> None:
               f"     {max(r['edge'] for r in found):+6.1f}")
 
 
-def whisper(voice: KokoroVoice, texts: list[str], variants: tuple[str, ...] = ("lead", "tail12_w")) -> None:
+def whisper(voice: KokoroVoice, texts: list[str], shard: tuple[int, int] = (0, 1),
+            variants: tuple[str, ...] = ("lead", "tail12_w")) -> None:
     import soxr
     from faster_whisper import WhisperModel
 
@@ -154,7 +155,7 @@ def whisper(voice: KokoroVoice, texts: list[str], variants: tuple[str, ...] = ("
     errors = {v: 0 for v in variants}
     words = 0
     worse: list[str] = []
-    names = [v.name for v in voice.voices if v.name.startswith(ENGLISH)]
+    names = [v.name for v in voice.voices if v.name.startswith(ENGLISH)][shard[0] :: shard[1]]
     for name in names:
         ref = voice.resolve_voice(name)
         for text in texts:
@@ -170,6 +171,7 @@ def whisper(voice: KokoroVoice, texts: list[str], variants: tuple[str, ...] = ("
                 errors[variant] += got[variant]
             if got[variants[-1]] > got[variants[0]]:
                 worse.append(f"{name} {text!r}")
+        print(f"  {name}: {errors}", flush=True)
     print(f"\nwhisper tiny.en: {len(names)} English voices x {len(texts)} first segments, {words} words")
     for variant in variants:
         print(f"  {variant:9s} {errors[variant]} word errors, WER {100 * errors[variant] / words:.1f} %")
@@ -213,6 +215,7 @@ def main() -> None:
     parser.add_argument("--only", default="quality,whisper,time")
     parser.add_argument("--step", type=int, default=3, help="every step-th first segment")
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--shard", default="0/1", help="whisper: voices i, i+n, ... (i/n)")
     args = parser.parse_args()
     voice = KokoroVoice(KokoroModel())
     texts = first_segments(args.step)
@@ -221,7 +224,8 @@ def main() -> None:
     if "quality" in steps:
         quality(voice, texts)
     if "whisper" in steps:
-        whisper(voice, texts)
+        i, n = args.shard.split("/")
+        whisper(voice, texts, (int(i), int(n)))
     if "time" in steps:
         timing(voice, texts, args.repeat)
 
