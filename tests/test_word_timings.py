@@ -142,7 +142,7 @@ def test_kokoro_decodes_a_segment_to_its_speech_and_sends_the_silent_tail_as_zer
     item = model.inputs("Hello there.", model.resolve_voice("af_heart"), 1.0)[0]
     latent = model.acoustic([item])[0]
     decoded = latent.features.decoded.frames
-    assert 8 <= latent.frames - decoded <= 20  # the "." and the pad, most of the last vowel
+    assert 5 <= latent.frames - decoded <= 20  # most of the "." and the pad
     pcm = model.decode([Span(latent, 0, latent.frames)])[0]
     assert len(pcm) == latent.frames * HOP  # the pause is kept, so word times hold
     assert not np.any(pcm[decoded * HOP :])
