@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
+from voxserve.engine.kokoro_voice import speech_end
 from voxserve.runners.kokoro import (
     HOP,
     MODEL_SHA256,
     SAMPLE_RATE,
+    DecoderInput,
+    KokoroFrames,
     KokoroInput,
     KokoroModel,
     decode_span,
@@ -137,6 +141,46 @@ def test_the_leading_pad_is_trimmed_before_stage_b(model: KokoroModel, hello: Ko
     assert int(both.durations[0]) == lead - 3 and int(both.durations[-1]) == max(0, int(whole.durations[-1]) - 5)
     with pytest.raises(ValueError):
         whole.crop(10, 10)
+
+
+def _frames(durations: list[int]) -> KokoroFrames:
+    n = sum(durations)
+    z = np.zeros(2 * n, np.float32)
+    asr = np.arange(512 * n, dtype=np.float32).reshape(512, n)
+    return KokoroFrames(np.array(durations, np.int64), DecoderInput(asr, z, z, np.zeros(256, np.float32)))
+
+
+def test_a_crop_keeps_the_weight_of_the_frames_it_leaves_out() -> None:
+    whole = _frames([15, 4, 6, 3, 12, 8])  # lead pad, 4 phonemes, trailing pad: 48 frames
+    assert whole.decoder_input.left_out == (0, 0)
+    cut = whole.crop(9, 40)
+    assert cut.frames == 31 == int(cut.durations.sum()) and cut.durations.tolist() == [6, 4, 6, 3, 12, 0]
+    assert np.array_equal(cut.decoder_input.asr, whole.decoder_input.asr[:, 9:40])
+    assert cut.decoder_input.left_out == (9, 8)  # counted on the first and last frames
+    again = cut.crop(2, 30)  # a crop of a crop adds up
+    assert again.decoder_input.left_out == (11, 9)
+    assert cut.decoder_input.window(0, 5).left_out == (0, 0)  # a plain window leaves them out
+
+
+def test_frames_left_out_weigh_on_the_window_edges(model: KokoroModel, hello: KokoroInput) -> None:
+    whole = model.acoustic.run([hello])[0]
+    speech = whole.crop(int(whole.durations[0]) - 6, whole.frames - 10)
+    plain = replace(speech.decoder_input, left_out=(0.0, 0.0))
+    counted, bare = model.decoder.run([speech.decoder_input, plain])
+    full = model.decoder.run([whole.decoder_input])[0][(int(whole.durations[0]) - 6) * HOP :]
+    # Counting the left-out silence keeps the speech at the whole decode's level; the
+    # bare window comes out quieter.
+    level = [float(np.sqrt(np.mean(x[: len(counted)] ** 2))) for x in (full, counted, bare)]
+    assert abs(20 * np.log10(level[1] / level[0])) < 0.5 < 20 * np.log10(level[0] / level[2])
+
+
+def test_the_speech_ends_a_few_frames_after_the_last_phoneme_starts() -> None:
+    durations = np.array([6, 4, 6, 3, 12, 8, 1])  # lead, 4 ids, "," and the trailing pad
+    words = [("hello", 0, 2), ("there", 2, 4)]
+    assert speech_end(durations, words, 12) == 6 + 4 + 6 + 3 + 12  # the last phoneme starts at 19
+    assert speech_end(durations, words, 100) == int(durations.sum())
+    assert speech_end(durations, [("hello", 0, 2)], 5) == 6 + 4 + 5  # "hello" ends with id 1
+    assert speech_end(durations, [], 5) == int(durations.sum())
 
 
 def test_sessions_are_made_per_thread_count_once(model: KokoroModel, hello: KokoroInput) -> None:

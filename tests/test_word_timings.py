@@ -23,8 +23,11 @@ from websockets.sync.client import connect
 
 from tests.conftest import RunningServer, run_server
 from voxserve.config import ServerConfig, TTSConfig
+from voxserve.engine.kokoro_voice import TAIL_FRAMES, KokoroVoice
 from voxserve.engine.tts import TTSEngine
+from voxserve.engine.voices import Span
 from voxserve.engine.words import WordFrames, WordTime, word_frames, word_times
+from voxserve.runners.kokoro import HOP
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -129,6 +132,22 @@ def test_kokoro_speed_is_in_the_timings(kokoro_engine: TTSEngine) -> None:
     fast, fast_s = _stream(kokoro_engine, TEXT, 24000, speed=1.25)
     assert slow[-1].end > fast[-1].end * 1.3
     assert seconds_close(slow[-1].end, slow_s) and seconds_close(fast[-1].end, fast_s)
+
+
+def test_kokoro_decodes_a_segment_to_its_speech_and_sends_the_silent_tail_as_zeros(
+    kokoro_engine: TTSEngine,
+) -> None:
+    model = kokoro_engine.models["kokoro-82m-v1.0"]
+    assert isinstance(model, KokoroVoice) and TAIL_FRAMES is not None
+    item = model.inputs("Hello there.", model.resolve_voice("af_heart"), 1.0)[0]
+    latent = model.acoustic([item])[0]
+    decoded = latent.features.decoded.frames
+    assert 5 <= latent.frames - decoded <= 20  # most of the "." and the pad
+    pcm = model.decode([Span(latent, 0, latent.frames)])[0]
+    assert len(pcm) == latent.frames * HOP  # the pause is kept, so word times hold
+    assert not np.any(pcm[decoded * HOP :])
+    frame_rms = np.sqrt(np.mean(pcm[: decoded * HOP].reshape(decoded, HOP) ** 2, axis=1))
+    assert frame_rms.max() > 0.05 and frame_rms[-1] < 1e-3  # speech, then no click where zeros begin
 
 
 def seconds_close(end: float, seconds: float) -> bool:

@@ -18,8 +18,11 @@ Stage B is global: its AdaIN layers normalize each channel over the whole window
 int8 graph quantizes activations with one scale per tensor), so a window decoded alone,
 even with seconds of context, is not that part of the whole decode (SNR <= 12 dB, see
 docs/KOKORO.md). Kokoro therefore streams per clause: stage B decodes a clause whole.
-`DecoderInput.window` carries the harmonic source's phase into a window (`PHASE`, the one
-input added to the graph), and `decode_span` decodes a span with context.
+`DecoderInput.window` carries the harmonic source's phase into a window (`PHASE`, an
+input added to the graph), and `decode_span` decodes a span with context. The other added
+input, `LEFT_OUT`, gives a window's first and last frames extra weight in the decoder's
+normalization statistics, so that a window cropped to a segment's speech
+(`KokoroFrames.crop`) keeps the weight of the silence it leaves out.
 
 Each stage has one session per intra-op thread count, made when first asked for
 (`KokoroModel.runners(threads)`): 1 thread while the machine is busy, 2 for a lone stream.
@@ -37,9 +40,9 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -55,6 +58,7 @@ __all__ = [
     "DURATIONS",
     "F0",
     "HOP",
+    "LEFT_OUT",
     "MODEL_SHA256",
     "NOISE",
     "PHASE",
@@ -94,6 +98,10 @@ F0 = "/encoder/Reshape_output_0"
 NOISE = "/encoder/Reshape_1_output_0"
 PHASE = "source_phase"
 """Stage B's added input [1, 1, 9]: the harmonic source's phase at the window's start."""
+LEFT_OUT = "left_out"
+"""Stage B's added input [2]: frames left out before and after the window, whose weight
+in the decoder's normalization statistics goes to its first and last frames (0 and 0:
+the graph as exported)."""
 HARMONICS = 9
 _SOURCE_RATE = 300
 """Samples per F0 point: the source accumulates its phase once per point, times 300."""
@@ -239,7 +247,8 @@ def split_model(
     from onnx.utils import Extractor
 
     folder = (cache_dir or default_cache_dir()) / "kokoro" / MODEL_SHA256[:16]
-    stage_a, stage_b = folder / f"{precision}-acoustic.onnx", folder / f"{precision}-decoder.onnx"
+    stage_a = folder / f"{precision}-acoustic.onnx"
+    stage_b = folder / f"{precision}-decoder-left-out.onnx"
     if stage_a.exists() and stage_b.exists():
         return stage_a, stage_b
     folder.mkdir(parents=True, exist_ok=True)
@@ -257,6 +266,7 @@ def split_model(
         part = extractor.extract_model(inputs, outputs)
         if target == stage_b:
             _add_phase_input(part)
+            _add_left_out(part)
 
         def save(tmp: str, part: onnx.ModelProto = part) -> None:
             onnx.save(part, tmp)
@@ -280,6 +290,66 @@ def _add_phase_input(decoder: onnx.ModelProto) -> None:
     offset = helper.make_node("Add", [cumsum.output[0], PHASE], [total], name="/voxserve/source_phase")
     decoder.graph.node.insert(index + 1, offset)
     decoder.graph.input.append(helper.make_tensor_value_info(PHASE, TensorProto.FLOAT, [1, 1, HARMONICS]))
+
+
+def _add_left_out(decoder: onnx.ModelProto) -> None:
+    """Let stage B count frames left out of its window in its normalization statistics
+    (`LEFT_OUT`: a, b frames before and after the window).
+
+    Every AdaIN block normalizes each channel over the window's time axis: a mean and a
+    variance, each a `ReduceMean` over axis 2 (108 of them, 54 blocks). Each becomes a
+    weighted mean in which the window's first frame counts 1 + a times and its last frame
+    1 + b times: `(sum(x) + a * sum(x of frame 0) + b * sum(x of frame F-1)) / (T + a * k0
+    + b * k1)`. A tensor has T points for the F frames (F, 2F, 20F or 120F + 1): point i
+    belongs to frame floor(i * F / T), so frame 0 has k0 = ceil(T / F) points and frame
+    F-1 has k1 = T - ceil((F - 1) * T / F). With a = b = 0 this is the mean again. Left-out
+    silence is much like the silent frame at the window's edge, so the shorter window's
+    statistics stay close to the whole segment's (`KokoroFrames.crop`). Only edge slices
+    are added to each mean, so the cost is a few small kernels per block."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = decoder.graph
+    graph.input.append(helper.make_tensor_value_info(LEFT_OUT, TensorProto.FLOAT, [2]))
+    consts = {"zero": 0, "one": 1, "two": 2, "big": 1 << 62}
+    graph.initializer.extend(
+        numpy_helper.from_array(np.array([v], np.int64), f"/voxserve/{k}") for k, v in consts.items()
+    )
+    v = "/voxserve"
+    nodes = [
+        helper.make_node("Shape", [ASR], [f"{v}/frames"], start=2, end=3),
+        helper.make_node("Sub", [f"{v}/frames", f"{v}/one"], [f"{v}/frames_1"]),
+        helper.make_node("Slice", [LEFT_OUT, f"{v}/zero", f"{v}/one"], [f"{v}/a"]),
+        helper.make_node("Slice", [LEFT_OUT, f"{v}/one", f"{v}/two"], [f"{v}/b"]),
+    ]
+    prefix = v
+
+    def op(kind: str, inputs: list[str], name: str, **attrs: Any) -> str:
+        nodes.append(helper.make_node(kind, inputs, [f"{prefix}/{name}"], **attrs))
+        return f"{prefix}/{name}"
+
+    for node in graph.node:
+        if node.op_type != "ReduceMean":
+            nodes.append(node)
+            continue
+        x, axes = node.input
+        prefix = f"{v}{node.name}"
+        t = op("Shape", [x], "t", start=2, end=3)
+        k0 = op("Div", [op("Add", [t, f"{v}/frames_1"], "t_up"), f"{v}/frames"], "k0")  # ceil(T / F)
+        first_end = op("Div", [op("Add", [op("Mul", [f"{v}/frames_1", t], "t_last"), f"{v}/frames_1"], "last_up"),
+                               f"{v}/frames"], "last_start")  # ceil((F - 1) * T / F)
+        k1 = op("Sub", [t, first_end], "k1")
+        axis = f"{v}/two"
+        head = op("ReduceSum", [op("Slice", [x, f"{v}/zero", k0, axis], "head"), axes], "head_sum", keepdims=1)
+        tail = op("ReduceSum", [op("Slice", [x, first_end, f"{v}/big", axis], "tail"), axes], "tail_sum", keepdims=1)
+        total = op("ReduceSum", [x, axes], "sum", keepdims=1)
+        total = op("Add", [total, op("Mul", [head, f"{v}/a"], "head_w")], "sum_a")
+        total = op("Add", [total, op("Mul", [tail, f"{v}/b"], "tail_w")], "sum_ab")
+        count = op("Cast", [t], "t_f", to=TensorProto.FLOAT)
+        count = op("Add", [count, op("Mul", [op("Cast", [k0], "k0_f", to=TensorProto.FLOAT), f"{v}/a"], "k0_a")], "n_a")
+        count = op("Add", [count, op("Mul", [op("Cast", [k1], "k1_f", to=TensorProto.FLOAT), f"{v}/b"], "k1_b")], "n_ab")
+        nodes.append(helper.make_node("Div", [total, count], [node.output[0]]))
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def source_phase(f0: np.ndarray, points: int) -> np.ndarray:
@@ -329,13 +399,17 @@ class DecoderInput:
     """float32 [256] (the decoder reads the first 128)."""
     phase: np.ndarray = field(default_factory=lambda: np.zeros(HARMONICS, np.float32))
     """float32 [9]: the harmonic source's phase at the first frame (0 for a whole utterance)."""
+    left_out: tuple[float, float] = (0.0, 0.0)
+    """Frames left out before and after this window that still count in the decoder's
+    normalization statistics, on the window's first and last frames (`KokoroFrames.crop`)."""
 
     @property
     def frames(self) -> int:
         return int(self.asr.shape[1])
 
     def window(self, start: int, stop: int) -> DecoderInput:
-        """Frames [start, stop) (clipped to the input), its source phase carried over."""
+        """Frames [start, stop) (clipped to the input), its source phase carried over; the
+        frames outside weigh nothing in the window's statistics (see `KokoroFrames.crop`)."""
         start, stop = max(0, start), min(self.frames, stop)
         if start >= stop:
             raise ValueError(f"empty window [{start}, {stop}) of {self.frames} frames")
@@ -376,10 +450,13 @@ class KokoroFrames:
         in ~20 frames below -70 dB (the last phoneme's lengthening, the final
         punctuation, the trailing pad). The cut is made after stage A, not before it: the
         prosody predictor needs the whole pad to warm up (clamped before the alignment,
-        the first words lose their pitch and come out whispered). Stage B's output on the
-        shorter window differs from the whole decode as two windows' decodes differ (the
-        decoder normalizes over its window), more the more silence is cut: see
-        docs/KOKORO.md."""
+        the first words lose their pitch and come out whispered).
+
+        The decoder normalizes over its window, so the frames left out still count: their
+        weight goes to the window's first frame (those before it) and last frame (those
+        after), which are silence like them. Without that, the speech of the shorter
+        window decodes 1-2 dB quieter and further from the whole decode, the more so the
+        more is cut (docs/KOKORO.md)."""
         start, stop = max(0, start), min(self.frames, stop)
         if start >= stop:
             raise ValueError(f"empty crop [{start}, {stop}) of {self.frames} frames")
@@ -387,7 +464,9 @@ class KokoroFrames:
             return self
         cum = np.concatenate(([0], np.cumsum(self.durations)))
         durations = np.diff(np.clip(cum, start, stop)).astype(np.int64)
-        return KokoroFrames(durations, self.decoder_input.window(start, stop))
+        before, after = self.decoder_input.left_out
+        left_out = (before + start, after + self.frames - stop)
+        return KokoroFrames(durations, replace(self.decoder_input.window(start, stop), left_out=left_out))
 
 
 class KokoroAcousticRunner:
@@ -441,6 +520,7 @@ class KokoroDecoderRunner:
                     NOISE: item.noise[np.newaxis],
                     "style": item.style.reshape(1, STYLE_DIM).astype(np.float32),
                     PHASE: item.phase.reshape(1, 1, HARMONICS).astype(np.float32),
+                    LEFT_OUT: np.array(item.left_out, dtype=np.float32),
                 },
             )
             out.append(np.asarray(audio, dtype=np.float32).reshape(-1))
