@@ -277,21 +277,6 @@ def test_each_stream_is_timed_in_its_own_model_figures() -> None:
     assert s.lagging(0.6, 0.5) == 1
 
 
-def test_a_young_stream_is_judged_against_its_age() -> None:
-    """Just past start-up, a stream has its first two chunks out (48 frames, 0.557 s).
-    Held to the full half second of slack at once, it would count as lagging 57 ms after
-    its first packet; it is held to its age instead, up to the half second."""
-    s = make(credits=100)
-    start_stream(s, 1, now=0.0, frames=400)
-    work = s.next_work(0.0)
-    assert isinstance(work, VocoderWork)
-    s.complete_vocoder(work, (work.end - work.start) * HOP, 0.0)
-    assert s.produced(1) == 48 * HOP
-    assert s.lagging(0.1, 0.5) == 0  # 0.457 s ahead at 0.1 s old: twice real time
-    assert s.lagging(0.3, 0.5) == 1  # 0.257 s ahead at 0.3 s old: falling behind
-    assert s.lagging(0.56, 0.5) == 1  # run dry
-
-
 def test_stage_a_cost_is_learned_per_model() -> None:
     s = make()
     s.add(1, [seg()], 0.0, PIPER)

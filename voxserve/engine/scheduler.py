@@ -350,13 +350,6 @@ class Scheduler:
         Streams out of credit are not counted: their client is the slow part, not us.
         Admission holds new streams while this is non-zero, so an overloaded machine
         queues newcomers instead of degrading every live stream at once.
-
-        A stream `age` seconds past its first packet is held to min(min_slack, age): it
-        is lagging once it has been served at less than twice real time since then. A
-        stream just past start-up has only its first two chunks out (0.56 s of Piper
-        audio), so judged at `min_slack` at once it would count as lagging ~60 ms after
-        its first packet until its third chunk arrived, and every newcomer would hold the
-        next one (the tail of first audio in a closed loop of 16 streams).
         """
         count = 0
         for stream in self._streams.values():
@@ -364,8 +357,7 @@ class Scheduler:
                 continue
             if stream.untaken >= self.credits:
                 continue
-            age = now - stream.first_packet_at
-            if stream.dry_at() - now < min(min_slack, age):
+            if stream.dry_at() - now < min_slack:
                 count += 1
         return count
 
