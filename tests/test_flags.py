@@ -235,6 +235,7 @@ ENVIRONMENT_WRITERS = {
     "voxserve/runners/piper.py": "XDG_CACHE_HOME, the user's cache folder convention",
     "voxserve/ray/environment.py": "sets Ray's and glibc's variables for a local Ray instance",
     "voxserve/bench/asr_offline.py": "sets HF_HUB_OFFLINE for faster-whisper",
+    "voxserve/__init__.py": "sets GOMP_SPINCOUNT before CTranslate2 loads GNU OpenMP",
 }
 
 
