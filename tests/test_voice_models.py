@@ -63,7 +63,11 @@ def test_streams_of_both_models_side_by_side_give_the_same_audio(two_models: Run
         chunked, whole, chunked2, whole2 = pool.map(lambda m: pcm(c, m), ["tts-1", WHOLE] * 2)
     assert len(chunked) == len(whole) > 22050
     assert snr_db(whole, chunked) >= 60
-    assert np.array_equal(chunked, chunked2) and np.array_equal(whole, whole2)
+    # Not bit for bit: a stream that starts while the others have not yet arrived is cut
+    # into a lone stream's chunks (12, 24, ... frames) on two threads, a crowded one into
+    # 16, 32, ...; both reproduce the whole decode.
+    assert len(chunked2) == len(chunked) and len(whole2) == len(whole)
+    assert snr_db(chunked, chunked2) >= 60 and snr_db(whole, whole2) >= 60
 
 
 def test_whole_segment_model_sends_one_chunk_per_sentence(two_models: RunningServer) -> None:
