@@ -83,6 +83,15 @@ class KokoroSegment:
     frames: int
     """The segment's frames; those from `decoded.frames` on are zeros."""
 
+    def window(self, lo: int, hi: int) -> DecoderInput | None:
+        """Stage B's input for frames [lo, hi): the decoded part whole (with the weight of
+        what it leaves out), a window of it, or None for a span inside the silent tail."""
+        if (lo, hi) == (0, self.frames):
+            return self.decoded
+        if lo >= self.decoded.frames:
+            return None
+        return self.decoded.window(lo, hi)
+
 
 def speech_end(durations: np.ndarray, words: Sequence[tuple[str, int, int]], tail: int) -> int:
     """The frame (of a segment whose tokens are `[lead, *ids, pad]`, `durations` frames
@@ -278,19 +287,15 @@ class KokoroVoice:
         if self._hook is not None:
             self._hook("vocoder", len(batch))
         _, runner = self.model.runners(threads)
-        inputs: list[DecoderInput] = []
+        inputs: list[DecoderInput | None] = []
         for s in batch:
             segment: KokoroSegment = s.latent.features
-            if (s.lo, s.hi) == (0, segment.frames):
-                inputs.append(segment.decoded)
-            elif s.lo < segment.decoded.frames:
-                inputs.append(segment.decoded.window(s.lo, s.hi))
-        pcm = iter(runner.run(inputs))
+            inputs.append(segment.window(s.lo, s.hi))
+        pcm = iter(runner.run([item for item in inputs if item is not None]))
         out = []
-        for s in batch:
-            length = (s.hi - s.lo) * HOP
-            audio = next(pcm) if s.lo < s.latent.features.decoded.frames else np.zeros(0, np.float32)
-            out.append(np.pad(audio, (0, length - len(audio))))
+        for s, item in zip(batch, inputs, strict=True):
+            audio = next(pcm) if item is not None else np.zeros(0, np.float32)
+            out.append(np.pad(audio, (0, (s.hi - s.lo) * HOP - len(audio))))
         return out
 
     def set_fault_hook(self, hook: FaultHook | None) -> None:
