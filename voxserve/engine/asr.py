@@ -326,8 +326,7 @@ class ASREngine(WorkerEngine):
             audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
             spans = plan_spans(audio, SAMPLE_RATE)
             c = self.config
-            most = c.segments_ahead if even else 0
-            recut = even_spans(audio, spans, c.workers, most, c.even_piece_s)
+            recut = even_spans(audio, spans, c.workers, c.segments_ahead, c.even_piece_s) if even else spans
             if recut is spans:
                 return PreparedAudio(audio, spans, lease)
             return PreparedAudio(audio, recut, lease, window=fitted_window(max(len(s) for s in recut)))
