@@ -185,22 +185,19 @@ def test_admission_weighs_a_newcomer_by_its_own_model(both: RunningServer) -> No
         return httpx.post(f"{both.base_url}/v1/audio/speech", json=body, timeout=120).status_code
 
     admission.gate = spy
-    asyncio.run_coroutine_threadsafe(admission.acquire(), loop).result(10)  # held, as by a stream
     try:
-        with ThreadPoolExecutor(2) as pool:
-            kokoro = pool.submit(speak, "tts-1-hd", "af_heart")
-            deadline = time.monotonic() + 30
-            while "kokoro-82m-v1.0" not in kinds() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            loop.call_soon_threadsafe(admission.release)
-            assert kokoro.result() == 200
-            asyncio.run_coroutine_threadsafe(admission.acquire(), loop).result(10)
-            piper = pool.submit(speak, "tts-1", "alloy")
-            deadline = time.monotonic() + 30
-            while "en_US-joe-medium" not in kinds() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            loop.call_soon_threadsafe(admission.release)
-            assert piper.result() == 200
+        with ThreadPoolExecutor(1) as pool:
+            for model, voice, kind in (
+                ("tts-1-hd", "af_heart", "kokoro-82m-v1.0"),
+                ("tts-1", "alloy", "en_US-joe-medium"),
+            ):
+                asyncio.run_coroutine_threadsafe(admission.acquire(), loop).result(10)  # held, as by a stream
+                reply = pool.submit(speak, model, voice)
+                deadline = time.monotonic() + 30
+                while kind not in kinds() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                loop.call_soon_threadsafe(admission.release)
+                assert reply.result() == 200
     finally:
         admission.gate = gate
     assert {"kokoro-82m-v1.0", "en_US-joe-medium"} <= kinds() and all(active >= 1 for active, _ in asked)
