@@ -21,8 +21,9 @@ in one place:
 - a batch takes at most its group's share per idle worker (ceil(len / idle), the
   caller counted in), so five waiting pieces become batches of three and two on two
   idle workers instead of one batch of five while the other worker idles, and a file's
-  eight pieces go as four and four, not four, two and two. On CPU a batch costs about the sum of its items,
-  so spreading beats stacking; on a GPU, set `workers` to 1 and batches fill up.
+  eight pieces go as four and four, not four, two and two. On CPU a batch costs about
+  the sum of its items, so spreading beats stacking; on a GPU, set `workers` to 1 and
+  batches fill up.
 """
 
 from __future__ import annotations

@@ -98,8 +98,8 @@ class PiperVoice:
         self._model_ids = model_ids
         self._profile = ModelProfile(self._name, model.hop, model.sample_rate, chunking)
         self._flow_head = 0
-        """Frames a deferred flow computes for a segment's first two chunks (see
-        `_DeferredFlow`); 0 without chunking."""
+        """The segment's head whose chunks run a deferred flow on their own windows: up to
+        where the third chunk's window ends (see `_DeferredFlow`); 0 without chunking."""
         if chunking is not None:
             # Where the third chunk's window ends, alone or not (`plan_chunk`).
             big = 1 << 20

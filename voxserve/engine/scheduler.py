@@ -178,8 +178,9 @@ def plan_chunk(
     Chunk 0 is small for a fast first packet; later chunks double from `chunk_frames` up
     to `max_chunk_frames`. A stream whose first chunk was claimed `alone` starts smaller
     still, at `idle_first_chunk_frames`, and every chunk after it doubles from there (12,
-    24, 48, ...), so that each one is ready before the audio before it has played. A tail shorter than half a chunk joins the chunk before it.
-    With no chunking (a whole-segment model) the chunk is the rest of the latent.
+    24, 48, ...), so that each one is ready before the audio before it has played. A tail
+    shorter than half a chunk joins the chunk before it. With no chunking (a
+    whole-segment model) the chunk is the rest of the latent.
     """
     if c is None:
         return pos, frames, pos, frames
