@@ -16,13 +16,15 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+
+from voxserve.runners.prior_graph import PRIOR_LENGTHS, fixed_priors
 
 __all__ = [
     "FLOW_CONTEXT",
@@ -238,10 +240,22 @@ class Prior:
 
 class AcousticRunner:
     """Stage A: phoneme ids -> latent frames. Takes a batch, returns one z [192, T] each;
-    or the prior alone, whose flow runs later on windows (`flow`)."""
+    or the prior alone, whose flow runs later on windows (`flow`).
 
-    def __init__(self, prior: Path | str, flow: Path | str, multi_speaker: bool, hook: FaultHook | None = None):
+    `fixed`: fixed-length copies of the prior by length (`runners.prior_graph`); a group
+    of one item runs on the shortest that holds its ids, padded, instead of the dynamic
+    graph."""
+
+    def __init__(
+        self,
+        prior: Path | str,
+        flow: Path | str,
+        multi_speaker: bool,
+        hook: FaultHook | None = None,
+        fixed: Mapping[int, Path] | None = None,
+    ):
         self._prior = Sessions(prior)
+        self._fixed = {length: Sessions(path) for length, path in sorted((fixed or {}).items())}
         self._flow = Sessions(flow)
         self._multi_speaker = multi_speaker
         self._flow_takes_sid = "sid" in [i.name for i in self._flow.get(1).get_inputs()]
@@ -300,11 +314,11 @@ class AcousticRunner:
         for i, item in enumerate(batch):
             key = (item.noise_scale, item.length_scale, item.noise_w, item.speaker_id)
             groups.setdefault(key, []).append(i)
-        session = self._prior.get(threads)
         out = []
         for (noise, length, noise_w, speaker), members in groups.items():
             longest = max(len(batch[i].ids) for i in members)
-            ids = np.zeros((len(members), longest), dtype=np.int64)
+            session, width = self._prior_session(len(members), longest, threads)
+            ids = np.zeros((len(members), width), dtype=np.int64)
             for row, i in enumerate(members):
                 ids[row, : len(batch[i].ids)] = batch[i].ids
             speakers = np.full(len(members), speaker or 0, dtype=np.int64)
@@ -322,6 +336,14 @@ class AcousticRunner:
             ]
             out.append(((z_p, mask, speakers), rows))
         return out
+
+    def _prior_session(self, items: int, longest: int, threads: int) -> tuple[ort.InferenceSession, int]:
+        """The prior's session for a group, and the ids' width that it takes."""
+        if items == 1:
+            for width, sessions in self._fixed.items():
+                if longest <= width:
+                    return sessions.get(threads), width
+        return self._prior.get(threads), longest
 
 
 class VocoderRunner:
@@ -365,7 +387,12 @@ class PiperModel:
     thread each call runs on the caller's thread, so N workers give N parallel decodes.
     """
 
-    def __init__(self, files: VoiceFiles, cache_dir: Path | None = None):
+    def __init__(
+        self, files: VoiceFiles, cache_dir: Path | None = None, prior_lengths: Sequence[int] = PRIOR_LENGTHS
+    ):
+        """`prior_lengths`: the fixed-length copies of the prior to build (or read from the
+        cache) and serve single items with (`runners.prior_graph`); () for none. Each
+        adds a session (~0.15 s of start-up once cached, ~1 s to build once)."""
         self.files = files
         with files.config.open(encoding="utf-8") as f:
             self.config: dict[str, Any] = json.load(f)
@@ -381,7 +408,8 @@ class PiperModel:
         self.graphs = split_model(files.model, cache_dir)
         self._hook: FaultHook | None = None
         self._lock = threading.Lock()
-        self.acoustic = AcousticRunner(self.graphs.prior, self.graphs.flow, self.num_speakers > 1)
+        fixed = fixed_priors(self.graphs.prior, prior_lengths) if prior_lengths else {}
+        self.acoustic = AcousticRunner(self.graphs.prior, self.graphs.flow, self.num_speakers > 1, fixed=fixed)
         self.vocoder = VocoderRunner(self.graphs.vocoder, self.hop)
 
     def _speakers(self) -> list[SpeakerInfo]:

@@ -1,0 +1,270 @@
+"""Fixed-length copies of a Piper prior graph (stage A's first part) for short items.
+
+The exported prior spends much of a short item's time on shape arithmetic and tiny
+tensors: 2394 nodes, most of them Shape/Gather/Unsqueeze/Concat chains of VITS's
+relative attention and the boolean indexing of the duration predictor's splines. With
+the ids' length fixed, that arithmetic folds away. Each copy here:
+
+1. computes the three reverse spline flows of the duration predictor on every id and
+   picks the spline's value with `Where` where the input lies inside the spline's
+   interval, instead of gathering the inside ids by `NonZero` (elementwise, so each
+   id's value is computed by the same operations: bit-identical); the bin index is
+   clamped so that ids outside the interval (whose value is not used) stay in range;
+2. fixes the ids to [1, length] and folds the constant shape arithmetic (onnxsim);
+3. fuses VITS's layer norms (ReduceMean ... Add, 9 nodes) into `LayerNormalization`
+   (opset 17), which rounds differently: z_p moves by ~1e-5.
+
+Shorter items are padded with 0 (the pad id) up to the copy's length, with
+`input_lengths` carrying the true length: VITS masks the padding, so the true ids'
+outputs are unchanged. A copy is checked against the dynamic graph when it is built
+(durations equal, z_p within `MAX_PRIOR_DIFF`) and not used otherwise.
+
+Pure graph code and the on-disk cache; no sessions are kept here, nothing of requests.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+__all__ = [
+    "FIXED_LAYOUT",
+    "MAX_PRIOR_DIFF",
+    "PRIOR_LENGTHS",
+    "build_fixed_prior",
+    "fixed_priors",
+]
+
+log = logging.getLogger(__name__)
+
+PRIOR_LENGTHS = (16, 32, 48, 64)
+"""The fixed lengths built by default. Padding within 16 ids costs little: ONNX Runtime's
+convolutions compute 16 positions at a time."""
+FIXED_LAYOUT = "x1"
+"""Names the copies in the split's folder; a copy of another layout is not read."""
+MAX_PRIOR_DIFF = 1e-4
+"""Largest |z_p| difference to the dynamic graph that a copy may show in its check
+(noise scales 0); 1.2e-5 was the largest seen over 2769 runs."""
+_PRIOR_OUTPUTS = ("/Add_output_0", "/Cast_2_output_0", "/Cast_output_0", "/Ceil_output_0")
+
+
+def fixed_priors(prior: Path, lengths: Sequence[int] = PRIOR_LENGTHS) -> dict[int, Path]:
+    """A fixed-length copy of the `prior` graph per length, built beside it on first use
+    and written atomically. A length whose copy cannot be built (onnxsim missing, a
+    graph of another shape, a failed check) is left out, with a warning."""
+    out: dict[int, Path] = {}
+    for length in sorted(set(lengths)):
+        target = prior.with_name(f"{prior.stem}-{length}-{FIXED_LAYOUT}.onnx")
+        if not target.exists():
+            try:
+                model = build_fixed_prior(onnx.load(str(prior)), length)
+                _check(prior, model, length)
+            except Exception as exc:  # noqa: BLE001 - the dynamic graph serves instead
+                log.warning("no fixed-length prior of %d ids (%s); the dynamic one serves", length, exc)
+                continue
+            fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
+            os.close(fd)
+            try:
+                onnx.save(model, tmp)
+                os.replace(tmp, target)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        out[length] = target
+    return out
+
+
+def build_fixed_prior(model: onnx.ModelProto, length: int) -> onnx.ModelProto:
+    """The prior `model` for one item of exactly `length` ids (see the module's steps)."""
+    import onnxsim
+
+    _rewrite_splines(model.graph)
+    for graph_input in model.graph.input:
+        dims = graph_input.type.tensor_type.shape.dim
+        if graph_input.name == "input":
+            dims[0].dim_value, dims[1].dim_value = 1, length
+        elif graph_input.name == "input_lengths":
+            dims[0].dim_value = 1
+    # Stale symbolic shapes would hide the fixed ones from shape inference.
+    del model.graph.value_info[:]
+    for output in model.graph.output:
+        for k, dim in enumerate(output.type.tensor_type.shape.dim):
+            dim.Clear()
+            dim.dim_param = f"{output.name}_{k}"
+    simplified, ok = onnxsim.simplify(model)
+    if not ok:
+        raise ValueError("onnxsim could not check the simplified graph")
+    assert isinstance(simplified, onnx.ModelProto)
+    _fuse_layer_norms(simplified)
+    return simplified
+
+
+def _consumers(nodes: Sequence[onnx.NodeProto]) -> dict[str, list[onnx.NodeProto]]:
+    out: dict[str, list[onnx.NodeProto]] = collections.defaultdict(list)
+    for node in nodes:
+        for name in node.input:
+            out[name].append(node)
+    return out
+
+
+def _rewrite_splines(graph: onnx.GraphProto) -> int:
+    """Step 1 of the module's docstring, on each `/dp/flows.N/` spline; returns how many.
+    Raises if a flow with `NonZero` does not have the exported layout."""
+    by_name = {node.name: node for node in graph.node}
+    producer = {out: node for node in graph.node for out in node.output}
+    consumers = _consumers(graph.node)
+    flows = sorted({
+        node.name.rsplit("/", 1)[0]
+        for node in graph.node
+        if node.op_type == "NonZero" and node.name.startswith("/dp/flows.")
+    })
+    graph.initializer.extend([
+        numpy_helper.from_array(np.array([-1], np.int64), "fixed/flat"),
+        numpy_helper.from_array(np.array(0, np.int64), "fixed/zero"),
+        numpy_helper.from_array(np.array(1, np.int64), "fixed/one"),
+        numpy_helper.from_array(np.array([3], np.int64), "fixed/bins_axis"),
+    ])
+    replace: dict[str, list[onnx.NodeProto]] = {}
+    for flow in flows:
+        def find(name: str, op: str, flow: str = flow) -> onnx.NodeProto:
+            found: onnx.NodeProto | None = by_name.get(f"{flow}/{name}")
+            if found is None or found.op_type != op:
+                raise ValueError(f"{flow}/{name} is not a {op} node")
+            return found
+
+        inside = find("NonZero_1", "NonZero").input[0]
+        x = find("Split", "Split").output[1]
+        if producer[inside].op_type != "And" or find("GatherND_1", "GatherND").input[0] != x:
+            raise ValueError(f"{flow}: not the exported spline")
+        for k in range(1, 5):
+            gather = find(f"GatherND_{k}", "GatherND")
+            if k == 1:  # the inputs [B, 1, L] -> [B * L]
+                new = helper.make_node("Reshape", [gather.input[0], "fixed/flat"], list(gather.output))
+            else:  # the bins' parameters [B, 1, L, bins] -> [B * L, bins]
+                new = helper.make_node("Flatten", [gather.input[0]], list(gather.output), axis=3)
+            new.name = f"{gather.name}/fixed"
+            replace[gather.name] = [new]
+        scatter, spline = find("ScatterND_9", "ScatterND"), find("Slice_24", "Slice").input[0]
+        replace[scatter.name] = [
+            helper.make_node("Shape", [x], [f"{flow}/fixed/x_shape"], name=f"{flow}/fixed/x_shape"),
+            helper.make_node("Reshape", [spline, f"{flow}/fixed/x_shape"], [f"{flow}/fixed/spline"],
+                             name=f"{flow}/fixed/spline"),
+            helper.make_node("Where", [inside, f"{flow}/fixed/spline", x], list(scatter.output),
+                             name=f"{scatter.name}/fixed"),
+        ]
+        bin_index = find("Sub_7", "Sub").output[0]
+        (unsqueeze,) = consumers[bin_index]
+        widths = find("GatherND_2", "GatherND").input[0]
+        p = f"{flow}/fixed"
+        replace[unsqueeze.name] = [
+            helper.make_node("Shape", [widths], [f"{p}/w_shape"], name=f"{p}/w_shape"),
+            helper.make_node("Gather", [f"{p}/w_shape", "fixed/bins_axis"], [f"{p}/bins1"], axis=0,
+                             name=f"{p}/bins1"),
+            helper.make_node("Squeeze", [f"{p}/bins1"], [f"{p}/bins"], name=f"{p}/bins"),
+            helper.make_node("Sub", [f"{p}/bins", "fixed/one"], [f"{p}/last_bin"], name=f"{p}/last_bin"),
+            helper.make_node("Clip", [bin_index, "fixed/zero", f"{p}/last_bin"], [f"{p}/bin_index"],
+                             name=f"{p}/bin_index"),
+            helper.make_node("Unsqueeze", [f"{p}/bin_index", *unsqueeze.input[1:]], list(unsqueeze.output),
+                             name=unsqueeze.name),
+        ]
+    nodes = [new for node in graph.node for new in replace.get(node.name, [node])]
+    live = {output.name for output in graph.output}
+    kept: list[onnx.NodeProto] = []
+    for node in reversed(nodes):  # drop what only the gathers by NonZero used
+        if any(out in live for out in node.output):
+            kept.append(node)
+            live.update(name for name in node.input if name)
+    del graph.node[:]
+    graph.node.extend(reversed(kept))
+    return len(flows)
+
+
+def _fuse_layer_norms(model: onnx.ModelProto) -> int:
+    """Step 3 of the module's docstring; returns how many were fused."""
+    graph = model.graph
+    constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    nodes = list(graph.node)  # held, so that each node keeps one wrapper (and its id)
+    consumers = _consumers(nodes)
+
+    def only(name: str, op: str) -> onnx.NodeProto | None:
+        found = consumers[name]
+        return found[0] if len(found) == 1 and found[0].op_type == op else None
+
+    removed: set[int] = set()
+    fused: dict[int, onnx.NodeProto] = {}
+    for mean in nodes:
+        axes = [helper.get_attribute_value(a) for a in mean.attribute if a.name == "axes"]
+        if mean.op_type != "ReduceMean" or axes != [[-1]]:
+            continue
+        x = mean.input[0]
+        centred = only(mean.output[0], "Sub")
+        if centred is None or list(centred.input) != [x, mean.output[0]]:
+            continue
+        users = {n.op_type: n for n in consumers[centred.output[0]]}
+        if len(consumers[centred.output[0]]) != 2 or set(users) != {"Pow", "Div"}:
+            continue
+        square, divide = users["Pow"], users["Div"]
+        if square.input[1] not in constants or float(constants[square.input[1]]) != 2.0:
+            continue
+        variance = only(square.output[0], "ReduceMean")
+        plus_eps = None if variance is None else only(variance.output[0], "Add")
+        root = None if plus_eps is None else only(plus_eps.output[0], "Sqrt")
+        scale = only(divide.output[0], "Mul")
+        shift = None if scale is None else only(scale.output[0], "Add")
+        if (variance is None or plus_eps is None or root is None or scale is None or shift is None
+                or only(root.output[0], "Div") is not divide or divide.input[0] != centred.output[0]
+                or plus_eps.input[1] not in constants or scale.input[1] not in constants
+                or shift.input[1] not in constants):
+            continue
+        removed.update(id(n) for n in (mean, centred, square, variance, plus_eps, root, divide, scale))
+        fused[id(shift)] = helper.make_node(
+            "LayerNormalization", [x, scale.input[1], shift.input[1]], list(shift.output),
+            name=f"{shift.name}/fused", axis=-1, epsilon=float(constants[plus_eps.input[1]]),
+        )
+    kept = [fused.get(id(n), n) for n in nodes if id(n) not in removed]
+    del graph.node[:]
+    graph.node.extend(kept)
+    if fused:
+        for opset in model.opset_import:
+            if opset.domain in ("", "ai.onnx"):
+                opset.version = max(opset.version, 17)
+    return len(fused)
+
+
+def _check(prior: Path, fixed: onnx.ModelProto, length: int) -> None:
+    """Raise unless `fixed` gives the dynamic `prior`'s durations and (nearly) its z_p,
+    noise scales 0, for a probe of `length` ids and one of `length` - 7."""
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    dynamic = ort.InferenceSession(str(prior), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in dynamic.get_outputs()]
+    if tuple(names) != _PRIOR_OUTPUTS:
+        raise ValueError(f"unexpected prior outputs {names}")
+    copy = ort.InferenceSession(fixed.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(length)
+    for n in sorted({length, max(1, length - 7)}):
+        ids = rng.integers(1, 60, size=n).astype(np.int64)
+        ids[0] = 1  # BOS
+
+        def feeds(width: int, ids: np.ndarray = ids) -> dict[str, np.ndarray]:
+            padded = np.zeros((1, width), np.int64)
+            padded[0, : len(ids)] = ids
+            return {"input": padded, "input_lengths": np.array([len(ids)], np.int64),
+                    "scales": np.array([0.0, 1.0, 0.0], np.float32)}
+
+        want = dynamic.run(None, feeds(n))
+        got = copy.run(None, feeds(length))
+        if not np.array_equal(want[3].reshape(-1)[:n], got[3].reshape(-1)[:n]) or want[0].shape != got[0].shape:
+            raise ValueError(f"durations differ from the dynamic graph's at {n} ids")
+        diff = float(np.abs(want[0] - got[0]).max())
+        if diff > MAX_PRIOR_DIFF:
+            raise ValueError(f"z_p differs from the dynamic graph's by {diff:.3g} at {n} ids")
