@@ -4,6 +4,7 @@ the whole-latent decode."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,10 +20,12 @@ from voxserve.engine.voices import Span
 from voxserve.runners.piper import (
     SPLIT_LAYOUT,
     AcousticInput,
+    AcousticRunner,
     PiperModel,
     bundled_voice,
     split_model,
 )
+from voxserve.runners.prior_graph import FIXED_LAYOUT, MAX_PRIOR_DIFF, PRIOR_LENGTHS, fixed_priors
 from voxserve.text.phonemize import Phonemizer
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the woods."
@@ -153,3 +156,31 @@ def test_a_deferred_flow_gives_the_same_chunks(model: PiperModel) -> None:
         a = voice.decode([Span(whole, lo, hi)])[0]
         b = voice.decode([Span(deferred, lo, hi)], threads=2)[0]
         assert snr_db(a, b) >= 90, (lo, hi)
+
+
+def test_fixed_length_priors_match_the_dynamic_prior(model: PiperModel) -> None:
+    """A single item runs on a fixed-length copy of the prior (padded ids): the same
+    durations and frames as the dynamic graph, z_p within the fused layer norms' rounding;
+    past the longest copy, the dynamic graph itself."""
+    assert sorted(model.graphs.prior.parent.glob(f"prior-*-{FIXED_LAYOUT}.onnx"))
+    dynamic = AcousticRunner(model.graphs.prior, model.graphs.flow, multi_speaker=False)
+    ids = Phonemizer(model.config).ids(TEXT)[0]
+    longest = max(PRIOR_LENGTHS)
+    for n in (9, 16, 30, longest, longest + 1):
+        item = AcousticInput(ids[:n], 0.0, 1.0, 0.0)
+        ((fixed, fixed_durations),) = model.acoustic.run_prior([item])
+        ((want, want_durations),) = dynamic.run_prior([item])
+        np.testing.assert_array_equal(fixed_durations, want_durations)
+        assert fixed.frames == want.frames
+        np.testing.assert_allclose(fixed.z_p, want.z_p, rtol=0, atol=0 if n > longest else MAX_PRIOR_DIFF)
+
+
+def test_fixed_length_prior_is_built_once(model: PiperModel, tmp_path: Path) -> None:
+    prior = tmp_path / "prior.onnx"
+    shutil.copyfile(model.graphs.prior, prior)
+    (built,) = fixed_priors(prior, (16,)).values()
+    assert built.name == f"prior-16-{FIXED_LAYOUT}.onnx"
+    mtime = built.stat().st_mtime_ns
+    assert fixed_priors(prior, (16,)) == {16: built}
+    assert built.stat().st_mtime_ns == mtime  # read from the cache
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([prior.name, built.name])  # no temporary left
