@@ -162,14 +162,15 @@ def test_fixed_length_priors_match_the_dynamic_prior(model: PiperModel) -> None:
     """A single item runs on a fixed-length copy of the prior (padded ids): the same
     durations and frames as the dynamic graph, z_p within the fused layer norms' rounding;
     past the longest copy, the dynamic graph itself."""
-    assert sorted(model.graphs.prior.parent.glob(f"prior-*-{FIXED_LAYOUT}.onnx"))
-    dynamic = AcousticRunner(model.graphs.prior, model.graphs.flow, multi_speaker=False)
+    copies = fixed_priors(model.graphs.prior)
+    assert sorted(copies) == sorted(PRIOR_LENGTHS)
+    runner = AcousticRunner(model.graphs.prior, model.graphs.flow, multi_speaker=False, fixed=copies)
     ids = Phonemizer(model.config).ids(TEXT)[0]
     longest = max(PRIOR_LENGTHS)
     for n in (9, 16, 30, longest, longest + 1):
         item = AcousticInput(ids[:n], 0.0, 1.0, 0.0)
-        ((fixed, fixed_durations),) = model.acoustic.run_prior([item])
-        ((want, want_durations),) = dynamic.run_prior([item])
+        ((fixed, fixed_durations),) = runner.run_prior([item], threads=2)
+        ((want, want_durations),) = model.acoustic.run_prior([item])
         np.testing.assert_array_equal(fixed_durations, want_durations)
         assert fixed.frames == want.frames
         np.testing.assert_allclose(fixed.z_p, want.z_p, rtol=0, atol=0 if n > longest else MAX_PRIOR_DIFF)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from voxserve.runners.prior_graph import PRIOR_LENGTHS, fixed_priors
+from voxserve.runners.prior_graph import fixed_priors
 
 __all__ = [
     "FLOW_CONTEXT",
@@ -244,7 +244,8 @@ class AcousticRunner:
 
     `fixed`: fixed-length copies of the prior by length (`runners.prior_graph`); a group
     of one item runs on the shortest that holds its ids, padded, instead of the dynamic
-    graph."""
+    graph, and on one thread whatever `threads` asks: at up to 64 ids the prior was
+    slower on two threads than on one (spinning off), with either graph."""
 
     def __init__(
         self,
@@ -342,7 +343,7 @@ class AcousticRunner:
         if items == 1:
             for width, sessions in self._fixed.items():
                 if longest <= width:
-                    return sessions.get(threads), width
+                    return sessions.get(1), width
         return self._prior.get(threads), longest
 
 
@@ -388,11 +389,13 @@ class PiperModel:
     """
 
     def __init__(
-        self, files: VoiceFiles, cache_dir: Path | None = None, prior_lengths: Sequence[int] = PRIOR_LENGTHS
+        self, files: VoiceFiles, cache_dir: Path | None = None, prior_lengths: Sequence[int] = ()
     ):
         """`prior_lengths`: the fixed-length copies of the prior to build (or read from the
-        cache) and serve single items with (`runners.prior_graph`); () for none. Each
-        adds a session (~0.15 s of start-up once cached, ~1 s to build once)."""
+        cache) and serve single items with (`runners.prior_graph`; `PRIOR_LENGTHS` are
+        16, 32, 48 and 64 ids); none by default. A copy makes a single item's prior
+        ~15-20 % faster, and costs a session: ~0.13 s of start-up once cached (~1.2 s to
+        build it once) and ~33 MB of memory."""
         self.files = files
         with files.config.open(encoding="utf-8") as f:
             self.config: dict[str, Any] = json.load(f)
