@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from voxserve.runners.prior_graph import fixed_priors
+from voxserve.runners.prior_graph import fixed_priors, shared_weights
 
 __all__ = [
     "FLOW_CONTEXT",
@@ -179,8 +179,12 @@ def _shared_arena() -> bool:
         return _arena
 
 
-def _session(path: Path | str, threads: int = 1) -> ort.InferenceSession:
+def _session(
+    path: Path | str, threads: int = 1, initializers: Mapping[str, ort.OrtValue] | None = None
+) -> ort.InferenceSession:
     opts = ort.SessionOptions()
+    for name, value in (initializers or {}).items():
+        opts.add_initializer(name, value)  # shared with other sessions, not read from `path`
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -197,10 +201,11 @@ class Sessions:
     then kept. Single-threaded calls run on the caller's thread; a call on n threads
     borrows n - 1 pool threads (the engine asks for that only while cores idle)."""
 
-    def __init__(self, path: Path | str):
+    def __init__(self, path: Path | str, initializers: Mapping[str, ort.OrtValue] | None = None):
         self._path = path
+        self._initializers = initializers
         self._lock = threading.Lock()
-        self._by_threads = {1: _session(path, 1)}
+        self._by_threads = {1: _session(path, 1, initializers)}
 
     def get(self, threads: int = 1) -> ort.InferenceSession:
         if threads < 1:
@@ -210,7 +215,7 @@ class Sessions:
             with self._lock:
                 session = self._by_threads.get(threads)
                 if session is None:
-                    session = self._by_threads[threads] = _session(self._path, threads)
+                    session = self._by_threads[threads] = _session(self._path, threads, self._initializers)
         return session
 
 
@@ -244,8 +249,7 @@ class AcousticRunner:
 
     `fixed`: fixed-length copies of the prior by length (`runners.prior_graph`); a group
     of one item runs on the shortest that holds its ids, padded, instead of the dynamic
-    graph, and on one thread whatever `threads` asks: at up to 64 ids the prior was
-    slower on two threads than on one (spinning off), with either graph."""
+    graph."""
 
     def __init__(
         self,
@@ -256,7 +260,9 @@ class AcousticRunner:
         fixed: Mapping[int, Path] | None = None,
     ):
         self._prior = Sessions(prior)
-        self._fixed = {length: Sessions(path) for length, path in sorted((fixed or {}).items())}
+        copies = dict(sorted((fixed or {}).items()))
+        weights = shared_weights(Path(prior), copies.values()) if copies else {}
+        self._fixed = {length: Sessions(path, weights) for length, path in copies.items()}
         self._flow = Sessions(flow)
         self._multi_speaker = multi_speaker
         self._flow_takes_sid = "sid" in [i.name for i in self._flow.get(1).get_inputs()]
@@ -343,7 +349,7 @@ class AcousticRunner:
         if items == 1:
             for width, sessions in self._fixed.items():
                 if longest <= width:
-                    return sessions.get(1), width
+                    return sessions.get(threads), width
         return self._prior.get(threads), longest
 
 
@@ -393,9 +399,9 @@ class PiperModel:
     ):
         """`prior_lengths`: the fixed-length copies of the prior to build (or read from the
         cache) and serve single items with (`runners.prior_graph`; `PRIOR_LENGTHS` are
-        16, 32, 48 and 64 ids); none by default. A copy makes a single item's prior
-        ~15-20 % faster, and costs a session: ~0.13 s of start-up once cached (~1.2 s to
-        build it once) and ~33 MB of memory."""
+        16, 32, 48 and 64 ids); none by default. The copies make a single item's prior
+        ~15-30 % faster. The four cost ~0.2 s of start-up once cached (~5 s to build
+        them once) and ~57 MB of memory (weights shared with the prior's)."""
         self.files = files
         with files.config.open(encoding="utf-8") as f:
             self.config: dict[str, Any] = json.load(f)

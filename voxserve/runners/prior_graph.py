@@ -25,10 +25,11 @@ Pure graph code and the on-disk cache; no sessions are kept here, nothing of req
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +41,10 @@ __all__ = [
     "FIXED_LAYOUT",
     "MAX_PRIOR_DIFF",
     "PRIOR_LENGTHS",
+    "SHARED_KEY",
     "build_fixed_prior",
     "fixed_priors",
+    "shared_weights",
 ]
 
 log = logging.getLogger(__name__)
@@ -49,38 +52,76 @@ log = logging.getLogger(__name__)
 PRIOR_LENGTHS = (16, 32, 48, 64)
 """The fixed lengths built by default. Padding within 16 ids costs little: ONNX Runtime's
 convolutions compute 16 positions at a time."""
-FIXED_LAYOUT = "x1"
+FIXED_LAYOUT = "x2"
 """Names the copies in the split's folder; a copy of another layout is not read."""
 MAX_PRIOR_DIFF = 1e-4
 """Largest |z_p| difference to the dynamic graph that a copy may show in its check
 (noise scales 0); 1.2e-5 was the largest seen over 2769 runs."""
+SHARED_KEY = "voxserve.shared_weights"
+"""A copy's metadata: the JSON list of its weights equal to the prior's (same name)."""
 _PRIOR_OUTPUTS = ("/Add_output_0", "/Cast_2_output_0", "/Cast_output_0", "/Ceil_output_0")
 
 
 def fixed_priors(prior: Path, lengths: Sequence[int] = PRIOR_LENGTHS) -> dict[int, Path]:
     """A fixed-length copy of the `prior` graph per length, built beside it on first use
     and written atomically. A length whose copy cannot be built (onnxsim missing, a
-    graph of another shape, a failed check) is left out, with a warning."""
+    graph of another shape, a failed check) is left out, with a warning.
+
+    A copy keeps its weights in a file of its own, and names in its metadata
+    (`SHARED_KEY`) those equal to the prior's: a session can take them from
+    `shared_weights` instead of reading its own."""
     out: dict[int, Path] = {}
     for length in sorted(set(lengths)):
         target = prior.with_name(f"{prior.stem}-{length}-{FIXED_LAYOUT}.onnx")
         if not target.exists():
             try:
-                model = build_fixed_prior(onnx.load(str(prior)), length)
+                source = onnx.load(str(prior))
+                originals = {init.name: init for init in source.graph.initializer}
+                model = build_fixed_prior(source, length)
                 _check(prior, model, length)
             except Exception as exc:  # noqa: BLE001 - the dynamic graph serves instead
                 log.warning("no fixed-length prior of %d ids (%s); the dynamic one serves", length, exc)
                 continue
+            shared = [
+                init.name for init in model.graph.initializer
+                if init.name in originals and _same_tensor(init, originals[init.name])
+            ]
+            helper.set_model_props(model, {SHARED_KEY: json.dumps(shared)})
             fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
             os.close(fd)
             try:
-                onnx.save(model, tmp)
+                # The weights' file name is new for each write; the graph's file, which
+                # names it, appears last and whole.
+                weights = f"{target.stem}-{os.urandom(6).hex()}.weights"
+                onnx.save(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
+                          location=weights, size_threshold=4096)
                 os.replace(tmp, target)
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
         out[length] = target
     return out
+
+
+def shared_weights(prior: Path, copies: Iterable[Path]) -> dict[str, ort.OrtValue]:
+    """The prior's weights that the `copies` share with it (see `fixed_priors`), for
+    `SessionOptions.add_initializer`: one copy in memory for all their sessions."""
+    names: set[str] = set()
+    for path in copies:
+        props = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+        names.update(json.loads(props.get(SHARED_KEY, "[]")))
+    if not names:
+        return {}
+    return {
+        init.name: ort.OrtValue.ortvalue_from_numpy(numpy_helper.to_array(init))
+        for init in onnx.load(str(prior)).graph.initializer
+        if init.name in names
+    }
+
+
+def _same_tensor(a: onnx.TensorProto, b: onnx.TensorProto) -> bool:
+    x, y = numpy_helper.to_array(a), numpy_helper.to_array(b)
+    return x.nbytes >= 4096 and x.dtype == y.dtype and x.shape == y.shape and bool(np.array_equal(x, y))
 
 
 def build_fixed_prior(model: onnx.ModelProto, length: int) -> onnx.ModelProto:
