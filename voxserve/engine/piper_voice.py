@@ -35,6 +35,7 @@ from voxserve.runners.piper import (
     bundled_voice,
 )
 from voxserve.runners.piper import find_voice as find_voice_files
+from voxserve.runners.prior_graph import PRIOR_LENGTHS
 from voxserve.text.phonemize import Phonemizer
 
 __all__ = ["PiperItem", "PiperVoice"]
@@ -125,7 +126,7 @@ class PiperVoice:
         """The voice in `config.voice_dir`, or the bundled joe voice, as configured."""
         files = find_voice_files(config.voice_dir) if config.voice_dir else bundled_voice()
         return cls(
-            PiperModel(files, config.cache_dir),
+            PiperModel(files, config.cache_dir, PRIOR_LENGTHS if config.fixed_prior else ()),
             config.chunking,
             config.output_gain,
             config.noise_scale,
