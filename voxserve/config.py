@@ -71,10 +71,11 @@ class TTSConfig:
     cache_dir: Path | None = None
     """Where the split stage A / stage B graphs are cached; None uses the user cache dir."""
     fixed_prior: bool = True
-    """Run a Piper segment of up to 64 phoneme ids alone on a copy of stage A's prior
-    fixed to 16, 32, 48 or 64 ids (its shape arithmetic folded): 15-30 % faster than the
-    dynamic graph, which still serves batches and longer segments. Costs ~57 MB, ~0.2 s
-    of start-up, and ~5 s once to build the copies into cache_dir."""
+    """Run a Piper segment of up to 96 phoneme ids alone on a copy of stage A's prior
+    fixed to 16, 32, ... or 96 ids (its shape arithmetic folded): 15-30 % faster than the
+    dynamic graph, which still serves batches and longer segments. Costs ~90 MB, ~0.9 s
+    of start-up (the copies' sessions are made and run once), and ~8 s once to build the
+    copies into cache_dir."""
     workers: int = field(default_factory=default_cores)
     """Inference threads; each runs single-threaded ONNX sessions (a lone stream's unit
     may hold several workers and their threads: see idle_threads)."""

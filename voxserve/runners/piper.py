@@ -412,9 +412,10 @@ class PiperModel:
     ):
         """`prior_lengths`: the fixed-length copies of the prior to build (or read from the
         cache) and serve single items with (`runners.prior_graph`; `PRIOR_LENGTHS` are
-        16, 32, 48 and 64 ids); none by default. The copies make a single item's prior
-        ~15-30 % faster. The four cost ~0.2 s of start-up once cached (~5 s to build
-        them once) and ~57 MB of memory (weights shared with the prior's)."""
+        16, 32, ... 96 ids); none by default. The copies make a single item's prior
+        ~15-30 % faster. The six cost ~0.35 s of start-up once cached (~8 s to build
+        them once), and ~90 MB of memory once their sessions have run on one and two
+        threads (`AcousticRunner.warm_fixed`; the weights are shared with the prior's)."""
         self.files = files
         with files.config.open(encoding="utf-8") as f:
             self.config: dict[str, Any] = json.load(f)
