@@ -302,8 +302,11 @@ def _check(prior: Path, fixed: onnx.ModelProto, length: int) -> None:
         def feeds(width: int, ids: np.ndarray = ids) -> dict[str, np.ndarray]:
             padded = np.zeros((1, width), np.int64)
             padded[0, : len(ids)] = ids
-            out = {"input": padded, "input_lengths": np.array([len(ids)], np.int64),
-                   "scales": np.array([0.0, 1.0, 0.0], np.float32)}
+            out: dict[str, np.ndarray] = {
+                "input": padded,
+                "input_lengths": np.array([len(ids)], np.int64),
+                "scales": np.array([0.0, 1.0, 0.0], np.float32),
+            }
             if speakers:
                 out["sid"] = np.zeros(1, np.int64)
             return out
