@@ -73,9 +73,9 @@ class TTSConfig:
     fixed_prior: bool = True
     """Run a Piper segment of up to 96 phoneme ids alone on a copy of stage A's prior
     fixed to 16, 32, ... or 96 ids (its shape arithmetic folded): 15-30 % faster than the
-    dynamic graph, which still serves batches and longer segments. Costs ~90 MB, ~0.9 s
-    of start-up (the copies' sessions are made and run once), and ~8 s once to build the
-    copies into cache_dir."""
+    dynamic graph, which still serves batches and longer segments. They come online in
+    the background after start-up (~1 s of CPU to make and run their sessions once; ~8 s
+    the first time, to build them into cache_dir) and cost ~90 MB."""
     workers: int = field(default_factory=default_cores)
     """Inference threads; each runs single-threaded ONNX sessions (a lone stream's unit
     may hold several workers and their threads: see idle_threads)."""

@@ -125,8 +125,9 @@ class PiperVoice:
     def load(cls, config: TTSConfig) -> PiperVoice:
         """The voice in `config.voice_dir`, or the bundled joe voice, as configured."""
         files = find_voice_files(config.voice_dir) if config.voice_dir else bundled_voice()
-        model = PiperModel(files, config.cache_dir, PRIOR_LENGTHS if config.fixed_prior else ())
-        model.acoustic.warm_fixed({1, config.idle_threads})
+        model = PiperModel(files, config.cache_dir)
+        if config.fixed_prior:
+            model.fixed_prior_in_background(PRIOR_LENGTHS, {1, config.idle_threads})
         return cls(
             model,
             config.chunking,

@@ -260,13 +260,15 @@ class AcousticRunner:
         fixed: Mapping[int, Path] | None = None,
     ):
         self._prior = Sessions(prior)
-        copies = dict(sorted((fixed or {}).items()))
-        weights = shared_weights(Path(prior), copies.values()) if copies else {}
-        self._fixed = {length: Sessions(path, weights) for length, path in copies.items()}
+        self._prior_path = Path(prior)
+        self._fixed: dict[int, Sessions] = {}
+        """Replaced whole, never changed in place: workers read it without a lock."""
         self._flow = Sessions(flow)
         self._multi_speaker = multi_speaker
         self._flow_takes_sid = "sid" in [i.name for i in self._flow.get(1).get_inputs()]
         self.hook = hook
+        if fixed:
+            self.add_fixed(fixed)
 
     def run(self, batch: Sequence[AcousticInput], threads: int = 1) -> list[np.ndarray]:
         return [z for z, _ in self.run_timed(batch, threads)]
@@ -344,23 +346,33 @@ class AcousticRunner:
             out.append(((z_p, mask, speakers), rows))
         return out
 
-    def warm_fixed(self, threads: Iterable[int]) -> None:
-        """Make and run each fixed-length prior's session on each of these thread counts
-        once, so that no client's first item of a length pays for that (a session is
-        made on first use: ~0.1 s)."""
+    def add_fixed(self, fixed: Mapping[int, Path], warm: Iterable[int] = ()) -> None:
+        """Serve single items on these fixed-length copies of the prior from now on, after
+        making and running each copy's session once on each thread count in `warm` (a
+        session is made on first use, ~0.1 s: done here, no client pays for it)."""
+        copies = dict(sorted(fixed.items()))
+        weights = shared_weights(self._prior_path, copies.values())
+        sessions = {length: Sessions(path, weights) for length, path in copies.items()}
         scales = np.array([0.0, 1.0, 0.0], np.float32)
-        for width, sessions in self._fixed.items():
+        for width, copy in sessions.items():
             feeds = {"input": np.ones((1, width), np.int64), "input_lengths": np.array([width], np.int64),
                      "scales": scales}
             if self._multi_speaker:
                 feeds["sid"] = np.zeros(1, np.int64)
-            for n in sorted(set(threads)):
-                sessions.get(n).run(None, feeds)
+            for n in sorted(set(warm)):
+                copy.get(n).run(None, feeds)
+        self._fixed = sessions
+
+    @property
+    def fixed_lengths(self) -> tuple[int, ...]:
+        """The ids' lengths of the fixed-length copies serving now (none before
+        `add_fixed`)."""
+        return tuple(self._fixed)
 
     def _prior_session(self, items: int, longest: int, threads: int) -> tuple[ort.InferenceSession, int]:
         """The prior's session for a group, and the ids' width that it takes."""
         if items == 1:
-            for width, sessions in self._fixed.items():
+            for width, sessions in self._fixed.items():  # one read of the current copies
                 if longest <= width:
                     return sessions.get(threads), width
         return self._prior.get(threads), longest
@@ -407,15 +419,7 @@ class PiperModel:
     thread each call runs on the caller's thread, so N workers give N parallel decodes.
     """
 
-    def __init__(
-        self, files: VoiceFiles, cache_dir: Path | None = None, prior_lengths: Sequence[int] = ()
-    ):
-        """`prior_lengths`: the fixed-length copies of the prior to build (or read from the
-        cache) and serve single items with (`runners.prior_graph`; `PRIOR_LENGTHS` are
-        16, 32, ... 96 ids); none by default. The copies make a single item's prior
-        ~15-30 % faster. The six cost ~0.35 s of start-up once cached (~8 s to build
-        them once), and ~90 MB of memory once their sessions have run on one and two
-        threads (`AcousticRunner.warm_fixed`; the weights are shared with the prior's)."""
+    def __init__(self, files: VoiceFiles, cache_dir: Path | None = None):
         self.files = files
         with files.config.open(encoding="utf-8") as f:
             self.config: dict[str, Any] = json.load(f)
@@ -431,8 +435,7 @@ class PiperModel:
         self.graphs = split_model(files.model, cache_dir)
         self._hook: FaultHook | None = None
         self._lock = threading.Lock()
-        fixed = fixed_priors(self.graphs.prior, prior_lengths) if prior_lengths else {}
-        self.acoustic = AcousticRunner(self.graphs.prior, self.graphs.flow, self.num_speakers > 1, fixed=fixed)
+        self.acoustic = AcousticRunner(self.graphs.prior, self.graphs.flow, self.num_speakers > 1)
         self.vocoder = VocoderRunner(self.graphs.vocoder, self.hop)
 
     def _speakers(self) -> list[SpeakerInfo]:
@@ -445,6 +448,27 @@ class PiperModel:
         if not id_map:
             id_map = {f"speaker_{i}": i for i in range(self.num_speakers)}
         return [SpeakerInfo(name, sid) for name, sid in sorted(id_map.items(), key=lambda kv: kv[1])]
+
+    def fixed_prior_in_background(self, lengths: Sequence[int], warm: Iterable[int]) -> threading.Thread:
+        """Build (or read from the cache) the prior's fixed-length copies and serve single
+        items on them once ready (`AcousticRunner.add_fixed`), on a daemon thread: the
+        dynamic prior serves until then, so start-up does not wait. The copies make a
+        single item's prior ~15-30 % faster; six cost ~1 s of CPU once cached (~8 s to
+        build them the first time) and ~90 MB once their sessions have run on one and
+        two threads. A copy that fails to build or check is logged, and the dynamic
+        prior goes on serving."""
+
+        def run() -> None:
+            try:
+                self.acoustic.add_fixed(fixed_priors(self.graphs.prior, lengths), warm)
+            except Exception:  # an optimization: the dynamic prior serves without it
+                log.warning("no fixed-length priors for %s; the dynamic prior serves", self.name, exc_info=True)
+            else:
+                log.info("fixed-length priors for %s ready: %s ids", self.name, ", ".join(map(str, lengths)))
+
+        thread = threading.Thread(target=run, name="fixed-prior", daemon=True)
+        thread.start()
+        return thread
 
     def set_fault_hook(self, hook: FaultHook | None) -> None:
         """Install a hook called before every inference (tests inject failures with it)."""
