@@ -198,7 +198,7 @@ def test_fixed_length_priors_come_online_in_the_background() -> None:
     """A loaded voice serves on the dynamic prior at once and switches to the copies when
     its background thread has made and run their sessions."""
     model = PiperModel(bundled_voice())
-    assert model.acoustic.fixed_lengths == ()
+    assert not model.acoustic.fixed_lengths
     model.fixed_prior_in_background(PRIOR_LENGTHS[:2], warm={1, 2}).join(60)
     assert model.acoustic.fixed_lengths == PRIOR_LENGTHS[:2]
     item = AcousticInput(np.arange(1, 20, dtype=np.int64), 0.0, 1.0, 0.0)
