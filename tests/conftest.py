@@ -23,6 +23,7 @@ from voxserve.api.server import uvicorn_config
 from voxserve.config import ServerConfig, TTSConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
+from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget
 from voxserve.serving.remote import Remote, RemoteState
@@ -81,16 +82,21 @@ def run_server(
     engine: TTSEngine | None = None,
     remote: Remote | None = None,
     kokoro: bool = False,
+    fixed_prior: bool = False,
 ) -> Iterator[RunningServer]:
     """A server on a free loopback port; with `remote`, a Ray-style front end whose
     engines are the given backends.
 
     Servers load Piper alone unless `kokoro` is set: Kokoro adds 3 s to each start, and
-    only the tests about it use it (tests/test_kokoro_voice.py)."""
+    only the tests about it use it (tests/test_kokoro_voice.py). They serve Piper's prior
+    on its dynamic graph unless `fixed_prior` is set: the fixed-length copies cost ~1 s of
+    CPU after each start; the session `server` and tests/test_model_split.py use them."""
     port = _free_port()
     config = replace(config or ServerConfig(), host="127.0.0.1", port=port)
     if not kokoro:
         config = replace(config, tts=replace(config.tts, models=tuple(m for m in config.tts.models if m != "kokoro")))
+    if not fixed_prior:
+        config = replace(config, tts=replace(config.tts, fixed_prior=False))
     app = create_app(config, engine, remote)
     # The production uvicorn settings (connection limits included), quieter logs.
     server = uvicorn.Server(uvicorn_config(app, config, log_level="warning", timeout_graceful_shutdown=2))
@@ -117,7 +123,11 @@ def server() -> Iterator[RunningServer]:
     # Default settings, except that synthesis is made deterministic (no noise), so that
     # tests can compare separate requests for the same text and transcripts of TTS audio
     # are the same on every run.
-    with run_server(tts_config(noise_w=0.0, noise_scale=0.0)) as running:
+    with run_server(tts_config(noise_w=0.0, noise_scale=0.0), fixed_prior=True) as running:
+        # The same text gives the same audio only once the prior's copies serve.
+        piper = running.state.engine.models["en_US-joe-medium"]
+        assert isinstance(piper, PiperVoice)
+        wait_for(lambda: piper.model.acoustic.fixed_lengths, 60)
         yield running
 
 
