@@ -106,18 +106,20 @@ def test_the_key_opens_a_streaming_speech_request(keyed: RunningServer) -> None:
 
 
 def test_openai_sdk_with_the_key(keyed: RunningServer) -> None:
-    client = openai.OpenAI(base_url=f"{keyed.base_url}/v1", api_key=KEY, max_retries=0, timeout=60)
-    assert "tts-1" in [m.id for m in client.models.list()]
-    with client.audio.speech.with_streaming_response.create(
-        model="tts-1", voice="alloy", input=SPEECH["input"], response_format="pcm"
-    ) as response:
-        total = sum(len(chunk) for chunk in response.iter_bytes())
+    with openai.OpenAI(base_url=f"{keyed.base_url}/v1", api_key=KEY, max_retries=0, timeout=60) as client:
+        assert "tts-1" in [m.id for m in client.models.list()]
+        with client.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="alloy", input=SPEECH["input"], response_format="pcm"
+        ) as response:
+            total = sum(len(chunk) for chunk in response.iter_bytes())
     assert total / 2 / 24000 > 1.0
 
 
 def test_openai_sdk_with_a_wrong_key_raises_authentication_error(keyed: RunningServer) -> None:
-    client = openai.OpenAI(base_url=f"{keyed.base_url}/v1", api_key="sk-wrong", max_retries=0, timeout=60)
-    with pytest.raises(openai.AuthenticationError) as caught:
+    with (
+        openai.OpenAI(base_url=f"{keyed.base_url}/v1", api_key="sk-wrong", max_retries=0, timeout=60) as client,
+        pytest.raises(openai.AuthenticationError) as caught,
+    ):
         client.audio.speech.create(model="tts-1", voice="alloy", input=SPEECH["input"])
     assert caught.value.status_code == 401
     assert caught.value.code == "invalid_api_key"

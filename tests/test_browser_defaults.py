@@ -134,8 +134,8 @@ def test_json_with_parameters_and_the_openai_sdk_still_work(server: RunningServe
             timeout=30,
         )
         assert r.status_code == 200 and len(r.content) > 4800, r.text
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=30)
-    audio = client.audio.speech.create(model="tts-1", voice="alloy", input="Hello.", response_format="pcm")
+    with openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=30) as client:
+        audio = client.audio.speech.create(model="tts-1", voice="alloy", input="Hello.", response_format="pcm")
     assert len(audio.content) > 4800
     spec = httpx.get(f"{server.base_url}/openapi.json").json()
     assert "415" in spec["paths"]["/v1/audio/speech"]["post"]["responses"]

@@ -258,6 +258,7 @@ def test_openai_sdk_realtime_client(server: RunningServer, speech: list[np.ndarr
                     seen.append(event)
                     if event.type == "conversation.item.input_audio_transcription.completed":
                         break
+        await client.close()
         return seen
 
     events = asyncio.run(run())

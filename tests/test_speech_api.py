@@ -39,11 +39,13 @@ def pcm_seconds(base_url: str) -> float:
 
 
 def test_openai_sdk_streaming_pcm(base_url: str) -> None:
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused")
     sizes = []
-    with client.audio.speech.with_streaming_response.create(
-        model="tts-1", voice="alloy", input=TEXT, response_format="pcm"
-    ) as response:
+    with (
+        openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused") as client,
+        client.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="alloy", input=TEXT, response_format="pcm"
+        ) as response,
+    ):
         assert response.headers["content-type"] == "audio/pcm"
         assert response.headers["x-sample-rate"] == "24000"
         for chunk in response.iter_bytes():
@@ -55,8 +57,8 @@ def test_openai_sdk_streaming_pcm(base_url: str) -> None:
 
 
 def test_openai_sdk_plain_call_mp3(base_url: str, pcm_seconds: float) -> None:
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused")
-    audio = client.audio.speech.create(model="tts-1", voice="nova", input=TEXT)
+    with openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused") as client:
+        audio = client.audio.speech.create(model="tts-1", voice="nova", input=TEXT)
     assert audio.content[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf2") or audio.content[:3] == b"ID3"
     assert decoded_seconds(audio.content) == pytest.approx(pcm_seconds, abs=0.12)
 
@@ -170,11 +172,11 @@ def test_malformed_json(client: httpx.Client, raw: bytes) -> None:
 
 
 def test_sdk_raises_typed_errors(base_url: str) -> None:
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0)
-    with pytest.raises(openai.NotFoundError):
-        client.audio.speech.create(model="tts-1", voice="nobody", input="hi")
-    with pytest.raises(openai.BadRequestError):
-        client.audio.speech.create(model="tts-1", voice="alloy", input="")
+    with openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0) as client:
+        with pytest.raises(openai.NotFoundError):
+            client.audio.speech.create(model="tts-1", voice="nobody", input="hi")
+        with pytest.raises(openai.BadRequestError):
+            client.audio.speech.create(model="tts-1", voice="alloy", input="")
 
 
 def test_wrong_method_and_path(client: httpx.Client) -> None:
