@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from voxserve.runners.prior_graph import fixed_priors, shared_weights
+from voxserve.runners.prior_graph import fixed_priors, prior_feeds, shared_weights
 
 __all__ = [
     "FLOW_CONTEXT",
@@ -327,17 +327,9 @@ class AcousticRunner:
         for (noise, length, noise_w, speaker), members in groups.items():
             longest = max(len(batch[i].ids) for i in members)
             session, width = self._prior_session(len(members), longest, threads)
-            ids = np.zeros((len(members), width), dtype=np.int64)
-            for row, i in enumerate(members):
-                ids[row, : len(batch[i].ids)] = batch[i].ids
             speakers = np.full(len(members), speaker or 0, dtype=np.int64)
-            feeds: dict[str, np.ndarray] = {
-                "input": ids,
-                "input_lengths": np.array([len(batch[i].ids) for i in members], dtype=np.int64),
-                "scales": np.array([noise, length, noise_w], dtype=np.float32),
-            }
-            if self._multi_speaker:
-                feeds["sid"] = speakers
+            feeds = prior_feeds([batch[i].ids for i in members], width, (noise, length, noise_w),
+                                (speaker or 0) if self._multi_speaker else None)
             z_p, mask, frames, w_ceil = session.run(None, feeds)
             rows = [
                 (i, int(frames[row]), w_ceil[row].reshape(-1)[: len(batch[i].ids)].astype(np.int64))
@@ -353,12 +345,9 @@ class AcousticRunner:
         copies = dict(sorted(fixed.items()))
         weights = shared_weights(self._prior_path, copies.values())
         sessions = {length: Sessions(path, weights) for length, path in copies.items()}
-        scales = np.array([0.0, 1.0, 0.0], np.float32)
+        speaker = 0 if self._multi_speaker else None
         for width, copy in sessions.items():
-            feeds = {"input": np.ones((1, width), np.int64), "input_lengths": np.array([width], np.int64),
-                     "scales": scales}
-            if self._multi_speaker:
-                feeds["sid"] = np.zeros(1, np.int64)
+            feeds = prior_feeds([np.ones(width, np.int64)], width, (0.0, 1.0, 0.0), speaker)
             for n in sorted(set(warm)):
                 copy.get(n).run(None, feeds)
         self._fixed = sessions
@@ -464,7 +453,8 @@ class PiperModel:
             except Exception:  # an optimization: the dynamic prior serves without it
                 log.warning("no fixed-length priors for %s; the dynamic prior serves", self.name, exc_info=True)
             else:
-                log.info("fixed-length priors for %s ready: %s ids", self.name, ", ".join(map(str, lengths)))
+                built = ", ".join(map(str, self.acoustic.fixed_lengths)) or "none"
+                log.info("fixed-length priors for %s ready: %s ids", self.name, built)
 
         thread = threading.Thread(target=run, name="fixed-prior", daemon=True)
         thread.start()

@@ -44,6 +44,7 @@ __all__ = [
     "SHARED_KEY",
     "build_fixed_prior",
     "fixed_priors",
+    "prior_feeds",
     "shared_weights",
 ]
 
@@ -73,14 +74,19 @@ def fixed_priors(prior: Path, lengths: Sequence[int] = PRIOR_LENGTHS) -> dict[in
     (`SHARED_KEY`) those equal to the prior's: a session can take them from
     `shared_weights` instead of reading its own."""
     out: dict[int, Path] = {}
+    loaded: onnx.ModelProto | None = None  # the prior and its session, on the first copy to build
+    dynamic: ort.InferenceSession | None = None
     for length in sorted(set(lengths)):
         target = prior.with_name(f"{prior.stem}-{length}-{FIXED_LAYOUT}.onnx")
         if not target.exists():
             try:
-                source = onnx.load(str(prior))
-                originals = {init.name: init for init in source.graph.initializer}
+                if loaded is None or dynamic is None:
+                    loaded, dynamic = onnx.load(str(prior)), _session(str(prior))
+                originals = {init.name: init for init in loaded.graph.initializer}
+                source = onnx.ModelProto()
+                source.CopyFrom(loaded)  # the build rewrites its model
                 model = build_fixed_prior(source, length)
-                _check(prior, model, length)
+                _check(dynamic, model, length)
             except Exception as exc:  # noqa: BLE001 - the dynamic graph serves instead
                 log.warning("no fixed-length prior of %d ids (%s); the dynamic one serves", length, exc)
                 continue
@@ -103,6 +109,25 @@ def fixed_priors(prior: Path, lengths: Sequence[int] = PRIOR_LENGTHS) -> dict[in
                     os.unlink(tmp)
         out[length] = target
     return out
+
+
+def prior_feeds(
+    items: Sequence[np.ndarray], width: int, scales: tuple[float, float, float], speaker: int | None
+) -> dict[str, np.ndarray]:
+    """A Piper prior's inputs for `items` (each a 1-D array of phoneme ids), one row each,
+    padded with 0 (the pad id) to `width` ids; `scales` are (noise, length, noise_w);
+    `speaker`: the speaker id of every row, None for a single-speaker voice (no `sid`)."""
+    ids = np.zeros((len(items), width), dtype=np.int64)
+    for row, item in enumerate(items):
+        ids[row, : len(item)] = item
+    feeds: dict[str, np.ndarray] = {
+        "input": ids,
+        "input_lengths": np.array([len(item) for item in items], dtype=np.int64),
+        "scales": np.array(scales, dtype=np.float32),
+    }
+    if speaker is not None:
+        feeds["sid"] = np.full(len(items), speaker, dtype=np.int64)
+    return feeds
 
 
 def shared_weights(prior: Path, copies: Iterable[Path]) -> dict[str, ort.OrtValue]:
@@ -283,36 +308,27 @@ def _fuse_layer_norms(model: onnx.ModelProto) -> int:
     return len(fused)
 
 
-def _check(prior: Path, fixed: onnx.ModelProto, length: int) -> None:
-    """Raise unless `fixed` gives the dynamic `prior`'s durations and (nearly) its z_p,
-    noise scales 0, for a probe of `length` ids and one of `length` - 7."""
+def _session(model: str | bytes) -> ort.InferenceSession:
+    """A quiet CPU session of a graph file's path or a serialized graph, for the checks."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    dynamic = ort.InferenceSession(str(prior), opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+
+
+def _check(dynamic: ort.InferenceSession, fixed: onnx.ModelProto, length: int) -> None:
+    """Raise unless `fixed` gives the `dynamic` prior's durations and (nearly) its z_p,
+    noise scales 0, for a probe of `length` ids and one of `length` - 7."""
     names = [o.name for o in dynamic.get_outputs()]
     if tuple(names) != _PRIOR_OUTPUTS:
         raise ValueError(f"unexpected prior outputs {names}")
-    speakers = "sid" in [i.name for i in dynamic.get_inputs()]
-    copy = ort.InferenceSession(fixed.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    speaker = 0 if "sid" in [i.name for i in dynamic.get_inputs()] else None
+    copy = _session(fixed.SerializeToString())
     rng = np.random.default_rng(length)
     for n in sorted({length, max(1, length - 7)}):
         ids = rng.integers(1, 60, size=n).astype(np.int64)
         ids[0] = 1  # BOS
-
-        def feeds(width: int, ids: np.ndarray = ids) -> dict[str, np.ndarray]:
-            padded = np.zeros((1, width), np.int64)
-            padded[0, : len(ids)] = ids
-            out: dict[str, np.ndarray] = {
-                "input": padded,
-                "input_lengths": np.array([len(ids)], np.int64),
-                "scales": np.array([0.0, 1.0, 0.0], np.float32),
-            }
-            if speakers:
-                out["sid"] = np.zeros(1, np.int64)
-            return out
-
-        want = dynamic.run(None, feeds(n))
-        got = copy.run(None, feeds(length))
+        want = dynamic.run(None, prior_feeds([ids], n, (0.0, 1.0, 0.0), speaker))
+        got = copy.run(None, prior_feeds([ids], length, (0.0, 1.0, 0.0), speaker))
         if not np.array_equal(want[3].reshape(-1)[:n], got[3].reshape(-1)[:n]) or want[0].shape != got[0].shape:
             raise ValueError(f"durations differ from the dynamic graph's at {n} ids")
         diff = float(np.abs(want[0] - got[0]).max())
