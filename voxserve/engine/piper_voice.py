@@ -9,8 +9,8 @@ A stage A call on several threads is one the engine found alone with cores to sp
 lone stream waiting for its first audio. Its flow (half of stage A) is then left to the
 vocoder calls (`_DeferredFlow`): the first three chunks each run it over their own window,
 the fourth over the rest of the segment. The first audio waits for the prior and the flow
-of the first chunk's window only; the flow's work grows by the windows' context (64
-frames each).
+of the first chunk's window only; the flow's work grows by the windows' context
+(`FLOW_CONTEXT` frames on each side).
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ class PiperItem(AcousticInput):
 class _DeferredFlow:
     """A segment's latent whose flow has not run yet. A chunk within the segment's head
     (the first three chunks, `head` frames) runs the flow on its own window only (exact
-    there: `FLOW_CONTEXT` frames of window on each side), so the first audio waits for
-    the first chunk's frames alone, and the early chunks, whose audio is due soon, never
-    wait for the flow of frames they do not play. The first chunk past the head, due
+    there, to the int16 output's rounding: `FLOW_CONTEXT` frames of window on each side),
+    so the first audio waits for the first chunk's frames alone, and the early chunks,
+    whose audio is due soon, never wait for the flow of frames they do not play. The first chunk past the head, due
     later, runs it once from its own start to the segment's end (under a lock: chunks in
     flight together may both ask), kept for the rest."""
 

@@ -53,12 +53,16 @@ PRIOR_TENSOR = "/Add_output_0"
 MASK_TENSOR = "/Cast_2_output_0"
 """y_mask [B, 1, T]: 1 within an item's frames."""
 PRIOR_OUTPUTS = (PRIOR_TENSOR, MASK_TENSOR, LENGTHS_TENSOR, DURATIONS_TENSOR)
-FLOW_CONTEXT = 32
-"""Frames of z_p on each side that a frame of the flow's output depends on: 4 coupling
-layers, each a WaveNet of 4 convolutions of kernel 5 (+-8 frames). The first 58 frames of
-a [0, 90) window match the whole flow at >= 344 dB on all 87 segments of the bench
-prompts longer than 90 frames (with 24 frames of context, the first 18 frames of a window
-match at >= 98 dB; with 16, 41 dB)."""
+FLOW_CONTEXT = 24
+"""Frames of z_p on each side of a window that the flow runs on: 4 coupling layers, each a
+WaveNet of 4 convolutions of kernel 5, so a frame's receptive field reaches +-32 frames,
+but the far ones barely count. Decoded as the chunks of a stream's head are (the first
+three chunks, lone and crowded plans, 89 segments of the built-in prompts), windows with
+24 frames each side gave audio at worst 89 dB from the whole flow's (p50 109-140 dB):
+about the int16 output's own rounding, and the first chunk's window alone is as close
+with 32. With 20 frames the worst was 89-108 dB, with 16 70 dB; a bare 40-frame window
+decoded edges and all (`tests/test_model_split.py`) needs 24 for 96 dB
+(`docs/bench/flow-context.py`). The first chunk's flow runs on 46 frames instead of 54."""
 SPLIT_LAYOUT = "f1"
 """Names the graphs in the split's cache folder: a cache of another layout (stage A in
 one graph, "d1"; before the durations were an output, its folder named by the hash
