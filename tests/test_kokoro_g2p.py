@@ -24,6 +24,7 @@ from voxserve.text.kokoro_g2p import (
     kokoro_language,
 )
 from voxserve.text.kokoro_vocab import KOKORO_VOCAB
+from voxserve.text.phonemize import espeak_clauses
 
 VOCAB: dict[str, int] = dict(KOKORO_VOCAB)
 MARKS = set(';:,.!?—…"()“”')
@@ -256,3 +257,15 @@ def test_thousands_of_words_are_linear(g2p: KokoroG2P, name: str) -> None:
     text = WORDY[name]
     assert cpu_seconds(lambda: g2p(text, "a")) < 0.15
     _check(text, g2p(text, "a"))
+
+
+def test_espeak_reads_the_same_whatever_voice_read_before() -> None:
+    """espeak-ng's voice is set only when it changes: reading in a shuffled order of voices
+    gives what each voice gives for the same text read in a row."""
+    voices = [KOKORO_LANGUAGES[code].espeak_voice for code in KOKORO_LANGUAGES]
+    texts = ["Hello there, world.", "1990 was 50% of 2k", "Dr. Smith paid $3.50", "pizza, ciao"]
+    in_a_row = {(v, t): espeak_clauses(v, [t])[0] for v in voices for t in texts}
+    pairs = [(v, t) for v in voices for t in texts] * 3
+    random.Random(7).shuffle(pairs)
+    for voice, text in pairs:
+        assert espeak_clauses(voice, [text])[0] == in_a_row[voice, text], (voice, text)
