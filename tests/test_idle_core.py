@@ -4,6 +4,8 @@ and the server reports where its first packet's time went."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import numpy as np
 
@@ -55,3 +57,27 @@ def test_a_lone_stream_uses_the_idle_core_and_keeps_its_audio(server: RunningSer
     assert 'voxserve_tts_first_packet_seconds_count{part="acoustic"}' in metrics
     assert 'voxserve_tts_idle_core_units_total{way="chunks"}' in metrics
     assert 'voxserve_tts_admission_held_total{reason="lagging"}' in metrics
+
+
+def test_a_long_text_starts_speaking_before_all_of_it_is_read(server: RunningServer, client: httpx.Client) -> None:
+    """The stream starts on the text's first piece; the model's front end reads the rest
+    while the first audio goes out. The server's text part of the first packet stays well
+    under the time the whole text takes to prepare. (That the rest is spoken, and how a
+    rest that says nothing ends, `tests/test_model_split.py` shows.)"""
+    engine = server.state.engine
+    text = " ".join(f"Reading number {i} says the weather in the valley stays mild." for i in range(60))
+    assert len(text) <= server.state.config.tts.max_input_chars
+    voice = engine.default_model.resolve_voice("alloy")
+    whole_ms, text_ms = [], []
+    for _ in range(3):  # the least of three: the machine's noise is one-sided
+        started = time.perf_counter()
+        whole = engine.prepare(text, voice)
+        whole_ms.append((time.perf_counter() - started) * 1000)
+        body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm"}
+        with client.stream("POST", "/v1/audio/speech", json=body) as r:
+            assert r.status_code == 200
+            timing = dict(part.split(";dur=") for part in r.headers["server-timing"].split(", "))
+            assert next(r.iter_bytes())  # the first audio; leave the other 59 sentences
+        text_ms.append(float(timing["text"]))
+    assert len(whole.segments) == 60
+    assert min(text_ms) < min(whole_ms) / 4, (text_ms, whole_ms)

@@ -142,6 +142,33 @@ def test_engine_stream_equals_full_model(model: PiperModel) -> None:
     assert snr_db(reference, pcm) >= 60
 
 
+def test_a_stream_started_on_its_first_piece_of_text_is_the_whole_texts_audio(model: PiperModel) -> None:
+    """The server starts a stream on its text's first piece and hands it the rest later
+    (`prepare(head_only=True)`, `prepare_rest`, `extend`): the audio is the same as the
+    whole text's, and a rest that says nothing ends the stream with nothing added."""
+    config = replace(TTSConfig(), models=("piper",), noise_scale=0.0, noise_w=0.0, workers=2, output_gain=1.0)
+    engine = TTSEngine(config)
+    engine.start()
+    try:
+        voice = engine.default_model.voices[0]
+        for text in ("Hello there, my friend. This is the second sentence. And a third one!", "Hi. ( ) --"):
+            whole = engine.synthesize(text, voice)
+            head = engine.prepare(text, voice, head_only=True)
+            assert head.rest and len(head.segments) == 1
+            handle = engine.submit(head, engine.sample_rate)
+            engine.extend(handle.id, engine.prepare_rest(head))
+            parts = []
+            while True:
+                item = handle.stream.get_blocking(10.0)
+                engine.taken(handle.id)
+                parts.append(item.pcm)
+                if item.last:
+                    break
+            assert np.array_equal(np.concatenate(parts), whole), text
+    finally:
+        engine.stop()
+
+
 def test_a_deferred_flow_gives_the_same_chunks(model: PiperModel) -> None:
     """Stage A on two threads (a lone stream) leaves the flow to the chunks: the first runs
     it on its own window, the others once over the segment. The audio is the same, to the

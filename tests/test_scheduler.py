@@ -179,6 +179,91 @@ def test_empty_last_segment_still_ends_the_stream() -> None:
     assert chunk is not None and chunk.last and not s.has(1)
 
 
+def _run_until_idle(s: Scheduler, sid: int = 1) -> list[VocoderWork]:
+    """Run every unit that can run now (stage A yields 40 frames); the chunks run, in order."""
+    chunks = []
+    while (w := s.next_work(0.0)) is not None:
+        if isinstance(w, AcousticWork):
+            s.complete_acoustic(w, latent(40))
+        else:
+            chunks.append(w)
+            s.complete_vocoder(w, (w.end - w.start) * HOP, 0.0)
+            s.taken(sid)
+    return chunks
+
+
+def test_an_incomplete_stream_waits_for_the_rest_of_its_text() -> None:
+    """A stream started on its text's first piece plays it, marks no chunk as its last,
+    and goes on with the segments `extend` brings; the last of those ends it."""
+    s = make(credits=100)
+    s.add(1, [seg()], 0.0, PIPER, complete=False)
+    head = _run_until_idle(s)
+    assert head and not any(w.last for w in head) and s.has(1) and s.pending_work(1)
+    s.extend(1, [seg(), seg()])
+    tail = _run_until_idle(s)
+    assert tail[0].segment == 1 and {w.segment for w in tail} == {1, 2}
+    assert tail[-1].last and not any(w.last for w in tail[:-1]) and not s.has(1)
+
+
+def test_a_rest_that_says_nothing_ends_the_stream_with_an_empty_chunk() -> None:
+    s = make(credits=100)
+    s.add(1, [seg()], 0.0, PIPER, complete=False)
+    assert not any(w.last for w in _run_until_idle(s))
+    s.extend(1, [])
+    (end,) = _run_until_idle(s)
+    assert end.last and end.hi == end.lo and not s.has(1)
+
+
+def test_the_rest_may_come_while_the_streams_chunks_are_still_running() -> None:
+    s = make(credits=100)
+    s.add(1, [seg()], 0.0, PIPER, complete=False)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork)
+    s.extend(1, [])  # stage A in flight: its latent will be the last
+    s.complete_acoustic(a, latent(40))
+    chunks = _run_until_idle(s)
+    assert chunks[-1].last and chunks[-1].end == 40 and not s.has(1)
+
+    s.add(2, [seg()], 0.0, PIPER, complete=False)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(40))
+    first = s.next_work(0.0)
+    assert isinstance(first, VocoderWork)
+    s.complete_vocoder(first, (first.end - first.start) * HOP, 0.0)
+    second = s.next_work(0.0)
+    assert isinstance(second, VocoderWork) and second.end == 40
+    assert not second.last  # claimed before the stream knew it ends
+    s.extend(2, [])
+    chunk = s.complete_vocoder(second, (second.end - second.start) * HOP, 0.0)
+    assert chunk is not None and not chunk.last and s.has(2)
+    end = s.next_work(0.0)
+    assert isinstance(end, VocoderWork) and end.last and end.hi == end.lo and end.seq == 2
+    chunk = s.complete_vocoder(end, 0, 0.0)
+    assert chunk is not None and chunk.last and not s.has(2)
+
+
+def test_an_empty_latent_before_the_rest_is_known_is_skipped() -> None:
+    s = make(credits=100)
+    s.add(1, [seg()], 0.0, PIPER, complete=False)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(0))  # a first piece that made no frames
+    assert s.next_work(0.0) is None and s.has(1)
+    s.extend(1, [seg()])
+    chunks = _run_until_idle(s)
+    assert chunks[0].seq == 0 and chunks[-1].last and sum(w.end - w.start for w in chunks) == 40
+
+
+def test_extending_a_gone_stream_does_nothing_and_twice_is_an_error() -> None:
+    s = make()
+    s.extend(9, [seg()])
+    s.add(1, [seg()], 0.0, PIPER, complete=False)
+    s.extend(1, [])
+    with pytest.raises(ValueError, match="complete"):
+        s.extend(1, [])
+
+
 def test_rejects_empty_and_duplicate_streams() -> None:
     s = make()
     with pytest.raises(ValueError):

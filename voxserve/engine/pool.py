@@ -39,5 +39,11 @@ class BoundedPool:
         finally:
             self.pending -= 1
 
+    def start(self, fn: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> None:
+        """Run `fn` on the pool and do not wait for it: the tail of work something already
+        admitted began (bounded by what admits it, so not refused here). `fn` handles its
+        own errors."""
+        self.executor.submit(fn, *args, **kwargs)
+
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)

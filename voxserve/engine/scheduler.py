@@ -14,7 +14,10 @@ no locks and never reads a clock: the caller passes `now`. Policy in one place:
 - a stream holding `credits` chunks that its client has not taken (in flight counts) is
   skipped until it reads, so a slow client never stalls anyone else;
 - stage A of a stream's next sentence may run while its current sentence is vocoded, one
-  sentence ahead at most, with the deadline at which the current sentence runs out.
+  sentence ahead at most, with the deadline at which the current sentence runs out;
+- a stream may start before all its stage A inputs are known (its text's first sentence
+  is ready, the rest is still being phonemized): it is open until `extend` brings the
+  rest, and no chunk is its last before that.
 
 The idle core (issue 15). With `workers` given, every unit holds the workers it runs on:
 one, or `threads` for a unit on several intra-op threads. While fewer units can run than
@@ -228,8 +231,10 @@ class _Latent:
 class _Stream:
     id: int
     arrival: float
-    segments: Sequence[StageInput]
+    segments: list[StageInput]
     profile: ModelProfile
+    complete: bool = True
+    """All its stage A inputs are known (False: `extend` brings the rest)."""
     next_segment: int = 0
     latents: deque[_Latent] = field(default_factory=deque)
     acoustic_busy: bool = False
@@ -299,15 +304,38 @@ class Scheduler:
 
     # -- requests --------------------------------------------------------------------
     def add(
-        self, stream_id: int, segments: Sequence[StageInput], now: float, profile: ModelProfile
+        self,
+        stream_id: int,
+        segments: Sequence[StageInput],
+        now: float,
+        profile: ModelProfile,
+        complete: bool = True,
     ) -> None:
-        """A new stream of `profile`'s model, with its stage A inputs in order."""
+        """A new stream of `profile`'s model, with its stage A inputs in order;
+        `complete=False`: more of them follow, by `extend`."""
         if not segments:
             raise ValueError("a stream needs at least one segment")
         if stream_id in self._streams:
             raise ValueError(f"stream {stream_id} exists")
         self._acoustic_s_per_id.setdefault(profile.name, profile.acoustic_s_per_id)
-        self._streams[stream_id] = _Stream(stream_id, now, segments, profile)
+        self._streams[stream_id] = _Stream(stream_id, now, list(segments), profile, complete)
+
+    def extend(self, stream_id: int, segments: Sequence[StageInput]) -> None:
+        """The rest of an incomplete stream's stage A inputs (possibly none): after them
+        the stream ends. A stream already gone is left alone."""
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return
+        if stream.complete:
+            raise ValueError(f"stream {stream_id} is complete")
+        stream.segments.extend(segments)
+        stream.complete = True
+        if stream.acoustic_busy or stream.next_segment < len(stream.segments):
+            return  # a later stage A's latent ends the stream
+        if stream.open_latent() is None:
+            # Every chunk made so far was claimed before the stream knew it was ending,
+            # none of them as the last: an empty chunk ends it.
+            stream.latents.append(_Latent(len(stream.segments), Latent(None, 0)))
 
     def acoustic_s_per_id(self, model: str) -> float | None:
         """The current stage A estimate of a model (None before its first stream)."""
@@ -336,6 +364,7 @@ class Scheduler:
             or stream.next_segment < len(stream.segments)
             or stream.acoustic_busy
             or stream.in_flight
+            or not stream.complete
         )
 
     def __len__(self) -> int:
@@ -523,6 +552,7 @@ class Scheduler:
             and latent is stream.latents[-1]
             and stream.next_segment >= len(stream.segments)
             and not stream.acoustic_busy
+            and stream.complete
         )
         return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq)
 
@@ -543,7 +573,7 @@ class Scheduler:
             return
         stream.acoustic_busy = False
         stream.next_segment = work.segment + 1
-        if latent.frames > 0 or stream.next_segment >= len(stream.segments):
+        if latent.frames > 0 or (stream.complete and stream.next_segment >= len(stream.segments)):
             # An empty last segment still yields one (empty) final chunk to end the stream.
             stream.latents.append(_Latent(work.segment, latent))
 
@@ -577,7 +607,8 @@ class Scheduler:
             total += size
         if released:
             last = not stream.latents and stream.next_segment >= len(stream.segments)
-            last = last and not stream.acoustic_busy and not stream.in_flight and not stream.early
+            last = last and stream.complete and not stream.acoustic_busy
+            last = last and not stream.in_flight and not stream.early
         if last:
             del self._streams[stream.id]
         return Chunk(stream.id, total, first, last, released)

@@ -73,6 +73,12 @@ class PreparedText:
     characters: int
     model: str
     """The voice model that made the segments, and that will speak them."""
+    rest: tuple[str, ...] = ()
+    """Pieces of the text not yet through the model's front end (`TTSEngine.prepare`
+    with `head_only`): `prepare_rest` makes their segments, and `extend` hands them to
+    the stream."""
+    voice: Voice | None = None
+    speed: float = 1.0
 
 
 @dataclass
@@ -286,9 +292,15 @@ class TTSEngine(WorkerEngine):
             return len(self._sched)
 
     # -- requests --------------------------------------------------------------------
-    def prepare(self, text: str, voice: Voice, speed: float = 1.0) -> PreparedText:
+    def prepare(
+        self, text: str, voice: Voice, speed: float = 1.0, head_only: bool = False
+    ) -> PreparedText:
         """Normalize and segment (as the model's profile plans it), then the voice's model
-        makes its stage A inputs (phonemes). CPU work: call it from the text pool."""
+        makes its stage A inputs (phonemes). CPU work: call it from the text pool.
+
+        `head_only`: stop at the first piece of text that gives segments, and leave the
+        other pieces in `rest`, so that a stream starts before the model's front end has
+        read a long text (`prepare_rest` and `extend` finish it)."""
         model = self.models[voice.model]
         clean = normalize(text)
         texts: list[str] = []
@@ -302,15 +314,28 @@ class TTSEngine(WorkerEngine):
                 first_max_chars=self.config.first_segment_chars,
                 max_chars=self.config.max_segment_chars,
             )
-        for piece in pieces:
+        rest: tuple[str, ...] = ()
+        for at, piece in enumerate(pieces):
             for item in model.inputs(piece, voice, speed):
                 texts.append(piece)
                 segments.append(item)
+            if head_only and segments:
+                rest = tuple(pieces[at + 1 :])
+                break
         if not segments:
             raise InvalidRequest(
                 "input has nothing that can be spoken; send words or numbers", param="input"
             )
-        return PreparedText(texts, segments, len(text), model.name)
+        return PreparedText(texts, segments, len(text), model.name, rest, voice, speed)
+
+    def prepare_rest(self, prepared: PreparedText) -> list[StageInput]:
+        """The segments of `prepared.rest` (none if they say nothing). CPU work, as for
+        `prepare`."""
+        if not prepared.rest:
+            return []
+        assert prepared.voice is not None
+        model = self.models[prepared.model]
+        return [item for piece in prepared.rest for item in model.inputs(piece, prepared.voice, prepared.speed)]
 
     def submit(
         self,
@@ -336,9 +361,21 @@ class TTSEngine(WorkerEngine):
                 raise Unavailable("no TTS worker is alive; see /health")
             output = _Output(handle, model, resampler, model.output_gain, time.perf_counter())
             self._outputs[stream_id] = output
-            self._sched.add(stream_id, prepared.segments, self._clock(), profile)
+            complete = not prepared.rest
+            self._sched.add(stream_id, prepared.segments, self._clock(), profile, complete)
             self._cond.notify_all()
         return handle
+
+    def extend(self, stream_id: int, segments: Sequence[StageInput]) -> None:
+        """The rest of a stream submitted with `PreparedText.rest` (`prepare_rest`); the
+        stream ends after them. A stream already gone is left alone."""
+        with self._cond:
+            self._sched.extend(stream_id, segments)
+            self._cond.notify_all()
+
+    def fail_stream(self, stream_id: int, exc: BaseException) -> None:
+        """End a live stream with a server error (its text could not be finished)."""
+        self._fail_stream(stream_id, None, "preparing the rest of the text", exc)
 
     def taken(self, stream_id: int) -> None:
         """The writer consumed one chunk of this stream."""
@@ -526,13 +563,15 @@ class TTSEngine(WorkerEngine):
         return len(pcm) / rate
 
     def _fail(self, work: Work, exc: BaseException) -> None:
-        stream_id = work.stream_id
+        self._fail_stream(work.stream_id, work, "inference", exc)
+
+    def _fail_stream(self, stream_id: int, work: Work | None, what: str, exc: BaseException) -> None:
         with self._cond:
             self._sched.fail(stream_id, work)
             out = self._outputs.pop(stream_id, None)
             self.stats.failures += 1
             self._cond.notify_all()
         rid = out.handle.request_id if out else "?"
-        log.error("inference failed for request %s: %r", rid, exc, exc_info=exc)
+        log.error("%s failed for request %s: %r", what, rid, exc, exc_info=exc)
         if out is not None:
             out.handle.stream.fail(ServerError(f"synthesis failed (request {rid})"))

@@ -24,7 +24,7 @@ from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.stream import FirstPacket, StreamFailed
-from voxserve.engine.tts import StreamHandle, TTSEngine
+from voxserve.engine.tts import PreparedText, StreamHandle, TTSEngine
 from voxserve.engine.words import WordTime
 from voxserve.serving.catalog import speech_voice
 from voxserve.serving.failures import raise_failure
@@ -206,6 +206,17 @@ class SpeechStream:
             self.state.metrics.streams_aborted.inc()
 
 
+def _finish_text(engine: TTSEngine, prepared: PreparedText, stream_id: int) -> None:
+    """The rest of a stream's text through the model's front end, then to the stream (on
+    the text pool, after the stream started on its first piece)."""
+    try:
+        segments = engine.prepare_rest(prepared)
+    except Exception as exc:  # noqa: BLE001 - the stream fails, not the pool
+        engine.fail_stream(stream_id, exc)
+        return
+    engine.extend(stream_id, segments)
+
+
 def _encode_step(encoder: StreamEncoder, pcm: np.ndarray, last: bool) -> bytes:
     data = encoder.feed(pcm) if len(pcm) else b""
     if last:
@@ -239,7 +250,8 @@ async def open_speech(
 
     loop = asyncio.get_running_loop()
     text_start = time.perf_counter()
-    prepared = await state.text_pool.run(engine.prepare, params.text, voice, params.speed)
+    # The text's first piece only: the stream starts on it, and the rest follows.
+    prepared = await state.text_pool.run(engine.prepare, params.text, voice, params.speed, head_only=True)
     text = _TextMarks(text_start, time.perf_counter())
     if not admitted:
         await unless_gone(
@@ -254,6 +266,8 @@ async def open_speech(
         if not admitted:
             state.admission.release()
         raise
+    if prepared.rest:
+        state.text_pool.start(_finish_text, engine, prepared, handle.id)
     state.metrics.streams_started.inc()
     fmt = params.response_format
     return SpeechStream(state, handle, encoder, fmt, prepared.characters, started, not admitted, text)
