@@ -15,6 +15,7 @@ import pytest
 from voxserve.config import TTSConfig, VocoderChunking
 from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.scheduler import AcousticWork, Latent, Scheduler, VocoderWork
+from voxserve.engine.stream import StreamFailed
 from voxserve.engine.tts import TTSEngine, decode_chunk
 from voxserve.engine.voices import Span
 from voxserve.runners.piper import (
@@ -165,6 +166,13 @@ def test_a_stream_started_on_its_first_piece_of_text_is_the_whole_texts_audio(mo
                 if item.last:
                     break
             assert np.array_equal(np.concatenate(parts), whole), text
+        # A rest that cannot be prepared fails its stream (a 500 inside the response),
+        # after the audio already made.
+        handle = engine.submit(engine.prepare("Hello. And more.", voice, head_only=True), engine.sample_rate)
+        engine.fail_stream(handle.id, RuntimeError("front end broke"))
+        with pytest.raises(StreamFailed, match="synthesis failed"):
+            while not handle.stream.get_blocking(10.0).last:
+                engine.taken(handle.id)
     finally:
         engine.stop()
 
