@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -215,13 +216,17 @@ def test_fixed_length_priors_match_the_dynamic_prior(model: PiperModel) -> None:
 def test_fixed_length_prior_is_built_once(model: PiperModel, tmp_path: Path) -> None:
     prior = tmp_path / "prior.onnx"
     shutil.copyfile(model.graphs.prior, prior)
-    (built,) = fixed_priors(prior, (16,)).values()
-    assert built.name == f"prior-16-{FIXED_LAYOUT}.onnx"
+    with ThreadPoolExecutor(2) as pool:  # two at once (as two servers starting): one builds
+        first, second = pool.map(lambda _: fixed_priors(prior, (16,)), range(2))
+    (built,) = first.values()
+    assert second == first and built.name == f"prior-16-{FIXED_LAYOUT}.onnx"
     mtime = built.stat().st_mtime_ns
     assert fixed_priors(prior, (16,)) == {16: built}
     assert built.stat().st_mtime_ns == mtime  # read from the cache
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert len(names) == 3 and not [n for n in names if n.endswith(".tmp")]  # + its weights' file
+    weights = [n for n in names if n.endswith(".weights")]
+    assert len(weights) == 1 and not [n for n in names if n.endswith(".tmp")]  # one build's weights
+    assert len(names) == 4  # the prior, the copy, its weights and its lock file
     runner = AcousticRunner(prior, model.graphs.flow, multi_speaker=False, fixed={16: built})
     item = AcousticInput(np.arange(1, 12, dtype=np.int64), 0.0, 1.0, 0.0)
     ((fixed, durations),) = runner.run_prior([item])  # on weights shared with the prior

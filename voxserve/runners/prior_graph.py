@@ -25,11 +25,13 @@ Pure graph code and the on-disk cache; no sessions are kept here, nothing of req
 from __future__ import annotations
 
 import collections
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -72,43 +74,76 @@ def fixed_priors(prior: Path, lengths: Sequence[int] = PRIOR_LENGTHS) -> dict[in
 
     A copy keeps its weights in a file of its own, and names in its metadata
     (`SHARED_KEY`) those equal to the prior's: a session can take them from
-    `shared_weights` instead of reading its own."""
+    `shared_weights` instead of reading its own. Processes (and threads) that need the
+    same copy at the same moment build it once: the others wait on a lock file beside it
+    and read it."""
     out: dict[int, Path] = {}
-    loaded: onnx.ModelProto | None = None  # the prior and its session, on the first copy to build
-    dynamic: ort.InferenceSession | None = None
+    source = _Source(prior)
     for length in sorted(set(lengths)):
         target = prior.with_name(f"{prior.stem}-{length}-{FIXED_LAYOUT}.onnx")
         if not target.exists():
-            try:
-                if loaded is None or dynamic is None:
-                    loaded, dynamic = onnx.load(str(prior)), _session(str(prior))
-                originals = {init.name: init for init in loaded.graph.initializer}
-                source = onnx.ModelProto()
-                source.CopyFrom(loaded)  # the build rewrites its model
-                model = build_fixed_prior(source, length)
-                _check(dynamic, model, length)
-            except Exception as exc:  # noqa: BLE001 - the dynamic graph serves instead
-                log.warning("no fixed-length prior of %d ids (%s); the dynamic one serves", length, exc)
-                continue
-            shared = [
-                init.name for init in model.graph.initializer
-                if init.name in originals and _same_tensor(init, originals[init.name])
-            ]
-            helper.set_model_props(model, {SHARED_KEY: json.dumps(shared)})
-            fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
-            os.close(fd)
-            try:
-                # The weights' file name is new for each write; the graph's file, which
-                # names it, appears last and whole.
-                weights = f"{target.stem}-{os.urandom(6).hex()}.weights"
-                onnx.save(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
-                          location=weights, size_threshold=4096)
-                os.replace(tmp, target)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            with _building(target):  # another process may be building it: wait, then read it
+                if not target.exists() and not _build(source, target, length):
+                    continue
         out[length] = target
     return out
+
+
+class _Source:
+    """The prior graph and a session of it, loaded once when a first copy is built."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._loaded: tuple[onnx.ModelProto, ort.InferenceSession] | None = None
+
+    def get(self) -> tuple[onnx.ModelProto, ort.InferenceSession]:
+        if self._loaded is None:
+            self._loaded = onnx.load(str(self.path)), _session(str(self.path))
+        return self._loaded
+
+
+def _build(source: _Source, target: Path, length: int) -> bool:
+    """Build, check and write one copy; False (with a warning) if it cannot be built."""
+    try:
+        loaded, dynamic = source.get()
+        originals = {init.name: init for init in loaded.graph.initializer}
+        model = onnx.ModelProto()
+        model.CopyFrom(loaded)  # the build rewrites its model
+        model = build_fixed_prior(model, length)
+        _check(dynamic, model, length)
+    except Exception as exc:  # noqa: BLE001 - the dynamic graph serves instead
+        log.warning("no fixed-length prior of %d ids (%s); the dynamic one serves", length, exc)
+        return False
+    shared = [
+        init.name for init in model.graph.initializer
+        if init.name in originals and _same_tensor(init, originals[init.name])
+    ]
+    helper.set_model_props(model, {SHARED_KEY: json.dumps(shared)})
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
+    os.close(fd)
+    try:
+        # The weights' file name is new for each write; the graph's file, which names it,
+        # appears last and whole.
+        weights = f"{target.stem}-{os.urandom(6).hex()}.weights"
+        onnx.save(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=weights, size_threshold=4096)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return True
+
+
+@contextlib.contextmanager
+def _building(target: Path) -> Iterator[None]:
+    """Hold the build of `target` against other processes and threads building it at the
+    same moment (a lock file beside it), so that one builds it and the others read it."""
+    with open(target.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def prior_feeds(
