@@ -132,6 +132,15 @@ def server() -> Iterator[RunningServer]:
 
 
 @pytest.fixture(scope="session")
+def kokoro_server() -> Iterator[RunningServer]:
+    """Piper and Kokoro (`tts-1-hd`), with Piper deterministic as in `server`. Shared by
+    tests/test_kokoro_voice.py and tests/test_word_timings.py: a start with Kokoro costs
+    ~6 s of the two cores, and an idle server costs none."""
+    with run_server(tts_config(models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0), kokoro=True) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
 def base_url(server: RunningServer) -> str:
     return server.base_url
 

@@ -12,7 +12,6 @@ import math
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -20,8 +19,7 @@ import numpy as np
 import pytest
 
 from tests.asr_support import wer
-from tests.conftest import RunningServer, run_server
-from voxserve.config import ServerConfig, TTSConfig
+from tests.conftest import RunningServer
 from voxserve.engine.kokoro_voice import SEGMENTS
 from voxserve.runners.kokoro import list_voices
 
@@ -30,11 +28,9 @@ pytestmark = pytest.mark.timeout(600)
 SENTENCE = "Please call Stella and ask her to bring these things with her."
 
 
-@pytest.fixture(scope="module")
-def both() -> Iterator[RunningServer]:
-    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro")))
-    with run_server(config, kokoro=True) as srv:
-        yield srv
+@pytest.fixture()
+def both(kokoro_server: RunningServer) -> RunningServer:
+    return kokoro_server
 
 
 @pytest.fixture()

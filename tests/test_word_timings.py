@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from websockets.sync.client import connect
 
-from tests.conftest import RunningServer, run_server
-from voxserve.config import ServerConfig, TTSConfig
+from tests.conftest import RunningServer
+from voxserve.config import TTSConfig
 from voxserve.engine.kokoro_voice import TAIL_FRAMES, KokoroVoice
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.voices import Span
@@ -162,11 +162,9 @@ MODELS = ["tts-1", "tts-1-hd"]
 WORDS = re.findall(r"\w+", TEXT)
 
 
-@pytest.fixture(scope="module")
-def both() -> Iterator[RunningServer]:
-    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0))
-    with run_server(config, kokoro=True) as srv:
-        yield srv
+@pytest.fixture()
+def both(kokoro_server: RunningServer) -> RunningServer:
+    return kokoro_server
 
 
 @pytest.fixture()
