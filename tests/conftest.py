@@ -131,13 +131,58 @@ def server() -> Iterator[RunningServer]:
         yield running
 
 
-@pytest.fixture(scope="session")
-def kokoro_server() -> Iterator[RunningServer]:
+class _Shared:
+    """A server that several modules share: started by the first test that asks for it,
+    stopped right after the last one (not at the end of the session: a Kokoro server
+    holds ~700 MB, which the memory checks of the modules in between would count)."""
+
+    def __init__(self, name: str, start: Callable[[], contextlib.AbstractContextManager[RunningServer]]) -> None:
+        self.name, self.start = name, start
+        self.last: str | None = None
+        """The node id of the last selected test that uses it."""
+        self._stack = contextlib.ExitStack()
+        self._running: RunningServer | None = None
+
+    def get(self) -> RunningServer:
+        if self._running is None:
+            self._running = self._stack.enter_context(self.start())
+        return self._running
+
+    def stop(self) -> None:
+        self._running = None
+        self._stack.close()
+
+
+_KOKORO = _Shared(
+    "kokoro_server",
+    lambda: run_server(tts_config(models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0), kokoro=True),
+)
+_SHARED = (_KOKORO,)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for shared in _SHARED:
+        shared.last = next((item.nodeid for item in reversed(session.items) if shared.name in getattr(item, "fixturenames", ())), None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    for shared in _SHARED:
+        if item.nodeid == shared.last:
+            shared.stop()
+
+
+def pytest_sessionfinish() -> None:
+    for shared in _SHARED:
+        shared.stop()
+
+
+@pytest.fixture()
+def kokoro_server() -> RunningServer:
     """Piper and Kokoro (`tts-1-hd`), with Piper deterministic as in `server`. Shared by
     tests/test_kokoro_voice.py and tests/test_word_timings.py: a start with Kokoro costs
-    ~6 s of the two cores, and an idle server costs none."""
-    with run_server(tts_config(models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0), kokoro=True) as running:
-        yield running
+    ~6 s of the two cores."""
+    return _KOKORO.get()
 
 
 @pytest.fixture(scope="session")
