@@ -13,7 +13,6 @@ import itertools
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -22,7 +21,6 @@ import pytest
 from websockets.sync.client import connect
 
 from tests.conftest import RunningServer
-from voxserve.config import TTSConfig
 from voxserve.engine.kokoro_voice import TAIL_FRAMES, KokoroVoice
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.voices import Span
@@ -94,16 +92,14 @@ def test_piper_words_that_espeak_joins_keep_their_own_ids() -> None:
     assert spans["the"] < spans["from"] < spans["playground"]
 
 
-@pytest.fixture(scope="module")
-def kokoro_engine() -> Iterator[TTSEngine]:
-    engine = TTSEngine(replace(TTSConfig(), models=("kokoro",), workers=1))
-    engine.start()
-    yield engine
-    engine.stop()
+@pytest.fixture()
+def kokoro_engine(kokoro_server: RunningServer) -> TTSEngine:
+    """The shared server's engine (Piper and Kokoro, warm), given streams directly."""
+    return kokoro_server.state.engine
 
 
 def _stream(engine: TTSEngine, text: str, rate: int, speed: float = 1.0) -> tuple[list[WordTime], float]:
-    voice = next(iter(engine.models.values())).resolve_voice("af_heart")
+    voice = engine.models["kokoro-82m-v1.0"].resolve_voice("af_heart")
     prepared = engine.prepare(text, voice, speed)
     assert len(prepared.segments) >= 2, "the test wants several segments"
     handle = engine.submit(prepared, rate)
