@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 
 from voxserve.api.app import create_app
 from voxserve.api.server import uvicorn_config
-from voxserve.config import ServerConfig, TTSConfig
+from voxserve.config import ASRConfig, ServerConfig, TTSConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
 from voxserve.engine.piper_voice import PiperVoice
@@ -157,7 +157,13 @@ _KOKORO = _Shared(
     "kokoro_server",
     lambda: run_server(tts_config(models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0), kokoro=True),
 )
-_SHARED = (_KOKORO,)
+API_KEY = "vx-test-shared-5e2b"
+"""The key of `keyed_server`."""
+_KEYED = _Shared(
+    "keyed_server",
+    lambda: run_server(replace(ServerConfig(asr=ASRConfig(enabled=False)), api_key=API_KEY, metrics_require_key=True)),
+)
+_SHARED = (_KOKORO, _KEYED)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -183,6 +189,13 @@ def kokoro_server() -> RunningServer:
     tests/test_kokoro_voice.py and tests/test_word_timings.py: a start with Kokoro costs
     ~6 s of the two cores."""
     return _KOKORO.get()
+
+
+@pytest.fixture()
+def keyed_server() -> RunningServer:
+    """A server that asks for API_KEY everywhere, /metrics included, and runs no ASR.
+    Shared by tests/test_auth.py, tests/test_playground.py and tests/test_ws.py."""
+    return _KEYED.get()
 
 
 @pytest.fixture(scope="session")
