@@ -163,7 +163,14 @@ _KEYED = _Shared(
     "keyed_server",
     lambda: run_server(replace(ServerConfig(asr=ASRConfig(enabled=False)), api_key=API_KEY, metrics_require_key=True)),
 )
-_SHARED = (_KOKORO, _KEYED)
+_TIGHT = _Shared(
+    "tight_server",
+    lambda: run_server(ServerConfig(
+        tts=replace(TTSConfig(), max_streams=1, max_queue=0),
+        asr=replace(ASRConfig(), max_requests=1, max_queue=0, workers=1),
+    )),
+)
+_SHARED = (_KOKORO, _KEYED, _TIGHT)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -196,6 +203,14 @@ def keyed_server() -> RunningServer:
     """A server that asks for API_KEY everywhere, /metrics included, and runs no ASR.
     Shared by tests/test_auth.py, tests/test_playground.py and tests/test_ws.py."""
     return _KEYED.get()
+
+
+@pytest.fixture()
+def tight_server() -> RunningServer:
+    """One speech stream and one transcription (on one ASR worker) at a time, and no
+    queue for either: the next request gets 429. Shared by tests/test_asr_api.py and
+    tests/test_bench.py."""
+    return _TIGHT.get()
 
 
 @pytest.fixture(scope="session")
