@@ -133,8 +133,11 @@ def server() -> Iterator[RunningServer]:
 
 class _Shared:
     """A server that several modules share: started by the first test that asks for it,
-    stopped right after the last one (not at the end of the session: a Kokoro server
-    holds ~700 MB, which the memory checks of the modules in between would count)."""
+    stopped right after the last one, not at the end of the session. While it lives it
+    counts in this process's RSS, which tests/test_overload.py measures through the
+    server's /metrics: share only between modules on one side of it (a Kokoro server
+    holds ~700 MB, so tests/test_kokoro_voice.py and tests/test_word_timings.py each
+    start their own)."""
 
     def __init__(self, name: str, start: Callable[[], contextlib.AbstractContextManager[RunningServer]]) -> None:
         self.name, self.start = name, start
@@ -153,10 +156,6 @@ class _Shared:
         self._stack.close()
 
 
-_KOKORO = _Shared(
-    "kokoro_server",
-    lambda: run_server(tts_config(models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0), kokoro=True),
-)
 API_KEY = "vx-test-shared-5e2b"
 """The key of `keyed_server`."""
 _KEYED = _Shared(
@@ -170,7 +169,7 @@ _TIGHT = _Shared(
         asr=replace(ASRConfig(), max_requests=1, max_queue=0, workers=1),
     )),
 )
-_SHARED = (_KOKORO, _KEYED, _TIGHT)
+_SHARED = (_KEYED, _TIGHT)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -191,17 +190,9 @@ def pytest_sessionfinish() -> None:
 
 
 @pytest.fixture()
-def kokoro_server() -> RunningServer:
-    """Piper and Kokoro (`tts-1-hd`), with Piper deterministic as in `server`. Shared by
-    tests/test_kokoro_voice.py and tests/test_word_timings.py: a start with Kokoro costs
-    ~6 s of the two cores."""
-    return _KOKORO.get()
-
-
-@pytest.fixture()
 def keyed_server() -> RunningServer:
     """A server that asks for API_KEY everywhere, /metrics included, and runs no ASR.
-    Shared by tests/test_auth.py, tests/test_playground.py and tests/test_ws.py."""
+    Shared by tests/test_playground.py and tests/test_ws.py."""
     return _KEYED.get()
 
 

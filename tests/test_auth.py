@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import API_KEY, RunningServer, run_server
+from tests.conftest import MakeServer, RunningServer, run_server
 from voxserve.api.hosts import split_host
 from voxserve.cli import build_parser, main, server_config
 from voxserve.config import ASRConfig, ServerConfig
@@ -133,13 +133,13 @@ def test_health_and_metrics_stay_open_and_count_refusals(keyed: RunningServer) -
     assert 'status="401"' in metrics.text
 
 
-def test_metrics_require_key_closes_metrics_only(keyed_server: RunningServer) -> None:
-    running = keyed_server  # metrics_require_key
-    _assert_refused(httpx.get(f"{running.base_url}/metrics"))
-    _assert_refused(httpx.get(f"{running.base_url}/metrics", headers=_bearer("nope")))
-    r = httpx.get(f"{running.base_url}/metrics", headers=_bearer(API_KEY))
-    assert r.status_code == 200 and "voxserve_http_requests" in r.text
-    assert httpx.get(f"{running.base_url}/health").status_code == 200
+def test_metrics_require_key_closes_metrics_only(make_server: MakeServer) -> None:
+    with make_server(_config(metrics_require_key=True)) as running:
+        _assert_refused(httpx.get(f"{running.base_url}/metrics"))
+        _assert_refused(httpx.get(f"{running.base_url}/metrics", headers=_bearer("nope")))
+        r = httpx.get(f"{running.base_url}/metrics", headers=_bearer(KEY))
+        assert r.status_code == 200 and "voxserve_http_requests" in r.text
+        assert httpx.get(f"{running.base_url}/health").status_code == 200
 
 
 def test_the_key_never_reaches_the_logs(

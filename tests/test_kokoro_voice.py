@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,8 @@ import numpy as np
 import pytest
 
 from tests.asr_support import wer
-from tests.conftest import RunningServer
+from tests.conftest import RunningServer, run_server
+from voxserve.config import ServerConfig, TTSConfig
 from voxserve.engine.kokoro_voice import SEGMENTS
 from voxserve.runners.kokoro import list_voices
 
@@ -28,9 +30,11 @@ pytestmark = pytest.mark.timeout(600)
 SENTENCE = "Please call Stella and ask her to bring these things with her."
 
 
-@pytest.fixture()
-def both(kokoro_server: RunningServer) -> RunningServer:
-    return kokoro_server
+@pytest.fixture(scope="module")
+def both() -> Iterator[RunningServer]:
+    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro")))
+    with run_server(config, kokoro=True) as srv:
+        yield srv
 
 
 @pytest.fixture()

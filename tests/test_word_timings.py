@@ -13,6 +13,7 @@ import itertools
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -20,7 +21,8 @@ import numpy as np
 import pytest
 from websockets.sync.client import connect
 
-from tests.conftest import RunningServer
+from tests.conftest import RunningServer, run_server
+from voxserve.config import ServerConfig, TTSConfig
 from voxserve.engine.kokoro_voice import TAIL_FRAMES, KokoroVoice
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.voices import Span
@@ -92,10 +94,17 @@ def test_piper_words_that_espeak_joins_keep_their_own_ids() -> None:
     assert spans["the"] < spans["from"] < spans["playground"]
 
 
+@pytest.fixture(scope="module")
+def both() -> Iterator[RunningServer]:
+    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0))
+    with run_server(config, kokoro=True) as srv:
+        yield srv
+
+
 @pytest.fixture()
-def kokoro_engine(kokoro_server: RunningServer) -> TTSEngine:
-    """The shared server's engine (Piper and Kokoro, warm), given streams directly."""
-    return kokoro_server.state.engine
+def kokoro_engine(both: RunningServer) -> TTSEngine:
+    """The server's engine (Piper and Kokoro, warm), given streams directly."""
+    return both.state.engine
 
 
 def _stream(engine: TTSEngine, text: str, rate: int, speed: float = 1.0) -> tuple[list[WordTime], float]:
@@ -156,11 +165,6 @@ MODELS = ["tts-1", "tts-1-hd"]
 """Request models whose words are timed: Piper (tts-1) and Kokoro (tts-1-hd)."""
 
 WORDS = re.findall(r"\w+", TEXT)
-
-
-@pytest.fixture()
-def both(kokoro_server: RunningServer) -> RunningServer:
-    return kokoro_server
 
 
 @pytest.fixture()
