@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 
 from voxserve.api.app import create_app
 from voxserve.api.server import uvicorn_config
-from voxserve.config import ServerConfig, TTSConfig
+from voxserve.config import ASRConfig, ServerConfig, TTSConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
 from voxserve.engine.piper_voice import PiperVoice
@@ -129,6 +129,79 @@ def server() -> Iterator[RunningServer]:
         assert isinstance(piper, PiperVoice)
         wait_for(lambda: piper.model.acoustic.fixed_lengths, 60)
         yield running
+
+
+class _Shared:
+    """A server that several modules share: started by the first test that asks for it,
+    stopped right after the last one, not at the end of the session. While it lives it
+    counts in this process's RSS, which tests/test_overload.py measures through the
+    server's /metrics: share only between modules on one side of it (a Kokoro server
+    holds ~700 MB, so tests/test_kokoro_voice.py and tests/test_word_timings.py each
+    start their own)."""
+
+    def __init__(self, name: str, start: Callable[[], contextlib.AbstractContextManager[RunningServer]]) -> None:
+        self.name, self.start = name, start
+        self.last: str | None = None
+        """The node id of the last selected test that uses it."""
+        self._stack = contextlib.ExitStack()
+        self._running: RunningServer | None = None
+
+    def get(self) -> RunningServer:
+        if self._running is None:
+            self._running = self._stack.enter_context(self.start())
+        return self._running
+
+    def stop(self) -> None:
+        self._running = None
+        self._stack.close()
+
+
+API_KEY = "vx-test-shared-5e2b"
+"""The key of `keyed_server`."""
+_KEYED = _Shared(
+    "keyed_server",
+    lambda: run_server(replace(ServerConfig(asr=ASRConfig(enabled=False)), api_key=API_KEY, metrics_require_key=True)),
+)
+_TIGHT = _Shared(
+    "tight_server",
+    lambda: run_server(ServerConfig(
+        tts=replace(TTSConfig(), max_streams=1, max_queue=0),
+        asr=replace(ASRConfig(), max_requests=1, max_queue=0, workers=1),
+    )),
+)
+_SHARED = (_KEYED, _TIGHT)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for shared in _SHARED:
+        shared.last = next((item.nodeid for item in reversed(session.items) if shared.name in getattr(item, "fixturenames", ())), None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    for shared in _SHARED:
+        if item.nodeid == shared.last:
+            shared.stop()
+
+
+def pytest_sessionfinish() -> None:
+    for shared in _SHARED:
+        shared.stop()
+
+
+@pytest.fixture()
+def keyed_server() -> RunningServer:
+    """A server that asks for API_KEY everywhere, /metrics included, and runs no ASR.
+    Shared by tests/test_playground.py and tests/test_ws.py."""
+    return _KEYED.get()
+
+
+@pytest.fixture()
+def tight_server() -> RunningServer:
+    """One speech stream and one transcription (on one ASR worker) at a time, and no
+    queue for either: the next request gets 429. Shared by tests/test_asr_api.py and
+    tests/test_bench.py."""
+    return _TIGHT.get()
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,7 @@ import openai
 import pytest
 
 from tests.asr_support import SHORT, speak, speak_pcm, wav_bytes, wer
-from tests.conftest import MakeServer, RunningServer
-from voxserve.config import ASRConfig, ServerConfig
+from tests.conftest import RunningServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -324,17 +323,16 @@ def _batch_histogram(text: str) -> dict[str, float]:
     return out
 
 
-def test_admission_answers_429_past_the_queue(make_server: MakeServer, clip: dict[str, Any]) -> None:
-    config = ServerConfig(asr=ASRConfig(max_requests=1, max_queue=0, workers=1))
-    with make_server(config) as srv:
+def test_admission_answers_429_past_the_queue(tight_server: RunningServer, clip: dict[str, Any]) -> None:
+    srv = tight_server  # one transcription at a time, no queue
 
-        async def run() -> list[httpx.Response]:
-            async with httpx.AsyncClient(base_url=srv.base_url, timeout=60) as ac:
-                posts = [ac.post(URL, files={"file": ("a.wav", clip["files"]["wav"])}, data={"model": "whisper-1"})
-                         for _ in range(3)]
-                return list(await asyncio.gather(*posts))
+    async def run() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=60) as ac:
+            posts = [ac.post(URL, files={"file": ("a.wav", clip["files"]["wav"])}, data={"model": "whisper-1"})
+                     for _ in range(3)]
+            return list(await asyncio.gather(*posts))
 
-        codes = sorted(r.status_code for r in asyncio.run(run()))
-        assert codes[0] == 200 and 429 in codes
-        with httpx.Client(base_url=srv.base_url, timeout=60) as c:
-            assert _post(c, clip["files"]["wav"]).status_code == 200  # the slot was given back
+    codes = sorted(r.status_code for r in asyncio.run(run()))
+    assert codes[0] == 200 and 429 in codes
+    with httpx.Client(base_url=srv.base_url, timeout=60) as c:
+        assert _post(c, clip["files"]["wav"]).status_code == 200  # the slot was given back

@@ -11,16 +11,15 @@ import json
 import math
 import time
 import wave
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import MakeServer, RunningServer
+from tests.conftest import RunningServer
 from voxserve.bench.load import run_level
 from voxserve.bench.offline import chunk_windows
 from voxserve.cli import main
-from voxserve.config import ServerConfig, TTSConfig, VocoderChunking
+from voxserve.config import VocoderChunking
 
 SHORT_PROMPTS = [
     "Hello there.",
@@ -93,11 +92,10 @@ def test_speech_bench_json_plot_and_compare(server: RunningServer, tmp_path: Pat
 
 
 @pytest.mark.timeout(90)
-def test_speech_bench_records_429s(make_server: MakeServer, tmp_path: Path) -> None:
-    out = tmp_path / "busy.json"
-    with make_server(ServerConfig(tts=replace(TTSConfig(), max_streams=1, max_queue=0))) as busy:
-        rc = main(_speech_args(busy.base_url, tmp_path, "--concurrency", "3", "--num-prompts",
-                               "6", "--no-probe-health", "-o", str(out), "--fail-on-error"))
+def test_speech_bench_records_429s(tight_server: RunningServer, tmp_path: Path) -> None:
+    out = tmp_path / "busy.json"  # one stream at a time, no queue
+    rc = main(_speech_args(tight_server.base_url, tmp_path, "--concurrency", "3", "--num-prompts",
+                           "6", "--no-probe-health", "-o", str(out), "--fail-on-error"))
     assert rc == 1  # some requests failed and --fail-on-error was given
     level = json.loads(out.read_text())["levels"][0]
     s = level["summary"]

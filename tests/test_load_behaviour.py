@@ -11,11 +11,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import aiohttp
 import httpx
+import pytest
 
-from tests.conftest import MakeServer, RunningServer, tts_config, wait_for
+from tests.conftest import RunningServer, run_server, tts_config, wait_for
 
 LONG = " ".join(
     f"This is sentence number {i} of a long story that keeps the engine busy for a while."
@@ -59,9 +61,14 @@ def test_disconnect_drops_the_stream_within_100ms(server: RunningServer) -> None
     assert time.monotonic() - closed_at < 0.1
 
 
-def test_admission_queue_then_429(make_server: MakeServer) -> None:
-    config = tts_config(max_streams=1, max_queue=1, queue_timeout_s=20.0)
+@pytest.fixture(scope="module")
+def one_stream() -> Iterator[RunningServer]:
+    """One stream at a time and one place in the queue, for the admission tests."""
+    with run_server(tts_config(max_streams=1, max_queue=1, queue_timeout_s=20.0)) as srv:
+        yield srv
 
+
+def test_admission_queue_then_429(one_stream: RunningServer) -> None:
     async def run(base: str) -> list[tuple[int, str | None, int]]:
         async with aiohttp.ClientSession() as s:
 
@@ -73,8 +80,7 @@ def test_admission_queue_then_429(make_server: MakeServer) -> None:
 
             return list(await asyncio.gather(one(0), one(0.3), one(0.6)))
 
-    with make_server(config) as srv:
-        results = asyncio.run(run(srv.base_url))
+    results = asyncio.run(run(one_stream.base_url))
     statuses = [r[0] for r in results]
     assert statuses[:2] == [200, 200]  # the second waited in the queue, then streamed
     assert statuses[2] == 429
@@ -82,10 +88,9 @@ def test_admission_queue_then_429(make_server: MakeServer) -> None:
     assert results[1][2] > 48000  # real audio after queueing
 
 
-def test_client_leaving_the_queue_frees_its_place(make_server: MakeServer) -> None:
-    config = tts_config(max_streams=1, max_queue=4)
+def test_client_leaving_the_queue_frees_its_place(one_stream: RunningServer) -> None:
+    srv = one_stream
     with (
-        make_server(config) as srv,
         httpx.Client(timeout=30) as c,
         c.stream("POST", f"{srv.base_url}/v1/audio/speech", json=_post(LONG)) as r,
     ):

@@ -20,7 +20,7 @@ import itertools
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,7 @@ import pytest
 from playwright.sync_api import Browser, Page, Route, sync_playwright
 
 from tests.asr_support import SHORT, normalize, speak, speak_pcm, wav_bytes, wer
-from tests.conftest import MakeServer, RunningServer, tts_config
-from voxserve.config import ASRConfig
+from tests.conftest import API_KEY, RunningServer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,7 +41,6 @@ UPLOADED = SHORT[0]  # "The quick brown fox jumps over the lazy dog."
 RECORDED = SHORT[2]  # "A rainbow is a division of white light into many beautiful colors."
 MIC_RATE = 48000
 MIC_PAD_S = 1.5  # silence around the sentence: the Live card's server VAD needs the pauses
-KEY = "vx-playground-3c1d"
 SPEECH_PATH = "/v1/audio/speech"
 
 
@@ -548,47 +546,44 @@ def test_screenshots(playground: Playground) -> None:
     assert not playground.problems
 
 
-def test_api_key_field_unlocks_a_keyed_server(browser: Browser, make_server: MakeServer) -> None:
-    config = replace(
-        tts_config(), asr=ASRConfig(enabled=False), api_key=KEY, metrics_require_key=True
-    )
-    with make_server(config) as keyed:
-        context = browser.new_context(base_url=keyed.base_url)
-        for path in ("/", "/static/playground.js"):
-            assert httpx.get(keyed.base_url + path, timeout=10).status_code == 200, path
-        try:
-            page = context.new_page()
-            problems: list[str] = []
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            page.goto("/")  # the page itself needs no key
-            page.wait_for_function("() => window.voxPlayground.metrics.status === 'denied'")
-            assert page.inner_text("#metrics-state") == "Needs key"
-            assert "needs an API key" in page.inner_text("#speak-message")
-            # Without the key the handshake is refused (403), which tells the page nothing more.
-            page.click("#live-button")
-            page.wait_for_function("() => window.voxPlayground.live.state === 'error'")
-            assert "enter the key above" in page.inner_text("#live-message")
-            page.fill("#api-key", KEY)
-            page.press("#api-key", "Enter")
-            page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
-            assert page.locator("#speak-message").is_hidden()
-            # The Live card offers the key as a subprotocol: the server lets the session in,
-            # then ends it because this server runs no speech-to-text, and the card says so.
-            page.click("#live-button")
-            page.wait_for_function(
-                "() => document.querySelector('#live-message').textContent.includes('(asr_disabled)')"
-            )
-            assert page.evaluate("() => window.voxPlayground.live.state") == "error"
-            page.wait_for_function(
-                "() => window.voxPlayground.metrics.status === 'live'", timeout=6_000
-            )
-            page.reload()  # the key was kept in localStorage
-            page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
-            assert page.input_value("#api-key") == KEY
-            assert problems and all("401" in p or "403" in p for p in problems), problems
-        finally:
-            context.close()
+def test_api_key_field_unlocks_a_keyed_server(browser: Browser, keyed_server: RunningServer) -> None:
+    keyed = keyed_server  # /metrics needs the key too, and it runs no ASR
+    context = browser.new_context(base_url=keyed.base_url)
+    for path in ("/", "/static/playground.js"):
+        assert httpx.get(keyed.base_url + path, timeout=10).status_code == 200, path
+    try:
+        page = context.new_page()
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.goto("/")  # the page itself needs no key
+        page.wait_for_function("() => window.voxPlayground.metrics.status === 'denied'")
+        assert page.inner_text("#metrics-state") == "Needs key"
+        assert "needs an API key" in page.inner_text("#speak-message")
+        # Without the key the handshake is refused (403), which tells the page nothing more.
+        page.click("#live-button")
+        page.wait_for_function("() => window.voxPlayground.live.state === 'error'")
+        assert "enter the key above" in page.inner_text("#live-message")
+        page.fill("#api-key", API_KEY)
+        page.press("#api-key", "Enter")
+        page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
+        assert page.locator("#speak-message").is_hidden()
+        # The Live card offers the key as a subprotocol: the server lets the session in,
+        # then ends it because this server runs no speech-to-text, and the card says so.
+        page.click("#live-button")
+        page.wait_for_function(
+            "() => document.querySelector('#live-message').textContent.includes('(asr_disabled)')"
+        )
+        assert page.evaluate("() => window.voxPlayground.live.state") == "error"
+        page.wait_for_function(
+            "() => window.voxPlayground.metrics.status === 'live'", timeout=6_000
+        )
+        page.reload()  # the key was kept in localStorage
+        page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
+        assert page.input_value("#api-key") == API_KEY
+        assert problems and all("401" in p or "403" in p for p in problems), problems
+    finally:
+        context.close()
 
 
 def _assert_segments(page: Page) -> None:

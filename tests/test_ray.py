@@ -27,6 +27,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -382,8 +383,8 @@ def test_speech_streams_through_ray_unbuffered(deployment: RayDeployment) -> Non
 
 def test_long_transcription_through_ray(deployment: RayDeployment) -> None:
     texts = LONG[:10]
-    with _client(deployment) as c:
-        pieces = [speak_pcm(c, t) for t in texts]
+    with _client(deployment) as c, ThreadPoolExecutor(2) as pool:  # one per TTS replica
+        pieces = list(pool.map(lambda t: speak_pcm(c, t), texts))
         samples, _ = with_gaps(pieces, gap_s=1.0)
         seconds = len(samples) / RATE
         assert 55 < seconds < 95

@@ -95,15 +95,20 @@ def test_piper_words_that_espeak_joins_keep_their_own_ids() -> None:
 
 
 @pytest.fixture(scope="module")
-def kokoro_engine() -> Iterator[TTSEngine]:
-    engine = TTSEngine(replace(TTSConfig(), models=("kokoro",), workers=1))
-    engine.start()
-    yield engine
-    engine.stop()
+def both() -> Iterator[RunningServer]:
+    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0))
+    with run_server(config, kokoro=True) as srv:
+        yield srv
+
+
+@pytest.fixture()
+def kokoro_engine(both: RunningServer) -> TTSEngine:
+    """The server's engine (Piper and Kokoro, warm), given streams directly."""
+    return both.state.engine
 
 
 def _stream(engine: TTSEngine, text: str, rate: int, speed: float = 1.0) -> tuple[list[WordTime], float]:
-    voice = next(iter(engine.models.values())).resolve_voice("af_heart")
+    voice = engine.models["kokoro-82m-v1.0"].resolve_voice("af_heart")
     prepared = engine.prepare(text, voice, speed)
     assert len(prepared.segments) >= 2, "the test wants several segments"
     handle = engine.submit(prepared, rate)
@@ -160,13 +165,6 @@ MODELS = ["tts-1", "tts-1-hd"]
 """Request models whose words are timed: Piper (tts-1) and Kokoro (tts-1-hd)."""
 
 WORDS = re.findall(r"\w+", TEXT)
-
-
-@pytest.fixture(scope="module")
-def both() -> Iterator[RunningServer]:
-    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0))
-    with run_server(config, kokoro=True) as srv:
-        yield srv
 
 
 @pytest.fixture()

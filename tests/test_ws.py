@@ -15,9 +15,8 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from tests.asr_support import SHORT, wav_bytes, wer
-from tests.conftest import RunningServer, run_server, wait_for
+from tests.conftest import API_KEY, RunningServer, wait_for
 from voxserve.api.ws import HOLD_SLOT_S
-from voxserve.config import ServerConfig
 from voxserve.text.incremental import SplitMode, TextSegmenter
 
 pytestmark = pytest.mark.timeout(120)
@@ -163,16 +162,16 @@ def test_a_reply_holds_one_stream_slot_until_it_goes_quiet(server: RunningServer
         assert wait_for(lambda: not admission.active, timeout=HOLD_SLOT_S + 2) > HOLD_SLOT_S / 2
 
 
-def test_websocket_needs_the_api_key_when_the_server_has_one() -> None:
-    with run_server(ServerConfig(api_key="sekrit")) as srv:
-        with pytest.raises(InvalidStatus) as refused:
-            connect(_url(srv))
-        assert refused.value.response.status_code == 403
-        with connect(_url(srv), additional_headers={"Authorization": "Bearer sekrit"}) as ws:
-            _send(ws, type="input.text", text="Hello.")
-            _send(ws, type="session.close")
-            _, audio = _events_until(ws, "session.done")
-        assert audio and audio[0]
+def test_websocket_needs_the_api_key_when_the_server_has_one(keyed_server: RunningServer) -> None:
+    srv = keyed_server
+    with pytest.raises(InvalidStatus) as refused:
+        connect(_url(srv))
+    assert refused.value.response.status_code == 403
+    with connect(_url(srv), additional_headers={"Authorization": f"Bearer {API_KEY}"}) as ws:
+        _send(ws, type="input.text", text="Hello.")
+        _send(ws, type="session.close")
+        _, audio = _events_until(ws, "session.done")
+    assert audio and audio[0]
 
 
 @pytest.mark.parametrize(

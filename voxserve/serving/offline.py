@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -71,7 +71,12 @@ class OfflineTTS(_Running):
     """A TTS engine run for one command: `with OfflineTTS(config) as tts: tts.speak(...)`."""
 
     def __init__(self, config: TTSConfig):
-        self.engine: TTSEngine = TTSEngine(config)
+        # One utterance of `tts-1`: Piper alone where it is loaded (it claims tts-1, so
+        # Kokoro would load for nothing), and no fixed-length prior copies (a background
+        # build that pays off over many requests; it outlived the command, which could
+        # then abort at exit inside ONNX Runtime).
+        models = ("piper",) if "piper" in config.models else config.models
+        self.engine: TTSEngine = TTSEngine(replace(config, models=models, fixed_prior=False))
 
     def speak(self, text: str, voice: str, speed: float = 1.0, sample_rate: int | None = None) -> Spoken:
         """The whole utterance as raw PCM, at `sample_rate` (default: the voice's own).
