@@ -38,3 +38,20 @@ for r in 3 4; do
   run base$r X=0
 done
 echo done > $OUT/done
+
+# round c_: starting counted until the first packet only (VOXSERVE_X_FIRSTONLY), both with the grace
+B=/work/main/.venv/bin; OUT=/tmp/s6/c16c; mkdir -p $OUT
+run() { # name, env...
+  local name=$1; shift
+  (cd /work/wt-adm && env "$@" PYTHONPATH=/work/wt-adm $B/voxserve serve --port 8472 --no-asr > $OUT/$name.log 2>&1) &
+  for i in $(seq 60); do curl -sf http://127.0.0.1:8472/health >/dev/null && break; sleep 1; done
+  sleep 3
+  $B/voxserve bench speech --base-url http://127.0.0.1:8472 --concurrency 4,16 --num-prompts 48 --no-progress -o $OUT/$name.json > $OUT/$name.txt 2>&1
+  curl -s http://127.0.0.1:8472/metrics | grep -E "^voxserve_tts_admission_held" | sed 's/voxserve_tts_admission_held_total//' | tr '\n' ' ' > $OUT/$name.held
+  pkill -f "voxserve serve --port 8472"; sleep 1
+}
+for r in 1 2; do
+  run first$r VOXSERVE_X_GRACE=0.5 VOXSERVE_X_FIRSTONLY=1
+  run gr$r VOXSERVE_X_GRACE=0.5
+done
+echo done > $OUT/done
