@@ -9,6 +9,7 @@ error, never a hang), and the port must refuse connections afterwards.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +24,8 @@ import httpx
 import pytest
 
 from tests.asr_support import LONG, SHORT, speak
+from voxserve.runners.piper import bundled_voice, split_model
+from voxserve.runners.prior_graph import FIXED_LAYOUT, PRIOR_LENGTHS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]  # the first test includes both starts
 
@@ -203,3 +206,37 @@ def test_signal_under_load_exits_promptly_and_cleanly(
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_a_stop_during_the_background_prior_build_exits_cleanly(tmp_path: Path) -> None:
+    """A server stopped while its fixed-length priors are still building (a first start
+    on a machine: the copies take ~8 s after /health answers) exits at once with 0. It used
+    to finalize the process under the build thread, inside onnxsim or ONNX Runtime, and
+    abort ("terminate called without an active exception", exit 134)."""
+    graphs = split_model(bundled_voice().model)
+    cache = tmp_path / "cache"
+    folder = cache / graphs.prior.parent.relative_to(graphs.prior.parent.parent.parent)
+    folder.mkdir(parents=True)
+    for graph in (graphs.prior, graphs.flow, graphs.vocoder):  # the split, not the copies
+        shutil.copyfile(graph, folder / graph.name)
+    port = _free_port()
+    log = tmp_path / "server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "voxserve.cli", "serve", "--port", str(port), "--no-asr",
+             "--tts-models", "piper", "--cache-dir", str(cache)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", proc, log)
+        built = list(folder.glob(f"prior-*-{FIXED_LAYOUT}.onnx"))
+        assert len(built) < len(PRIOR_LENGTHS), "every copy was built before /health"
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=EXIT_BUDGET_S + 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    text = log.read_text()
+    assert code == 0 and "terminate called" not in text, text[-2000:]

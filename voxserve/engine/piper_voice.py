@@ -23,6 +23,7 @@ import numpy as np
 
 from voxserve.config import TTSConfig, VocoderChunking
 from voxserve.engine.scheduler import Latent, ModelProfile, plan_chunk
+from voxserve.engine.threads import in_native_background
 from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice, find_voice
 from voxserve.engine.words import word_frames
 from voxserve.errors import InvalidRequest
@@ -127,7 +128,9 @@ class PiperVoice:
         files = find_voice_files(config.voice_dir) if config.voice_dir else bundled_voice()
         model = PiperModel(files, config.cache_dir)
         if config.fixed_prior:
-            model.fixed_prior_in_background(PRIOR_LENGTHS, {1, config.idle_threads})
+            # Native work (onnxsim, ONNX Runtime) for ~1 s after start (~8 s on a fresh
+            # cache): a stop in that time must not finalize the process under it.
+            in_native_background(model.fixed_prior_in_background(PRIOR_LENGTHS, {1, config.idle_threads}))
         return cls(
             model,
             config.chunking,

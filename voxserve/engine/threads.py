@@ -34,7 +34,15 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["join_workers", "lower_priority", "prestart", "run_lowered", "single_threaded_blas", "stragglers"]
+__all__ = [
+    "in_native_background",
+    "join_workers",
+    "lower_priority",
+    "prestart",
+    "run_lowered",
+    "single_threaded_blas",
+    "stragglers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +128,17 @@ def join_workers(threads: Iterable[threading.Thread], timeout: float) -> list[th
     return busy
 
 
+def in_native_background(thread: threading.Thread) -> None:
+    """A background thread that may be inside a native call when the process ends (a
+    model's start-up work that outlives a quick stop): it counts among the stragglers, so
+    the exit hook waits for it and `voxserve serve` leaves with `os._exit` while it runs,
+    instead of finalizing the native library under it."""
+    _stragglers.add(thread)
+
+
 def stragglers() -> list[threading.Thread]:
-    """Workers that a stop stopped waiting for and that are still running."""
+    """Workers that a stop stopped waiting for, and background threads in native calls
+    (`in_native_background`), that are still running."""
     return [t for t in list(_stragglers) if t.is_alive()]
 
 
