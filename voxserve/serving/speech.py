@@ -267,7 +267,10 @@ async def open_speech(
             state.admission.release()
         raise
     if prepared.rest:
-        state.text_pool.start(_finish_text, engine, prepared, handle.id)
+        try:
+            state.text_pool.start(_finish_text, engine, prepared, handle.id)
+        except RuntimeError as exc:  # the pool is shut down: the server is stopping
+            engine.fail_stream(handle.id, exc)
     state.metrics.streams_started.inc()
     fmt = params.response_format
     return SpeechStream(state, handle, encoder, fmt, prepared.characters, started, not admitted, text)
