@@ -68,17 +68,16 @@ def load_models(config: TTSConfig) -> list[VoiceModel[Any]]:
 class PreparedText:
     """Text after normalization, segmentation and the model's own text front end."""
 
-    texts: list[str]
     segments: list[StageInput]
     characters: int
     model: str
     """The voice model that made the segments, and that will speak them."""
+    voice: Voice
+    speed: float
     rest: tuple[str, ...] = ()
     """Pieces of the text not yet through the model's front end (`TTSEngine.prepare`
     with `head_only`): `prepare_rest` makes their segments, and `extend` hands them to
     the stream."""
-    voice: Voice | None = None
-    speed: float = 1.0
 
 
 @dataclass
@@ -245,7 +244,11 @@ class TTSEngine(WorkerEngine):
         """Whole utterance as int16 PCM, from a plain thread (CLI, warm-up, tests); at the
         voice's model's own rate unless `sample_rate` is given."""
         rate = sample_rate or self.models[voice.model].profile.sample_rate
-        handle = self.submit(self.prepare(text, voice, speed), rate)
+        return self.collect(self.submit(self.prepare(text, voice, speed), rate), timeout)
+
+    def collect(self, handle: StreamHandle, timeout: float = 60.0) -> np.ndarray:
+        """A submitted stream's whole audio, from a plain thread: every chunk taken in
+        order (waiting at most `timeout` for each), then the stream dropped."""
         parts: list[np.ndarray] = []
         try:
             while True:
@@ -303,7 +306,6 @@ class TTSEngine(WorkerEngine):
         read a long text (`prepare_rest` and `extend` finish it)."""
         model = self.models[voice.model]
         clean = normalize(text)
-        texts: list[str] = []
         segments: list[StageInput] = []
         plan = model.profile.segments
         if plan is not None:
@@ -316,9 +318,7 @@ class TTSEngine(WorkerEngine):
             )
         rest: tuple[str, ...] = ()
         for at, piece in enumerate(pieces):
-            for item in model.inputs(piece, voice, speed):
-                texts.append(piece)
-                segments.append(item)
+            segments.extend(model.inputs(piece, voice, speed))
             if head_only and segments:
                 rest = tuple(pieces[at + 1 :])
                 break
@@ -326,14 +326,11 @@ class TTSEngine(WorkerEngine):
             raise InvalidRequest(
                 "input has nothing that can be spoken; send words or numbers", param="input"
             )
-        return PreparedText(texts, segments, len(text), model.name, rest, voice, speed)
+        return PreparedText(segments, len(text), model.name, voice, speed, rest)
 
     def prepare_rest(self, prepared: PreparedText) -> list[StageInput]:
         """The segments of `prepared.rest` (none if they say nothing). CPU work, as for
         `prepare`."""
-        if not prepared.rest:
-            return []
-        assert prepared.voice is not None
         model = self.models[prepared.model]
         return [item for piece in prepared.rest for item in model.inputs(piece, prepared.voice, prepared.speed)]
 
