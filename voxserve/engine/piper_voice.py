@@ -55,9 +55,10 @@ class _DeferredFlow:
     (the first three chunks, `head` frames) runs the flow on its own window only (exact
     there, to the int16 output's rounding: `FLOW_CONTEXT` frames of window on each side),
     so the first audio waits for the first chunk's frames alone, and the early chunks,
-    whose audio is due soon, never wait for the flow of frames they do not play. The first chunk past the head, due
-    later, runs it once from its own start to the segment's end (under a lock: chunks in
-    flight together may both ask), kept for the rest."""
+    whose audio is due soon, never wait for the flow of frames they do not play. The
+    first chunk past the head, due later, runs it once from its own start to the
+    segment's end (under a lock: chunks in flight together may both ask), kept for the
+    rest."""
 
     def __init__(self, runner: AcousticRunner, prior: Prior, head: int):
         self._runner = runner

@@ -73,8 +73,8 @@ class OfflineTTS(_Running):
     def __init__(self, config: TTSConfig):
         # One utterance of `tts-1`: Piper alone where it is loaded (it claims tts-1, so
         # Kokoro would load for nothing), and no fixed-length prior copies (a background
-        # build that pays off over many requests; it outlived the command, which could
-        # then abort at exit inside ONNX Runtime).
+        # build, ~1 s of CPU, that pays off over many requests, not one; the command's
+        # exit would wait for it).
         models = ("piper",) if "piper" in config.models else config.models
         self.engine: TTSEngine = TTSEngine(replace(config, models=models, fixed_prior=False))
 
