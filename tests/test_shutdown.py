@@ -115,6 +115,18 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
 
+def _serve(log: Path, *flags: str) -> Server:
+    """Start `voxserve serve` on a free port with `flags`, its output to `log`."""
+    port = _free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "voxserve.cli", "serve", "--port", str(port), *flags],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    return Server(proc, port, log)
+
+
 SIGNALS = [signal.SIGTERM, signal.SIGINT]
 FLAGS = {signal.SIGTERM: [], signal.SIGINT: ["--tts-models", "piper"]}
 """SIGTERM (what service managers send) reaches a server started with the defaults, as a
@@ -132,15 +144,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[signal.Si
     started: dict[signal.Signals, Server] = {}
     try:
         for sig in SIGNALS:
-            port = _free_port()
-            log = tmp_path_factory.mktemp(sig.name) / "server.log"
-            with log.open("wb") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "voxserve.cli", "serve", "--port", str(port), *FLAGS[sig]],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            started[sig] = Server(proc, port, log)
+            started[sig] = _serve(tmp_path_factory.mktemp(sig.name) / "server.log", *FLAGS[sig])
         for server in started.values():
             _wait_healthy(server.base, server.proc, server.log, limit_s=90.0)
         yield started
@@ -219,17 +223,10 @@ def test_a_stop_during_the_background_prior_build_exits_cleanly(tmp_path: Path) 
     folder.mkdir(parents=True)
     for graph in (graphs.prior, graphs.flow, graphs.vocoder):  # the split, not the copies
         shutil.copyfile(graph, folder / graph.name)
-    port = _free_port()
-    log = tmp_path / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "voxserve.cli", "serve", "--port", str(port), "--no-asr",
-             "--tts-models", "piper", "--cache-dir", str(cache)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    server = _serve(tmp_path / "server.log", "--no-asr", "--tts-models", "piper", "--cache-dir", str(cache))
+    proc, log = server.proc, server.log
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}", proc, log)
+        _wait_healthy(server.base, proc, log)
         built = list(folder.glob(f"prior-*-{FIXED_LAYOUT}.onnx"))
         assert len(built) < len(PRIOR_LENGTHS), "every copy was built before /health"
         proc.send_signal(signal.SIGINT)
