@@ -12,14 +12,44 @@ BUDGET = 2 * 0.85
 
 def test_meter_waits_for_two_seconds_of_audio_then_follows_recent_work() -> None:
     meter = CostMeter(window_s=10.0)
-    meter.add(0.1, 1.0)
-    assert meter.cost() is None
-    meter.add(0.1, 1.0)
-    assert meter.cost() == pytest.approx(0.1)
+    meter.add("acoustic", 0.05, 2.0)
+    meter.add("vocoder", 0.1, 1.0)
+    assert meter.cost() is None  # stage B has made 1 s only
+    meter.add("vocoder", 0.1, 1.0)
+    assert meter.cost() == pytest.approx(0.025 + 0.1)
     for _ in range(20):
-        meter.add(0.5, 1.0)  # the machine got slower: the figure follows it
+        meter.add("vocoder", 0.5, 1.0)  # the machine got slower: the figure follows it
     cost = meter.cost()
     assert cost is not None and cost > 0.45
+
+
+def test_a_burst_of_starting_streams_costs_what_steady_streams_do() -> None:
+    """Sixteen streams start: each one's first sentence (4 s of audio) goes through stage
+    A, and only its first 0.2 s is decoded yet. Work over decoded audio would read 0.78
+    worker-seconds per audio-second; stage by stage, it is the steady 0.09."""
+    steady, burst = CostMeter(), CostMeter()
+    for _ in range(16):
+        steady.add("acoustic", 0.12, 4.0)
+        steady.add("vocoder", 0.24, 4.0)
+        burst.add("acoustic", 0.12, 4.0)
+        burst.add("vocoder", 0.012, 0.2)
+    assert steady.cost() == pytest.approx(0.09)
+    assert burst.cost() == pytest.approx(0.09)
+
+
+def test_units_on_several_threads_count_only_until_one_worker_units_are_measured() -> None:
+    """A lone stream's units spread over two threads cost more worker-seconds for their
+    audio; once streams share the machine, every unit runs on one worker, and that is the
+    cost admission needs."""
+    meter = CostMeter()
+    meter.add("acoustic", 0.04, 4.0, threads=2)
+    meter.add("vocoder", 0.16, 4.0, threads=2)
+    assert meter.cost() == pytest.approx(0.02 + 0.08)  # alone so far: counted on both workers
+    meter.add("vocoder", 0.24, 4.0)
+    assert meter.cost() == pytest.approx(0.02 + 0.06)  # stage B on one worker from now on
+    meter.add("acoustic", 0.12, 4.0)
+    meter.add("vocoder", 0.5, 1.0, threads=2)  # a lone stream again: not counted
+    assert meter.cost() == pytest.approx(0.03 + 0.06)
 
 
 def test_one_model_is_workers_budget_over_its_cost() -> None:

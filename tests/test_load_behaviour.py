@@ -145,6 +145,27 @@ def test_slow_reader_holds_at_most_its_credits(server: RunningServer) -> None:
         sock.close()
 
 
+def test_a_burst_within_the_measured_capacity_is_let_in_at_once(server: RunningServer) -> None:
+    """Piper's cost is measured by the time the server is up (its warm-up runs streams
+    side by side), so eight streams sent at the same instant, well within capacity, are
+    all admitted at once: the scheduler starts them in arrival order. Before, at most one
+    per worker was let in while starting, and a burst of 16 waited up to ~1.5 s in
+    admission for nothing."""
+    engine = server.state.engine
+    assert engine.costs()["en_US-joe-medium"] is not None
+    before = engine.admission_held()["starting"]
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+            async def one(i: int) -> int:
+                r = await client.post("/v1/audio/speech", json=_post(f"Burst stream number {i} is here."))
+                return r.status_code
+            return await asyncio.gather(*(one(i) for i in range(8)))
+
+    assert asyncio.run(burst()) == [200] * 8
+    assert engine.admission_held()["starting"] == before
+
+
 _STREAMS_CLIENT = """
 import asyncio, json, sys
 import aiohttp

@@ -16,15 +16,12 @@ from collections.abc import Mapping
 __all__ = ["CostMeter", "admission_cost", "room_for", "stream_capacity"]
 
 
-class CostMeter:
-    """Worker-seconds spent per audio-second produced, over recent work.
+class _Window:
+    """Worker-seconds over audio-seconds of recent work: both sums are halved whenever the
+    audio sum passes `window_s`, so the figure follows the machine as it is now (other
+    processes, long or short sentences) rather than since start-up."""
 
-    Both sums are halved whenever the audio sum passes `window_s`, so the figure follows
-    the machine as it is now (other processes, long or short sentences) rather than since
-    start-up. Wall time is what counts: a core shared with another process costs more.
-    """
-
-    def __init__(self, window_s: float = 30.0):
+    def __init__(self, window_s: float):
         self.window_s = window_s
         self.busy = 0.0
         self.audio = 0.0
@@ -36,9 +33,48 @@ class CostMeter:
             self.busy /= 2
             self.audio /= 2
 
-    def cost(self) -> float | None:
-        """Worker-seconds per audio-second, or None before enough audio was made."""
+    def rate(self) -> float | None:
         return self.busy / self.audio if self.audio >= 2.0 else None
+
+
+class CostMeter:
+    """Worker-seconds per audio-second of one voice model, over its recent units of work.
+    Wall time is what counts: a core shared with another process costs more.
+
+    Stage A and stage B are measured apart, each over the audio it made: stage A per
+    second of audio in the latents it computed, stage B per second it decoded; the cost is
+    their sum. One ratio of all the work over the audio decoded would read high whenever
+    streams start together, because a stream's stage A runs a whole sentence ahead of its
+    audio: in a burst of 16 Piper streams it read 0.11-0.14 against 0.09 at steady load,
+    and admission, counting 16 streams at that cost, held the last ones back for nothing.
+
+    Units on one worker are the ones admission needs: once streams share the machine,
+    every unit runs on one. A unit on several threads (a lone stream using the idle core)
+    costs more worker-seconds for its audio, so it is counted only while a stage has no
+    one-worker measure yet (a model that has only run alone, as after its warm-up).
+    """
+
+    STAGES = ("acoustic", "vocoder")
+
+    def __init__(self, window_s: float = 30.0):
+        self._windows = {(stage, spread): _Window(window_s) for stage in self.STAGES for spread in (False, True)}
+
+    def add(self, stage: str, busy_s: float, audio_s: float, threads: int = 1) -> None:
+        """A unit of `stage` ran `busy_s` seconds on `threads` workers and made `audio_s`
+        seconds of audio (stage A: its latent's)."""
+        self._windows[stage, threads > 1].add(busy_s * threads, audio_s)
+
+    def cost(self) -> float | None:
+        """Worker-seconds per audio-second, or None before both stages made 2 s of audio."""
+        total = 0.0
+        for stage in self.STAGES:
+            rate = self._windows[stage, False].rate()
+            if rate is None:
+                rate = self._windows[stage, True].rate()
+            if rate is None:
+                return None
+            total += rate
+        return total
 
 
 def admission_cost(measured: float | None, growth: float | None) -> float | None:

@@ -389,13 +389,20 @@ class TTSEngine(WorkerEngine):
             out.handle.stream.close()
 
     def keeping_up(self, admitted: int = 0, model: str | None = None) -> bool:
-        """Whether one more stream of voice model `model` fits now: no live stream is
-        about to run dry, at most one stream per worker is still starting (so a burst of
-        arrivals ramps up instead of being let in before anyone can tell it is too
-        much), and the load of the streams *with* the newcomer, each weighed by its
-        model's recently measured cost (a whole-segment model's times its segment
-        growth: `cost.admission_cost`), stays within `workers x target_utilization`
-        (`voxserve.engine.cost.room_for`).
+        """Whether one more stream of voice model `model` fits now:
+
+        - the load of the streams *with* the newcomer, each weighed by its model's
+          recently measured cost (a whole-segment model's times its segment growth:
+          `cost.admission_cost`), stays within `workers x target_utilization`
+          (`voxserve.engine.cost.room_for`);
+        - no live stream is about to run dry (`Scheduler.lagging`, within
+          `admit_min_slack_s`);
+        - while the cost of a model concerned (the newcomer's, or a live stream's) is not
+          measured yet, at most one stream per worker is starting, so that a burst of
+          arrivals ramps up instead of being let in before anyone can tell it is too
+          much. Once it is measured, the load says how many fit, and a burst is let in
+          at once: the scheduler serves the newcomers' first chunks in arrival order and
+          keeps the live streams playing (its urgent class).
 
         `admitted` is what admission has let in; those not yet submitted count as
         starting, and at the costliest model's cost. A newcomer of no named model counts
@@ -404,13 +411,15 @@ class TTSEngine(WorkerEngine):
         with self._cond:
             live = self._sched.streams_by_model()
             unsubmitted = max(0, admitted - sum(live.values()))
-            if self._sched.starting() + unsubmitted >= self.config.workers:
+            costs = self._admission_costs()
+            concerned = {*live, model or self.default_model.name}
+            measured = all(costs.get(name) is not None for name in concerned)
+            if not measured and self._sched.starting() + unsubmitted >= self.config.workers:
                 self.stats.held["starting"] += 1
                 return False
             if self._sched.lagging(self._clock(), self.config.admit_min_slack_s):
                 self.stats.held["lagging"] += 1
                 return False
-            costs = self._admission_costs()
             budget = self.config.workers * self.config.target_utilization
             if not room_for(budget, costs, live, unsubmitted, model):
                 self.stats.held["load"] += 1
@@ -506,8 +515,8 @@ class TTSEngine(WorkerEngine):
                 spent = time.perf_counter() - started
                 busy = self.stats.busy_s
                 busy[index] = busy.get(index, 0.0) + spent
-                # A unit on several threads held that many workers: count them all.
-                self.stats.costs[model.name].add(spent * work.threads, audio)
+                stage = "acoustic" if isinstance(work, AcousticWork) else "vocoder"
+                self.stats.costs[model.name].add(stage, spent, audio, work.threads)
 
     def _worker_died(self, index: int, exc: BaseException) -> None:
         with self._cond:
@@ -517,17 +526,16 @@ class TTSEngine(WorkerEngine):
 
     def _run(self, work: Work, model: VoiceModel[Any]) -> float:
         """Run one unit of work on its stream's model; returns the seconds of audio it
-        produced."""
+        produced (stage A: the seconds its latent holds)."""
         try:
             if isinstance(work, AcousticWork):
-                self._run_acoustic(work, model)
-                return 0.0
+                return self._run_acoustic(work, model)
             return self._run_vocoder(work, model)
         except Exception as exc:  # noqa: BLE001 - any inference error fails only this stream
             self._fail(work, exc)
             return 0.0
 
-    def _run_acoustic(self, work: AcousticWork, model: VoiceModel[Any]) -> None:
+    def _run_acoustic(self, work: AcousticWork, model: VoiceModel[Any]) -> float:
         started = time.perf_counter()
         latent = model.acoustic([work.input], threads=work.threads)[0]
         ended = time.perf_counter()
@@ -538,6 +546,7 @@ class TTSEngine(WorkerEngine):
             self._sched.complete_acoustic(work, latent, (ended - started) * work.threads)
             self.stats.acoustic_runs += 1
             self._cond.notify_all()
+        return latent.frames * model.profile.hop / model.profile.sample_rate
 
     def _run_vocoder(self, work: VocoderWork, model: VoiceModel[Any]) -> float:
         started = time.perf_counter()
