@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voxserve.engine.cost import CostMeter, room_for, stream_capacity
+from voxserve.engine.cost import CostMeter, load_with, room_for, stream_capacity
 
 PIPER, HEAVY = 0.08, 0.48  # worker-seconds per audio-second: HEAVY costs 6 Piper streams
 BUDGET = 2 * 0.85
@@ -103,3 +103,12 @@ def test_a_newcomer_is_let_in_only_if_the_load_with_it_fits() -> None:
     assert room_for(BUDGET, {"piper": PIPER}, {"piper": 20}, 0, "piper")
     assert not room_for(BUDGET, {"piper": PIPER}, {"piper": 21}, 0, "piper")
     assert room_for(BUDGET, {"piper": None}, {"piper": 30}, 0, "piper")  # nothing measured
+
+
+def test_load_with_a_newcomer_counts_as_room_for_does() -> None:
+    costs = {"piper": PIPER, "heavy": HEAVY}
+    assert load_with({"piper": None}, {"piper": 3}, 0, "piper") is None
+    assert load_with(costs, {"piper": 15}, 0, "piper") == pytest.approx(16 * PIPER)
+    # Unsubmitted streams and a newcomer of no named model count at the costliest model.
+    assert load_with(costs, {"piper": 2}, 1, None) == pytest.approx(2 * PIPER + 2 * HEAVY)
+    assert room_for(BUDGET, costs, {"piper": 20}, 0, "piper") == (21 * PIPER <= BUDGET)

@@ -362,6 +362,18 @@ def test_each_stream_is_timed_in_its_own_model_figures() -> None:
     assert s.lagging(0.6, 0.5) == 1
 
 
+def test_a_young_stream_does_not_count_as_lagging() -> None:
+    """Admission counts a stream as lagging only once it has had `min_slack` seconds since
+    its first packet to build that much audio ahead."""
+    s = make(credits=100)
+    start_stream(s, 1, now=0.0, frames=200)
+    second = s.next_work(0.0)
+    assert isinstance(second, VocoderWork)
+    s.complete_vocoder(second, (second.end - second.start) * HOP, 0.0)  # 48 frames: 0.557 s
+    assert s.lagging(0.1, 0.5) == 0  # 0.457 s left, but 0.1 s old
+    assert s.lagging(0.5, 0.5) == 1  # 0.057 s left at 0.5 s old
+
+
 def test_a_stream_served_just_in_time_does_not_count_as_lagging() -> None:
     """While newcomers' first chunks go first, a live stream's next chunk runs once it is
     urgent: it plays with `urgent_slack` (0.15 s) ahead. Admission's `min_slack` is below

@@ -93,12 +93,22 @@ class TTSConfig:
     """Chunks a stream may have decoded but not yet taken by its HTTP writer."""
     max_streams: int = 24
     """Streams decoded at once; more wait in the admission queue."""
-    admit_min_slack_s: float = 0.1
-    """A new stream waits in the queue while a live stream past start-up has less than
-    this much audio ahead of its player (streams out of credit excepted): the machine is
-    falling behind. Keep it below `urgent_slack_s`: the scheduler serves live streams
-    just in time while newcomers start, at `urgent_slack_s` ahead, and that is no reason
-    to hold anyone (at 0.5 s it held a burst of 16 for ~0.3 s more, session 7)."""
+    admit_min_slack_s: float = 0.5
+    """Near capacity (above `admit_eager_utilization`), a new stream waits in the queue
+    while a live stream past start-up has less than this much audio ahead of its player
+    (streams out of credit excepted). This adapts the stream count to what the CPU
+    sustains right now."""
+    admit_eager_utilization: float = 0.8
+    """Up to this share of the workers (the load with the newcomer, at the measured
+    costs), admission is eager: only a live stream within `admit_eager_slack_s` of
+    running dry holds newcomers, and a burst is let in at once. At c=16 (~0.75 here) it
+    took the first-audio p99 from 1.6-2.2 s to 1.2 s; eager up to 0.85, c=24 and c=16
+    lost continuity in some runs (BENCHMARKS.md, "session 7")."""
+    admit_eager_slack_s: float = 0.1
+    """How close to running dry a live stream must be to hold newcomers while admission
+    is eager. Keep it below `urgent_slack_s`: while newcomers start, the scheduler serves
+    live streams just in time, `urgent_slack_s` ahead, and that is no reason to hold
+    anyone."""
     target_utilization: float = 0.85
     """Admission keeps the streams' measured compute below this share of the workers."""
     max_queue: int = 64

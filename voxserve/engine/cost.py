@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["CostMeter", "admission_cost", "room_for", "stream_capacity"]
+__all__ = ["CostMeter", "admission_cost", "load_with", "room_for", "stream_capacity"]
 
 
 class _Window:
@@ -132,12 +132,24 @@ def room_for(
     Counted as `stream_capacity` counts; the newcomer at its model's cost, or at the
     costliest measured model when its model is not named or not yet measured.
     """
+    load = load_with(costs, live, unsubmitted, newcomer)
+    return load is None or load <= budget
+
+
+def load_with(
+    costs: Mapping[str, float | None],
+    live: Mapping[str, int],
+    unsubmitted: int,
+    newcomer: str | None,
+) -> float | None:
+    """Worker-seconds per second of the streams counted as `room_for` counts them, with
+    one more of the model `newcomer`; None while no cost is known."""
     known = _known(costs)
     if not known:
-        return True
+        return None
     ceiling = max(known.values())
     cost = known.get(newcomer, ceiling) if newcomer is not None else ceiling
-    return _load(known, live, unsubmitted) + cost <= budget
+    return _load(known, live, unsubmitted) + cost
 
 
 def _known(costs: Mapping[str, float | None]) -> dict[str, float]:

@@ -378,16 +378,24 @@ class Scheduler:
         """Streams past start-up whose playback runs dry within `min_slack` seconds.
 
         Streams out of credit are not counted: their client is the slow part, not us.
-        Admission holds new streams while this is non-zero, so a machine that falls
-        behind (another process took a core, say) queues newcomers instead of degrading
-        every live stream at once. `min_slack` below `urgent_slack` counts only streams
-        the scheduler is failing to serve in time: one served just in time, which is
-        how every live stream runs while newcomers' first chunks go first, keeps
-        `urgent_slack` ahead and holds nobody.
+        Nor are streams whose first packet went out less than `min_slack` ago: they have
+        not had the time to build that much audio ahead (after two chunks, 48 frames, a
+        Piper stream has 0.56 s, so at 0.5 s it would count 57 ms after its first packet),
+        and the urgent class keeps them playing. Counting them made each newcomer of a
+        burst wait for the one before to get its third chunk out: at c=16, four runs
+        each way, first-audio p99 1.54-1.65 s instead of 1.85-2.42 s, continuity 100 %
+        in both (BENCHMARKS.md, "session 6").
+        Admission holds new streams while this is non-zero, so an overloaded machine
+        queues newcomers instead of degrading every live stream at once. A `min_slack`
+        below `urgent_slack` counts only streams the scheduler is failing to serve in
+        time: one served just in time, as every live stream is while newcomers' first
+        chunks go first, keeps `urgent_slack` ahead.
         """
         count = 0
         for stream in self._streams.values():
             if stream.first_packet_at is None or stream.chunks < 2:
+                continue
+            if now - stream.first_packet_at < min_slack:
                 continue
             if stream.untaken >= self.credits:
                 continue

@@ -25,7 +25,7 @@ import numpy as np
 import soxr
 
 from voxserve.config import TTSConfig
-from voxserve.engine.cost import CostMeter, admission_cost, room_for, stream_capacity
+from voxserve.engine.cost import CostMeter, admission_cost, load_with, stream_capacity
 from voxserve.engine.kokoro_voice import KokoroVoice
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.piper_voice import PiperVoice
@@ -395,33 +395,39 @@ class TTSEngine(WorkerEngine):
           recently measured cost (a whole-segment model's times its segment growth:
           `cost.admission_cost`), stays within `workers x target_utilization`
           (`voxserve.engine.cost.room_for`);
-        - no live stream is about to run dry (`Scheduler.lagging`, within
-          `admit_min_slack_s`);
+        - no live stream is about to run dry (`Scheduler.lagging`). How close counts
+          depends on that load: up to `workers x admit_eager_utilization`, only a stream
+          within `admit_eager_slack_s` of running dry holds newcomers, so a burst that
+          the workers can carry is let in at once (the scheduler serves the newcomers'
+          first chunks in arrival order, and keeps the live streams playing just in
+          time); above it, every live stream must have `admit_min_slack_s` ahead, so
+          near capacity newcomers come in only as fast as the live streams stay ahead;
         - while the cost of a model concerned (the newcomer's, or a live stream's) is not
           measured yet, at most one stream per worker is starting, so that a burst of
           arrivals ramps up instead of being let in before anyone can tell it is too
-          much. Once it is measured, the load says how many fit, and a burst is let in
-          at once: the scheduler serves the newcomers' first chunks in arrival order and
-          keeps the live streams playing (its urgent class).
+          much.
 
         `admitted` is what admission has let in; those not yet submitted count as
         starting, and at the costliest model's cost. A newcomer of no named model counts
         at the costliest model's cost too.
         """
+        config = self.config
         with self._cond:
             live = self._sched.streams_by_model()
             unsubmitted = max(0, admitted - sum(live.values()))
             costs = self._admission_costs()
             concerned = {*live, model or self.default_model.name}
             measured = all(costs.get(name) is not None for name in concerned)
-            if not measured and self._sched.starting() + unsubmitted >= self.config.workers:
+            if not measured and self._sched.starting() + unsubmitted >= config.workers:
                 self.stats.held["starting"] += 1
                 return False
-            if self._sched.lagging(self._clock(), self.config.admit_min_slack_s):
+            load = load_with(costs, live, unsubmitted, model)
+            eager = measured and load is not None and load <= config.workers * config.admit_eager_utilization
+            slack = config.admit_eager_slack_s if eager else config.admit_min_slack_s
+            if self._sched.lagging(self._clock(), slack):
                 self.stats.held["lagging"] += 1
                 return False
-            budget = self.config.workers * self.config.target_utilization
-            if not room_for(budget, costs, live, unsubmitted, model):
+            if load is not None and load > config.workers * config.target_utilization:
                 self.stats.held["load"] += 1
                 return False
         return True
