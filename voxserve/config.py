@@ -101,7 +101,7 @@ class TTSConfig:
     admit_eager_utilization: float = 0.8
     """Up to this share of the workers (the load with the newcomer, at the measured
     costs), admission is eager: only a live stream within `admit_eager_slack_s` of
-    running dry holds newcomers, and a burst is let in at once. At c=16 (~0.75 here) it
+    running dry holds newcomers, and a burst is let in at once. At c=16 (0.7-0.8 here) it
     took the first-audio p99 from 1.6-2.2 s to 1.2 s; eager up to 0.85, c=24 and c=16
     lost continuity in some runs (BENCHMARKS.md, "session 7")."""
     admit_eager_slack_s: float = 0.1

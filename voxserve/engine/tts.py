@@ -25,7 +25,7 @@ import numpy as np
 import soxr
 
 from voxserve.config import TTSConfig
-from voxserve.engine.cost import CostMeter, admission_cost, load_with, stream_capacity
+from voxserve.engine.cost import CostMeter, admission_cost, load_with, room_for, stream_capacity
 from voxserve.engine.kokoro_voice import KokoroVoice
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.piper_voice import PiperVoice
@@ -427,7 +427,7 @@ class TTSEngine(WorkerEngine):
             if self._sched.lagging(self._clock(), slack):
                 self.stats.held["lagging"] += 1
                 return False
-            if load is not None and load > config.workers * config.target_utilization:
+            if not room_for(config.workers * config.target_utilization, costs, live, unsubmitted, model):
                 self.stats.held["load"] += 1
                 return False
         return True
