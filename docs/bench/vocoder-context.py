@@ -9,6 +9,7 @@ per chunk index; the median and the worst over the segments), and the frames dec
 per frame kept are counted.
 
     python docs/bench/vocoder-context.py --contexts 4,6,8,10
+    python docs/bench/vocoder-context.py --contexts 10/6,6/10,10/8,8/10   # left/right
 """
 
 from __future__ import annotations
@@ -33,15 +34,16 @@ def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--contexts", default="4,6,8,10", help="frames of context to try (each side)")
+    parser.add_argument("--contexts", default="4,6,8,10",
+                        help="frames of context to try: N on each side, or LEFT/RIGHT")
     parser.add_argument("--chunks", type=int, default=4, help="chunk indices reported apart; later ones pooled")
     args = parser.parse_args()
-    contexts = [int(c) for c in args.contexts.split(",")]
+    contexts = [c if "/" in c else f"{c}/{c}" for c in args.contexts.split(",")]
     config = TTSConfig()
     voice = PiperVoice.load(config)
     model, hop = voice.model, voice.model.hop
     speaker = voice.voices[0]
-    found: dict[tuple[int, int], list[float]] = {}
+    found: dict[tuple[str, int], list[float]] = {}
     decoded = dict.fromkeys(contexts, 0)
     kept = 0
     for prompt in BUILTIN_PROMPTS:
@@ -53,7 +55,8 @@ def main() -> None:
             whole = model.vocoder.run([z])[0]
             kept += frames
             for context in contexts:
-                chunking = replace(config.chunking, left_context=context, right_context=context)
+                left, right = (int(n) for n in context.split("/"))
+                chunking = replace(config.chunking, left_context=left, right_context=right)
                 pos, index = 0, 0
                 while pos < frames:
                     lo, hi, start, end = plan_chunk(frames, pos, index, chunking)
@@ -64,7 +67,7 @@ def main() -> None:
                     decoded[context] += hi - lo
                     pos, index = end, index + 1
     print(f"{kept} frames kept over the segments of {len(BUILTIN_PROMPTS)} prompts")
-    print("context | frames decoded per frame kept | SNR per chunk index (median / worst, dB)")
+    print("left/right | frames decoded per frame kept | SNR per chunk index (median / worst, dB)")
     for context in contexts:
         cells = []
         for index in range(args.chunks + 1):
@@ -72,7 +75,7 @@ def main() -> None:
             if values:
                 label = f"{index}+" if index == args.chunks else str(index)
                 cells.append(f"{label}: {statistics.median(values):.1f} / {min(values):.1f}")
-        print(f"{context:7d} | {decoded[context] / kept:.3f} | " + "; ".join(cells))
+        print(f"{context:>10} | {decoded[context] / kept:.3f} | " + "; ".join(cells))
 
 
 if __name__ == "__main__":
