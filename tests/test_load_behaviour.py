@@ -41,6 +41,22 @@ def test_idle_server_uses_no_cpu(server: RunningServer) -> None:
     assert used < 0.1, f"idle process used {used:.3f} s of CPU in 2 s"
 
 
+def test_the_process_is_idle_again_right_after_a_lone_stream(server: RunningServer) -> None:
+    """A lone stream runs on two intra-op threads whose pool spins between the graph's
+    nodes. Whatever the pool does after a call (it is told to park at once:
+    tests/test_runner_options.py), the process must be idle again right after the
+    response, not keep a core busy."""
+    engine = server.state.engine
+    before_units = engine.idle_core_units()["threads"]
+    r = httpx.post(f"{server.base_url}/v1/audio/speech", json=_post("One voice alone on the machine."), timeout=30)
+    assert r.status_code == 200
+    assert engine.idle_core_units()["threads"] > before_units  # it did run on two threads
+    before = time.process_time()
+    time.sleep(0.5)
+    used = time.process_time() - before
+    assert used < 0.1, f"the process used {used:.3f} s of CPU in the 0.5 s after a lone stream"
+
+
 def test_disconnect_drops_the_stream_within_100ms(server: RunningServer) -> None:
     engine = server.state.engine
     before = set(engine.stream_ids())

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import onnxruntime as ort
 
+from voxserve.runners.options import cpu_options
 from voxserve.runners.piper import default_cache_dir
 from voxserve.text.kokoro_vocab import MAX_PHONEMES, PAD_ID
 
@@ -363,14 +364,7 @@ def source_phase(f0: np.ndarray, points: int) -> np.ndarray:
 
 
 def _session(path: Path, threads: int) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    opts.log_severity_level = 3
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), cpu_options(threads), providers=["CPUExecutionProvider"])
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from voxserve.runners.options import cpu_options
 from voxserve.runners.prior_graph import fixed_priors, prior_feeds, shared_weights
 
 __all__ = [
@@ -186,17 +187,11 @@ def _shared_arena() -> bool:
 def _session(
     path: Path | str, threads: int = 1, initializers: Mapping[str, ort.OrtValue] | None = None
 ) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
+    opts = cpu_options(threads)
     for name, value in (initializers or {}).items():
         opts.add_initializer(name, value)  # shared with other sessions, not read from `path`
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
     if _shared_arena():
         opts.add_session_config_entry("session.use_env_allocators", "1")
-    opts.log_severity_level = 3
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 

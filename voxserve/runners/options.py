@@ -1,0 +1,36 @@
+"""ONNX Runtime session options shared by the TTS runners (Piper, Kokoro).
+
+Every session runs its graph's nodes in order (`ORT_SEQUENTIAL`, no inter-op pool). A
+single-threaded session, the crowded case, has no pool at all. A session on several
+intra-op threads runs only while the engine found every worker free (a lone stream), and
+its pool threads spin between the graph's many small nodes instead of sleeping: with
+`allow_spinning` off, waking them cost the Piper prior 16.7-16.9 ms on two threads
+against 13.3-13.4 ms spinning (two rounds, one process, `docs/BENCHMARKS.md`, "session
+7"). `force_spinning_stop` parks them the moment the call returns: left spinning, they
+burned a core through every gap between calls (4 CPU-seconds per second of calls
+instead of 2) and slowed the other sessions' calls by 4-7 ms.
+"""
+
+from __future__ import annotations
+
+import onnxruntime as ort
+
+__all__ = ["cpu_options"]
+
+
+def cpu_options(threads: int) -> ort.SessionOptions:
+    """Options for a CPU session on `threads` intra-op threads."""
+    if threads < 1:
+        raise ValueError("a session needs at least one thread")
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if threads > 1:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        opts.add_session_config_entry("session.force_spinning_stop", "1")
+    else:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.log_severity_level = 3
+    return opts
