@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import difflib
 import itertools
+import json
 import socket
 import statistics
-import threading
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -148,38 +151,55 @@ def test_disconnect_drops_queued_pieces(base_url: str, server: RunningServer, lo
     assert snap["pieces"] - before["pieces"] < pieces, "every piece was decoded anyway"
 
 
-def test_health_stays_fast_while_long_files_transcribe(base_url: str, long_clip: dict[str, Any]) -> None:
-    # Eight requests of about 45 s each: 16 pieces for the engine.
+_UPLOADS_CLIENT = """
+import asyncio, json, sys
+import httpx
+
+async def main(base, path, count):
+    data = open(path, "rb").read()
+    async with httpx.AsyncClient(base_url=base, timeout=170) as c:
+        posts = [c.post("/v1/audio/transcriptions", files={"file": ("a.wav", data)},
+                        data={"model": "whisper-1"}) for _ in range(count)]
+        responses = await asyncio.gather(*posts)
+    print(json.dumps([[r.status_code, r.json().get("text", r.text)] for r in responses]))
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+"""
+
+
+def test_health_stays_fast_while_long_files_transcribe(
+    base_url: str, long_clip: dict[str, Any], tmp_path: Path
+) -> None:
+    """Eight requests of about 45 s each: 16 pieces for the engine. They come from another
+    process, as real clients do: sent from this one (which also runs the server), the
+    test's own multipart bodies and the probes shared one GIL, and a probe once timed
+    that (190 ms) rather than the server."""
     pcm = np.frombuffer(long_clip["wav"][44:], dtype=np.int16)
     cut = int(long_clip["onsets"][5] * RATE)
-    wav = wav_bytes(pcm[:cut])
+    path = tmp_path / "a.wav"
+    path.write_bytes(wav_bytes(pcm[:cut]))
     reference = " ".join(LONG[:5])
+    uploads = subprocess.Popen(
+        [sys.executable, "-c", _UPLOADS_CLIENT, base_url, str(path), "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
     probes: list[float] = []
-    stop = threading.Event()
-
-    def probe() -> None:
+    try:
         with httpx.Client(base_url=base_url, timeout=10) as c:
-            while not stop.is_set():
+            while uploads.poll() is None:
                 started = time.perf_counter()
                 assert c.get("/health").status_code == 200
                 probes.append(time.perf_counter() - started)
-                stop.wait(0.05)
-
-    async def load() -> list[httpx.Response]:
-        async with httpx.AsyncClient(base_url=base_url, timeout=170) as c:
-            posts = [c.post(URL, files={"file": ("a.wav", wav)}, data={"model": "whisper-1"}) for _ in range(8)]
-            return list(await asyncio.gather(*posts))
-
-    prober = threading.Thread(target=probe)
-    prober.start()
-    try:
-        responses = asyncio.run(load())
+                time.sleep(0.05)
+        out, err = uploads.communicate(timeout=10)
     finally:
-        stop.set()
-        prober.join()
-    for r in responses:
-        assert r.status_code == 200, r.text
-        assert wer(reference, r.json()["text"]) < 0.10
+        uploads.kill()
+    assert uploads.returncode == 0, err
+    results = json.loads(out)
+    assert len(results) == 8
+    for status, text in results:
+        assert status == 200, text
+        assert wer(reference, text) < 0.10
     probes.sort()
     p99 = probes[min(len(probes) - 1, int(len(probes) * 0.99))]
     print(f"/health during ASR load: {len(probes)} probes, p50 {statistics.median(probes) * 1e3:.1f} ms, "
