@@ -1,6 +1,7 @@
 #!/bin/bash
 # issue 15, session 6, after the admission change: c=1 alternating voxserve and Piper's
-# http_server, two rounds each (48 prompts), then voxserve at c=4,16.
+# http_server, two rounds each (48 prompts), then voxserve at c=4,16. Session 7's final
+# run: ROUNDS=3 OUT=/tmp/tts-s7-final.
 cd "$(dirname "$0")/../.."
 B=$PWD/.venv/bin
 OUT=${OUT:-/tmp/tts-s6-final}; mkdir -p $OUT
@@ -21,7 +22,7 @@ piper() {  # name
   $B/voxserve bench speech --api piper --base-url http://127.0.0.1:5071 --concurrency 1 --num-prompts 48 --no-progress -o $OUT/$1.json > $OUT/$1.txt 2>&1
   kill $p; wait $p 2>/dev/null
 }
-for round in 1 2; do
+for round in $(seq ${ROUNDS:-2}); do
   vox vox$round 1
   piper piper$round
 done
