@@ -221,7 +221,7 @@ def test_a_stop_during_the_background_prior_build_exits_cleanly(tmp_path: Path) 
     cache = tmp_path / "cache"
     folder = cache / graphs.prior.parent.relative_to(graphs.prior.parent.parent.parent)
     folder.mkdir(parents=True)
-    for graph in (graphs.prior, graphs.flow, graphs.vocoder):  # the split, not the copies
+    for graph in graphs.files():  # the split, not the copies
         shutil.copyfile(graph, folder / graph.name)
     server = _serve(tmp_path / "server.log", "--no-asr", "--tts-models", "piper", "--cache-dir", str(cache))
     proc, log = server.proc, server.log

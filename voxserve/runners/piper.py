@@ -64,10 +64,15 @@ about the int16 output's own rounding, and the first chunk's window alone is as 
 with 32. With 20 frames the worst was 89-108 dB, with 16 70 dB; a bare 40-frame window
 decoded edges and all (`tests/test_model_split.py`) needs 24 for 96 dB
 (`docs/bench/flow-context.py`). The first chunk's flow runs on 46 frames instead of 54."""
-SPLIT_LAYOUT = "f1"
-"""Names the graphs in the split's cache folder: a cache of another layout (stage A in
-one graph, "d1"; before the durations were an output, its folder named by the hash
-alone) is not read."""
+SPLIT_LAYOUT = "f2"
+"""Names the graphs in the split's cache folder: a cache of another layout (the flow's and
+the vocoder's convolutions 1-D, "f1"; stage A in one graph, "d1"; before the durations
+were an output, its folder named by the hash alone) is not read."""
+TWO_D_GRAPHS = ("flow", "vocoder")
+"""The graphs whose 1-D convolutions run as 2-D ones (`runners.conv2d`): on one thread,
+0.87-0.90x of the vocoder's time and 0.89-0.95x of the flow's. The prior's would gain
+6-13 % too, but its durations are rounded up from its float output, so a last-bit change
+could move a frame: it is left as exported."""
 
 FaultHook = Callable[[str, int], None]
 """Called as hook(stage, batch_size) before each inference; raising fails that batch."""
@@ -116,14 +121,23 @@ def default_cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class SplitGraphs:
-    """The three graphs of a split Piper voice."""
+    """The graphs of a split Piper voice."""
 
     prior: Path
     """Stage A's first part: ids -> `PRIOR_OUTPUTS`."""
     flow: Path
-    """Stage A's second part: z_p and the mask (and sid, for several speakers) -> z."""
+    """Stage A's second part: z_p and the mask (and sid, for several speakers) -> z; its
+    convolutions 2-D (`runners.conv2d`)."""
     vocoder: Path
-    """Stage B: z -> PCM."""
+    """Stage B: z -> PCM, its convolutions 2-D: for sessions on one thread."""
+    pooled_vocoder: Path
+    """Stage B as exported (1-D convolutions), for sessions on several threads: ONNX
+    Runtime splits a 2-D convolution of height 1 badly between threads (two threads took
+    1.34-1.38x the 1-D graph's time), while the flow's 2-D graph is faster on two threads
+    too (0.88-0.93x)."""
+
+    def files(self) -> tuple[Path, ...]:
+        return (self.prior, self.flow, self.vocoder, self.pooled_vocoder)
 
 
 def split_model(model: Path, cache_dir: Path | None = None) -> SplitGraphs:
@@ -136,9 +150,13 @@ def split_model(model: Path, cache_dir: Path | None = None) -> SplitGraphs:
     import onnx
     from onnx.utils import extract_model
 
+    from voxserve.runners.conv2d import convs_as_2d
+
     folder = (cache_dir or default_cache_dir()) / "piper-split" / f"{_file_sha256(model)[:32]}-{SPLIT_LAYOUT}"
-    graphs = SplitGraphs(folder / "prior.onnx", folder / "flow.onnx", folder / "vocoder.onnx")
-    if graphs.prior.exists() and graphs.flow.exists() and graphs.vocoder.exists():
+    graphs = SplitGraphs(
+        folder / "prior.onnx", folder / "flow.onnx", folder / "vocoder.onnx", folder / "vocoder-1d.onnx"
+    )
+    if all(path.exists() for path in graphs.files()):
         return graphs
     folder.mkdir(parents=True, exist_ok=True)
     graph_inputs = [i.name for i in onnx.load(str(model), load_external_data=False).graph.input]
@@ -148,11 +166,16 @@ def split_model(model: Path, cache_dir: Path | None = None) -> SplitGraphs:
         (graphs.prior, graph_inputs, list(PRIOR_OUTPUTS)),
         (graphs.flow, [PRIOR_TENSOR, MASK_TENSOR, *speaker], [LATENT_TENSOR]),
         (graphs.vocoder, [LATENT_TENSOR], ["output"]),
+        (graphs.pooled_vocoder, [LATENT_TENSOR], ["output"]),
     ):
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".onnx.tmp")
         os.close(fd)
         try:
             extract_model(str(model), tmp, inputs, outputs)
+            if target.stem in TWO_D_GRAPHS:  # vocoder-1d is left as exported
+                graph = onnx.load(tmp)
+                convs_as_2d(graph)
+                onnx.save(graph, tmp)
             os.replace(tmp, target)
         finally:
             if os.path.exists(tmp):
@@ -198,10 +221,17 @@ def _session(
 class Sessions:
     """One graph's sessions, one per intra-op thread count, each made on first use and
     then kept. Single-threaded calls run on the caller's thread; a call on n threads
-    borrows n - 1 pool threads (the engine asks for that only while cores idle)."""
+    borrows n - 1 pool threads (the engine asks for that only while cores idle).
+    `pooled`: another form of the same graph for the sessions on several threads."""
 
-    def __init__(self, path: Path | str, initializers: Mapping[str, ort.OrtValue] | None = None):
+    def __init__(
+        self,
+        path: Path | str,
+        initializers: Mapping[str, ort.OrtValue] | None = None,
+        pooled: Path | str | None = None,
+    ):
         self._path = path
+        self._pooled = pooled or path
         self._initializers = initializers
         self._lock = threading.Lock()
         self._by_threads = {1: _session(path, 1, initializers)}
@@ -214,7 +244,8 @@ class Sessions:
             with self._lock:
                 session = self._by_threads.get(threads)
                 if session is None:
-                    session = self._by_threads[threads] = _session(self._path, threads, self._initializers)
+                    path = self._path if threads == 1 else self._pooled
+                    session = self._by_threads[threads] = _session(path, threads, self._initializers)
         return session
 
 
@@ -369,8 +400,12 @@ class AcousticRunner:
 class VocoderRunner:
     """Stage B: latent frames -> float PCM. Equal-length items share one call."""
 
-    def __init__(self, path: Path | str, hop: int, hook: FaultHook | None = None):
-        self._sessions = Sessions(path)
+    def __init__(
+        self, path: Path | str, hop: int, hook: FaultHook | None = None, pooled: Path | str | None = None
+    ):
+        """`pooled`: the graph for calls on several threads (`SplitGraphs.pooled_vocoder`);
+        None: `path` serves every call."""
+        self._sessions = Sessions(path, pooled=pooled)
         self.hop = hop
         self.hook = hook
 
@@ -424,7 +459,7 @@ class PiperModel:
         self._hook: FaultHook | None = None
         self._lock = threading.Lock()
         self.acoustic = AcousticRunner(self.graphs.prior, self.graphs.flow, self.num_speakers > 1)
-        self.vocoder = VocoderRunner(self.graphs.vocoder, self.hop)
+        self.vocoder = VocoderRunner(self.graphs.vocoder, self.hop, pooled=self.graphs.pooled_vocoder)
 
     def _speakers(self) -> list[SpeakerInfo]:
         if self.num_speakers <= 1:
