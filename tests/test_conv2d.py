@@ -21,13 +21,15 @@ def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 1)
 
 def _graph(opset: int) -> onnx.ModelProto:
     """x [1, 16, T] -> a padded, strided, dilated, grouped and a biased 1-D Conv, one
-    weight shared by two convs and also read by a Mul, and a 2-D-free tail."""
+    weight shared by two convs and also read by a Mul, and a Conv with one output
+    channel (left 1-D: the blocked form would compute a whole block of channels)."""
     rng = np.random.default_rng(7)
     inits = [
         numpy_helper.from_array(rng.standard_normal((32, 16, 5)).astype(np.float32), "w_a"),
         numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b_a"),
         numpy_helper.from_array(rng.standard_normal((32, 8, 3)).astype(np.float32), "w_grouped"),
         numpy_helper.from_array(rng.standard_normal((16, 32, 1)).astype(np.float32), "w_shared"),
+        numpy_helper.from_array(rng.standard_normal((1, 16, 7)).astype(np.float32), "w_mono"),
     ]
     nodes = [
         helper.make_node("Conv", ["x", "w_a", "b_a"], ["a"], name="a", pads=[2, 2], dilations=[1]),
@@ -35,6 +37,7 @@ def _graph(opset: int) -> onnx.ModelProto:
         helper.make_node("Relu", ["g"], ["r"]),
         helper.make_node("Conv", ["r", "w_shared"], ["s1"], name="s1"),
         helper.make_node("Conv", ["a", "w_shared"], ["s2"], name="s2"),
+        helper.make_node("Conv", ["s2", "w_mono"], ["mono"], name="mono", pads=[3, 3]),
         helper.make_node("Mul", ["w_shared", "w_shared"], ["w_squared"]),
         helper.make_node("ReduceSum", ["w_squared"], ["w_sum"], keepdims=0),
     ]
@@ -46,6 +49,7 @@ def _graph(opset: int) -> onnx.ModelProto:
             helper.make_tensor_value_info("s1", TensorProto.FLOAT, None),
             helper.make_tensor_value_info("s2", TensorProto.FLOAT, None),
             helper.make_tensor_value_info("w_sum", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("mono", TensorProto.FLOAT, None),
         ],
         inits,
     )
@@ -65,6 +69,7 @@ def test_rewritten_graph_gives_the_same_outputs(opset: int) -> None:
     weights = {i.name: i for i in rewritten.graph.initializer}
     assert list(weights["w_shared"].dims) == [16, 32, 1]  # the Mul still reads the 1-D weight
     assert list(weights["w_a"].dims) == [32, 16, 1, 5]
+    assert list(weights["w_mono"].dims) == [1, 16, 7]
     for threads in (1, 2):
         got = _run(rewritten, {"x": x}, threads)
         for a, b in zip(want, got, strict=True):
@@ -96,7 +101,7 @@ def test_piper_split_runs_2d_convs_on_one_thread_and_the_exported_graph_on_sever
             if a.name == "kernel_shape"
         }
 
-    assert conv_kernels(graphs.flow) == {2} and conv_kernels(graphs.vocoder) == {2}
+    assert conv_kernels(graphs.flow) == {2} and conv_kernels(graphs.vocoder) == {1, 2}  # its last: 1 channel
     assert conv_kernels(graphs.pooled_vocoder) == {1} and conv_kernels(graphs.prior) == {1}
     sessions = model.vocoder._sessions
     assert sessions.get(1)._model_path == str(graphs.vocoder)

@@ -22,6 +22,10 @@ from onnx import helper, numpy_helper
 
 __all__ = ["convs_as_2d"]
 
+MIN_BLOCK = 8
+"""A Conv is rewritten only if its output channels are a multiple of this: ONNX Runtime
+pads them to its block (8 or 16 channels) in the blocked form, so Piper's last conv (one
+output channel) would compute 16 channels for one: 1.34 ms instead of ~0.3 ms."""
 _AXES = "conv2d_height_axis"
 """The initializer holding [2], the height axis, for Unsqueeze and Squeeze (opset 13+)."""
 
@@ -70,7 +74,12 @@ def convs_as_2d(model: onnx.ModelProto) -> int:
     count = 0
     for node in graph.node:
         weight = weights.get(node.input[1]) if node.op_type == "Conv" and len(node.input) > 1 else None
-        if node.domain not in ("", "ai.onnx") or weight is None or len(weight.dims) != 3:
+        if (
+            node.domain not in ("", "ai.onnx")
+            or weight is None
+            or len(weight.dims) != 3
+            or weight.dims[0] % MIN_BLOCK
+        ):
             nodes.append(node)
             continue
         name = weight.name

@@ -64,10 +64,11 @@ about the int16 output's own rounding, and the first chunk's window alone is as 
 with 32. With 20 frames the worst was 89-108 dB, with 16 70 dB; a bare 40-frame window
 decoded edges and all (`tests/test_model_split.py`) needs 24 for 96 dB
 (`docs/bench/flow-context.py`). The first chunk's flow runs on 46 frames instead of 54."""
-SPLIT_LAYOUT = "f2"
-"""Names the graphs in the split's cache folder: a cache of another layout (the flow's and
-the vocoder's convolutions 1-D, "f1"; stage A in one graph, "d1"; before the durations
-were an output, its folder named by the hash alone) is not read."""
+SPLIT_LAYOUT = "f3"
+"""Names the graphs in the split's cache folder: a cache of another layout (the vocoder's
+last conv 2-D too, "f2"; the flow's and the vocoder's convolutions 1-D, "f1"; stage A in
+one graph, "d1"; before the durations were an output, its folder named by the hash
+alone) is not read."""
 TWO_D_GRAPHS = ("flow", "vocoder")
 """The graphs whose 1-D convolutions run as 2-D ones (`runners.conv2d`): on one thread,
 0.87-0.90x of the vocoder's time and 0.89-0.95x of the flow's. The prior's would gain
