@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from voxserve.runners.conv2d import convs_as_2d
+from voxserve.runners.conv2d import convs_as_2d, upsamplers_as_convs
 from voxserve.runners.options import cpu_options
 from voxserve.runners.piper import LATENT_TENSOR, PiperModel, bundled_voice
 
@@ -87,6 +87,44 @@ def test_a_graph_without_1d_convs_is_left_alone() -> None:
     assert len(again.graph.node) == len(model.graph.node)
 
 
+def _upsampler(stride: int, kernel: int, bias: bool, opset: int = 15) -> onnx.ModelProto:
+    rng = np.random.default_rng(stride + kernel)
+    inits = [numpy_helper.from_array(rng.standard_normal((24, 16, kernel)).astype(np.float32), "w")]
+    inputs = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b"))
+        inputs.append("b")
+    pad = (kernel - stride) // 2
+    node = helper.make_node("ConvTranspose", inputs, ["y"], strides=[stride], pads=[pad, pad], kernel_shape=[kernel])
+    graph = helper.make_graph(
+        [node, helper.make_node("Relu", ["y"], ["out"])],
+        "up",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, "T"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize(("stride", "bias", "opset"), [(2, True, 15), (4, False, 15), (8, True, 11)])
+def test_upsamplers_become_phase_convolutions_with_the_same_output(stride: int, bias: bool, opset: int) -> None:
+    model = _upsampler(stride, 2 * stride, bias, opset)
+    x = np.random.default_rng(2).standard_normal((1, 24, 37)).astype(np.float32)
+    (want,) = _run(model, {"x": x})
+    assert upsamplers_as_convs(model) == 1
+    assert not [n for n in model.graph.node if n.op_type == "ConvTranspose"]
+    for threads in (1, 2):
+        (got,) = _run(model, {"x": x}, threads)
+        assert got.shape == want.shape == (1, 16, 37 * stride)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_other_transposed_convolutions_are_left_alone() -> None:
+    model = _upsampler(4, 6, True)  # kernel not twice the stride
+    assert upsamplers_as_convs(model) == 0
+    assert [n.op_type for n in model.graph.node] == ["ConvTranspose", "Relu"]
+
+
 def test_piper_split_runs_2d_convs_on_one_thread_and_the_exported_graph_on_several() -> None:
     model = PiperModel(bundled_voice())
     graphs = model.graphs
@@ -103,6 +141,8 @@ def test_piper_split_runs_2d_convs_on_one_thread_and_the_exported_graph_on_sever
 
     assert conv_kernels(graphs.flow) == {2} and conv_kernels(graphs.vocoder) == {1, 2}  # its last: 1 channel
     assert conv_kernels(graphs.pooled_vocoder) == {1} and conv_kernels(graphs.prior) == {1}
+    ops = {n.op_type for n in onnx.load(str(graphs.vocoder)).graph.node}
+    assert "ConvTranspose" not in ops  # the upsamplers run as phase convolutions
     sessions = model.vocoder._sessions
     assert sessions.get(1)._model_path == str(graphs.vocoder)
     assert sessions.get(2)._model_path == str(graphs.pooled_vocoder)

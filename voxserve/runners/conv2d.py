@@ -5,11 +5,16 @@ multiple of the vector width is rewritten by its layout optimizer into the block
 form, with kernels tuned for it; a 1-D `Conv` (input [N, C, T]) is not, and runs as
 im2col and a matrix product. The two compute the same sums, in another order.
 
-`convs_as_2d` rewrites each 1-D `Conv` with a constant weight as Unsqueeze (height 1) ->
-2-D `Conv` (kernel 1 x K) -> Squeeze, so every tensor between the other nodes keeps its
-shape and name. On the Piper voice (one thread, this 2-core machine) that made the
-vocoder 0.87-0.90x and the flow 0.89-0.95x of their time, with outputs within float32
-rounding (vocoder PCM 2.4e-7 at most, the flow's z 1.1e-5); `docs/BENCHMARKS.md`.
+- `convs_as_2d` rewrites each 1-D `Conv` with a constant weight as Unsqueeze (height 1)
+  -> 2-D `Conv` (kernel 1 x K) -> Squeeze, so every tensor between the other nodes keeps
+  its shape and name;
+- `upsamplers_as_convs` rewrites HiFi-GAN's upsampling `ConvTranspose` (which has no
+  blocked form) as two 2-D convolutions over its output phases and an interleave.
+
+On the Piper voice (one thread, this 2-core machine) the first made the vocoder
+0.87-0.90x and the flow 0.89-0.95x of their time, and the second the vocoder 0.95-0.96x
+more, with outputs within float32 rounding (vocoder PCM 1.4e-7 at most, the flow's z
+1.1e-5); `docs/BENCHMARKS.md`.
 
 Pure graph code: a ModelProto in, the same one changed; no sessions, no files.
 """
@@ -20,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["convs_as_2d"]
+__all__ = ["convs_as_2d", "upsamplers_as_convs"]
 
 MIN_BLOCK = 8
 """A Conv is rewritten only if its output channels are a multiple of this: ONNX Runtime
@@ -64,9 +69,7 @@ def convs_as_2d(model: onnx.ModelProto) -> int:
         for index, name in enumerate(node.input):
             if not (node.op_type == "Conv" and index == 1):
                 other_readers.add(name)
-    axes_as_input = _opset(model) >= 13
-    if axes_as_input and _AXES not in weights:
-        graph.initializer.append(numpy_helper.from_array(np.array([2], np.int64), _AXES))
+    axes = _axes(model)
 
     converted: dict[str, str] = {}
     """1-D weight -> its 2-D initializer."""
@@ -94,18 +97,119 @@ def convs_as_2d(model: onnx.ModelProto) -> int:
                 converted[name] = copy
         source, target = node.input[0], node.output[0]
         tall_in, tall_out = f"{target}_2d_in", f"{target}_2d_out"
-        if axes_as_input:
-            nodes.append(helper.make_node("Unsqueeze", [source, _AXES], [tall_in], name=f"{node.name}_unsqueeze"))
-        else:
-            nodes.append(helper.make_node("Unsqueeze", [source], [tall_in], name=f"{node.name}_unsqueeze", axes=[2]))
+        nodes.append(_reshaping("Unsqueeze", source, tall_in, f"{node.name}_unsqueeze", axes))
         conv = helper.make_node("Conv", [tall_in, converted[name], *node.input[2:]], [tall_out], name=node.name)
         conv.attribute.extend(_attributes_2d(node))
         nodes.append(conv)
-        if axes_as_input:
-            nodes.append(helper.make_node("Squeeze", [tall_out, _AXES], [target], name=f"{node.name}_squeeze"))
-        else:
-            nodes.append(helper.make_node("Squeeze", [tall_out], [target], name=f"{node.name}_squeeze", axes=[2]))
+        nodes.append(_reshaping("Squeeze", tall_out, target, f"{node.name}_squeeze", axes))
         count += 1
     del graph.node[:]
     graph.node.extend(nodes)
     return count
+
+
+def _axes(model: onnx.ModelProto) -> list[str]:
+    """The Unsqueeze/Squeeze axes input ([2]) where the opset takes one, made once."""
+    if _opset(model) < 13:
+        return []
+    if not any(init.name == _AXES for init in model.graph.initializer):
+        model.graph.initializer.append(numpy_helper.from_array(np.array([2], np.int64), _AXES))
+    return [_AXES]
+
+
+def _reshaping(op: str, source: str, target: str, name: str, axes: list[str]) -> onnx.NodeProto:
+    """Unsqueeze or Squeeze at the height axis: its axes an input (`axes`, opset 13+) or
+    an attribute."""
+    if axes:
+        return helper.make_node(op, [source, *axes], [target], name=name)
+    return helper.make_node(op, [source], [target], name=name, axes=[2])
+
+
+def upsamplers_as_convs(model: onnx.ModelProto) -> int:
+    """Rewrite each 1-D `ConvTranspose` that upsamples by s with a kernel of 2s and s/2
+    of padding (HiFi-GAN's, Piper's vocoder) as two 2-D convolutions over its input, one
+    per half of the s output phases, then an interleave; in place, returns how many.
+
+    With kernel 2s, output sample n = j*s + r (phase r) takes two input samples: for
+    r < s/2, x[j - 1] through tap r + s/2 + s and x[j] through tap r + s/2; for r >= s/2,
+    x[j] through tap r + s/2 and x[j + 1] through tap r - s/2. Each half is one 2-tap
+    convolution with (s/2 * out) channels (padded on the left, or on the right), and
+    their channels, (phase, out) in order, are reshaped and transposed into time. ONNX
+    Runtime runs the convolutions in its blocked form; its ConvTranspose has none."""
+    graph = model.graph
+    weights = {init.name: init for init in graph.initializer}
+    axes = _axes(model)
+    nodes: list[onnx.NodeProto] = []
+    count = 0
+    for node in graph.node:
+        if not _is_upsampler(node, weights):
+            nodes.append(node)
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        kernel = numpy_helper.to_array(weights[node.input[1]])  # [in, out, 2s]
+        stride = int(attrs["strides"][0])
+        half, pad = stride // 2, stride // 2
+        ins, outs = kernel.shape[0], kernel.shape[1]
+        early = np.zeros((half, outs, ins, 1, 2), np.float32)  # taps x[j - 1], x[j]
+        late = np.zeros((half, outs, ins, 1, 2), np.float32)  # taps x[j], x[j + 1]
+        for r in range(half):
+            early[r, :, :, 0, 0] = kernel[:, :, r + pad + stride].T
+            early[r, :, :, 0, 1] = kernel[:, :, r + pad].T
+            late[r, :, :, 0, 0] = kernel[:, :, r + half + pad].T
+            late[r, :, :, 0, 1] = kernel[:, :, r + half + pad - stride].T
+        base = f"{node.output[0]}_phases"
+        tall = f"{base}_in"
+        nodes.append(_reshaping("Unsqueeze", node.input[0], tall, f"{base}_unsqueeze", axes))
+        halves = []
+        for tag, taps, pads in (("early", early, [0, 1, 0, 0]), ("late", late, [0, 0, 0, 1])):
+            inputs = [tall, f"{base}_{tag}_w"]
+            graph.initializer.append(numpy_helper.from_array(taps.reshape(half * outs, ins, 1, 2), inputs[1]))
+            if len(node.input) > 2 and node.input[2]:
+                bias = numpy_helper.to_array(weights[node.input[2]])
+                inputs.append(f"{base}_{tag}_b")
+                graph.initializer.append(numpy_helper.from_array(np.tile(bias, half).astype(np.float32), inputs[2]))
+            halves.append(f"{base}_{tag}")
+            nodes.append(
+                helper.make_node("Conv", inputs, [halves[-1]], name=halves[-1], kernel_shape=[1, 2], pads=pads)
+            )
+        shapes = (f"{base}_by_phase", f"{base}_in_time")
+        graph.initializer.append(numpy_helper.from_array(np.array([0, stride, outs, -1], np.int64), shapes[0]))
+        graph.initializer.append(numpy_helper.from_array(np.array([0, outs, -1], np.int64), shapes[1]))
+        nodes += [
+            helper.make_node("Concat", halves, [f"{base}_all"], name=f"{base}_concat", axis=1),
+            helper.make_node("Reshape", [f"{base}_all", shapes[0]], [f"{base}_split"], name=f"{base}_split"),
+            helper.make_node(
+                "Transpose", [f"{base}_split"], [f"{base}_interleaved"], name=f"{base}_interleave", perm=[0, 2, 3, 1]
+            ),
+            helper.make_node("Reshape", [f"{base}_interleaved", shapes[1]], [node.output[0]], name=f"{base}_join"),
+        ]
+        count += 1
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return count
+
+
+def _is_upsampler(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> bool:
+    """A 1-D ConvTranspose with a constant weight, kernel 2s, stride s (even), padding
+    s/2 at each end, and nothing else set; its phases' channels fill whole blocks."""
+    if node.op_type != "ConvTranspose" or node.domain not in ("", "ai.onnx"):
+        return False
+    weight = weights.get(node.input[1])
+    if weight is None or len(weight.dims) != 3:
+        return False
+    if len(node.input) > 2 and node.input[2] and node.input[2] not in weights:
+        return False
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if set(attrs) - {"strides", "pads", "kernel_shape", "dilations", "group"}:
+        return False  # output_padding, output_shape, auto_pad
+    stride = list(attrs.get("strides", [1]))
+    if len(stride) != 1 or stride[0] < 2 or stride[0] % 2:
+        return False
+    s = stride[0]
+    return (
+        int(attrs.get("group", 1)) == 1
+        and list(attrs.get("dilations", [1])) == [1]
+        and list(attrs.get("pads", [0, 0])) == [s // 2, s // 2]
+        and int(weight.dims[2]) == 2 * s
+        and (s // 2 * int(weight.dims[1])) % MIN_BLOCK == 0
+    )

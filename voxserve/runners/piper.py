@@ -64,9 +64,9 @@ about the int16 output's own rounding, and the first chunk's window alone is as 
 with 32. With 20 frames the worst was 89-108 dB, with 16 70 dB; a bare 40-frame window
 decoded edges and all (`tests/test_model_split.py`) needs 24 for 96 dB
 (`docs/bench/flow-context.py`). The first chunk's flow runs on 46 frames instead of 54."""
-SPLIT_LAYOUT = "f3"
+SPLIT_LAYOUT = "f4"
 """Names the graphs in the split's cache folder: a cache of another layout (the vocoder's
-last conv 2-D too, "f2"; the flow's and the vocoder's convolutions 1-D, "f1"; stage A in
+upsamplers transposed convolutions, "f3"; its last conv 2-D too, "f2"; the flow's and the vocoder's convolutions 1-D, "f1"; stage A in
 one graph, "d1"; before the durations were an output, its folder named by the hash
 alone) is not read."""
 TWO_D_GRAPHS = ("flow", "vocoder")
@@ -151,7 +151,7 @@ def split_model(model: Path, cache_dir: Path | None = None) -> SplitGraphs:
     import onnx
     from onnx.utils import extract_model
 
-    from voxserve.runners.conv2d import convs_as_2d
+    from voxserve.runners.conv2d import convs_as_2d, upsamplers_as_convs
 
     folder = (cache_dir or default_cache_dir()) / "piper-split" / f"{_file_sha256(model)[:32]}-{SPLIT_LAYOUT}"
     graphs = SplitGraphs(
@@ -176,6 +176,7 @@ def split_model(model: Path, cache_dir: Path | None = None) -> SplitGraphs:
             if target.stem in TWO_D_GRAPHS:  # vocoder-1d is left as exported
                 graph = onnx.load(tmp)
                 convs_as_2d(graph)
+                upsamplers_as_convs(graph)
                 onnx.save(graph, tmp)
             os.replace(tmp, target)
         finally:
