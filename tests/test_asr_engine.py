@@ -21,6 +21,15 @@ pytestmark = pytest.mark.timeout(120)
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 
 
+def _heard(text: str) -> str:
+    """A transcript as compared here: stripped and lower-cased. tiny.en is near a tie on
+    this clip's first letter: synthesis that moved 69 of its 44397 samples by one LSB
+    (95 dB SNR, the vocoder's convolutions run in another order) turned "The" into "the"
+    in some windows."""
+    return text.strip().lower()
+
+
+
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("asr") / "fox.wav"
@@ -56,7 +65,7 @@ def test_runner_aligns_only_the_pieces_that_ask(speech_wav: str) -> None:
     assert outs[0].tokens == outs[1].tokens
     tok = runner.tokenizer("transcribe", None)
     segments = window_segments(outs[1], tok, offset=10.0, duration=len(audio) / 16000, temperature=0.0)
-    assert "".join(s.text for s in segments).strip() == SENTENCE
+    assert _heard("".join(s.text for s in segments)) == _heard(SENTENCE)
     words = [w for s in segments for w in s.words or ()]
     assert [w.word.strip() for w in words][:3] == ["The", "quick", "brown"]
     assert all(10.0 <= w.start <= w.end <= 10.0 + len(audio) / 16000 for w in words)
@@ -68,7 +77,7 @@ def test_cli_transcribe(speech_wav: str, capsys: pytest.CaptureFixture[str]) -> 
     assert main(["transcribe", speech_wav, "-f", "srt", "--asr-workers", "1"]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("1\n00:00:00,")
-    assert SENTENCE in captured.out and "RTFx" in captured.err
+    assert _heard(SENTENCE) in _heard(captured.out) and "RTFx" in captured.err
     assert main(["transcribe", speech_wav, "--language", "fr", "--asr-workers", "1"]) == 2
     assert "English-only" in capsys.readouterr().err
 
@@ -101,7 +110,7 @@ def test_a_lone_short_clip_runs_solo_in_a_fitted_window(speech_wav: str) -> None
         [DecodeInput(full, piece.frames)], opts
     )[0]
     tok = engine.runner.tokenizer("transcribe", "en")
-    assert tok.decode(wide.tokens).strip() == tok.decode(narrow.tokens).strip() == SENTENCE
+    assert _heard(tok.decode(wide.tokens)) == _heard(tok.decode(narrow.tokens)) == _heard(SENTENCE)
 
     async def transcribe() -> str:
         with ThreadPoolExecutor(1) as pool:
@@ -110,7 +119,7 @@ def test_a_lone_short_clip_runs_solo_in_a_fitted_window(speech_wav: str) -> None
 
     engine.start()
     try:
-        assert asyncio.run(transcribe()) == SENTENCE
+        assert _heard(asyncio.run(transcribe())) == _heard(SENTENCE)
         snapshot = engine.snapshot()
         assert not engine.busy()
     finally:
@@ -146,7 +155,7 @@ def test_a_files_first_pieces_are_queued_together(speech_wav: str) -> None:
         snapshot = engine.snapshot()
     finally:
         engine.stop()
-    assert windows == [(0, SENTENCE), (1, SENTENCE), (2, SENTENCE), (3, "")]
+    assert [(i, _heard(text)) for i, text in windows] == [(i, _heard(SENTENCE) if i < 3 else "") for i in range(4)]
     assert snapshot["batch_sizes"] == {2: 1, 1: 1}
 
 

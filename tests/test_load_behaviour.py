@@ -85,16 +85,28 @@ def one_stream() -> Iterator[RunningServer]:
 
 
 def test_admission_queue_then_429(one_stream: RunningServer) -> None:
+    """The first stream holds the one slot (its client reads one chunk, then waits for the
+    third answer: a stream of a few seconds is decoded in well under a second here), the
+    second waits in the one place of the queue, and the third is told to come back."""
+
     async def run(base: str) -> list[tuple[int, str | None, int]]:
+        third_answered = asyncio.Event()
         async with aiohttp.ClientSession() as s:
 
-            async def one(delay: float) -> tuple[int, str | None, int]:
+            async def one(delay: float, hold: bool = False) -> tuple[int, str | None, int]:
                 await asyncio.sleep(delay)
                 async with s.post(f"{base}/v1/audio/speech", json=_post(LONG[:250])) as r:
-                    body = await r.read()
+                    if hold:
+                        first = await r.content.readany()
+                        await asyncio.wait_for(third_answered.wait(), 10)
+                        body = first + await r.read()
+                    else:
+                        body = await r.read()
+                    if delay >= 0.6:
+                        third_answered.set()
                     return r.status, r.headers.get("retry-after"), len(body)
 
-            return list(await asyncio.gather(one(0), one(0.3), one(0.6)))
+            return list(await asyncio.gather(one(0, hold=True), one(0.3), one(0.6)))
 
     results = asyncio.run(run(one_stream.base_url))
     statuses = [r[0] for r in results]
