@@ -85,28 +85,44 @@ def one_stream() -> Iterator[RunningServer]:
 
 
 def test_admission_queue_then_429(one_stream: RunningServer) -> None:
-    """The first stream holds the one slot (its client reads one chunk, then waits for the
-    third answer: a stream of a few seconds is decoded in well under a second here), the
-    second waits in the one place of the queue, and the third is told to come back."""
+    """The first stream holds the one slot, the second waits in the one place of the
+    queue, and the third is told to come back. The first client reads nothing past its
+    headers until the third is answered, through a 4 KB receive buffer: a stream of a few
+    seconds is decoded in well under a second here, and loopback buffers would take all
+    of its audio, ending it, if the client merely stopped reading."""
+    port = int(one_stream.base_url.rsplit(":", 1)[1])
 
     async def run(base: str) -> list[tuple[int, str | None, int]]:
         third_answered = asyncio.Event()
+
+        async def holder() -> tuple[int, str | None, int]:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", port))
+            sock.setblocking(False)
+            reader, writer = await asyncio.open_connection(sock=sock)
+            body = httpx.Request("POST", "http://x/", json=_post(LONG[:600])).content
+            writer.write(
+                b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                + f"content-length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            status_line = await asyncio.wait_for(reader.readline(), 10)
+            await asyncio.wait_for(third_answered.wait(), 10)
+            writer.close()  # gone: its stream is dropped and its slot passes on
+            return int(status_line.split()[1]), None, 0
+
         async with aiohttp.ClientSession() as s:
 
-            async def one(delay: float, hold: bool = False) -> tuple[int, str | None, int]:
+            async def one(delay: float) -> tuple[int, str | None, int]:
                 await asyncio.sleep(delay)
                 async with s.post(f"{base}/v1/audio/speech", json=_post(LONG[:250])) as r:
-                    if hold:
-                        first = await r.content.readany()
-                        await asyncio.wait_for(third_answered.wait(), 10)
-                        body = first + await r.read()
-                    else:
-                        body = await r.read()
                     if delay >= 0.6:
                         third_answered.set()
+                    body = await r.read()
                     return r.status, r.headers.get("retry-after"), len(body)
 
-            return list(await asyncio.gather(one(0, hold=True), one(0.3), one(0.6)))
+            return list(await asyncio.gather(holder(), one(0.3), one(0.6)))
 
     results = asyncio.run(run(one_stream.base_url))
     statuses = [r[0] for r in results]
