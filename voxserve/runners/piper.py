@@ -65,15 +65,16 @@ with 32. With 20 frames the worst was 89-108 dB, with 16 70 dB; a bare 40-frame 
 decoded edges and all (`tests/test_model_split.py`) needs 24 for 96 dB
 (`docs/bench/flow-context.py`). The first chunk's flow runs on 46 frames instead of 54."""
 SPLIT_LAYOUT = "f4"
-"""Names the graphs in the split's cache folder: a cache of another layout (the vocoder's
-upsamplers transposed convolutions, "f3"; its last conv 2-D too, "f2"; the flow's and the vocoder's convolutions 1-D, "f1"; stage A in
-one graph, "d1"; before the durations were an output, its folder named by the hash
-alone) is not read."""
+"""Names the graphs in the split's cache folder; a cache of another layout is not read:
+"f3" (the vocoder's upsamplers still transposed convolutions), "f2" (its last conv 2-D
+too), "f1" (the flow's and the vocoder's convolutions 1-D), "d1" (stage A in one graph),
+or, before the durations were an output, a folder named by the hash alone."""
 TWO_D_GRAPHS = ("flow", "vocoder")
-"""The graphs whose 1-D convolutions run as 2-D ones (`runners.conv2d`): on one thread,
-0.87-0.90x of the vocoder's time and 0.89-0.95x of the flow's. The prior's would gain
-6-13 % too, but its durations are rounded up from its float output, so a last-bit change
-could move a frame: it is left as exported."""
+"""The graphs rewritten for ONNX Runtime's blocked convolutions (`runners.conv2d`): on one
+thread the vocoder takes 0.83-0.85x its time and the flow 0.89-0.93x. The prior's
+convolutions would gain 6-13 % on one thread but lose 3-5 % on two, and its durations are
+rounded up from its float output, so that a last-bit change could move a frame: it is
+left as exported."""
 
 FaultHook = Callable[[str, int], None]
 """Called as hook(stage, batch_size) before each inference; raising fails that batch."""
