@@ -145,18 +145,17 @@ def upsamplers_as_convs(model: onnx.ModelProto) -> int:
         if not _is_upsampler(node, weights):
             nodes.append(node)
             continue
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         kernel = numpy_helper.to_array(weights[node.input[1]])  # [in, out, 2s]
-        stride = int(attrs["strides"][0])
-        half, pad = stride // 2, stride // 2
-        ins, outs = kernel.shape[0], kernel.shape[1]
+        ins, outs, stride = kernel.shape[0], kernel.shape[1], kernel.shape[2] // 2
+        half = stride // 2  # also the padding
         early = np.zeros((half, outs, ins, 1, 2), np.float32)  # taps x[j - 1], x[j]
         late = np.zeros((half, outs, ins, 1, 2), np.float32)  # taps x[j], x[j + 1]
         for r in range(half):
-            early[r, :, :, 0, 0] = kernel[:, :, r + pad + stride].T
-            early[r, :, :, 0, 1] = kernel[:, :, r + pad].T
-            late[r, :, :, 0, 0] = kernel[:, :, r + half + pad].T
-            late[r, :, :, 0, 1] = kernel[:, :, r + half + pad - stride].T
+            early[r, :, :, 0, 0] = kernel[:, :, r + half + stride].T
+            early[r, :, :, 0, 1] = kernel[:, :, r + half].T
+            late[r, :, :, 0, 0] = kernel[:, :, r + stride].T
+            late[r, :, :, 0, 1] = kernel[:, :, r].T
+        bias = numpy_helper.to_array(weights[node.input[2]]) if len(node.input) > 2 and node.input[2] else None
         base = f"{node.output[0]}_phases"
         tall = f"{base}_in"
         nodes.append(_reshaping("Unsqueeze", node.input[0], tall, f"{base}_unsqueeze", axes))
@@ -164,8 +163,7 @@ def upsamplers_as_convs(model: onnx.ModelProto) -> int:
         for tag, taps, pads in (("early", early, [0, 1, 0, 0]), ("late", late, [0, 0, 0, 1])):
             inputs = [tall, f"{base}_{tag}_w"]
             graph.initializer.append(numpy_helper.from_array(taps.reshape(half * outs, ins, 1, 2), inputs[1]))
-            if len(node.input) > 2 and node.input[2]:
-                bias = numpy_helper.to_array(weights[node.input[2]])
+            if bias is not None:
                 inputs.append(f"{base}_{tag}_b")
                 graph.initializer.append(numpy_helper.from_array(np.tile(bias, half).astype(np.float32), inputs[2]))
             halves.append(f"{base}_{tag}")
