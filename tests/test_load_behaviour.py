@@ -17,7 +17,7 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.conftest import RunningServer, run_server, tts_config, wait_for
+from tests.conftest import RunningServer, run_server, silent_speech_reader, tts_config, wait_for
 
 LONG = " ".join(
     f"This is sentence number {i} of a long story that keeps the engine busy for a while."
@@ -90,23 +90,14 @@ def test_admission_queue_then_429(one_stream: RunningServer) -> None:
     headers until the third is answered, through a 4 KB receive buffer: a stream of a few
     seconds is decoded in well under a second here, and loopback buffers would take all
     of its audio, ending it, if the client merely stopped reading."""
-    port = int(one_stream.base_url.rsplit(":", 1)[1])
 
     async def run(base: str) -> list[tuple[int, str | None, int]]:
         third_answered = asyncio.Event()
 
         async def holder() -> tuple[int, str | None, int]:
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.connect(("127.0.0.1", port))
+            sock = silent_speech_reader(one_stream, LONG[:600])
             sock.setblocking(False)
             reader, writer = await asyncio.open_connection(sock=sock)
-            body = httpx.Request("POST", "http://x/", json=_post(LONG[:600])).content
-            writer.write(
-                b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                + f"content-length: {len(body)}\r\n\r\n".encode()
-                + body
-            )
             status_line = await asyncio.wait_for(reader.readline(), 10)
             await asyncio.wait_for(third_answered.wait(), 10)
             writer.close()  # gone: its stream is dropped and its slot passes on
@@ -156,15 +147,7 @@ def test_slow_reader_holds_at_most_its_credits(server: RunningServer) -> None:
     engine = server.state.engine
     credits = engine.config.credits
     before = set(engine.stream_ids())
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", int(server.base_url.rsplit(":", 1)[1])))
-    body = httpx.Request("POST", "http://x/", json=_post(LONG)).content
-    sock.sendall(
-        b"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        + f"content-length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
+    sock = silent_speech_reader(server, LONG)
     try:
         wait_for(lambda: len(set(engine.stream_ids()) - before) == 1, timeout=5)
         (stream_id,) = set(engine.stream_ids()) - before
