@@ -290,19 +290,48 @@ def test_chunks_grow_to_the_maximum() -> None:
 def test_stage_a_leaves_a_worker_for_the_vocoder() -> None:
     s = Scheduler(credits=4, acoustic_slots=1)
     start_stream(s, 1, now=0.0, segments=2)
-    s.add(2, [seg()], 0.0, PIPER)
-    s.add(3, [seg()], 0.0, PIPER)
+    s.add(2, [seg(100)], 0.0, PIPER)
+    s.add(3, [seg(100)], 0.0, PIPER)
     first = s.next_work(0.0)
     assert isinstance(first, AcousticWork) and first.stream_id == 2  # new stream first
     second = s.next_work(0.0)
     # Stream 3's stage A would also be a new stream's first work, but one stage A is
-    # already running and stream 1 has vocoder work: that goes next.
+    # already running, and stream 1's player (16 frames, 186 ms) would come within the
+    # urgent slack before that stage A (100 ids, 50 ms expected) ended: its chunk goes next.
     assert isinstance(second, VocoderWork) and second.stream_id == 1
     s.complete_acoustic(first, latent(50), elapsed=0.01)
     third = s.next_work(0.0)
     assert isinstance(third, VocoderWork) and third.stream_id == 2  # its first chunk
     fourth = s.next_work(0.0)
     assert isinstance(fourth, AcousticWork) and fourth.stream_id == 3
+
+
+@pytest.mark.parametrize(("now", "beside"), [(0.0, True), (0.2, True), (0.23, False)])
+def test_newcomers_stage_a_takes_the_vocoders_worker_while_live_streams_have_time(
+    now: float, beside: bool
+) -> None:
+    """A burst of new streams starts on every worker while the live ones are well ahead of
+    their players, and goes back to one stage A at a time once one would become urgent
+    before the newcomer's stage A ends."""
+    s = Scheduler(credits=4, acoustic_slots=1, workers=2)
+    start_stream(s, 1, now=0.0, segments=2)  # alone: its first chunk has 12 frames
+    second = s.next_work(0.0)  # 24 more: 36 frames (418 ms) ahead of its player
+    assert isinstance(second, VocoderWork) and second.stream_id == 1
+    s.complete_vocoder(second, (second.end - second.start) * HOP, 0.0)
+    s.taken(1)
+    s.add(2, [seg(100)], now, PIPER)
+    s.add(3, [seg(100)], now, PIPER)
+    a2 = s.next_work(now)
+    assert isinstance(a2, AcousticWork) and a2.stream_id == 2
+    nxt = s.next_work(now)
+    # Stream 3's stage A is expected to take 50 ms (100 ids): beside stream 2's while
+    # stream 1's player has more than 150 ms + 50 ms left (418 ms - now), and stream 1's
+    # third chunk first once it has not.
+    if beside:
+        assert isinstance(nxt, AcousticWork) and nxt.stream_id == 3
+        assert s.next_work(now) is None  # both workers are held
+    else:
+        assert isinstance(nxt, VocoderWork) and nxt.stream_id == 1
 
 
 def test_stage_a_cost_estimate_moves_its_deadline() -> None:

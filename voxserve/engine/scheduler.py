@@ -8,7 +8,9 @@ no locks and never reads a clock: the caller passes `now`. Policy in one place:
 - a live stream whose deadline is within `urgent_slack` outranks everything (earliest
   deadline first);
 - otherwise a new stream's work goes first (oldest arrival first), so time to first
-  packet stays short;
+  packet stays short. With `acoustic_slots`, stage A holds at most that many workers
+  while vocoder work waits, unless no live stream would become urgent before a new
+  stream's stage A ends: a burst of newcomers then starts on every worker;
 - otherwise live streams are served earliest deadline first, which keeps the work
   conserving: streams run ahead of playback until their credits are spent;
 - a stream holding `credits` chunks that its client has not taken (in flight counts) is
@@ -280,7 +282,9 @@ class Scheduler:
         self.urgent_slack = urgent_slack
         self.acoustic_slots = acoustic_slots
         """Most stage A items in flight while vocoder work waits (None: no limit). With
-        one worker left for the vocoder, long sentences cannot stall every stream."""
+        one worker left for the vocoder, long sentences cannot stall every stream. A new
+        stream's stage A may go past it while no live stream would become urgent before
+        that stage A ends (`_starts_in_time`)."""
         self.workers = workers
         """Workers that run the units (None: unbounded, and no idle-core policy): a unit
         holds `threads` of them while it runs, and none is handed out past them."""
@@ -498,6 +502,7 @@ class Scheduler:
             and False in best
             and self.acoustic_slots is not None
             and self._acoustic_in_flight >= self.acoustic_slots
+            and not self._starts_in_time(best[True], best[False], now)
         ):
             del best[True]  # keep a worker for the vocoder
         if best:
@@ -511,6 +516,22 @@ class Scheduler:
             if stream is not exclude and self._vocoder_candidate(stream, True, now)
         ]
         return (False, min(extra, key=lambda e: e[0])[1]) if extra else None
+
+    def _starts_in_time(
+        self, acoustic: tuple[int, float, int], vocoder: tuple[int, float, int], now: float
+    ) -> bool:
+        """Whether a new stream's stage A may take a worker beyond `acoustic_slots`: the
+        live stream that needs the vocoder soonest (`vocoder`, its rank) is not urgent,
+        and will not be before this stage A is expected to end. Then the worker kept for
+        the vocoder would only run that stream further ahead of its player, while the
+        newcomer waits; in a burst of newcomers that held every stage A to one worker
+        (the c=16 burst: BENCHMARKS.md, "session 9")."""
+        if acoustic[0] != 1 or vocoder[0] != 2:
+            return False
+        stream = self._streams[acoustic[2]]
+        ids = len(stream.segments[stream.next_segment].ids)
+        expected = ids * self._acoustic_s_per_id[stream.profile.name]
+        return vocoder[1] - now - expected > self.urgent_slack
 
     def next_work(self, now: float, elsewhere: bool = False) -> Work | None:
         """Pick and claim the next unit of work, or None if nothing can run now (or every
