@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -332,6 +332,34 @@ def test_newcomers_stage_a_takes_the_vocoders_worker_while_live_streams_have_tim
         assert s.next_work(now) is None  # both workers are held
     else:
         assert isinstance(nxt, VocoderWork) and nxt.stream_id == 1
+
+
+def test_urgent_stage_a_is_not_kept_waiting_by_a_chunk_that_is_not() -> None:
+    s = Scheduler(credits=4, acoustic_slots=1)
+    start_stream(s, 2, now=0.0)
+    ahead = s.next_work(0.0)  # stream 2: 48 frames (557 ms) ahead of its player
+    assert isinstance(ahead, VocoderWork) and ahead.stream_id == 2
+    s.complete_vocoder(ahead, (ahead.end - ahead.start) * HOP, 0.0)
+    s.taken(2)
+    start_stream(s, 1, now=0.0, frames=16, segments=2)  # all of its first sentence is out
+    s.add(3, [seg(100)], 0.0, PIPER)
+    a3 = s.next_work(0.0)
+    assert isinstance(a3, AcousticWork) and a3.stream_id == 3  # holds the one stage A slot
+    # At 0.1 s stream 1's player has 86 ms left and its next sentence is not made: its
+    # stage A goes before stream 2's chunk, which has 457 ms to spare.
+    nxt = s.next_work(0.1)
+    assert isinstance(nxt, AcousticWork) and (nxt.stream_id, nxt.segment) == (1, 1)
+
+
+def test_stage_a_cost_estimate_learns_from_one_thread_units_only() -> None:
+    s = make()
+    s.add(1, [seg(10), seg(10)], 0.0, PIPER)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork)
+    # A lone stream's stage A on two threads (Piper's prior alone there) runs faster
+    # than the one-thread stage A that deadlines plan for: it leaves the estimate as is.
+    s.complete_acoustic(replace(a, threads=2), latent(50), elapsed=1e-4)
+    assert s.acoustic_s_per_id("piper") == PIPER.acoustic_s_per_id
 
 
 def test_stage_a_cost_estimate_moves_its_deadline() -> None:

@@ -10,7 +10,8 @@ no locks and never reads a clock: the caller passes `now`. Policy in one place:
 - otherwise a new stream's work goes first (oldest arrival first), so time to first
   packet stays short. With `acoustic_slots`, stage A holds at most that many workers
   while vocoder work waits, unless no live stream would become urgent before a new
-  stream's stage A ends: a burst of newcomers then starts on every worker;
+  stream's stage A ends (a burst of newcomers then starts on every worker), or the
+  stage A is urgent and no chunk is;
 - otherwise live streams are served earliest deadline first, which keeps the work
   conserving: streams run ahead of playback until their credits are spent;
 - a stream holding `credits` chunks that its client has not taken (in flight counts) is
@@ -284,7 +285,7 @@ class Scheduler:
         """Most stage A items in flight while vocoder work waits (None: no limit). With
         one worker left for the vocoder, long sentences cannot stall every stream. A new
         stream's stage A may go past it while no live stream would become urgent before
-        that stage A ends (`_starts_in_time`)."""
+        that stage A ends, and an urgent one while no chunk is (`_may_take_vocoders_worker`)."""
         self.workers = workers
         """Workers that run the units (None: unbounded, and no idle-core policy): a unit
         holds `threads` of them while it runs, and none is handed out past them."""
@@ -502,7 +503,7 @@ class Scheduler:
             and False in best
             and self.acoustic_slots is not None
             and self._acoustic_in_flight >= self.acoustic_slots
-            and not self._starts_in_time(best[True], best[False], now)
+            and not self._may_take_vocoders_worker(best[True], best[False], now)
         ):
             del best[True]  # keep a worker for the vocoder
         if best:
@@ -517,15 +518,19 @@ class Scheduler:
         ]
         return (False, min(extra, key=lambda e: e[0])[1]) if extra else None
 
-    def _starts_in_time(
+    def _may_take_vocoders_worker(
         self, acoustic: tuple[int, float, int], vocoder: tuple[int, float, int], now: float
     ) -> bool:
-        """Whether a new stream's stage A may take a worker beyond `acoustic_slots`: the
-        live stream that needs the vocoder soonest (`vocoder`, its rank) is not urgent,
-        and will not be before this stage A is expected to end. Then the worker kept for
-        the vocoder would only run that stream further ahead of its player, while the
-        newcomer waits; in a burst of newcomers that held every stage A to one worker
-        (the c=16 burst: BENCHMARKS.md, "session 9")."""
+        """Whether the best stage A (`acoustic`, its rank) may take a worker beyond
+        `acoustic_slots` although vocoder work waits (`vocoder`, the best one's rank):
+        - a live stream's urgent stage A (its next sentence), while no chunk is urgent;
+        - a new stream's stage A, while the live stream that needs the vocoder soonest is
+          not urgent and will not be before this stage A is expected to end. Else the
+          worker kept for the vocoder would only run that stream further ahead of its
+          player while the newcomer waits: in a burst of newcomers that held every stage
+          A to one worker (the c=16 burst: BENCHMARKS.md, "session 9")."""
+        if acoustic[0] == 0:
+            return vocoder[0] > 0
         if acoustic[0] != 1 or vocoder[0] != 2:
             return False
         stream = self._streams[acoustic[2]]
@@ -597,7 +602,10 @@ class Scheduler:
         the stream's model."""
         self._acoustic_in_flight -= 1
         self._release_workers(work)
-        if elapsed is not None and len(work.input.ids):
+        if elapsed is not None and len(work.input.ids) and work.threads == 1:
+            # A unit on several threads is a lone stream's, and a model may do less in it
+            # (Piper leaves the flow to the vocoder calls): it says little of the one-thread
+            # stage A that the deadlines and `_may_take_vocoders_worker` plan for.
             per_id = elapsed / len(work.input.ids)
             estimate = self._acoustic_s_per_id[work.model]
             self._acoustic_s_per_id[work.model] = estimate + 0.2 * (per_id - estimate)
