@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from voxserve.config import VocoderChunking
-from voxserve.engine.scheduler import AcousticWork, Latent, ModelProfile, Scheduler, VocoderWork
+from voxserve.engine.scheduler import (
+    AcousticWork,
+    Latent,
+    ModelProfile,
+    Scheduler,
+    VocoderWork,
+    plan_chunk,
+)
 
 HOP, RATE = 256, 22050
 FRAME_S = HOP / RATE
@@ -285,6 +292,38 @@ def test_chunks_grow_to_the_maximum() -> None:
         spans.append((w.start, w.end))
         s.complete_vocoder(w, (w.end - w.start) * HOP, 0.0)
     assert spans == [(0, 16), (16, 48), (48, 112), (112, 200)]
+
+
+def test_a_stream_started_in_a_burst_skips_the_smallest_chunk() -> None:
+    """While `burst_waiting` other new streams wait for their first chunk, a stream's
+    chunks are 32, 64, 128 frames instead of 16, 32, 64, 128; once fewer wait, the next
+    stream starts as usual."""
+    s = Scheduler(credits=100, burst_waiting=2)
+    for sid in (1, 2, 3):
+        s.add(sid, [seg()], 0.0, PIPER)
+    spans: dict[int, list[tuple[int, int, int, int]]] = {1: [], 2: [], 3: []}
+    while (w := s.next_work(0.0)) is not None:
+        if isinstance(w, AcousticWork):
+            s.complete_acoustic(w, latent(300))
+            continue
+        spans[w.stream_id].append((w.lo, w.start, w.end, w.hi))
+        s.complete_vocoder(w, (w.end - w.start) * HOP, 0.0)
+    # Stream 1's first chunk is claimed while streams 2 and 3 wait; stream 2's while
+    # only stream 3 does.
+    assert spans[1] == [(0, 0, 32, 42), (22, 32, 96, 106), (86, 96, 224, 234), (214, 224, 300, 300)]
+    assert [(start, end) for _, start, end, _ in spans[2]] == [(0, 16), (16, 48), (48, 112), (112, 240), (240, 300)]
+    assert spans[3][0][1:3] == (0, 16)
+
+
+@pytest.mark.parametrize(("skip", "sizes"), [(0, [16, 32, 64, 128, 128]), (1, [32, 64, 128, 128, 128])])
+def test_plan_chunk_skips_sizes(skip: int, sizes: list[int]) -> None:
+    c = VocoderChunking()
+    pos, got = 0, []
+    for index in range(5):
+        _, _, start, end = plan_chunk(10_000, pos, index, c, skip=skip)
+        got.append(end - start)
+        pos = end
+    assert got == sizes
 
 
 def test_stage_a_leaves_a_worker_for_the_vocoder() -> None:

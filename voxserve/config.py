@@ -145,6 +145,13 @@ class TTSConfig:
     but the first packet waits for a one-thread decode: ~6 ms later on a quiet machine,
     twice as late on a loaded one, where the two chunks share what CPU the process gets."""
 
+    burst_waiting: int = 3
+    """A stream whose first chunk is claimed while at least this many other new streams
+    wait for theirs starts with a 32-frame chunk instead of 16 (then 64, 128): a few ms
+    later, but with the audio to let the waiting streams start on every worker before its
+    next chunk is due. At c=16 it took the first-audio p99 from 1.07 s to 0.95 s (medians
+    of six alternating runs each; BENCHMARKS.md, "session 9"). 0: never."""
+
     def __post_init__(self) -> None:
         if min(self.workers, self.credits, self.max_streams, self.max_input_chars) < 1:
             raise ValueError("workers, credits, max_streams and max_input_chars must be >= 1")
@@ -154,6 +161,8 @@ class TTSConfig:
             raise ValueError("load at least one TTS model (--tts-models piper)")
         if self.max_queue < 0 or self.queue_timeout_s < 0:
             raise ValueError("max_queue and queue_timeout_s must be >= 0")
+        if self.burst_waiting < 0:
+            raise ValueError("burst_waiting must be >= 0")
 
 
 @dataclass(frozen=True)

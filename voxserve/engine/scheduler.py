@@ -176,7 +176,8 @@ class Chunk:
 
 
 def plan_chunk(
-    frames: int, pos: int, index: int, c: VocoderChunking | None, alone: bool = False
+    frames: int, pos: int, index: int, c: VocoderChunking | None, alone: bool = False,
+    skip: int = 0,
 ) -> tuple[int, int, int, int]:
     """The window of a stream's chunk number `index`, starting at frame `pos` of a latent
     of `frames` frames: decode [lo, hi), keep [start, end).
@@ -184,18 +185,20 @@ def plan_chunk(
     Chunk 0 is small for a fast first packet; later chunks double from `chunk_frames` up
     to `max_chunk_frames`. A stream whose first chunk was claimed `alone` starts smaller
     still, at `idle_first_chunk_frames`, and every chunk after it doubles from there (12,
-    24, 48, ...), so that each one is ready before the audio before it has played. A tail
-    shorter than half a chunk joins the chunk before it. With no chunking (a
+    24, 48, ...), so that each one is ready before the audio before it has played. A
+    stream that `skip`s sizes starts further along the same plan (skip 1: 32, 64, 128,
+    ...). A tail shorter than half a chunk joins the chunk before it. With no chunking (a
     whole-segment model) the chunk is the rest of the latent.
     """
     if c is None:
         return pos, frames, pos, frames
+    step = index + skip
     if alone:
-        size = min(c.max_chunk_frames, c.idle_first_chunk_frames << min(index, 8))
-    elif index == 0:
+        size = min(c.max_chunk_frames, c.idle_first_chunk_frames << min(step, 8))
+    elif step == 0:
         size = c.first_chunk_frames
     else:
-        size = min(c.max_chunk_frames, c.chunk_frames << min(index - 1, 8))
+        size = min(c.max_chunk_frames, c.chunk_frames << min(step - 1, 8))
     start = pos
     end = min(frames, start + size)
     if index > 0 and frames - end < c.chunk_frames // 2:
@@ -254,6 +257,8 @@ class _Stream:
     """Chunks released, in order."""
     alone: bool = False
     """Its first chunk was claimed alone: its chunks follow the idle plan (`plan_chunk`)."""
+    skip: int = 0
+    """Chunk sizes its plan skips (`plan_chunk`): 1 if it started in a burst."""
 
     def open_latent(self) -> _Latent | None:
         for lat in self.latents:
@@ -278,6 +283,7 @@ class Scheduler:
         idle_threads: int = 1,
         idle_chunks: int = 1,
         idle_pair: bool = False,
+        burst_waiting: int = 0,
     ):
         self.credits = credits
         self.urgent_slack = urgent_slack
@@ -296,6 +302,9 @@ class Scheduler:
         self.idle_pair = idle_pair
         """A lone stream's second chunk goes beside its first (else the first runs on
         `idle_threads` threads, and the second after it)."""
+        self.burst_waiting = burst_waiting
+        """Other new streams waiting for their first chunk at which a stream starts with
+        the plan's second chunk size (`_burst`); 0: never."""
         self._busy = 0
         """Workers held by the units in flight."""
         self.spread: dict[str, int] = {"threads": 0, "chunks": 0}
@@ -572,17 +581,33 @@ class Scheduler:
         index = stream.next_segment
         return AcousticWork(stream.id, index, stream.segments[index], stream.profile.name)
 
+    def _burst(self, stream: _Stream) -> bool:
+        """Whether `burst_waiting` other new streams wait for their first chunk to be
+        claimed while this one's is: then its first chunk is the plan's second size (32
+        frames, not 16). Its first packet leaves a few ms later (the c=16 burst: 10 more
+        frames decoded, ~5 ms), but holds twice the audio, so its next chunk is not due
+        before the waiting streams' stage A has run, on every worker
+        (`_may_take_vocoders_worker`); and 0.37 s of audio costs one chunk's context
+        instead of two."""
+        if not self.burst_waiting:
+            return False
+        waiting = sum(
+            1 for other in self._streams.values() if other is not stream and other.claimed == 0
+        )
+        return waiting >= self.burst_waiting
+
     def _claim_vocoder(self, stream: _Stream, alone: bool = False) -> VocoderWork:
         latent = stream.open_latent()
         assert latent is not None
         seq = stream.claimed
         if seq == 0:
             stream.alone = alone
+            stream.skip = int(not alone and self._burst(stream))
         stream.claimed += 1
         stream.in_flight += 1
         stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
         chunking = stream.profile.chunking
-        lo, hi, start, end = plan_chunk(latent.frames, latent.claimed, seq, chunking, stream.alone)
+        lo, hi, start, end = plan_chunk(latent.frames, latent.claimed, seq, chunking, stream.alone, stream.skip)
         latent.claimed = end
         latent.claims += 1
         last = (

@@ -216,6 +216,7 @@ class TTSEngine(WorkerEngine):
             idle_threads=config.idle_threads,
             idle_chunks=config.idle_chunks,
             idle_pair=config.idle_pair,
+            burst_waiting=config.burst_waiting,
         )
         self._outputs: dict[int, _Output] = {}
         self._ids = itertools.count(1)
