@@ -345,13 +345,13 @@ def test_stage_a_leaves_a_worker_for_the_vocoder() -> None:
     assert isinstance(fourth, AcousticWork) and fourth.stream_id == 3
 
 
-@pytest.mark.parametrize(("now", "beside"), [(0.0, True), (0.2, True), (0.23, False)])
+@pytest.mark.parametrize(("now", "beside"), [(0.0, True), (0.16, True), (0.18, False)])
 def test_newcomers_stage_a_takes_the_vocoders_worker_while_live_streams_have_time(
     now: float, beside: bool
 ) -> None:
     """A burst of new streams starts on every worker while the live ones are well ahead of
     their players, and goes back to one stage A at a time once one would become urgent
-    before the newcomer's stage A ends."""
+    within twice the newcomer's expected stage A time."""
     s = Scheduler(credits=4, acoustic_slots=1, workers=2)
     start_stream(s, 1, now=0.0, segments=2)  # alone: its first chunk has 12 frames
     second = s.next_work(0.0)  # 24 more: 36 frames (418 ms) ahead of its player
@@ -364,8 +364,8 @@ def test_newcomers_stage_a_takes_the_vocoders_worker_while_live_streams_have_tim
     assert isinstance(a2, AcousticWork) and a2.stream_id == 2
     nxt = s.next_work(now)
     # Stream 3's stage A is expected to take 50 ms (100 ids): beside stream 2's while
-    # stream 1's player has more than 150 ms + 50 ms left (418 ms - now), and stream 1's
-    # third chunk first once it has not.
+    # stream 1's player has more than the urgent slack and twice that left (150 ms +
+    # 100 ms of 418 ms - now), and stream 1's third chunk first once it has not.
     if beside:
         assert isinstance(nxt, AcousticWork) and nxt.stream_id == 3
         assert s.next_work(now) is None  # both workers are held

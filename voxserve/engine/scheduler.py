@@ -9,9 +9,9 @@ no locks and never reads a clock: the caller passes `now`. Policy in one place:
   deadline first);
 - otherwise a new stream's work goes first (oldest arrival first), so time to first
   packet stays short. With `acoustic_slots`, stage A holds at most that many workers
-  while vocoder work waits, unless no live stream would become urgent before a new
-  stream's stage A ends (a burst of newcomers then starts on every worker), or the
-  stage A is urgent and no chunk is;
+  while vocoder work waits, unless no live stream would become urgent within twice a
+  new stream's expected stage A time (a burst of newcomers then starts on every
+  worker), or the stage A is urgent and no chunk is;
 - otherwise live streams are served earliest deadline first, which keeps the work
   conserving: streams run ahead of playback until their credits are spent;
 - a stream holding `credits` chunks that its client has not taken (in flight counts) is
@@ -290,8 +290,9 @@ class Scheduler:
         self.acoustic_slots = acoustic_slots
         """Most stage A items in flight while vocoder work waits (None: no limit). With
         one worker left for the vocoder, long sentences cannot stall every stream. A new
-        stream's stage A may go past it while no live stream would become urgent before
-        that stage A ends, and an urgent one while no chunk is (`_may_take_vocoders_worker`)."""
+        stream's stage A may go past it while no live stream would become urgent within
+        twice its expected time, and an urgent one while no chunk is
+        (`_may_take_vocoders_worker`)."""
         self.workers = workers
         """Workers that run the units (None: unbounded, and no idle-core policy): a unit
         holds `threads` of them while it runs, and none is handed out past them."""
@@ -534,7 +535,8 @@ class Scheduler:
         `acoustic_slots` although vocoder work waits (`vocoder`, the best one's rank):
         - a live stream's urgent stage A (its next sentence), while no chunk is urgent;
         - a new stream's stage A, while the live stream that needs the vocoder soonest is
-          not urgent and will not be before this stage A is expected to end. Else the
+          not urgent and would not be within twice this stage A's expected time (the
+          spare that a next sentence's stage A gets too: `_deadline`). Else the
           worker kept for the vocoder would only run that stream further ahead of its
           player while the newcomer waits: in a burst of newcomers that held every stage
           A to one worker (the c=16 burst: BENCHMARKS.md, "session 9")."""
@@ -545,7 +547,7 @@ class Scheduler:
         stream = self._streams[acoustic[2]]
         ids = len(stream.segments[stream.next_segment].ids)
         expected = ids * self._acoustic_s_per_id[stream.profile.name]
-        return vocoder[1] - now - expected > self.urgent_slack
+        return vocoder[1] - now - 2 * expected > self.urgent_slack
 
     def next_work(self, now: float, elsewhere: bool = False) -> Work | None:
         """Pick and claim the next unit of work, or None if nothing can run now (or every
