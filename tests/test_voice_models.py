@@ -102,6 +102,33 @@ def test_each_model_has_its_measured_cost(two_models: RunningServer) -> None:
     assert all(float(v) > 0 for v in found.values())
 
 
+def test_admitted_streams_not_yet_submitted_count_at_their_own_models_cost(
+    two_models: RunningServer,
+) -> None:
+    """A stream admission let in counts at its model's cost until `submit` sees it, and
+    then as a live stream of that model; one whose model no `keeping_up` named, at the
+    costliest model's cost."""
+    engine = two_models.state.engine
+    costs = {name: c for name, c in engine._admission_costs().items() if c is not None}
+    cheap = min(costs, key=lambda name: costs[name])
+    cost, ceiling = costs[cheap], max(costs.values())
+    assert cost < 0.95 * ceiling  # the two models' costs tell the counts apart
+    budget = engine.config.workers * engine.config.target_utilization
+    assert engine.active_streams == 0
+    assert engine.keeping_up(0, cheap)  # admission grants a slot on a yes
+    assert engine.capacity_streams(admitted=1) == pytest.approx(budget / cost)
+    # A second admitted stream that no `keeping_up` let in (the gate is not asked while
+    # nothing is active): of unknown model.
+    assert engine.capacity_streams(admitted=2) == pytest.approx(budget / ((cost + ceiling) / 2))
+    model = engine.models[cheap]
+    handle = engine.submit(engine.prepare(TEXT, model.voices[0]), model.profile.sample_rate)
+    try:
+        assert engine.capacity_streams(admitted=1) == pytest.approx(budget / cost)  # live now
+        assert engine.capacity_streams(admitted=2) == pytest.approx(budget / ((cost + ceiling) / 2))
+    finally:
+        engine.abort(handle.id)
+
+
 def test_model_ids_resolve_in_one_place(two_models: RunningServer) -> None:
     engine = two_models.state.engine
 

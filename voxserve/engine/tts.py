@@ -16,6 +16,7 @@ import itertools
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -228,6 +229,10 @@ class TTSEngine(WorkerEngine):
         it is, no unit spreads onto the idle core (`Scheduler.next_work`). Never called
         under this engine's lock (the other engine asks this one under its own)."""
         self.stats = EngineStats(costs={name: CostMeter() for name in self.models})
+        self._let_in: deque[str | None] = deque(maxlen=config.max_streams + config.max_queue)
+        """The model of each stream `keeping_up` let in and `submit` has not yet seen,
+        oldest first (None: the newcomer named none), so that admitted streams not yet
+        submitted count at their own model's cost (`_counted`)."""
 
     # -- lifecycle (start, healthy and stop come from WorkerEngine) ------------------
     def drain(self) -> None:
@@ -361,6 +366,10 @@ class TTSEngine(WorkerEngine):
             self._outputs[stream_id] = output
             complete = not prepared.rest
             self._sched.add(stream_id, prepared.segments, self._clock(), profile, complete)
+            for name in (prepared.model, None):
+                if name in self._let_in:
+                    self._let_in.remove(name)
+                    break
             self._cond.notify_all()
         return handle
 
@@ -409,17 +418,17 @@ class TTSEngine(WorkerEngine):
           much.
 
         `admitted` is what admission has let in; those not yet submitted count as
-        starting, and at the costliest model's cost. A newcomer of no named model counts
-        at the costliest model's cost too.
+        starting, and at their model's cost (`_counted`). A newcomer of no named model
+        counts at the costliest model's cost.
         """
         config = self.config
         with self._cond:
-            live = self._sched.streams_by_model()
-            unsubmitted = max(0, admitted - sum(live.values()))
+            live, unsubmitted = self._counted(admitted)
             costs = self._admission_costs()
             concerned = {*live, model or self.default_model.name}
             measured = all(costs.get(name) is not None for name in concerned)
-            if not measured and self._sched.starting() + unsubmitted >= config.workers:
+            pending = max(0, admitted - len(self._sched))
+            if not measured and self._sched.starting() + pending >= config.workers:
                 self.stats.held["starting"] += 1
                 return False
             load = load_with(costs, live, unsubmitted, model)
@@ -431,7 +440,25 @@ class TTSEngine(WorkerEngine):
             if not room_for(config.workers * config.target_utilization, costs, live, unsubmitted, model):
                 self.stats.held["load"] += 1
                 return False
+            self._let_in.append(model)  # admission grants a slot on a yes
         return True
+
+    def _counted(self, admitted: int) -> tuple[dict[str, int], int]:
+        """The streams admission counts, by model: the live ones, and those admitted but
+        not yet submitted (`admitted` minus the live ones; a burst's grants come faster
+        than their coroutines reach `submit`) under the model each was let in for, the
+        newest `_let_in` entries; and how many of those have no known model, which count
+        at the costliest model's cost. Counted at the costliest, each Piper stream of a
+        burst weighed as one of Kokoro (~10x), and the load rule held the c=16 burst
+        (BENCHMARKS.md, "session 9"). Call under the lock."""
+        live = self._sched.streams_by_model()
+        unsubmitted = max(0, admitted - sum(live.values()))
+        named = list(self._let_in)[len(self._let_in) - unsubmitted :] if unsubmitted else []
+        for name in named:
+            if name is not None and name in self.models:
+                live[name] = live.get(name, 0) + 1
+                unsubmitted -= 1
+        return live, unsubmitted
 
     def costs(self) -> dict[str, float | None]:
         """Each model's recently measured cost in worker-seconds per audio-second (None
@@ -455,8 +482,7 @@ class TTSEngine(WorkerEngine):
         model's cost is known.
         `admitted` as for `keeping_up`."""
         with self._cond:
-            live = self._sched.streams_by_model()
-            unsubmitted = max(0, admitted - sum(live.values()))
+            live, unsubmitted = self._counted(admitted)
             costs = self._admission_costs()
         budget = self.config.workers * self.config.target_utilization
         return stream_capacity(budget, costs, live, unsubmitted, self.default_model.name)
