@@ -16,6 +16,7 @@ rows = [s for p in D["prompts"][2:] for s in p]
 X = np.array([[1, r[0], r[1]] for r in rows]); y = np.array([r[2] for r in rows])
 coef = np.linalg.lstsq(X, y, rcond=None)[0]
 SPLITH = int(os.environ.get('SPLITH', '0'))
+SLOW = [float(x) for x in os.environ['SLOW'].split(',')] if os.environ.get('SLOW') else None
 INFL = float(os.environ.get("INFL", "1.12"))
 def acost(ids, frames): return INFL * (coef[0] + coef[1]*ids + coef[2]*frames)
 def vcost(n): return INFL * (va + vb*n)
@@ -54,6 +55,8 @@ def run(conc=16, n=48, noise=0.0, seed=0, **kw):
                 if F and w.hi > SPLITH:
                     c += INFL * coef[2] * (F - w.lo + 24); del deferred[(w.stream_id, w.segment)]
             c *= (1 + noise * rng.standard_normal()) if noise else 1
+            if SLOW and SLOW[1] <= t < SLOW[2]:
+                c *= SLOW[0]  # a machine slowdown: every unit started in [a, b) runs x slower
             heapq.heappush(ev, (t + max(c, 1e-4), next(cnt), w, c)); LOG.append((t, t+c, w))
     dispatch(0.0)
     while ev:
