@@ -4,6 +4,7 @@
 # e.g.   ab.sh /tmp/ab 6 16 now:/work/main::"--burst-waiting 0" base:/work/wt-base
 # Each server runs from its checkout (PYTHONPATH) with this checkout's .venv, on port
 # 8472 without ASR; per run: NAME.json (the bench), NAME.held (admission counters).
+# Summaries: python docs/bench/issue15-s7/explore/summ.py OUTDIR/*.json
 B=$(cd "$(dirname "$0")/../../.." && pwd)/.venv/bin
 OUT=$1; shift; R=$1; shift; CONC=$1; shift; mkdir -p "$OUT"
 run() {
