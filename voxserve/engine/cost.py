@@ -105,8 +105,9 @@ def stream_capacity(
 
     `costs` is each model's measured cost (None: not yet measured), `live` the live
     streams per model, `unsubmitted` the streams admitted but not yet submitted whose
-    model is not known (the engine counts the others in `live`: `TTSEngine._counted`). `n < capacity`, for the n streams counted, says exactly that
-    their load is under the budget. A model not yet measured, and a stream not yet
+    model is not known (the engine counts the others in `live`: `TTSEngine._counted`).
+    `n < capacity`, for the n streams counted, says exactly that their load is under the
+    budget. A model not yet measured, and a stream not yet
     submitted, count at the costliest measured model; with no stream counted it is the
     capacity in streams of the `default` model.
     """
