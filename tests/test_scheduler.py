@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-from voxserve.config import VocoderChunking
+from voxserve.config import TTSConfig, VocoderChunking
 from voxserve.engine.scheduler import (
     AcousticWork,
     Latent,
@@ -313,6 +313,11 @@ def test_a_stream_started_in_a_burst_skips_the_smallest_chunk() -> None:
     assert spans[1] == [(0, 0, 32, 42), (22, 32, 96, 106), (86, 96, 224, 234), (214, 224, 300, 300)]
     assert [(start, end) for _, start, end, _ in spans[2]] == [(0, 16), (16, 48), (48, 112), (112, 240), (240, 300)]
     assert spans[3][0][1:3] == (0, 16)
+
+
+def test_burst_waiting_below_zero_is_refused_at_start() -> None:
+    with pytest.raises(ValueError, match="burst_waiting must be >= 0"):
+        TTSConfig(burst_waiting=-1)
 
 
 @pytest.mark.parametrize(("skip", "sizes"), [(0, [16, 32, 64, 128, 128]), (1, [32, 64, 128, 128, 128])])
