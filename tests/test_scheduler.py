@@ -406,6 +406,27 @@ def test_stage_a_cost_estimate_learns_from_one_thread_units_only() -> None:
     assert s.acoustic_s_per_id("piper") == PIPER.acoustic_s_per_id
 
 
+@pytest.mark.parametrize(("elapsed", "first"), [(None, 2), (26 * 2e-3, 1)])
+def test_a_chunk_is_urgent_by_when_it_must_start(elapsed: float | None, first: int) -> None:
+    """Once chunks are timed (2 ms a frame here), a live stream's next chunk (52 frames
+    decoded: 104 ms) is urgent when its player runs dry within the urgent slack plus that
+    time, and goes before a new stream's stage A; untimed, it is not urgent yet."""
+    s = make()
+    s.add(1, [seg()], 0.0, PIPER)
+    a = s.next_work(0.0)
+    assert isinstance(a, AcousticWork)
+    s.complete_acoustic(a, latent(300))
+    chunk = s.next_work(0.0)
+    assert isinstance(chunk, VocoderWork) and chunk.hi - chunk.lo == 26
+    s.complete_vocoder(chunk, 16 * HOP, 0.0, elapsed=elapsed)  # 186 ms of audio
+    s.taken(1)
+    s.add(2, [seg()], 0.0, PIPER)
+    nxt = s.next_work(0.0)
+    assert nxt is not None and nxt.stream_id == first
+    if first == 1:
+        assert isinstance(nxt, VocoderWork) and nxt.hi - nxt.lo == 52
+
+
 def test_stage_a_cost_estimate_moves_its_deadline() -> None:
     s = make()
     assert s.acoustic_s_per_id("piper") is None

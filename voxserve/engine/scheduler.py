@@ -315,6 +315,9 @@ class Scheduler:
         """Running estimate of stage A seconds per phoneme id, per model, to start it
         early enough."""
         self._acoustic_in_flight = 0
+        self._vocoder_s_per_frame: dict[str, float] = {}
+        """Running estimate of a one-thread vocoder call's seconds per decoded frame, per
+        model, from the chunks timed so far (`complete_vocoder`)."""
         self._streams: dict[int, _Stream] = {}
 
     # -- requests --------------------------------------------------------------------
@@ -483,10 +486,28 @@ class Scheduler:
             dry += frames * profile.hop / profile.sample_rate - 2 * ids * per_id
         return dry
 
+    def _decode_time(self, stream: _Stream) -> float:
+        """How long the stream's next chunk is expected to take on one thread (0 before any
+        chunk of its model was timed). A chunk is ranked by when it must start, not by
+        when its player runs dry: with 128-frame chunks (~80 ms here) the urgent slack
+        alone left too little room once the machine slowed down (simulated, every unit
+        1.5x slower for 1.5 s after the c=16 burst: 3 chunks over 100 ms late instead of
+        26; BENCHMARKS.md, "session 9")."""
+        per_frame = self._vocoder_s_per_frame.get(stream.profile.name)
+        latent = stream.open_latent()
+        if not per_frame or latent is None:
+            return 0.0
+        lo, hi, _, _ = plan_chunk(
+            latent.frames, latent.claimed, stream.claimed, stream.profile.chunking, stream.alone, stream.skip
+        )
+        return per_frame * (hi - lo)
+
     def _rank(self, stream: _Stream, acoustic: bool, now: float) -> tuple[int, float, int]:
         deadline = self._deadline(stream, acoustic)
         if stream.first_packet_at is None:
             return (1, deadline, stream.id)
+        if not acoustic:
+            deadline -= self._decode_time(stream)
         if deadline - now <= self.urgent_slack:
             return (0, deadline, stream.id)
         return (2, deadline, stream.id)
@@ -645,12 +666,20 @@ class Scheduler:
             # An empty last segment still yields one (empty) final chunk to end the stream.
             stream.latents.append(_Latent(work.segment, latent))
 
-    def complete_vocoder(self, work: VocoderWork, samples: int, now: float) -> Chunk | None:
+    def complete_vocoder(
+        self, work: VocoderWork, samples: int, now: float, elapsed: float | None = None
+    ) -> Chunk | None:
         """Record a decoded chunk and release, in stream order, every chunk it completes
         the sequence of; returns what the stream's writer must be told (None once the
-        stream is gone)."""
+        stream is gone). `elapsed` (its run time, one-thread chunks only) refines the
+        decode time estimate of the stream's model (`_decode_time`)."""
         self._release_workers(work)
         stream = self._streams.get(work.stream_id)
+        if elapsed is not None and work.threads == 1 and work.hi > work.lo and stream is not None:
+            name = stream.profile.name
+            per_frame = elapsed / (work.hi - work.lo)
+            estimate = self._vocoder_s_per_frame.get(name, per_frame)
+            self._vocoder_s_per_frame[name] = estimate + 0.2 * (per_frame - estimate)
         if stream is None:
             return None
         stream.in_flight -= 1

@@ -593,7 +593,7 @@ class TTSEngine(WorkerEngine):
                 out.decode_span = (started, ended, work.threads)
             out.deliver(work, pcm)
         with self._cond:
-            chunk = self._sched.complete_vocoder(work, len(pcm), self._clock())
+            chunk = self._sched.complete_vocoder(work, len(pcm), self._clock(), ended - started)
             self.stats.chunks += 1
             self.stats.audio_seconds += len(pcm) / rate
             if chunk is not None and chunk.last:

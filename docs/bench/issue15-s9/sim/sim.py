@@ -66,7 +66,7 @@ def run(conc=16, n=48, noise=0.0, seed=0, **kw):
         else:
             sid = w.stream_id
             if sid in dry and t > dry[sid] + 1e-9: under.add(sid); LATE.append((round(t - dry[sid],3), sid, w.seq, round(t,3)))
-            r = s.complete_vocoder(w, (w.end - w.start) * 256, t)
+            r = s.complete_vocoder(w, (w.end - w.start) * 256, t, c)
             if r is not None:
                 for _ in range(r.released): s.taken(sid)
                 if r.first: first[sid] = t; dry[sid] = t
