@@ -6,7 +6,8 @@ no locks and never reads a clock: the caller passes `now`. Policy in one place:
 - every stream has a playback deadline: the moment its client's player runs dry, counted
   from its first packet and the audio produced so far;
 - a live stream whose deadline is within `urgent_slack` outranks everything (earliest
-  deadline first);
+  deadline first); a chunk's deadline is when it must start: its player runs dry then
+  less the time the chunk is expected to take (`_decode_time`);
 - otherwise a new stream's work goes first (oldest arrival first), so time to first
   packet stays short. With `acoustic_slots`, stage A holds at most that many workers
   while vocoder work waits, unless no live stream would become urgent within twice a
