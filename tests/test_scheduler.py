@@ -42,16 +42,18 @@ def make(credits: int = 4, slack: float = 0.15) -> Scheduler:
 
 
 def start_stream(
-    s: Scheduler, sid: int, now: float, frames: int = 200, segments: int = 1, profile: ModelProfile = PIPER
+    s: Scheduler, sid: int, now: float, frames: int = 200, segments: int = 1, profile: ModelProfile = PIPER,
+    elapsed: float | None = None,
 ) -> None:
-    """Add a stream, run its first stage A and first chunk at `now`."""
+    """Add a stream, run its first stage A and first chunk at `now` (the chunk timed at
+    `elapsed`, if given)."""
     s.add(sid, [seg() for _ in range(segments)], now, profile)
     work = s.next_work(now)
     assert isinstance(work, AcousticWork) and work.stream_id == sid
     s.complete_acoustic(work, latent(frames))
     chunk = s.next_work(now)
     assert isinstance(chunk, VocoderWork) and chunk.stream_id == sid
-    s.complete_vocoder(chunk, (chunk.end - chunk.start) * profile.hop, now)
+    s.complete_vocoder(chunk, (chunk.end - chunk.start) * profile.hop, now, elapsed)
     s.taken(sid)
 
 
@@ -412,14 +414,7 @@ def test_a_chunk_is_urgent_by_when_it_must_start(elapsed: float | None, first: i
     decoded: 104 ms) is urgent when its player runs dry within the urgent slack plus that
     time, and goes before a new stream's stage A; untimed, it is not urgent yet."""
     s = make()
-    s.add(1, [seg()], 0.0, PIPER)
-    a = s.next_work(0.0)
-    assert isinstance(a, AcousticWork)
-    s.complete_acoustic(a, latent(300))
-    chunk = s.next_work(0.0)
-    assert isinstance(chunk, VocoderWork) and chunk.hi - chunk.lo == 26
-    s.complete_vocoder(chunk, 16 * HOP, 0.0, elapsed=elapsed)  # 186 ms of audio
-    s.taken(1)
+    start_stream(s, 1, now=0.0, frames=300, elapsed=elapsed)  # 26 frames decoded, 186 ms of audio
     s.add(2, [seg()], 0.0, PIPER)
     nxt = s.next_work(0.0)
     assert nxt is not None and nxt.stream_id == first
