@@ -107,9 +107,9 @@ def stream_capacity(
     streams per model, `unsubmitted` the streams admitted but not yet submitted whose
     model is not known (the engine counts the others in `live`: `TTSEngine._counted`).
     `n < capacity`, for the n streams counted, says exactly that their load is under the
-    budget. A model not yet measured, and a stream not yet
-    submitted, count at the costliest measured model; with no stream counted it is the
-    capacity in streams of the `default` model.
+    budget. A model not yet measured, and those unsubmitted streams, count at the
+    costliest measured model; with no stream counted it is the capacity in streams of the
+    `default` model.
     """
     known = _known(costs)
     if not known:
@@ -158,7 +158,8 @@ def _known(costs: Mapping[str, float | None]) -> dict[str, float]:
 
 
 def _load(known: Mapping[str, float], live: Mapping[str, int], unsubmitted: int) -> float:
-    """Worker-seconds per second of the streams counted: unmeasured models and streams
-    not yet submitted at the costliest measured cost (they are few, and only briefly)."""
+    """Worker-seconds per second of the streams counted: unmeasured models, and streams
+    not yet submitted whose model is not known, at the costliest measured cost (they are
+    few, and only briefly)."""
     ceiling = max(known.values())
     return sum(n * known.get(name, ceiling) for name, n in live.items()) + unsubmitted * ceiling

@@ -482,25 +482,32 @@ class Scheduler:
             # time itself: start it with twice its expected run time to spare.
             profile = stream.profile
             frames = sum(lat.frames - lat.done_frames for lat in stream.latents)
-            ids = len(stream.segments[stream.next_segment].ids)
-            per_id = self._acoustic_s_per_id[profile.name]
-            dry += frames * profile.hop / profile.sample_rate - 2 * ids * per_id
+            dry += frames * profile.hop / profile.sample_rate - 2 * self._acoustic_time(stream)
         return dry
+
+    def _acoustic_time(self, stream: _Stream) -> float:
+        """How long the stream's next stage A is expected to take on one thread."""
+        ids = len(stream.segments[stream.next_segment].ids)
+        return ids * self._acoustic_s_per_id[stream.profile.name]
+
+    def _window(self, stream: _Stream, latent: _Latent) -> tuple[int, int, int, int]:
+        """`plan_chunk`'s window for the stream's next chunk, cut from `latent`."""
+        return plan_chunk(
+            latent.frames, latent.claimed, stream.claimed, stream.profile.chunking, stream.alone, stream.skip
+        )
 
     def _decode_time(self, stream: _Stream) -> float:
         """How long the stream's next chunk is expected to take on one thread (0 before any
         chunk of its model was timed). A chunk is ranked by when it must start, not by
         when its player runs dry: with 128-frame chunks (~80 ms here) the urgent slack
         alone left too little room once the machine slowed down (simulated, every unit
-        1.5x slower for 1.5 s after the c=16 burst: 3 chunks over 100 ms late instead of
+        1.5x slower for 1.5 s after the c=16 burst: 5 chunks over 100 ms late instead of
         26; BENCHMARKS.md, "session 9")."""
         per_frame = self._vocoder_s_per_frame.get(stream.profile.name)
         latent = stream.open_latent()
         if not per_frame or latent is None:
             return 0.0
-        lo, hi, _, _ = plan_chunk(
-            latent.frames, latent.claimed, stream.claimed, stream.profile.chunking, stream.alone, stream.skip
-        )
+        lo, hi, _, _ = self._window(stream, latent)
         return per_frame * (hi - lo)
 
     def _rank(self, stream: _Stream, acoustic: bool, now: float) -> tuple[int, float, int]:
@@ -566,9 +573,7 @@ class Scheduler:
             return vocoder[0] > 0
         if acoustic[0] != 1 or vocoder[0] != 2:
             return False
-        stream = self._streams[acoustic[2]]
-        ids = len(stream.segments[stream.next_segment].ids)
-        expected = ids * self._acoustic_s_per_id[stream.profile.name]
+        expected = self._acoustic_time(self._streams[acoustic[2]])
         return vocoder[1] - now - 2 * expected > self.urgent_slack
 
     def next_work(self, now: float, elsewhere: bool = False) -> Work | None:
@@ -627,11 +632,10 @@ class Scheduler:
         if seq == 0:
             stream.alone = alone
             stream.skip = int(not alone and self._burst(stream))
+        lo, hi, start, end = self._window(stream, latent)
         stream.claimed += 1
         stream.in_flight += 1
         stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
-        chunking = stream.profile.chunking
-        lo, hi, start, end = plan_chunk(latent.frames, latent.claimed, seq, chunking, stream.alone, stream.skip)
         latent.claimed = end
         latent.claims += 1
         last = (
@@ -676,13 +680,13 @@ class Scheduler:
         decode time estimate of the stream's model (`_decode_time`)."""
         self._release_workers(work)
         stream = self._streams.get(work.stream_id)
-        if elapsed is not None and work.threads == 1 and work.hi > work.lo and stream is not None:
+        if stream is None:
+            return None
+        if elapsed is not None and work.threads == 1 and work.hi > work.lo:
             name = stream.profile.name
             per_frame = elapsed / (work.hi - work.lo)
             estimate = self._vocoder_s_per_frame.get(name, per_frame)
             self._vocoder_s_per_frame[name] = estimate + 0.2 * (per_frame - estimate)
-        if stream is None:
-            return None
         stream.in_flight -= 1
         for lat in stream.latents:
             if lat.segment == work.segment:
