@@ -183,6 +183,7 @@ _BENCH_OFFLINE = {
     "voxserve.bench.offline_kokoro",
     "voxserve.bench.asr_offline",
     "voxserve.bench.kokoro_peer",
+    "voxserve.bench.kokoro_prosody",
 }
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 
 from voxserve.text.split import (
-    SegmentPlan,
-    grow_segments,
     normalize,
     segment,
     speakable,
@@ -53,65 +51,21 @@ def test_later_sentences_are_not_split_and_long_ones_are_bounded() -> None:
     assert all(len(s) <= 400 for s in segments) and len(segments) > 2
 
 
-# -- growing segments, for a model that decodes each segment whole (Kokoro) ----------
-PLAN = SegmentPlan(first_chars=18, max_chars=150, growth=1.5, pause_chars=6, min_chars=12)
+# -- whole sentences, for a model that plans prosody over the sentence (Kokoro) ---------
 
 
-def _spoken(pieces: list[str]) -> str:
-    return "".join(ch for ch in " ".join(pieces) if ch.isalnum())
-
-
-def test_growing_segments_start_with_a_few_words_and_grow_within_the_bound() -> None:
-    text = (
-        "The expedition set out before dawn, when the snow on the ridge was still hard "
-        "enough to walk on. For the first few hours the climbers made good progress, "
-        "moving in a single line and speaking only when they had to. By midday the sun "
-        "had softened the surface, and every step sank deep into the slush. The leader "
-        "called a halt below a wide crack in the ice, studied the sky for a long minute, "
-        "and decided that they would camp there for the night."
-    )
-    pieces = grow_segments(text, PLAN)
-    assert _spoken(pieces) == _spoken([text])  # nothing lost, nothing added but commas
-    assert len(pieces[0]) <= PLAN.first_chars * PLAN.slack
-    spoken = 0
-    first = len(pieces[0]) + PLAN.pause_chars
-    for piece in pieces:
-        if spoken:  # each piece within the plan's bound on what came before it
-            bound = first + (PLAN.growth - 1) * spoken - PLAN.pause_chars
-            assert len(piece) <= max(PLAN.min_chars, min(PLAN.max_chars, bound)) * PLAN.slack, piece
-        spoken += len(piece) + PLAN.pause_chars
-    assert max(len(p) for p in pieces) > 80  # they do grow
-    assert all(len(p) <= PLAN.max_chars * PLAN.slack for p in pieces)
-
-
-def test_growing_segments_cut_where_a_reader_pauses() -> None:
-    # A clause boundary first; then before a conjunction; then at a space, never after
-    # an article or a preposition, with a comma for a continuing intonation.
-    assert grow_segments("Welcome back, how can I help you today?", PLAN) == [
-        "Welcome back,", "how can I help you today?"
+def test_whole_sentences_are_never_cut_for_a_fast_start() -> None:
+    text = "Welcome back, how can I help you today? The quick brown fox jumps over the lazy dog."
+    assert segment(text, first_max_chars=None, max_chars=300) == [
+        "Welcome back, how can I help you today?",
+        "The quick brown fox jumps over the lazy dog.",
     ]
-    assert grow_segments("Your package will arrive between two and four in the afternoon.", PLAN)[0] == "Your package,"
-    assert grow_segments("It looks like rain this afternoon.", PLAN) == ["It looks like rain,", "this afternoon."]
-    # No cut leaves a lone word: a short sentence stays whole rather than dangle.
-    assert grow_segments("Welcome to the city gardens.", PLAN) == ["Welcome to the city gardens."]
-    assert grow_segments("Hello there.", PLAN) == ["Hello there."]
+    assert segment(text, first_max_chars=20)[0] == "Welcome back,"  # Piper's plan
 
 
-def test_growing_segments_pack_short_sentences() -> None:
-    pieces = grow_segments("Thank you for calling. All of our agents are busy. Please hold. We will be with you soon.", PLAN)
-    assert pieces[0] == "Thank you for calling."
-    assert "All of our agents are busy. Please hold." in pieces
-
-
-def test_growing_segments_bound_a_word_longer_than_a_segment() -> None:
-    pieces = grow_segments("x" * 1000, PLAN)
-    assert "".join(pieces) == "x" * 1000 and all(len(p) <= PLAN.max_chars for p in pieces)
-    url = "see " + "y" * 40 + " now"
-    assert grow_segments(url, PLAN) == ["see " + "y" * 40, "now"]
-
-
-def test_segment_plan_checks_its_fields() -> None:
-    with pytest.raises(ValueError):
-        SegmentPlan(first_chars=10, min_chars=12)
-    with pytest.raises(ValueError):
-        SegmentPlan(growth=0.9)
+def test_only_a_very_long_sentence_is_cut_and_then_at_its_clauses() -> None:
+    clause = "the walkers stopped beside the river to rest their feet"
+    text = ", ".join([clause] * 8) + "."
+    pieces = segment(text, first_max_chars=None, max_chars=300)
+    assert len(pieces) > 1 and all(len(p) <= 300 for p in pieces)
+    assert all(p.rstrip(",.").endswith("feet") for p in pieces)  # at commas, never mid-phrase

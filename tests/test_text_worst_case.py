@@ -17,8 +17,6 @@ import pytest
 
 from voxserve.text.incremental import SplitMode, TextSegmenter
 from voxserve.text.split import (
-    SegmentPlan,
-    grow_segments,
     normalize,
     segment,
     split_clauses,
@@ -65,8 +63,7 @@ def test_pure_splitters_are_linear(name: str) -> None:
         ("split_clauses", lambda: split_clauses(text, 20)),
         ("segment raw", lambda: segment(text)),
         ("segment normalized", lambda: segment(normalize(text))),
-        ("grow_segments", lambda: grow_segments(text, SegmentPlan())),
-        ("grow_segments normalized", lambda: grow_segments(normalize(text), SegmentPlan())),
+        ("segment whole sentences", lambda: segment(text, first_max_chars=None, max_chars=300)),
     ]:
         assert cpu_seconds(fn) < BUDGET_S, label
 
@@ -86,10 +83,9 @@ def test_segmenter_is_linear_whole_and_per_character(name: str, mode: SplitMode)
 def test_segments_are_bounded_even_when_a_word_is_not() -> None:
     assert all(len(s) <= 400 for s in segment(WORST["dotted digits"]))
     assert all(len(s) <= 400 for s in segment(WORST["no marks"]))
-    plan = SegmentPlan()
     for name in ("dotted digits", "no marks", "spaces", "numbered"):
-        pieces = grow_segments(WORST[name], plan)
-        assert all(len(s) <= plan.max_chars * plan.slack for s in pieces), name
+        pieces = segment(WORST[name], first_max_chars=None, max_chars=300)
+        assert all(len(s) <= 300 for s in pieces), name
 
 
 def test_a_pending_verdict_does_not_hold_back_a_long_buffer() -> None:

@@ -27,7 +27,7 @@ from voxserve.engine.kokoro_voice import TAIL_FRAMES, KokoroVoice
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.voices import Span
 from voxserve.engine.words import WordFrames, WordTime, word_frames, word_times
-from voxserve.runners.kokoro import HOP
+from voxserve.runners.kokoro import HOP, SAMPLE_RATE, KokoroInput
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -250,3 +250,52 @@ def test_websocket_sends_speech_words_per_segment(both: RunningServer, model: st
 def test_timestamps_must_be_a_boolean(http: httpx.Client) -> None:
     r = http.post("/v1/audio/speech", json=_body("tts-1", timestamps="yes"))
     assert r.status_code == 400 and r.json()["error"]["param"] == "timestamps"
+
+
+# -- Kokoro's prosody: whole sentences, as the model speaks them alone -------------------
+
+PROSODY_TEXTS = [
+    "The quick brown fox jumps over the lazy dog, twice before breakfast.",
+    "Please call Stella and ask her to bring these things with her from the store.",
+    "Voice agents need word timings to know which words were heard when the user interrupts.",
+]
+MID_PHRASE_PAUSE_S = 0.25
+"""A pause between two words with no punctuation between them, longer than this, is one
+a reader would not make."""
+
+
+def _alone_seconds(model: KokoroVoice, text: str, voice: str) -> float:
+    """The model's own length for `text`, run in process on each of its items whole: its
+    audio is exactly HOP samples per frame of stage A's durations."""
+    acoustic, _ = model.model.runners(1)
+    items = [KokoroInput(i.ids, i.style, i.speed) for i in model.inputs(text, model.resolve_voice(voice), 1.0)]
+    return sum(f.frames for f in acoustic.run(items)) * HOP / SAMPLE_RATE
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("voice", ["af_heart", "af_nova"])
+def test_kokoro_speaks_whole_sentences_at_the_models_own_pace(kokoro_engine: TTSEngine, voice: str) -> None:
+    model = kokoro_engine.models["kokoro-82m-v1.0"]
+    assert isinstance(model, KokoroVoice)
+    for text in PROSODY_TEXTS:
+        prepared = kokoro_engine.prepare(text, model.resolve_voice(voice), 1.0)
+        handle = kokoro_engine.submit(prepared, SAMPLE_RATE)
+        words: list[WordTime] = []
+        samples = 0
+        try:
+            while True:
+                item = handle.stream.get_blocking(60)
+                kokoro_engine.taken(handle.id)
+                words.extend(item.words)
+                samples += len(item.pcm)
+                if item.last:
+                    break
+        finally:
+            kokoro_engine.abort(handle.id)
+        seconds, alone = samples / SAMPLE_RATE, _alone_seconds(model, text, voice)
+        assert abs(seconds / alone - 1) < 0.10, (text, seconds, alone)
+        written = text.split()
+        assert [w.word for w in words] == [re.sub(r"\W", "", w) for w in written]
+        for (a, b), after in zip(itertools.pairwise(words), written, strict=False):
+            if not re.search(r"[,;:.!?]$", after):
+                assert b.start - a.end <= MID_PHRASE_PAUSE_S, (text, a, b)

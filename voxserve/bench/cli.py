@@ -1,8 +1,8 @@
 """`voxserve bench speech | transcribe | make-asr-set | stream-text | realtime | voice-loop |
-soak | overload | compare | plot | offline | kokoro-peer`.
+soak | overload | compare | plot | offline | kokoro-peer | kokoro-prosody`.
 
 Parses flags, builds the run settings, calls the measuring module and writes the report.
-Only `offline` and `kokoro-peer` touch the engine, and they are imported lazily so that
+Only `offline`, `kokoro-peer` and `kokoro-prosody` touch the engine, and they are imported lazily so that
 the HTTP benches stay free of it.
 """
 
@@ -290,6 +290,32 @@ def _kokoro_peer(args: argparse.Namespace) -> int:
     print(format_peer(summary))
     print(f"wrote {out}")
     return 1 if any(row["failed"] for row in summary["systems"]) else 0
+
+
+def _kokoro_prosody(args: argparse.Namespace) -> int:
+    from voxserve.bench.kokoro_prosody import PROSODY_TEXTS, format_prosody, run_kokoro_prosody
+    from voxserve.bench.prompts import load_prompts
+    from voxserve.bench.report import command_line, git_revision, host_info, now_iso, write_json
+
+    if args.peer:
+        try:
+            import kokoro_onnx  # noqa: F401
+        except ImportError:
+            raise ValueError("kokoro-onnx is not installed: pip install -c constraints.txt "
+                             "-e '.[peers]' (or pass --no-peer)") from None
+    texts = load_prompts(args.prompts) if args.prompts else list(PROSODY_TEXTS)
+    started = time.perf_counter()
+    records, summary = run_kokoro_prosody(texts, args.voices, args.workers, args.peer,
+                                          report=print if args.progress else _quiet)
+    settings = {"git_revision": git_revision(), "started_at": now_iso(), "voices": args.voices,
+                "workers": args.workers, "texts": texts, "host": host_info(),
+                "argv": command_line(), "duration_s": time.perf_counter() - started}
+    out = args.output or Path(f"bench-kokoro-prosody-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    write_json({"kind": "kokoro-prosody", "settings": settings, **summary,
+                "records": [vars(r) for r in records]}, out)
+    print(format_prosody(summary))
+    print(f"wrote {out}")
+    return 0
 
 
 def _quiet(_line: str) -> None:
@@ -678,6 +704,19 @@ def add_bench_parser(subparsers: Any) -> None:
                       help="result JSON (default bench-kokoro-peer-YYYYmmdd-HHMMSS.json)")
     peer.add_argument("--no-progress", dest="progress", action="store_false")
     peer.set_defaults(func=_guarded(_kokoro_peer))
+
+    prosody = sub.add_parser("kokoro-prosody", help="tts-1-hd against Kokoro speaking each "
+                             "sentence whole, and kokoro-onnx: durations, pauses, WER, joins")
+    prosody.add_argument("--voices", type=lambda v: v.split(","), default=["af_heart", "af_nova"],
+                         help="comma-separated Kokoro voices (default af_heart,af_nova)")
+    prosody.add_argument("--workers", type=int, default=2, help="engine workers (default 2)")
+    prosody.add_argument("--prompts", type=Path, help="text file, one prompt per line")
+    prosody.add_argument("--no-peer", dest="peer", action="store_false",
+                         help="leave kokoro-onnx out")
+    prosody.add_argument("--output", "-o", type=Path, default=None,
+                         help="result JSON (default bench-kokoro-prosody-YYYYmmdd-HHMMSS.json)")
+    prosody.add_argument("--no-progress", dest="progress", action="store_false")
+    prosody.set_defaults(func=_guarded(_kokoro_prosody))
 
     offline = sub.add_parser("offline", help="the runners at full load, no HTTP: the limit")
     offline.add_argument("--threads", type=_levels, default=None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["CostMeter", "admission_cost", "load_with", "room_for", "stream_capacity"]
+__all__ = ["CostMeter", "load_with", "room_for", "stream_capacity"]
 
 
 class _Window:
@@ -75,22 +75,6 @@ class CostMeter:
                 return None
             total += rate
         return total
-
-
-def admission_cost(measured: float | None, growth: float | None) -> float | None:
-    """What admission counts a stream of a model at: its measured cost, times its segment
-    plan's `growth` for a model that decodes whole segments (None: it streams chunks).
-
-    Such a stream ramps up through segments up to `growth` times the audio before them,
-    each decoded whole by one worker: it keeps up only while its share of the workers
-    decodes `growth` times faster than it plays. With n streams on w workers at cost r,
-    that is `r * n / w * growth <= 1`; counting each at `r * growth` against the budget
-    says so, with the budget's own margin on top. (Simulated with the real scheduler at
-    r = 0.55 on 2 workers: 2 Kokoro streams stay continuous, 3 do not, though 3 x 0.55
-    is under the 1.7 budget.)"""
-    if measured is None or growth is None:
-        return measured
-    return measured * growth
 
 
 def stream_capacity(

@@ -2,13 +2,12 @@
 
 Text goes through `voxserve.text.kokoro_g2p` (espeak-ng, mapped to Kokoro's phonemes) in
 the voice's language, or the request's. Stage A is Kokoro's encoder (durations, aligned
-text features, pitch and energy), stage B its decoder. The decoder normalizes over the
-whole window it is given, so it decodes whole segments (`chunking=None`). Its profile's
-`SEGMENTS` plan makes the first segment a few words (first audio early) and lets later
-ones grow only as fast as one thread decodes them ahead of playback. Stage B skips most
-of each segment's leading pad (`LEAD_FRAMES`) and its silent tail (`TAIL_FRAMES`, sent as
-zeros): a quarter to a third of a short first segment's frames, with the frames left out
-still weighed in the decoder's statistics.
+text features, pitch and energy), run on whole sentences (`SENTENCE_CHARS`), so that
+pauses and final lengthening fall where the model puts them for the sentence. Stage B,
+its decoder, renders each sentence in growing windows with context (`CHUNKING`),
+crossfaded at the joins (`CROSSFADE`), which are placed where the predicted energy is
+lowest. Stage B skips most of a sentence's leading pad (`LEAD_FRAMES`) and its silent
+tail (`TAIL_FRAMES`, sent as zeros).
 
 Voices are Kokoro's own names (`af_heart`), OpenAI's names mapped to the closest Kokoro
 voice (see `ALIASES`), or a blend written as Kokoro-FastAPI does, `af_bella(2)+af_sky(1)`:
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from voxserve.config import TTSConfig
+from voxserve.config import TTSConfig, VocoderChunking
 from voxserve.engine.scheduler import Latent, ModelProfile
 from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice
 from voxserve.engine.words import word_frames
@@ -40,48 +39,73 @@ from voxserve.runners.kokoro import (
 )
 from voxserve.text.kokoro_g2p import KokoroG2P, kokoro_language
 from voxserve.text.kokoro_vocab import KOKORO_VOCAB, MAX_PHONEMES
-from voxserve.text.split import SegmentPlan
 
-__all__ = ["ALIASES", "LEAD_FRAMES", "SEGMENTS", "TAIL_FRAMES", "KokoroSegment", "KokoroVoice", "speech_end"]
+__all__ = [
+    "ALIASES",
+    "CHUNKING",
+    "CROSSFADE",
+    "LEAD_FRAMES",
+    "SENTENCE_CHARS",
+    "TAIL_FRAMES",
+    "KokoroSegment",
+    "KokoroVoice",
+    "speech_end",
+]
 
 NAME = "kokoro-82m-v1.0"
 
-SEGMENTS = SegmentPlan(first_chars=18, max_chars=150, growth=1.3, pause_chars=6)
-"""Kokoro's segment plan. The first segment is a few words: with the pauses the model
-adds at a segment's end, 60-75 frames (1.5-1.9 s of audio), ~1 s of one thread's work or
-~0.75 s of two. One thread decodes at 1.8x real time here (RTF 0.55), so a segment could
-be up to 1.8x the audio before it; growing by 1.3 keeps a stream continuous up to RTF
-0.65 (a loaded machine). Simulated with the real scheduler on each bench prompt's real
-frame counts (docs/KOKORO.md): a first segment of 14 characters starts 0.13 s sooner but
-cuts sentences into pieces of two or three words, which two of the 28 English voices
-then read wrongly to Whisper ("Please call, | Stella and ask, | ..."); growth 1.5 stalls
-at RTF 0.7 (tests/test_segment_plan.py). 150 characters are about 8 s of audio, 4.5 s of
-one worker."""
+SENTENCE_CHARS = 300
+"""Kokoro speaks each sentence whole: stage A plans its durations, pitch and energy over
+all of it, as the model was trained to. Only a sentence longer than this is cut, at its
+clauses: its stage A would hold a worker for over half a second before first audio, and
+it nears the model's 510-phoneme context."""
+
+CHUNKING = VocoderChunking(
+    first_chunk_frames=48,
+    idle_first_chunk_frames=48,
+    chunk_frames=48,
+    max_chunk_frames=256,
+    growth=1.25,
+    left_context=8,
+    right_context=8,
+)
+"""Stage B renders a sentence in windows, so that first audio does not wait for the whole
+sentence's decode. The first window holds 48 frames (1.2 s of audio). Each window is
+decoded with 8 frames of context either side, and one thread decodes at ~1.8x real time
+here, so a window costs ~1.3x its audio's worth of decoding: a stream that has one
+worker to itself keeps ahead of its player only if each window is at most about what
+that thread decodes while the windows before it play. Growing by 1.25 keeps two streams
+on two workers continuous at up to 0.65 of real time per thread; doubling stalls them
+(tests/test_kokoro_plan.py). The decoder normalizes over its window, so a window is not
+bit-exact with the whole decode: docs/KOKORO.md gives the distance that this context
+leaves."""
+
+CROSSFADE = HOP
+"""Samples (one frame, 25 ms) over which two windows of a sentence are crossfaded: a hard
+cut between two windows decoded with different statistics can click; the crossfade
+keeps the join below the speech either side."""
 
 LEAD_FRAMES = 6
-"""Frames of each segment's leading pad that stage B decodes (150 ms): the speech onset
+"""Frames of each sentence's leading pad that stage B decodes (150 ms): the speech onset
 starts about 3 frames before the pad's end, so fewer would clip it."""
 
 TAIL_FRAMES: int | None = 14
-"""Frames stage B decodes from the start of a segment's last spoken phoneme (350 ms, more
-below speed 1). The rest of the segment (the last phoneme's lengthening, the final
+"""Frames stage B decodes from the start of a sentence's last spoken phoneme (350 ms,
+more below speed 1). The rest of the sentence (the last phoneme's lengthening, the final
 punctuation, the trailing pad: ~20 frames below -70 dB) is sent as zeros of the same
 length, so pauses and word timings stay. None decodes it all. The frames left out at
 either end keep their weight in the decoder's normalization statistics
-(`KokoroFrames.crop`). So cut, a short first segment decodes 71 % of its frames instead
-of 87 % (the lead cut alone), at the whole decode's level instead of ~1 dB under it, and
-its speech is 2.45 dB of log-mel from the whole decode's, against 2.25 dB for the lead
-cut alone (docs/KOKORO.md; 12 frames: 68 %, 2.62 dB)."""
+(`KokoroFrames.crop`)."""
 
 
 @dataclass(frozen=True)
 class KokoroSegment:
-    """A segment's stage B input: `decoded` covers its first frames, silence the rest."""
+    """A sentence's stage B input: `decoded` covers its first frames, silence the rest."""
 
     decoded: DecoderInput
-    """Frames [0, decoded.frames) of the segment, as stage B decodes them."""
+    """Frames [0, decoded.frames) of the sentence, as stage B decodes them."""
     frames: int
-    """The segment's frames; those from `decoded.frames` on are zeros."""
+    """The sentence's frames; those from `decoded.frames` on are zeros."""
 
     def window(self, lo: int, hi: int) -> DecoderInput | None:
         """Stage B's input for frames [lo, hi): the decoded part whole (with the weight of
@@ -154,7 +178,15 @@ class KokoroVoice:
     def __init__(self, model: KokoroModel, output_gain: float = 1.0):
         self.model = model
         self._g2p = KokoroG2P(KOKORO_VOCAB)
-        self._profile = ModelProfile(NAME, HOP, SAMPLE_RATE, None, acoustic_s_per_id=2e-3, segments=SEGMENTS)
+        self._profile = ModelProfile(
+            NAME,
+            HOP,
+            SAMPLE_RATE,
+            CHUNKING,
+            acoustic_s_per_id=2e-3,
+            sentence_chars=SENTENCE_CHARS,
+            crossfade=CROSSFADE,
+        )
         self._gain = output_gain
         self._voices = [
             KokoroVoiceRef(v.name, NAME, None, v.language, v.gender, ((v.name, 1.0),))
@@ -265,7 +297,8 @@ class KokoroVoice:
     def acoustic(self, batch: Sequence[KokoroItem], threads: int = 1) -> list[Latent]:
         """Stage A on sessions of `threads` intra-op threads; each latent starts
         `LEAD_FRAMES` before the first phoneme, and stage B will decode it up to
-        `TAIL_FRAMES` after the last one's start (`KokoroSegment`)."""
+        `TAIL_FRAMES` after the last one's start (`KokoroSegment`). Its `level` is the
+        prosody predictor's energy, so that windows join where the speech is quiet."""
         if self._hook is not None:
             self._hook("acoustic", len(batch))
         runner, _ = self.model.runners(threads)
@@ -278,7 +311,9 @@ class KokoroVoice:
                 stop = speech_end(f.durations, item.words, math.ceil(TAIL_FRAMES / min(1.0, item.speed)))
             segment = KokoroSegment(f.crop(0, stop).decoder_input, f.frames)
             words = word_frames(item.words, f.durations[1:-1], int(f.durations[0]))
-            latents.append(Latent(segment, f.frames, f.durations[1:-1], words))
+            level = np.full(f.frames, -np.inf, np.float32)  # the silent tail is quietest
+            level[:stop] = f.decoder_input.noise[: 2 * stop].reshape(stop, 2).mean(axis=1)
+            latents.append(Latent(segment, f.frames, f.durations[1:-1], words, level))
         return latents
 
     def decode(self, batch: Sequence[Span], threads: int = 1) -> list[np.ndarray]:

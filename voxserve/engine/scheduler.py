@@ -64,7 +64,6 @@ import numpy as np
 
 from voxserve.config import VocoderChunking
 from voxserve.engine.words import WordFrames
-from voxserve.text.split import SegmentPlan
 
 __all__ = [
     "AcousticWork",
@@ -94,10 +93,17 @@ class ModelProfile:
     decoder must see a whole segment at once (one chunk per segment)."""
     acoustic_s_per_id: float = 5e-4
     """Stage A seconds per phoneme id before any was measured."""
-    segments: SegmentPlan | None = None
-    """How `TTSEngine.prepare` cuts text for this model: None for a model that streams
-    chunks within a segment (sentences, the first one short: `config.first_segment_chars`
-    and `max_segment_chars`); a plan of growing segments for a whole-segment model."""
+    sentence_chars: int | None = None
+    """How `TTSEngine.prepare` cuts text for this model. None: at sentences, the first one
+    cut short at a clause for an early first packet (`config.first_segment_chars`, and
+    `max_segment_chars`). A number: whole sentences only, cut at clauses only beyond this
+    many characters, for a model whose prosody is planned over the whole sentence (cut
+    short, each piece is spoken as a sentence of its own: final lengthening, a pause)."""
+    crossfade: int = 0
+    """Samples over which two chunks of one segment overlap and are crossfaded: 0 for a
+    decoder whose windows join exactly given their context (Piper); more for one whose
+    windows differ slightly at a join (Kokoro normalizes over its window), so that no
+    join clicks. At most a context frame's samples."""
 
 
 class StageInput(Protocol):
@@ -119,6 +125,10 @@ class Latent:
     """Frames per input phoneme id, where the model predicts them (for word timings)."""
     words: tuple[WordFrames, ...] = ()
     """The segment's words and their frames, where the model can tell them."""
+    level: np.ndarray | None = None
+    """The model's own loudness estimate per frame, where it has one: a chunk then ends
+    at the quietest frame near its planned end (`plan_chunk`), where a join is least
+    audible."""
 
 
 @dataclass(frozen=True)
@@ -176,34 +186,47 @@ class Chunk:
     """Chunks released (0: this one waits for an earlier chunk)."""
 
 
+SNAP_FRAMES = 8
+"""How far (frames, either side) a chunk's end may move to the quietest frame of its
+latent's `level`: a quarter of a second at Kokoro's 25 ms frames, enough to reach the gap
+between two words or a stop's closure, and small against a chunk."""
+
+
 def plan_chunk(
     frames: int, pos: int, index: int, c: VocoderChunking | None, alone: bool = False,
-    skip: int = 0,
+    skip: int = 0, level: np.ndarray | None = None,
 ) -> tuple[int, int, int, int]:
     """The window of a stream's chunk number `index`, starting at frame `pos` of a latent
     of `frames` frames: decode [lo, hi), keep [start, end).
 
-    Chunk 0 is small for a fast first packet; later chunks double from `chunk_frames` up
-    to `max_chunk_frames`. A stream whose first chunk was claimed `alone` starts smaller
-    still, at `idle_first_chunk_frames`, and every chunk after it doubles from there (12,
+    Chunk 0 is small for a fast first packet; later chunks grow by `growth` (Piper: double)
+    from `chunk_frames` up to `max_chunk_frames`. A stream whose first chunk was claimed
+    `alone` starts at `idle_first_chunk_frames`, and every chunk after it grows from there (12,
     24, 48, ...), so that each one is ready before the audio before it has played. A
     stream that `skip`s sizes starts further along the same plan (skip 1: 32, 64, 128,
-    ...). A tail shorter than half a chunk joins the chunk before it. With no chunking (a
-    whole-segment model) the chunk is the rest of the latent.
+    ...). A tail shorter than half a chunk joins the chunk before it. With a `level` per
+    frame, the end moves to the quietest frame within `SNAP_FRAMES` (and a quarter of the
+    chunk) of the planned one. With no chunking (a whole-segment model) the chunk is the
+    rest of the latent.
     """
     if c is None:
         return pos, frames, pos, frames
     step = index + skip
     if alone:
-        size = min(c.max_chunk_frames, c.idle_first_chunk_frames << min(step, 8))
+        size = min(c.max_chunk_frames, int(c.idle_first_chunk_frames * c.growth ** min(step, 12)))
     elif step == 0:
         size = c.first_chunk_frames
     else:
-        size = min(c.max_chunk_frames, c.chunk_frames << min(step - 1, 8))
+        size = min(c.max_chunk_frames, int(c.chunk_frames * c.growth ** min(step - 1, 12)))
     start = pos
     end = min(frames, start + size)
     if index > 0 and frames - end < c.chunk_frames // 2:
         end = frames
+    if level is not None and end < frames:
+        reach = min(SNAP_FRAMES, size // 4)
+        lo, hi = max(start + 1, end - reach), min(frames - c.chunk_frames // 2, end + reach)
+        if lo < hi:
+            end = lo + int(np.argmin(level[lo:hi]))
     return max(0, start - c.left_context), min(frames, end + c.right_context), start, end
 
 
@@ -493,7 +516,8 @@ class Scheduler:
     def _window(self, stream: _Stream, latent: _Latent) -> tuple[int, int, int, int]:
         """`plan_chunk`'s window for the stream's next chunk, cut from `latent`."""
         return plan_chunk(
-            latent.frames, latent.claimed, stream.claimed, stream.profile.chunking, stream.alone, stream.skip
+            latent.frames, latent.claimed, stream.claimed, stream.profile.chunking, stream.alone,
+            stream.skip, latent.latent.level,
         )
 
     def _decode_time(self, stream: _Stream) -> float:

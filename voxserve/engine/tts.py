@@ -26,7 +26,7 @@ import numpy as np
 import soxr
 
 from voxserve.config import TTSConfig
-from voxserve.engine.cost import CostMeter, admission_cost, load_with, room_for, stream_capacity
+from voxserve.engine.cost import CostMeter, load_with, room_for, stream_capacity
 from voxserve.engine.kokoro_voice import KokoroVoice
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.piper_voice import PiperVoice
@@ -35,7 +35,7 @@ from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
-from voxserve.text.split import grow_segments, normalize, segment
+from voxserve.text.split import normalize, segment
 
 __all__ = [
     "MODEL_LOADERS",
@@ -53,6 +53,12 @@ MODEL_LOADERS: dict[str, Callable[[TTSConfig], VoiceModel[Any]]] = {
     "kokoro": KokoroVoice.load,
 }
 """The voice models `--tts-models` may name, each with what loads it from the config."""
+
+
+WARM_LONG_COST = 0.25
+"""Start-up warms every worker with a longest segment only for a model cheaper than this
+(worker-seconds per second of audio): Piper costs ~0.08, Kokoro ~0.55, for which it would
+hold start-up for seconds; a costly model's arenas grow under its first streams instead."""
 
 
 def load_models(config: TTSConfig) -> list[VoiceModel[Any]]:
@@ -113,15 +119,28 @@ class _Output:
     lock: threading.Lock = field(default_factory=threading.Lock)
     pending: dict[int, tuple[VocoderWork, np.ndarray]] = field(default_factory=dict)
     """Decoded chunks waiting for an earlier one, by sequence number."""
+    held: np.ndarray | None = None
+    """The last chunk's tail, held back to crossfade with the next chunk's head."""
     next_seq: int = 0
 
     def deliver(self, work: VocoderWork, pcm: np.ndarray) -> None:
-        """Hand a decoded chunk on once every earlier chunk of the stream has gone."""
+        """Hand a decoded chunk on once every earlier chunk of the stream has gone. A
+        chunk that overlaps the next one (`fades`) keeps its tail back until that one
+        comes, to crossfade the two; so each chunk sends as many samples as its frames
+        hold, shifted by half the overlap."""
         with self.lock:
             self.pending[work.seq] = (work, pcm)
             while self.next_seq in self.pending:
                 ready, samples = self.pending.pop(self.next_seq)
                 self.next_seq += 1
+                head, tail = fades(self.model, ready)
+                if head and self.held is not None and len(samples) >= head:
+                    lead = crossfade(self.held, samples[: 2 * head][:len(self.held)])
+                    samples = np.concatenate([lead, samples[len(self.held) :]])
+                self.held = None
+                if tail:
+                    cut = max(0, len(samples) - 2 * tail)
+                    self.held, samples = samples[cut:], samples[:cut]
                 words = self.words(ready, len(samples))
                 audio = self.finish(samples, ready.last)
                 first = self.first_packet() if ready.seq == 0 else None
@@ -172,15 +191,33 @@ class EngineStats:
     starting, a live stream about to run dry, or no room in the load budget."""
 
 
+def fades(model: VoiceModel[Any], work: VocoderWork) -> tuple[int, int]:
+    """Samples a chunk keeps before and after its own frames, to crossfade with the chunk
+    before and after it in the same segment: half the model's `crossfade` at each inner
+    join, none at a segment's ends."""
+    half = model.profile.crossfade // 2
+    return (half if work.start > 0 else 0), (half if work.end < work.latent.frames else 0)
+
+
 def decode_chunk(model: VoiceModel[Any], work: VocoderWork) -> np.ndarray:
     """Decode a chunk with its context frames (on the work's intra-op threads), then crop
-    the context samples away."""
+    the context samples away, all but the `fades` that overlap its neighbours."""
     if work.hi <= work.lo:
         return np.zeros(0, dtype=np.float32)
     pcm = model.decode([Span(work.latent, work.lo, work.hi)], threads=work.threads)[0]
     a, b = work.crop
     hop = model.profile.hop
-    return pcm[a * hop : b * hop]
+    head, tail = fades(model, work)
+    return pcm[a * hop - head : b * hop + tail]
+
+
+def crossfade(tail: np.ndarray, head: np.ndarray) -> np.ndarray:
+    """The overlap of two chunks: the earlier one's `tail` fading out while the later
+    one's `head` fades in, on complementary raised-cosine gains (they sum to 1, so a
+    join of two equal signals is that signal)."""
+    n = len(tail)
+    fade_in = (0.5 - 0.5 * np.cos(np.pi * (np.arange(n) + 0.5) / n)).astype(np.float32)
+    return np.asarray(tail * (1 - fade_in) + head * fade_in, dtype=np.float32)
 
 
 class TTSEngine(WorkerEngine):
@@ -282,9 +319,8 @@ class TTSEngine(WorkerEngine):
         for model in self.models.values():
             voice = model.voices[0]
             self.synthesize(short, voice)
-            if model.profile.chunking is None:
-                # A model that decodes whole segments (Kokoro) costs several times Piper's:
-                # a segment of the longest length per worker would take it tens of seconds.
+            cost = self.costs().get(model.name)
+            if cost is None or cost > WARM_LONG_COST:
                 continue
             with ThreadPoolExecutor(self.config.workers, thread_name_prefix="warmup") as pool:
                 texts = [longest + "."] * self.config.workers
@@ -313,15 +349,12 @@ class TTSEngine(WorkerEngine):
         model = self.models[voice.model]
         clean = normalize(text)
         segments: list[StageInput] = []
-        plan = model.profile.segments
-        if plan is not None:
-            pieces = grow_segments(clean, plan)
-        else:
-            pieces = segment(
-                clean,
-                first_max_chars=self.config.first_segment_chars,
-                max_chars=self.config.max_segment_chars,
-            )
+        whole = model.profile.sentence_chars
+        pieces = segment(
+            clean,
+            first_max_chars=self.config.first_segment_chars if whole is None else None,
+            max_chars=self.config.max_segment_chars if whole is None else whole,
+        )
         rest: tuple[str, ...] = ()
         for at, piece in enumerate(pieces):
             segments.extend(model.inputs(piece, voice, speed))
@@ -402,8 +435,7 @@ class TTSEngine(WorkerEngine):
         """Whether one more stream of voice model `model` fits now:
 
         - the load of the streams *with* the newcomer, each weighed by its model's
-          recently measured cost (a whole-segment model's times its segment growth:
-          `cost.admission_cost`), stays within `workers x target_utilization`
+          recently measured cost, stays within `workers x target_utilization`
           (`voxserve.engine.cost.room_for`);
         - no live stream is about to run dry (`Scheduler.lagging`). How close counts
           depends on that load: up to `workers x admit_eager_utilization`, only a stream
@@ -464,21 +496,16 @@ class TTSEngine(WorkerEngine):
         """Each model's recently measured cost in worker-seconds per audio-second (None
         until it has made enough audio)."""
         with self._cond:
-            return {name: meter.cost() for name, meter in self.stats.costs.items()}
+            return self._admission_costs()
 
     def _admission_costs(self) -> dict[str, float | None]:
-        """Each model's cost as admission counts it (`cost.admission_cost`: a whole-
-        segment model's times its segment growth). Call under the lock."""
-        costs: dict[str, float | None] = {}
-        for name, meter in self.stats.costs.items():
-            plan = self.models[name].profile.segments
-            costs[name] = admission_cost(meter.cost(), plan.growth if plan is not None else None)
-        return costs
+        """Each model's measured cost. Call under the lock."""
+        return {name: meter.cost() for name, meter in self.stats.costs.items()}
 
     def capacity_streams(self, admitted: int = 0) -> float | None:
         """Real-time streams the workers sustain at `target_utilization` for the mix of
-        models live now, each stream weighed by its model's cost as admission counts it
-        (`voxserve.engine.cost.stream_capacity`, `admission_cost`); None until some
+        models live now, each stream weighed by its model's measured cost
+        (`voxserve.engine.cost.stream_capacity`); None until some
         model's cost is known.
         `admitted` as for `keeping_up`."""
         with self._cond:
@@ -586,6 +613,7 @@ class TTSEngine(WorkerEngine):
         pcm = decode_chunk(model, work)
         ended = time.perf_counter()
         rate = model.profile.sample_rate
+        samples = len(pcm) - sum(fades(model, work)) if len(pcm) else 0
         with self._cond:
             out = self._outputs.get(work.stream_id)
         if out is not None:
@@ -593,13 +621,13 @@ class TTSEngine(WorkerEngine):
                 out.decode_span = (started, ended, work.threads)
             out.deliver(work, pcm)
         with self._cond:
-            chunk = self._sched.complete_vocoder(work, len(pcm), self._clock(), ended - started)
+            chunk = self._sched.complete_vocoder(work, samples, self._clock(), ended - started)
             self.stats.chunks += 1
-            self.stats.audio_seconds += len(pcm) / rate
+            self.stats.audio_seconds += samples / rate
             if chunk is not None and chunk.last:
                 self._outputs.pop(work.stream_id, None)
             self._cond.notify_all()
-        return len(pcm) / rate
+        return samples / rate
 
     def _fail(self, work: Work, exc: BaseException) -> None:
         self._fail_stream(work.stream_id, work, "inference", exc)

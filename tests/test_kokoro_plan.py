@@ -1,22 +1,23 @@
-"""Kokoro's segment plan and admission weight against the real scheduler, on a fake clock.
+"""Kokoro's window plan and its admission against the real scheduler, on a fake clock.
 
-Workers are simulated: a stage A item takes 2 ms per phoneme id, a whole-segment decode
-takes `rtf` times its audio. A segment of n characters makes 40 + 2n frames of 25 ms
-(fitted to Kokoro: ~20 characters a second, and ~1 s of pauses and lengthening per
-segment). The client takes every chunk at once; a stream is continuous if its player
-never waits more than 50 ms once the first audio came.
+Workers are simulated: a stage A item takes 2 ms per phoneme id, a window's decode takes
+`rtf` times the audio of all its frames, context included. A sentence of n characters
+makes 20 + 2n frames of 25 ms (~20 characters a second, with the lead and the final
+pause). The client takes every chunk at once; a stream is continuous if its player never
+waits more than 50 ms once the first audio came.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
 
-from voxserve.engine.cost import admission_cost, room_for
-from voxserve.engine.kokoro_voice import SEGMENTS
+from voxserve.config import VocoderChunking
+from voxserve.engine.cost import room_for
+from voxserve.engine.kokoro_voice import CHUNKING, SENTENCE_CHARS
 from voxserve.engine.scheduler import (
     AcousticWork,
     Latent,
@@ -25,7 +26,7 @@ from voxserve.engine.scheduler import (
     VocoderWork,
     Work,
 )
-from voxserve.text.split import SegmentPlan, grow_segments, segment
+from voxserve.text.split import segment
 
 HOP, RATE = 600, 24000
 ACOUSTIC_S_PER_ID = 2e-3
@@ -45,17 +46,19 @@ class Piece:
 
 
 def frames_of(piece: Piece) -> int:
-    return 40 + 2 * len(piece.ids)
+    return 20 + 2 * len(piece.ids)
 
 
 def simulate(
-    streams: int, rtf: float, plan: SegmentPlan | None, text: str = LONG, workers: int = 2
+    streams: int, rtf: float, chunking: VocoderChunking = CHUNKING, text: str = LONG, workers: int = 2
 ) -> list[tuple[float, float]]:
     """(time to first audio, longest wait of the player) per stream, all started 0.3 s
     apart, each speaking `text`."""
-    profile = ModelProfile("kokoro", HOP, RATE, None, acoustic_s_per_id=ACOUSTIC_S_PER_ID, segments=plan)
+    profile = ModelProfile(
+        "kokoro", HOP, RATE, chunking, acoustic_s_per_id=ACOUSTIC_S_PER_ID, sentence_chars=SENTENCE_CHARS
+    )
     sched = Scheduler(credits=4, urgent_slack=0.15, acoustic_slots=workers - 1)
-    texts = grow_segments(text, plan) if plan is not None else segment(text, 60, 200)
+    texts = segment(text, first_max_chars=None, max_chars=SENTENCE_CHARS)
     starts = [0.3 * i for i in range(streams)]
     for i, start in enumerate(starts):
         sched.add(i, [Piece(np.zeros(len(t), np.int64)) for t in texts], start, profile)
@@ -70,7 +73,7 @@ def simulate(
             if isinstance(work, AcousticWork):
                 spent = len(work.input.ids) * ACOUSTIC_S_PER_ID
             else:
-                spent = rtf * (work.end - work.start) * HOP / RATE
+                spent = rtf * (work.hi - work.lo) * HOP / RATE
             order += 1
             heapq.heappush(running, (now + spent, order, work, spent))
             idle -= 1
@@ -101,36 +104,50 @@ def continuous(results: list[tuple[float, float]]) -> bool:
     return all(wait <= 0.05 for _, wait in results)
 
 
-@pytest.mark.parametrize("rtf", [0.45, 0.55, 0.7])
-def test_growing_segments_keep_one_or_two_streams_continuous(rtf: float) -> None:
+def decoded_per_kept(chunking: VocoderChunking, frames: int = 200) -> float:
+    """Frames decoded per frame kept over a sentence of `frames`: the context's cost."""
+    from voxserve.engine.scheduler import plan_chunk
+
+    pos, index, decoded = 0, 0, 0
+    while pos < frames:
+        lo, hi, _, pos = plan_chunk(frames, pos, index, chunking)
+        decoded += hi - lo
+        index += 1
+    return decoded / frames
+
+
+@pytest.mark.parametrize("rtf", [0.45, 0.55, 0.65])
+def test_windows_keep_one_or_two_streams_continuous(rtf: float) -> None:
     for streams in (1, 2):
-        assert continuous(simulate(streams, rtf, SEGMENTS)), (streams, rtf)
+        assert continuous(simulate(streams, rtf)), (streams, rtf)
 
 
-def test_sentence_segments_stall_and_start_later() -> None:
-    """Today's plan for chunked models (a 60-character first clause, whole sentences up
-    to 200) stalls a whole-segment stream even alone on an idle machine, as soon as a
-    short sentence comes before a long one."""
-    text = "Good evening. " + LONG
-    old = simulate(1, 0.55, None, text)
-    new = simulate(1, 0.55, SEGMENTS, text)
-    assert not continuous(old) and continuous(new)
-    assert new[0][0] <= old[0][0]
-    first_old, first_new = simulate(1, 0.55, None)[0][0], simulate(1, 0.55, SEGMENTS)[0][0]
-    assert first_new < 0.75 * first_old  # a few words first, not a clause
-    faster = SegmentPlan(first_chars=18, max_chars=150, growth=1.5, pause_chars=6)
-    assert not continuous(simulate(2, 0.7, faster))  # why the plan grows by 1.3
+def test_first_audio_waits_for_one_window_not_the_sentence() -> None:
+    first = simulate(1, 0.55)[0][0]
+    sentence = segment(LONG, first_max_chars=None, max_chars=SENTENCE_CHARS)[0]
+    stage_a = len(sentence) * ACOUSTIC_S_PER_ID
+    window = 0.55 * (CHUNKING.first_chunk_frames + CHUNKING.right_context) * HOP / RATE
+    assert first == pytest.approx(stage_a + window, abs=0.01)
+    assert first < 0.55 * frames_of(Piece(np.zeros(len(sentence), np.int64))) * HOP / RATE / 2
 
 
-def test_admission_stops_kokoro_where_the_simulation_stalls() -> None:
-    """Three streams at RTF 0.55 on two workers stall, though their load (1.65) is under
-    the budget (1.7): counted at cost x growth, admission lets in two, not three."""
-    assert continuous(simulate(2, 0.55, SEGMENTS))
-    assert not continuous(simulate(3, 0.55, SEGMENTS))
+def test_growing_faster_than_one_thread_decodes_stalls() -> None:
+    """Why the windows grow by 1.25: doubling, each window takes longer on one thread,
+    context included, than the audio before it lasts, once two streams share two
+    workers."""
+    fast = replace(CHUNKING, growth=2.0)
+    assert not continuous(simulate(2, 0.55, fast))
+
+
+def test_admission_at_the_measured_cost_stops_where_the_simulation_stalls() -> None:
+    """The cost meter measures the decode of the context too: at RTF 0.55 per frame
+    decoded, a stream costs ~0.7 of a worker, and admission on two workers lets in two
+    streams, not three, which stall."""
+    assert continuous(simulate(2, 0.55))
+    assert not continuous(simulate(3, 0.55))
+    cost = 0.55 * decoded_per_kept(CHUNKING)
+    assert 0.6 < cost < 0.8
     budget = 2 * 0.85
-    weighted = admission_cost(0.55, SEGMENTS.growth)
-    costs = {"kokoro": weighted}
+    costs = {"kokoro": cost}
     assert room_for(budget, costs, {"kokoro": 1}, 0, "kokoro")
     assert not room_for(budget, costs, {"kokoro": 2}, 0, "kokoro")
-    assert room_for(budget, {"kokoro": 0.55}, {"kokoro": 2}, 0, "kokoro")  # unweighted: 3
-    assert admission_cost(0.08, None) == 0.08 and admission_cost(None, 1.3) is None
