@@ -38,7 +38,6 @@ def _tts_flags() -> ConfigFlags[TTSConfig]:
         "TTS engine",
         # --audio-workers is the ASR one; --models would not say which kind
         rename={"audio_workers": "tts-audio-workers", "models": "tts-models"},
-        skip={"chunking.growth": "none: chunks double, as the model's decode speed allows"},
         shared=[
             Shared(
                 "--context-frames",

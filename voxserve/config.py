@@ -48,10 +48,6 @@ class VocoderChunking:
     """Frames decoded before a chunk and cropped away, so joins are seamless."""
     right_context: int = 10
     """Frames decoded after a chunk and cropped away."""
-    growth: float = 2.0
-    """Each chunk after the second is this many times the one before (up to
-    `max_chunk_frames`): at most what one thread decodes, context included, while the
-    audio before it plays."""
 
     def __post_init__(self) -> None:
         if min(self.first_chunk_frames, self.idle_first_chunk_frames, self.chunk_frames) < 1:
@@ -60,8 +56,6 @@ class VocoderChunking:
             raise ValueError("max_chunk_frames must be >= chunk_frames")
         if self.left_context < 0 or self.right_context < 0:
             raise ValueError("context frames must be >= 0")
-        if not 1.0 <= self.growth <= 4.0:
-            raise ValueError("growth must be between 1 and 4")
 
 
 @dataclass(frozen=True)

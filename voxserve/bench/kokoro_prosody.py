@@ -30,7 +30,7 @@ import numpy as np
 
 from voxserve.bench.metrics import normalize_text, summarize, word_error_rate
 from voxserve.config import TTSConfig
-from voxserve.engine.kokoro_voice import CHUNKING, LEAD_FRAMES, KokoroVoice
+from voxserve.engine.kokoro_voice import CHUNKING, GROWTH, LEAD_FRAMES, KokoroVoice
 from voxserve.engine.scheduler import Latent, VocoderWork, plan_chunk
 from voxserve.engine.tts import TTSEngine, crossfade, decode_chunk, fades
 from voxserve.runners.kokoro import HOP, SAMPLE_RATE, KokoroInput, list_voices
@@ -128,7 +128,7 @@ def _windows(model: KokoroVoice, latent: Latent) -> tuple[np.ndarray, list[int]]
     pieces, joins, held = [], [], None
     pos = index = 0
     while pos < latent.frames:
-        lo, hi, start, end = plan_chunk(latent.frames, pos, index, CHUNKING, level=latent.level)
+        lo, hi, start, end = plan_chunk(latent.frames, pos, index, CHUNKING, level=latent.level, growth=GROWTH)
         work = VocoderWork(0, 0, latent, lo, hi, start, end, end >= latent.frames, index)
         pcm = decode_chunk(model, work)
         head, tail = fades(model, work)

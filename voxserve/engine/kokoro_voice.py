@@ -44,6 +44,7 @@ __all__ = [
     "ALIASES",
     "CHUNKING",
     "CROSSFADE",
+    "GROWTH",
     "LEAD_FRAMES",
     "SENTENCE_CHARS",
     "TAIL_FRAMES",
@@ -65,7 +66,6 @@ CHUNKING = VocoderChunking(
     idle_first_chunk_frames=48,
     chunk_frames=48,
     max_chunk_frames=256,
-    growth=1.25,
     left_context=8,
     right_context=8,
 )
@@ -79,6 +79,9 @@ on two workers continuous at up to 0.65 of real time per thread; doubling stalls
 (tests/test_kokoro_plan.py). The decoder normalizes over its window, so a window is not
 bit-exact with the whole decode: docs/KOKORO.md gives the distance that this context
 leaves."""
+
+GROWTH = 1.25
+"""How fast the windows grow (`CHUNKING`)."""
 
 CROSSFADE = HOP
 """Samples (one frame, 25 ms) over which two windows of a sentence are crossfaded: a hard
@@ -185,6 +188,7 @@ class KokoroVoice:
             CHUNKING,
             acoustic_s_per_id=2e-3,
             sentence_chars=SENTENCE_CHARS,
+            chunk_growth=GROWTH,
             crossfade=CROSSFADE,
         )
         self._gain = output_gain

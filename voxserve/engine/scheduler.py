@@ -99,6 +99,10 @@ class ModelProfile:
     `max_segment_chars`). A number: whole sentences only, cut at clauses only beyond this
     many characters, for a model whose prosody is planned over the whole sentence (cut
     short, each piece is spoken as a sentence of its own: final lengthening, a pause)."""
+    chunk_growth: float = 2.0
+    """Each chunk after the second is this many times the one before (up to
+    `max_chunk_frames`): at most what one thread decodes, context included, while the
+    audio before it plays (Piper decodes ~12x real time and doubles)."""
     crossfade: int = 0
     """Samples over which two chunks of one segment overlap and are crossfaded: 0 for a
     decoder whose windows join exactly given their context (Piper); more for one whose
@@ -194,7 +198,7 @@ between two words or a stop's closure, and small against a chunk."""
 
 def plan_chunk(
     frames: int, pos: int, index: int, c: VocoderChunking | None, alone: bool = False,
-    skip: int = 0, level: np.ndarray | None = None,
+    skip: int = 0, level: np.ndarray | None = None, growth: float = 2.0,
 ) -> tuple[int, int, int, int]:
     """The window of a stream's chunk number `index`, starting at frame `pos` of a latent
     of `frames` frames: decode [lo, hi), keep [start, end).
@@ -213,11 +217,11 @@ def plan_chunk(
         return pos, frames, pos, frames
     step = index + skip
     if alone:
-        size = min(c.max_chunk_frames, int(c.idle_first_chunk_frames * c.growth ** min(step, 12)))
+        size = min(c.max_chunk_frames, int(c.idle_first_chunk_frames * growth ** min(step, 12)))
     elif step == 0:
         size = c.first_chunk_frames
     else:
-        size = min(c.max_chunk_frames, int(c.chunk_frames * c.growth ** min(step - 1, 12)))
+        size = min(c.max_chunk_frames, int(c.chunk_frames * growth ** min(step - 1, 12)))
     start = pos
     end = min(frames, start + size)
     if index > 0 and frames - end < c.chunk_frames // 2:
@@ -517,7 +521,7 @@ class Scheduler:
         """`plan_chunk`'s window for the stream's next chunk, cut from `latent`."""
         return plan_chunk(
             latent.frames, latent.claimed, stream.claimed, stream.profile.chunking, stream.alone,
-            stream.skip, latent.latent.level,
+            stream.skip, latent.latent.level, stream.profile.chunk_growth,
         )
 
     def _decode_time(self, stream: _Stream) -> float:
