@@ -66,22 +66,22 @@ CHUNKING = VocoderChunking(
     idle_first_chunk_frames=48,
     chunk_frames=48,
     max_chunk_frames=256,
-    left_context=8,
-    right_context=8,
+    left_context=12,
+    right_context=12,
 )
 """Stage B renders a sentence in windows, so that first audio does not wait for the whole
-sentence's decode. The first window holds 48 frames (1.2 s of audio). Each window is
-decoded with 8 frames of context either side, and one thread decodes at ~1.8x real time
-here, so a window costs ~1.3x its audio's worth of decoding: a stream that has one
-worker to itself keeps ahead of its player only if each window is at most about what
-that thread decodes while the windows before it play. Growing by 1.25 keeps two streams
-on two workers continuous at up to 0.65 of real time per thread; doubling stalls them
-(tests/test_kokoro_plan.py). The decoder normalizes over its window, so a window is not
-bit-exact with the whole decode: docs/KOKORO.md gives the distance that this context
-leaves."""
+sentence's decode. The first window holds 48 frames (1.2 s of audio). Each is decoded
+with 12 frames of context either side, so a window costs up to 1.5x its audio's worth of
+decoding, and one thread decodes at ~1.8x real time here: a stream with one worker to
+itself keeps ahead of its player only while each window is at most what that thread
+decodes while the windows before it play (`GROWTH`). The decoder normalizes over its
+window, so a window is not bit-exact with the whole decode; docs/KOKORO.md gives the
+distance, and why this context."""
 
 GROWTH = 1.25
-"""How fast the windows grow (`CHUNKING`)."""
+"""Each window after the second is this many times the one before: two streams on two
+workers then stay continuous at up to 0.6 of real time per thread, where doubling
+stalls them (tests/test_kokoro_plan.py)."""
 
 CROSSFADE = HOP
 """Samples (one frame, 25 ms) over which two windows of a sentence are crossfaded: a hard
