@@ -177,9 +177,13 @@ class _Judge:
     """Whisper tiny.en with word timestamps, on 16 kHz audio."""
 
     def __init__(self, threads: int) -> None:
+        import logging
+
         from faster_whisper import WhisperModel
 
         from voxserve.runners.whisper import bundled_model
+
+        logging.getLogger("faster_whisper").setLevel(logging.WARNING)
 
         self._model = WhisperModel(str(bundled_model()[0]), device="cpu", compute_type="int8",
                                    cpu_threads=threads)
