@@ -1,14 +1,15 @@
 """`bench offline --model kokoro`: Kokoro-82M at full load with no HTTP, its limit.
 
-Imports the engine's pieces, as `offline` does for Piper. Kokoro's decoder normalizes
-over the whole window it is given, so it decodes whole segments (docs/KOKORO.md); the
-work unit here is one segment, stage A then the whole stage B, through the same
-`VoiceModel` calls the engine makes (`inputs`, `acoustic`, `decode`). Two modes:
+Imports the engine's pieces, as `offline` does for Piper. The work unit here is one
+sentence, stage A then stage B over the whole sentence, through the same `VoiceModel`
+calls the engine makes (`inputs`, `acoustic`, `decode`): the model's own limit. The
+engine renders a sentence in windows with context (docs/KOKORO.md), which costs up to
+1.5x that per second of audio. Two modes:
 - `full`: N threads share one model with single-threaded sessions, as the engine's N
   workers do;
 - `intra`: one thread on sessions with N intra-op threads, what a lone stream would get
   from the whole machine (measured only for N > 1).
-Text goes through the engine's own `TTSEngine.prepare` (normalization, segment plan,
+Text goes through the engine's own `TTSEngine.prepare` (normalization, sentences,
 G2P) before timing starts; the engine itself is never started.
 """
 
@@ -70,7 +71,7 @@ def run_offline_kokoro(prompts: list[str], thread_counts: list[int], seconds: fl
     """Load Kokoro (int8), warm it up, and measure every (mode, threads) point."""
     unknown = [m for m in modes if m not in KOKORO_MODES]
     if unknown:
-        raise ValueError(f"Kokoro decodes whole segments: --mode takes {', '.join(KOKORO_MODES)} "
+        raise ValueError(f"Kokoro is measured on whole sentences: --mode takes {', '.join(KOKORO_MODES)} "
                          f"for it, not {', '.join(unknown)}")
     single = KokoroVoice(KokoroModel(threads=1))
     workload = load_kokoro_workload(single, prompts, voice_name)
