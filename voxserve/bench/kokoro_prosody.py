@@ -60,6 +60,9 @@ class Rendering:
     first_audio_s: float | None = None
     transcript: str = ""
     pauses: int = 0
+    speech_s: float = 0.0
+    """From the first heard word's start to the last one's end (Whisper's times): the
+    length without the silence before and after, which systems trim differently."""
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -101,14 +104,15 @@ def mel_distance_db(reference: np.ndarray, test: np.ndarray) -> float:
     return float(np.mean(np.abs(a[loud] - b[loud])))
 
 
-def join_quality(reference: np.ndarray, test: np.ndarray, joins: Sequence[int]) -> tuple[float, float]:
-    """(worst energy dip, worst click) in dB at the `joins` (sample offsets) of `test`,
-    each against `reference` at the same place. The dip: how much further the 10 ms at
-    the join falls below the 20-60 ms either side than in the reference, at joins where
-    the reference is within 20 dB of its mean level (a dip in a pause is silence). The
-    click: the first difference's energy over 5 ms at the join, against the reference's."""
-    loud = _db(reference) - 20
-    dips, clicks = [0.0], [-99.0]
+def join_quality(reference: np.ndarray, test: np.ndarray, joins: Sequence[int]) -> tuple[float, float, int]:
+    """(worst energy dip, worst click, joins in sound) in dB at the `joins` (sample
+    offsets) of `test`, each against `reference` at the same place. A dip counts only at
+    a join where the reference's 10 ms there is within 10 dB of its mean level (in a gap
+    between words, a quieter gap is no dip a listener hears): how much further that
+    10 ms falls below the 20-60 ms either side than in the reference. The click: the
+    first difference's energy over 5 ms at the join, against the reference's."""
+    mean = _db(reference)
+    dips, clicks, sounding = [0.0], [-99.0], 0
     for j in joins:
         if j < 1440 or j + 1440 > min(len(reference), len(test)):
             continue
@@ -116,10 +120,11 @@ def join_quality(reference: np.ndarray, test: np.ndarray, joins: Sequence[int]) 
         def contrast(x: np.ndarray, j: int = j) -> float:
             return _db(np.concatenate([x[j - 1440 : j - 480], x[j + 480 : j + 1440]])) - _db(x[j - 120 : j + 120])
 
-        if _db(reference[j - 480 : j + 480]) > loud:
+        if _db(reference[j - 120 : j + 120]) > mean - 10:
+            sounding += 1
             dips.append(contrast(test) - contrast(reference))
         clicks.append(_db(np.diff(test[j - 60 : j + 60])) - _db(np.diff(reference[j - 60 : j + 60])))
-    return max(dips), max(clicks)
+    return max(dips), max(clicks), sounding
 
 
 def _windows(model: KokoroVoice, latent: Latent) -> tuple[np.ndarray, list[int]]:
@@ -218,9 +223,10 @@ def run_kokoro_prosody(
             for pcm, at in rendered:
                 joins.extend(offset + j for j in at)
                 offset += len(pcm)
-            dip, click = join_quality(whole, np.concatenate([p for p, _ in rendered]), joins)
+            dip, click, sounding = join_quality(whole, np.concatenate([p for p, _ in rendered]), joins)
             extra = {"mel_db": mel_distance_db(whole, streamed), "level_db": _db(streamed) - _db(whole),
-                     "join_dip_db": dip, "join_click_db": click, "joins": float(len(joins))}
+                     "join_dip_db": dip, "join_click_db": click, "joins": float(len(joins)),
+                     "joins_in_sound": float(sounding)}
             clips = [(Rendering("voxserve", text, voice, len(streamed) / SAMPLE_RATE, first, extra=extra), streamed),
                      (Rendering("whole", text, voice, len(whole) / SAMPLE_RATE), whole)]
             if speak_peer is not None:
@@ -231,6 +237,7 @@ def run_kokoro_prosody(
             for record, pcm in clips:
                 record.transcript, words = judge.hear(pcm)
                 record.pauses = mid_phrase_pauses(text, words)
+                record.speech_s = words[-1][2] - words[0][1] if words else 0.0
                 records.append(record)
             report(f"{voice}: {text[:40]}... " + ", ".join(f"{r.system} {r.seconds:.2f} s" for r, _ in clips))
     finally:
@@ -264,14 +271,18 @@ def _peer(voices: Sequence[str]) -> Callable[[str, str], np.ndarray]:
 def summarize_prosody(records: Sequence[Rendering]) -> dict[str, Any]:
     """Per system: median duration against `whole`, mid-phrase pauses in all, WER, and
     first audio; voxserve's log-mel, level and join figures."""
-    whole = {(r.text, r.voice): r.seconds for r in records if r.system == "whole"}
+    whole = {(r.text, r.voice): r for r in records if r.system == "whole"}
     systems: dict[str, Any] = {}
     for name in dict.fromkeys(r.system for r in records):
         rows = [r for r in records if r.system == name]
-        ratios = [r.seconds / whole[(r.text, r.voice)] for r in rows]
+        ratios = [r.seconds / whole[(r.text, r.voice)].seconds for r in rows]
+        speech = [r.speech_s / whole[(r.text, r.voice)].speech_s for r in rows if whole[(r.text, r.voice)].speech_s]
         entry: dict[str, Any] = {
             "clips": len(rows),
             "duration_ratio": summarize(ratios),
+            "speech_ratio": summarize(speech),
+            "joins": sum(int(r.extra.get("joins", 0)) for r in rows),
+            "joins_in_sound": sum(int(r.extra.get("joins_in_sound", 0)) for r in rows),
             "mid_phrase_pauses": sum(r.pauses for r in rows),
             "wer": word_error_rate([(normalize_text(r.text), normalize_text(r.transcript)) for r in rows]),
         }
@@ -287,21 +298,24 @@ def summarize_prosody(records: Sequence[Rendering]) -> dict[str, Any]:
 
 
 def format_prosody(summary: dict[str, Any]) -> str:
-    lines = [("| system | clips | duration / whole (median) | mid-phrase pauses > 250 ms | WER | "
-              "first audio p50 | log-mel vs whole | level | worst join dip | worst join click |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| system | clips | duration / whole (median) | speech span / whole | mid-phrase pauses "
+              "> 250 ms | WER | first audio p50 | log-mel vs whole | level | joins in sound / all | "
+              "worst dip there | worst join click |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in summary["systems"].items():
         first = s.get("first_audio_s")
         first_ms = f"{1000 * first['p50']:.0f} ms" if first else "-"
+        joins = f"{s['joins_in_sound']} / {s['joins']}" if s["joins"] else "-"
 
         def fig(key: str, unit: str, s: dict[str, Any] = s) -> str:
             v = s.get(key)
             return f"{v['median']:.2f} {unit} (max {v['max']:.2f})" if v else "-"
 
         lines.append(
-            f"| {name} | {s['clips']} | {s['duration_ratio']['p50']:.3f} | {s['mid_phrase_pauses']} | "
-            f"{100 * s['wer']:.1f} % | {first_ms} | "
-            f"{fig('mel_db', 'dB')} | {fig('level_db', 'dB')} | {fig('join_dip_db', 'dB')} | "
-            f"{fig('join_click_db', 'dB')} |"
+            f"| {name} | {s['clips']} | {s['duration_ratio']['p50']:.3f} | {s['speech_ratio']['p50']:.3f} | "
+            f"{s['mid_phrase_pauses']} | {100 * s['wer']:.1f} % | {first_ms} | "
+            f"{fig('mel_db', 'dB')} | {fig('level_db', 'dB')} | "
+            f"{joins} | "
+            f"{fig('join_dip_db', 'dB')} | {fig('join_click_db', 'dB')} |"
         )
     return "\n".join(lines)
