@@ -1,4 +1,4 @@
-"""Uploads decode only as audio (issue 11, finding 2).
+"""Uploads decode only as audio.
 
 An FFmpeg concat script naming a WAV beside the server was decoded and transcribed: the
 answer held the words of a local file. These tests put a real recording of speech beside

@@ -1,4 +1,4 @@
-"""Kokoro-82M served as `tts-1-hd` beside Piper, through a real server (issue 14).
+"""Kokoro-82M served as `tts-1-hd` beside Piper, through a real server.
 
 Every English voice speaks a fixed sentence that round-trips through the server's own
 Whisper; blends, other languages, the voice list and the refusals are checked too.

@@ -51,9 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     voices = [v.name for v in list_voices() if v.language in languages]
     config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro")))
     start = time.monotonic()
-    with run_server(config, kokoro=True) as server, httpx.Client(base_url=server.base_url, timeout=120) as client:
-        with ThreadPoolExecutor(2) as pool:
-            results = sorted(pool.map(lambda voice: round_trip(client, voice), voices), reverse=True)
+    with (run_server(config, kokoro=True) as server,
+          httpx.Client(base_url=server.base_url, timeout=120) as client,
+          ThreadPoolExecutor(2) as pool):  # one stream per worker
+        results = sorted(pool.map(lambda voice: round_trip(client, voice), voices), reverse=True)
     for rate, voice, text in results:
         print(f"{voice:14s} WER {rate * 100:5.1f} %  {text}")
     bad = [voice for rate, voice, _ in results if rate > args.max_wer]
