@@ -63,7 +63,7 @@ def beside_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secret_wav: b
 
 
 def test_the_attack_is_real_without_the_allow_list(beside_server: Path) -> None:
-    # Opened with every demuxer, as before the fix, the concat script reads the local file.
+    # Opened with every demuxer allowed, the concat script reads the local file.
     with av.open(io.BytesIO(ATTACKS["concat"].encode()), "r", metadata_errors="ignore") as container:
         assert container.format.name == "concat"
         samples = sum(frame.samples for frame in container.decode(audio=0))
