@@ -59,9 +59,12 @@ install: $(RUNTIME_STAMP) $(KOKORO_STAMP)
 serve: $(RUNTIME_STAMP) $(KOKORO_STAMP)
 	$(BIN)/voxserve serve --host $(HOST) --port $(PORT)
 
+# check_history: no history of the work (rounds, issue numbers, commit hashes) in code,
+# tests or docs, and a tracked tree under 5 MB.
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check voxserve tests
 	$(BIN)/mypy voxserve tests
+	$(BIN)/python scripts/check_history.py
 
 test: lint $(KOKORO_STAMP)
 	$(BIN)/python -m pytest

@@ -58,5 +58,5 @@ def with_gaps(pieces: list[np.ndarray], gap_s: float = 1.0, rate: int = RATE) ->
 
 
 def wer(reference: str, hypothesis: str) -> float:
-    """WER as `voxserve bench` defines it (DESIGN.md section 3)."""
+    """WER as `voxserve bench` defines it (`voxserve/bench/metrics.py`)."""
     return word_errors(reference, hypothesis).wer

@@ -83,6 +83,7 @@ def run_server(
     remote: Remote | None = None,
     kokoro: bool = False,
     fixed_prior: bool = False,
+    asr_nice: bool = False,
 ) -> Iterator[RunningServer]:
     """A server on a free loopback port; with `remote`, a Ray-style front end whose
     engines are the given backends.
@@ -90,13 +91,19 @@ def run_server(
     Servers load Piper alone unless `kokoro` is set: Kokoro adds 3 s to each start, and
     only the tests about it use it (tests/test_kokoro_voice.py). They serve Piper's prior
     on its dynamic graph unless `fixed_prior` is set: the fixed-length copies cost ~1 s of
-    CPU after each start; the session `server` and tests/test_model_split.py use them."""
+    CPU after each start; the session `server` and tests/test_model_split.py use them.
+    Their transcriptions run at the speech threads' priority unless `asr_nice` is set: at
+    the default nice 10 they get only what other processes leave, so on a shared machine
+    every ASR test would take as long as its neighbours let it. The tests of the default
+    priority and of overload set it (tests/test_limits.py, tests/test_overload.py)."""
     port = _free_port()
     config = replace(config or ServerConfig(), host="127.0.0.1", port=port)
     if not kokoro:
         config = replace(config, tts=replace(config.tts, models=tuple(m for m in config.tts.models if m != "kokoro")))
     if not fixed_prior:
         config = replace(config, tts=replace(config.tts, fixed_prior=False))
+    if not asr_nice:
+        config = replace(config, asr=replace(config.asr, nice=0))
     app = create_app(config, engine, remote)
     # The production uvicorn settings (connection limits included), quieter logs.
     server = uvicorn.Server(uvicorn_config(app, config, log_level="warning", timeout_graceful_shutdown=2))

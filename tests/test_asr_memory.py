@@ -1,4 +1,4 @@
-"""Decoded audio is bounded by what the server can afford (issue 11, finding 3).
+"""Decoded audio is bounded by what the server can afford.
 
 A 2 MB FLAC of 2.9 hours of near-silence took the server to ~3 GB: the decoded float32
 audio plus whole-file copies while decoding and planning cuts. Now decoding grows in

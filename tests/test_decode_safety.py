@@ -1,4 +1,4 @@
-"""Uploads decode only as audio (issue 11, finding 2).
+"""Uploads decode only as audio.
 
 An FFmpeg concat script naming a WAV beside the server was decoded and transcribed: the
 answer held the words of a local file. These tests put a real recording of speech beside
@@ -63,7 +63,7 @@ def beside_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secret_wav: b
 
 
 def test_the_attack_is_real_without_the_allow_list(beside_server: Path) -> None:
-    # Opened with every demuxer, as before the fix, the concat script reads the local file.
+    # Opened with every demuxer allowed, the concat script reads the local file.
     with av.open(io.BytesIO(ATTACKS["concat"].encode()), "r", metadata_errors="ignore") as container:
         assert container.format.name == "concat"
         samples = sum(frame.samples for frame in container.decode(audio=0))

@@ -1,7 +1,8 @@
-"""Kokoro-82M served as `tts-1-hd` beside Piper, through a real server (issue 14).
+"""Kokoro-82M served as `tts-1-hd` beside Piper, through a real server.
 
-Every English voice speaks a fixed sentence that round-trips through the server's own
-Whisper; blends, other languages, the voice list and the refusals are checked too.
+An American and a British voice speak a fixed sentence that round-trips through the
+server's own Whisper, and one voice of every other language speaks; blends, the voice list
+and the refusals are checked too. Every English voice: scripts/bench/kokoro_voices.py.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import pytest
 from tests.asr_support import wer
 from tests.conftest import RunningServer, run_server
 from voxserve.config import ServerConfig, TTSConfig
-from voxserve.runners.kokoro import list_voices
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -71,21 +71,13 @@ def test_models_and_voices_are_listed(http: httpx.Client) -> None:
     assert len([v for v in voices if v["model"] == "kokoro-82m-v1.0" and v["alias_of"] is None]) == 54
 
 
-ENGLISH = [v.name for v in list_voices() if v.language in ("en-US", "en-GB")]
-
-
-def test_every_english_voice_round_trips_through_whisper(http: httpx.Client) -> None:
-    assert len(ENGLISH) == 28
-
-    def one(name: str) -> tuple[float, str]:
-        pcm = _speak(http, name)
-        assert len(pcm) > 24000 * 2 and np.abs(pcm).max() > 1000, name
-        return wer(SENTENCE, _transcribe(http, pcm)), name
-
-    with ThreadPoolExecutor(2) as pool:  # one stream per worker
-        worst = list(pool.map(one, ENGLISH))
-    bad = [(w, n) for w, n in worst if w > 0.15]
-    assert not bad, sorted(worst)[-5:]
+@pytest.mark.parametrize("voice", ["af_heart", "bf_emma"])
+def test_an_american_and_a_british_voice_round_trip_through_whisper(http: httpx.Client, voice: str) -> None:
+    """One voice per English variant; scripts/bench/kokoro_voices.py round-trips all of them."""
+    pcm = _speak(http, voice)
+    assert len(pcm) > 24000 * 2 and np.abs(pcm).max() > 1000
+    heard = _transcribe(http, pcm)
+    assert wer(SENTENCE, heard) <= 0.15, heard
 
 
 def test_openai_names_mean_kokoro_voices_under_tts_1_hd(http: httpx.Client) -> None:
@@ -103,8 +95,14 @@ def test_a_blend_differs_from_either_voice(http: httpx.Client) -> None:
         assert len(one) != len(mixed) or not np.array_equal(one[:n], mixed[:n])
 
 
-@pytest.mark.parametrize(("voice", "text"), [("ef_dora", "Hola, ¿cómo estás hoy?"), ("ff_siwis", "Bonjour, comment allez-vous ?")])
-def test_spanish_and_french_voices_speak(http: httpx.Client, voice: str, text: str) -> None:
+@pytest.mark.parametrize(("voice", "text"), [
+    ("ef_dora", "Hola, ¿cómo estás hoy?"),
+    ("ff_siwis", "Bonjour, comment allez-vous ?"),
+    ("hf_alpha", "नमस्ते, आप कैसे हैं?"),
+    ("if_sara", "Ciao, come stai oggi?"),
+    ("pf_dora", "Olá, como você está hoje?"),
+])
+def test_a_voice_of_every_other_language_speaks(http: httpx.Client, voice: str, text: str) -> None:
     pcm = _speak(http, voice, text)
     assert len(pcm) > 24000 // 2 and np.abs(pcm).max() > 1000
 
@@ -164,7 +162,7 @@ def test_admission_weighs_a_newcomer_by_its_own_model(both: RunningServer) -> No
     """The gate is told each waiter's voice model: with a slot held (as by a live
     stream), a Kokoro request and a Piper request each ask it with their own model. With
     two workers and Kokoro's measured cost (0.5-2 worker-seconds per audio-second on this
-    machine, times its segment growth), two Kokoro streams fit at most, never four."""
+    machine, context frames included), two Kokoro streams fit at most, never four."""
     admission = both.state.admission
     engine = both.state.engine
     gate = admission.gate

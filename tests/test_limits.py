@@ -183,19 +183,23 @@ def _nice(tid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[16])
 
 
-def test_transcription_threads_run_below_speech(server: RunningServer, client: httpx.Client) -> None:
-    asr_nice = server.asr.config.nice
-    assert asr_nice == 10
-    audio = wav_bytes(speak_pcm(client, SHORT[1]))
-    r = client.post("/v1/audio/transcriptions", files={"file": ("a.wav", audio)}, data={"model": "whisper-1"})
-    assert r.status_code == 200  # the audio pool's threads exist now
-    threads = {t.name: t.native_id for t in threading.enumerate() if t.native_id is not None}
-    asr = [tid for name, tid in threads.items() if name.startswith(("asr-worker", "asr-audio"))]
-    tts = [tid for name, tid in threads.items() if name.startswith("tts-worker")]
-    assert asr and tts
-    assert {_nice(t) for t in asr} == {asr_nice}
-    assert {_nice(t) for t in tts} == {0}
-    # CTranslate2's own decoding threads were started by a lowered thread, so they are
-    # lowered too: the process has more lowered threads than the Python ones.
-    lowered = [int(t) for t in os.listdir("/proc/self/task") if _nice(int(t)) == asr_nice]
-    assert len(lowered) >= len(asr) + server.asr.config.workers
+def test_transcription_threads_run_below_speech() -> None:
+    """With the default `--asr-nice`, on a server of its own (the other test servers run
+    their transcriptions at the speech threads' priority: tests/conftest.py)."""
+    before = {t.native_id for t in threading.enumerate()}
+    with run_server(ServerConfig(), asr_nice=True) as server, httpx.Client(base_url=server.base_url, timeout=60) as client:
+        asr_nice = server.asr.config.nice
+        assert asr_nice == 10
+        audio = wav_bytes(speak_pcm(client, SHORT[1]))
+        r = client.post("/v1/audio/transcriptions", files={"file": ("a.wav", audio)}, data={"model": "whisper-1"})
+        assert r.status_code == 200  # the audio pool's threads exist now
+        threads = {t.name: t.native_id for t in threading.enumerate() if t.native_id not in before}
+        asr = [tid for name, tid in threads.items() if tid and name.startswith(("asr-worker", "asr-audio"))]
+        tts = [tid for name, tid in threads.items() if tid and name.startswith("tts-worker")]
+        assert asr and tts
+        assert {_nice(t) for t in asr} == {asr_nice}
+        assert {_nice(t) for t in tts} == {0}
+        # CTranslate2's own decoding threads were started by a lowered thread, so they are
+        # lowered too: the process has more lowered threads than the Python ones.
+        lowered = [int(t) for t in os.listdir("/proc/self/task") if _nice(int(t)) == asr_nice]
+        assert len(lowered) >= len(asr) + server.asr.config.workers

@@ -25,7 +25,7 @@ def test_overload_sheds_with_429_and_stays_bounded(tmp_path: Path) -> None:
         asr=replace(ASRConfig(), max_requests=2, max_queue=2, queue_timeout_s=5.0),
     )
     out = tmp_path / "overload.json"
-    with run_server(config) as srv:
+    with run_server(config, asr_nice=True) as srv:
         run = subprocess.run(
             [sys.executable, "-m", "voxserve.cli", "bench", "overload", "--base-url", srv.base_url,
              "--duration", "12", "--tts-concurrency", "32", "--asr-concurrency", "8",
@@ -64,7 +64,7 @@ def test_soak_with_hostile_clients_costs_them_only_their_connections(tmp_path: P
         ws=replace(WSConfig(), send_timeout_s=3.0),
     )
     out = tmp_path / "soak.json"
-    with run_server(config) as srv:
+    with run_server(config, asr_nice=True) as srv:
         run = subprocess.run(
             [sys.executable, "-m", "voxserve.cli", "bench", "soak", "--base-url", srv.base_url,
              "--duration", "15", "--tts-concurrency", "2", "--asr-concurrency", "1",

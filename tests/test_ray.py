@@ -382,12 +382,12 @@ def test_speech_streams_through_ray_unbuffered(deployment: RayDeployment) -> Non
 
 
 def test_long_transcription_through_ray(deployment: RayDeployment) -> None:
-    texts = LONG[:10]
+    texts = LONG[:6]
     with _client(deployment) as c, ThreadPoolExecutor(2) as pool:  # one per TTS replica
         pieces = list(pool.map(lambda t: speak_pcm(c, t), texts))
         samples, _ = with_gaps(pieces, gap_s=1.0)
         seconds = len(samples) / RATE
-        assert 55 < seconds < 95
+        assert 30 < seconds < 70  # more than one Whisper window: cut into pieces
         files = {"file": ("long.wav", wav_bytes(samples), "audio/wav")}
         r = c.post("/v1/audio/transcriptions", files=files, data={"model": "whisper-1"}, timeout=120)
         assert r.status_code == 200, r.text

@@ -517,7 +517,7 @@ def test_stage_a_cost_is_learned_per_model() -> None:
     assert whole is not None and whole > WHOLE.acoustic_s_per_id
 
 
-# -- the idle core (issue 15): workers held per unit, threads and chunks while alone -----
+# -- the idle core: workers held per unit, threads and chunks while alone -----
 PIPER16 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frames=16))
 """Piper whose first chunk is 16 frames even when alone (0.186 s of audio: not urgent at
 once, so a second chunk may follow it)."""

@@ -1,4 +1,4 @@
-"""A stalled client costs a connection, never a slot (issue 11, finding 5), each test shaped
+"""A stalled client costs a connection, never a slot, each test shaped
 as the attack: stalled and slow-drip uploads, uploads past the upload budget, half-sent
 headers, a speech client that stops reading, and more connections than the server
 serves; and the Ray front end, which must read an upload before it asks a replica for a

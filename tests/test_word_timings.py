@@ -1,4 +1,4 @@
-"""Word timings (issue 14): from per-phoneme durations to seconds of a stream's audio.
+"""Word timings: from per-phoneme durations to seconds of a stream's audio.
 
 The pure mapping is checked on hand-made durations; the engine with the real Kokoro model
 over several segments (offsets added, output resampled); then a real server with both

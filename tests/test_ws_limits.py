@@ -1,4 +1,4 @@
-"""WebSocket limits, each test shaped as the attack it stops (issue 11, findings 1 and 4),
+"""WebSocket limits, each test shaped as the attack it stops,
 through a real server, real clients and raw sockets: pending text, a vanished or stalled
 client, the session cap, oversized messages, the message rate, the idle timeout, the
 Origin check and a failure that is not a `VoxError`.

@@ -28,22 +28,14 @@ class VocoderChunking:
     first_chunk_frames: int = 16
     """Core frames in a stream's first chunk; small, so the first audio leaves early."""
     idle_first_chunk_frames: int = 12
-    """Core frames in the first chunk of a stream that arrives alone (nothing else to run,
-    every worker free); the chunks after it double from there (12, 24, 48, ...:
-    `scheduler.plan_chunk`). With the right context any size reproduces the whole decode
-    (8 frames: >= 106 dB SNR on every first segment of the bench prompts), and the first
-    three chunks of a lone stream run the flow on their own windows only (see
-    PiperVoice). A smaller first chunk leaves sooner but holds less audio for the second
-    to arrive in: 12 frames leave 120 ms at 24 kHz (after the resampler's delay), and on a
-    loaded machine (load 8-10 on 2 cores) the second chunk came in time as it did at 16;
-    at 8 frames (74 ms) it often did not (see `TTSConfig.idle_pair`). 16 gives the
-    crowded plan's sizes (16, 32, 64, ...)."""
+    """Core frames in the first chunk of a stream that arrives alone (every worker free);
+    its later chunks double from there. Smaller leaves sooner but gives the second chunk
+    less audio to arrive in (12 frames: 120 ms); 16 gives the crowded plan's sizes."""
     chunk_frames: int = 32
     """Core frames in the second chunk (256 samples each, so 32 frames = 372 ms at 22 kHz)."""
     max_chunk_frames: int = 128
-    """Later chunks double in size up to this. Context costs the same per chunk, so
-    larger chunks cut decoder work: 52 frames decoded per 32 kept (1.63x), 84 per 64
-    (1.31x), 148 per 128 (1.16x). Set it equal to `chunk_frames` for fixed-size chunks."""
+    """Later chunks double in size up to this; larger chunks decode fewer context frames
+    per frame kept (1.16x at 128). Set it equal to `chunk_frames` for fixed-size chunks."""
     left_context: int = 10
     """Frames decoded before a chunk and cropped away, so joins are seamless."""
     right_context: int = 10
@@ -71,20 +63,17 @@ class TTSConfig:
     cache_dir: Path | None = None
     """Where the split stage A / stage B graphs are cached; None uses the user cache dir."""
     fixed_prior: bool = True
-    """Run a Piper segment of up to 96 phoneme ids alone on a copy of stage A's prior
-    fixed to 16, 32, ... or 96 ids (its shape arithmetic folded): 15-30 % faster than the
-    dynamic graph, which still serves batches and longer segments. They come online in
-    the background after start-up (~1 s of CPU to make and run their sessions once; ~8 s
-    the first time, to build them into cache_dir) and cost ~90 MB."""
+    """Run a Piper sentence of up to 96 phoneme ids on a copy of stage A's prior fixed to
+    its length, 15-30 % faster than the dynamic graph. The copies cost ~90 MB and ~1 s of
+    CPU after start-up (~8 s the first time, to build them into `cache_dir`)."""
     workers: int = field(default_factory=default_cores)
     """Inference threads; each runs single-threaded ONNX sessions (a lone stream's unit
     may hold several workers and their threads: see idle_threads)."""
     chunking: VocoderChunking = field(default_factory=VocoderChunking)
     """Vocoder chunk sizes and context."""
     output_gain: float = 1.15
-    """Fixed gain on the raw vocoder output, the same for every sentence of every stream.
-    Raw sentence peaks of the joe voice measured 0.33-0.81 (median 0.50), so 1.15 keeps
-    them below full scale without per-sentence normalization."""
+    """Fixed gain on the raw vocoder output, the same for every sentence, so a chunk can
+    leave at once; 1.15 keeps the bundled voice's sentence peaks below full scale."""
     noise_scale: float | None = None
     """Stage A noise scale; None uses the voice's own (0 makes synthesis deterministic)."""
     noise_w: float | None = None
@@ -100,10 +89,9 @@ class TTSConfig:
     sustains right now."""
     admit_eager_utilization: float = 0.8
     """Up to this share of the workers (the load with the newcomer, at the measured
-    costs), admission is eager: only a live stream within `admit_eager_slack_s` of
-    running dry holds newcomers, and a burst is let in at once. At c=16 (0.7-0.8 here) it
-    took the first-audio p99 from 1.6-2.2 s to 1.2 s; eager up to 0.85, c=24 and c=16
-    lost continuity in some runs (BENCHMARKS.md, "session 7")."""
+    costs), admission is eager: a burst is let in at once, and only a live stream within
+    `admit_eager_slack_s` of running dry holds newcomers. Higher starts bursts sooner, at
+    the risk of streams running dry."""
     admit_eager_slack_s: float = 0.1
     """How close to running dry a live stream must be to hold newcomers while admission
     is eager. Keep it below `urgent_slack_s`: while newcomers start, the scheduler serves
@@ -140,17 +128,14 @@ class TTSConfig:
     (fewer runnable streams than workers). 1: one chunk per stream at a time."""
     idle_pair: bool = False
     """Decode a lone stream's second chunk beside its first, one core each (needs
-    idle_chunks >= 2), instead of the first on idle_threads threads and the second after
-    it. The second then comes soon after the first packet however loaded the machine is,
-    but the first packet waits for a one-thread decode: ~6 ms later on a quiet machine,
-    twice as late on a loaded one, where the two chunks share what CPU the process gets."""
+    `idle_chunks` >= 2): the second chunk is then in time however loaded the machine is,
+    but the first audio comes ~6 ms later on a quiet machine, up to twice as late on a
+    loaded one."""
 
     burst_waiting: int = 3
     """A stream whose first chunk is claimed while at least this many other new streams
-    wait for theirs starts with a 32-frame chunk instead of 16 (then 64, 128): a few ms
-    later, but with the audio to let the waiting streams start on every worker before its
-    next chunk is due. At c=16 it took the first-audio p99 from 1.07 s to 0.95 s (medians
-    of six alternating runs each; BENCHMARKS.md, "session 9"). 0: never."""
+    wait for theirs starts with a 32-frame chunk instead of 16, so that the waiting
+    streams start before its next chunk is due. 0: never."""
 
     def __post_init__(self) -> None:
         if min(self.workers, self.credits, self.max_streams, self.max_input_chars) < 1:
@@ -178,21 +163,16 @@ class ASRConfig:
     workers: int = field(default_factory=default_cores)
     """Decoding threads, each with a single-threaded model replica (CTranslate2 releases the GIL)."""
     solo_threads: int = field(default_factory=lambda: min(default_cores(), 4))
-    """Intra-op threads for a batch that runs alone: no other transcription waiting or
-    decoding, and no speech stream open. It runs on one more model replica with this many
-    threads (tiny.en: ~85 MB more), so a lone short clip uses the idle cores; 1 turns it
-    off. At most 4 by default: tiny.en's matrices are small, and only 2 was measured."""
+    """Intra-op threads for a batch that runs alone (no other transcription, no speech
+    stream open), on one more model replica (tiny.en: ~85 MB more), so a lone short clip
+    uses the idle cores; 1 turns it off."""
     fitted_windows: bool = True
-    """Encode a file piece shorter than 30 s in a window fitted to it (its audio + 1 s,
-    rounded up to 5 s, at least 10 s) instead of Whisper's full 30 s window: a short clip
-    costs about a third as much at the same WER (docs/BENCHMARKS.md). Live turns always
-    use fitted windows."""
+    """Encode a file piece shorter than 30 s in a window fitted to it instead of Whisper's
+    30 s: about a third of the decode time at the same WER. Live turns always use them."""
     even_piece_s: float = 14.0
-    """Cut a file that 30 s cuts split into 2 to `segments_ahead` pieces into pieces of at
-    most this long (a multiple of `workers` of them where it can), all encoded in one
-    window fitted to the longest (14 s: 15 s), instead of 30 s pieces and a shorter rest:
-    the encoder costs about the square of its window, and the batches end together on
-    every worker (`even_spans`; docs/ASR.md). 0: 30 s pieces."""
+    """Cut a file of a few 30 s pieces into even pieces of at most this many seconds, in
+    one shorter window, so the workers finish together and the encoder does less work
+    (docs/ASR.md). 0: 30 s pieces."""
     max_batch: int = 8
     """Most 30 s segments decoded in one call."""
     batch_wait_ms: float = 5.0
@@ -212,13 +192,9 @@ class ASRConfig:
     """Longest accepted audio (1 h); longer uploads get 400 `audio_too_long` as soon as
     decoding passes it. It is also one request's share of `max_buffered_audio_s`."""
     max_buffered_audio_s: float = 3 * 3600.0
-    """Decoded audio held by all transcriptions together, in seconds (float32 at 16 kHz is
-    230 MB per hour, 64 KB per second). Decoding reserves it in 10 s blocks before it
-    allocates them; an upload whose decoding would pass it gets 429 at once, so memory
-    stays bounded however many long files arrive together. One request holds at most
-    `max_audio_seconds` of it (plus one block), so with the defaults a single request can
-    take a third of it and never all of it. It must hold at least one file of the longest
-    length; keep it at 2 x `max_audio_seconds` or more (the server warns otherwise)."""
+    """Decoded audio held by all transcriptions together, in seconds (230 MB per hour); an
+    upload whose decoding would pass it gets 429. Keep it at 2 x `max_audio_seconds` or
+    more (the server warns otherwise)."""
     segments_ahead: int = 16
     """Segments of one request whose features may wait in the engine (bounds memory)."""
     max_requests: int = 32
@@ -288,8 +264,8 @@ class RealtimeConfig:
 
     max_sessions: int = 8
     """Live sessions open at once; one more gets an error event and close code 1013. The
-    default is what this 2-core machine keeps within its latency target with file
-    transcriptions beside it (docs/REALTIME.md); they also count under `--ws-max-sessions`."""
+    default keeps a 2-core machine within its latency target (docs/BENCHMARKS.md); they
+    also count under `--ws-max-sessions`."""
     max_message_bytes: int = 256 * 1024
     """Largest message a client may send; larger ones end the session (1009). 256 KiB of
     base64 holds 4 s of 24 kHz PCM."""

@@ -80,7 +80,7 @@ class Result:
 
 
 def wer(reference: str, hypothesis: str) -> float:
-    """WER as the bench defines it (DESIGN.md section 3)."""
+    """WER as the bench defines it (`bench/metrics.py`)."""
     return word_errors(reference, hypothesis).wer
 
 

@@ -1,4 +1,4 @@
-"""Hostile clients for `bench soak --hostile N`: the attacks issue 11 reproduced, run in
+"""Hostile clients for `bench soak --hostile N`: attacks on the server's connections, run in
 loops beside the well-behaved load, to show that they cost the server a connection and
 nothing else.
 

@@ -1,4 +1,4 @@
-"""Pure metric functions for the bench, exactly as DESIGN.md section 3 pins them.
+"""Pure metric functions for the bench, as docs/BENCHMARKS.md ("What the columns mean") defines them.
 
 Numbers in, numbers out: no I/O, no clocks, no HTTP. Times are seconds.
 """

@@ -2,7 +2,7 @@
 
 Speaks HTTP only, so it measures any OpenAI-compatible server. Every request is sent with
 `response_format=pcm` and `stream_format=audio`; the arrival time and size of every body
-chunk are kept, and the metrics of DESIGN.md section 3 are computed from them.
+chunk are kept, and the metrics of `bench/metrics.py` are computed from them.
 
 A server with another wire format plugs in as a `SpeechApi` adapter (see `piper_http.py`):
 the adapter says where to post, what to send and how the audio arrives; the timing, the

@@ -82,7 +82,7 @@ LIVE_WINDOW_MARGIN_S = 1.0
 encoded in a window sized to it, not Whisper's full 30 s: its audio plus 1 s, rounded up
 to 5 s steps, at least 10 s. On 48 live-sized turns (1-12 s, tiny.en) and on the bench's
 file clips that gave the same WER as 30 s windows at about a third of the decode time
-(docs/bench/window-probe.py). A fitted piece whose text ends in a loop is decoded again
+(scripts/bench/window_probe.py). A fitted piece whose text ends in a loop is decoded again
 in 30 s (`ends_in_a_loop`): in a short window Whisper sometimes repeats the last words."""
 EVEN_LIMIT_RANGE_S = 2.0
 EVEN_LIMIT_STEP_S = 1.0

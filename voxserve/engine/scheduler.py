@@ -23,7 +23,7 @@ no locks and never reads a clock: the caller passes `now`. Policy in one place:
   is ready, the rest is still being phonemized): it is open until `extend` brings the
   rest, and no chunk is its last before that.
 
-The idle core (issue 15). With `workers` given, every unit holds the workers it runs on:
+The idle core. With `workers` given, every unit holds the workers it runs on:
 one, or `threads` for a unit on several intra-op threads. While fewer units can run than
 there are workers (a lone stream), the work that would leave a worker idle spreads:
 
@@ -203,10 +203,12 @@ def plan_chunk(
     """The window of a stream's chunk number `index`, starting at frame `pos` of a latent
     of `frames` frames: decode [lo, hi), keep [start, end).
 
-    Chunk 0 is small for a fast first packet; later chunks grow by `growth` (Piper: double)
-    from `chunk_frames` up to `max_chunk_frames`. A stream whose first chunk was claimed
-    `alone` starts at `idle_first_chunk_frames`, and every chunk after it grows from there (12,
-    24, 48, ...), so that each one is ready before the audio before it has played. A
+    Chunk 0 is small for a fast first packet; later chunks grow by `growth` (Piper:
+    double) from `chunk_frames` up to `max_chunk_frames`. A stream whose first chunk was
+    claimed `alone` starts at `idle_first_chunk_frames`, and every chunk after it grows
+    from there (12, 24, 48, ...), so that each one is ready before the audio before it has played: a
+    12-frame first chunk leaves its second 120 ms of audio to arrive in, where 8 frames
+    (74 ms) ran dry on a loaded machine and gained only 2-3 ms on a quiet one. A
     stream that `skip`s sizes starts further along the same plan (skip 1: 32, 64, 128,
     ...). A tail shorter than half a chunk joins the chunk before it. With a `level` per
     frame, the end moves to the quietest frame within `SNAP_FRAMES` (and a quarter of the
@@ -427,10 +429,8 @@ class Scheduler:
         Nor are streams whose first packet went out less than `min_slack` ago: they have
         not had the time to build that much audio ahead (after two chunks, 48 frames, a
         Piper stream has 0.56 s, so at 0.5 s it would count 57 ms after its first packet),
-        and the urgent class keeps them playing. Counting them made each newcomer of a
-        burst wait for the one before to get its third chunk out: at c=16, four runs
-        each way, first-audio p99 1.54-1.65 s instead of 1.85-2.42 s, continuity 100 %
-        in both (BENCHMARKS.md, "session 6").
+        and the urgent class keeps them playing. Counted, they would make each newcomer of
+        a burst wait for the one before to get its third chunk out.
         Admission holds new streams while this is non-zero, so an overloaded machine
         queues newcomers instead of degrading every live stream at once. A `min_slack`
         below `urgent_slack` counts only streams the scheduler is failing to serve in
@@ -527,10 +527,8 @@ class Scheduler:
     def _decode_time(self, stream: _Stream) -> float:
         """How long the stream's next chunk is expected to take on one thread (0 before any
         chunk of its model was timed). A chunk is ranked by when it must start, not by
-        when its player runs dry: with 128-frame chunks (~80 ms here) the urgent slack
-        alone left too little room once the machine slowed down (simulated, every unit
-        1.5x slower for 1.5 s after the c=16 burst: 5 chunks over 100 ms late instead of
-        26; BENCHMARKS.md, "session 9")."""
+        when its player runs dry: a 128-frame chunk takes ~80 ms on one core, so the
+        urgent slack alone leaves it too little room once the machine slows down."""
         per_frame = self._vocoder_s_per_frame.get(stream.profile.name)
         latent = stream.open_latent()
         if not per_frame or latent is None:
@@ -595,8 +593,8 @@ class Scheduler:
           not urgent and would not be within twice this stage A's expected time (the
           spare that a next sentence's stage A gets too: `_deadline`). Else the
           worker kept for the vocoder would only run that stream further ahead of its
-          player while the newcomer waits: in a burst of newcomers that held every stage
-          A to one worker (the c=16 burst: BENCHMARKS.md, "session 9")."""
+          player while the newcomer waits, and a burst of newcomers would run its stage
+          A's one at a time on one worker."""
         if acoustic[0] == 0:
             return vocoder[0] > 0
         if acoustic[0] != 1 or vocoder[0] != 2:
@@ -645,7 +643,8 @@ class Scheduler:
         frames decoded, ~5 ms), but holds twice the audio, so its next chunk is not due
         before the waiting streams' stage A has run, on every worker
         (`_may_take_vocoders_worker`); and 0.37 s of audio costs one chunk's context
-        instead of two."""
+        instead of two. At c=16 on two cores the opening burst's first-audio p99 is ~10 %
+        lower with it (docs/BENCHMARKS.md, "TTS on Piper")."""
         if not self.burst_waiting:
             return False
         waiting = sum(

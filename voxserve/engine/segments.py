@@ -38,7 +38,7 @@ SENTENCE_END = ".。!！?？"
 LOOP_MIN_WORDS = 2
 """A text that ends by saying its last words again, back to back, this many words or more
 ("... an easy way to travel. Food and an easy way to travel", "Hello there. Hello
-there."), is a decoding loop. In the window probes (docs/bench/window-probe*.json) this
+there."), is a decoding loop. In the window probes (scripts/bench/window_probe.py) this
 caught every loop of the short windows and flagged none of the 30 s window's texts."""
 _WORD = re.compile(r"\w+(?:'\w+)*")
 CLAUSE_END = ",，;；:："

@@ -443,7 +443,10 @@ class TTSEngine(WorkerEngine):
           the workers can carry is let in at once (the scheduler serves the newcomers'
           first chunks in arrival order, and keeps the live streams playing just in
           time); above it, every live stream must have `admit_min_slack_s` ahead, so
-          near capacity newcomers come in only as fast as the live streams stay ahead;
+          near capacity newcomers come in only as fast as the live streams stay ahead.
+          At 0.8 of the workers a c=16 burst on two cores is let in at once; at 0.75 its
+          p99 went back to 1.8-2.0 s, and at 0.85 streams started together ran dry
+          together (docs/BENCHMARKS.md, "TTS on Piper");
         - while the cost of a model concerned (the newcomer's, or a live stream's) is not
           measured yet, at most one stream per worker is starting, so that a burst of
           arrivals ramps up instead of being let in before anyone can tell it is too
@@ -480,9 +483,9 @@ class TTSEngine(WorkerEngine):
         not yet submitted (`admitted` minus the live ones; a burst's grants come faster
         than their coroutines reach `submit`) under the model each was let in for, the
         newest `_let_in` entries; and how many of those have no known model, which count
-        at the costliest model's cost. Counted at the costliest, each Piper stream of a
-        burst weighed as one of Kokoro (~10x), and the load rule held the c=16 burst
-        (BENCHMARKS.md, "session 9"). Call under the lock."""
+        at the costliest model's cost. Were every grant counted at the costliest, each
+        Piper stream of a burst would weigh as one of Kokoro (~10x), and the load rule
+        would hold a burst that fits. Call under the lock."""
         live = self._sched.streams_by_model()
         unsubmitted = max(0, admitted - sum(live.values()))
         named = list(self._let_in)[len(self._let_in) - unsubmitted :] if unsubmitted else []

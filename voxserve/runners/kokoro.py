@@ -465,7 +465,8 @@ class KokoroFrames:
 
 class KokoroAcousticRunner:
     """Stage A: phoneme ids -> durations and aligned features. The graph takes batch 1, so
-    a batch runs item by item (on CPU batching does not pay; see DESIGN.md)."""
+    a batch runs item by item (on CPU a batched call costs about what its items cost apart,
+    plus their padding)."""
 
     def __init__(self, path: Path, threads: int = 1):
         self._session = _session(path, threads)

@@ -63,7 +63,7 @@ three chunks, lone and crowded plans, 89 segments of the built-in prompts), wind
 about the int16 output's own rounding, and the first chunk's window alone is as close
 with 32. With 20 frames the worst was 89-108 dB, with 16 70 dB; a bare 40-frame window
 decoded edges and all (`tests/test_model_split.py`) needs 24 for 96 dB
-(`docs/bench/flow-context.py`). The first chunk's flow runs on 46 frames instead of 54."""
+(`scripts/bench/flow_context.py`). So a lone stream's first chunk runs the flow on 46 frames."""
 SPLIT_LAYOUT = "f4"
 """Names the graphs in the split's cache folder; a cache of another layout is not read:
 "f3" (the vocoder's upsamplers still transposed convolutions), "f2" (its last conv 2-D
