@@ -70,9 +70,9 @@ CHUNKING = VocoderChunking(
     right_context=12,
 )
 """Stage B renders a sentence in windows, so that first audio does not wait for the whole
-sentence's decode. The first window holds 48 frames (1.2 s of audio); a stream that
-starts alone has every worker, and its windows double from there (fewer, larger windows
-sit closer to the whole decode). Each is decoded
+sentence's decode. The first window holds 48 frames (1.2 s of audio), also for a stream
+that starts alone: a smaller one leaves more, smaller windows, further from the whole
+decode. Each is decoded
 with 12 frames of context either side, so a window costs up to 1.5x its audio's worth of
 decoding, and one thread decodes at ~1.8x real time here: a stream with one worker to
 itself keeps ahead of its player only while each window is at most what that thread

@@ -205,8 +205,8 @@ def plan_chunk(
 
     Chunk 0 is small for a fast first packet; later chunks grow by `growth` (Piper:
     double) from `chunk_frames` up to `max_chunk_frames`. A stream whose first chunk was
-    claimed `alone` starts at `idle_first_chunk_frames`, and every chunk after it doubles
-    from there (12, 24, 48, ...: alone, it has every worker), so that each one is ready before the audio before it has played: a
+    claimed `alone` starts at `idle_first_chunk_frames`, and every chunk after it grows
+    from there (Piper: 12, 24, 48, ...), so that each one is ready before the audio before it has played: a
     12-frame first chunk leaves its second 120 ms of audio to arrive in, where 8 frames
     (74 ms) ran dry on a loaded machine and gained only 2-3 ms on a quiet one. A
     stream that `skip`s sizes starts further along the same plan (skip 1: 32, 64, 128,
@@ -219,7 +219,7 @@ def plan_chunk(
         return pos, frames, pos, frames
     step = index + skip
     if alone:
-        size = min(c.max_chunk_frames, c.idle_first_chunk_frames << min(step, 8))
+        size = min(c.max_chunk_frames, int(c.idle_first_chunk_frames * growth ** min(step, 12)))
     elif step == 0:
         size = c.first_chunk_frames
     else:
