@@ -63,16 +63,17 @@ it nears the model's 510-phoneme context."""
 
 CHUNKING = VocoderChunking(
     first_chunk_frames=48,
-    idle_first_chunk_frames=48,
+    idle_first_chunk_frames=56,
     chunk_frames=48,
     max_chunk_frames=256,
     left_context=12,
     right_context=12,
 )
 """Stage B renders a sentence in windows, so that first audio does not wait for the whole
-sentence's decode. The first window holds 48 frames (1.2 s of audio), also for a stream
-that starts alone: a smaller one leaves more, smaller windows, further from the whole
-decode. Each is decoded
+sentence's decode. The first window holds 48 frames (1.2 s of audio), or 56 for a stream
+that starts alone: its first window runs on both threads, and its second, 1.25x as
+large, on one beside the next sentence's stage A, so the first must hold the time that
+takes. Each is decoded
 with 12 frames of context either side, so a window costs up to 1.5x its audio's worth of
 decoding, and one thread decodes at ~1.8x real time here: a stream with one worker to
 itself keeps ahead of its player only while each window is at most what that thread

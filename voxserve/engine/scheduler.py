@@ -191,9 +191,10 @@ class Chunk:
 
 
 SNAP_FRAMES = 8
-"""How far (frames, either side) a chunk's end may move to the quietest frame of its
-latent's `level`: a quarter of a second at Kokoro's 25 ms frames, enough to reach the gap
-between two words or a stop's closure, and small against a chunk."""
+"""How far (frames) a chunk's end may move on to the quietest frame of its latent's
+`level`: a fifth of a second at Kokoro's 25 ms frames, enough to reach the gap between two
+words or a stop's closure. Only later: a chunk never holds less audio than planned, so
+the next one is never due sooner."""
 
 
 def plan_chunk(
@@ -211,8 +212,8 @@ def plan_chunk(
     (74 ms) ran dry on a loaded machine and gained only 2-3 ms on a quiet one. A
     stream that `skip`s sizes starts further along the same plan (skip 1: 32, 64, 128,
     ...). A tail shorter than half a chunk joins the chunk before it. With a `level` per
-    frame, the end moves to the quietest frame within `SNAP_FRAMES` (and a quarter of the
-    chunk) of the planned one. With no chunking (a whole-segment model) the chunk is the
+    frame, the end moves on to the quietest frame within `SNAP_FRAMES` (and a quarter of
+    the chunk) after the planned one. With no chunking (a whole-segment model) the chunk is the
     rest of the latent.
     """
     if c is None:
@@ -229,10 +230,9 @@ def plan_chunk(
     if index > 0 and frames - end < c.chunk_frames // 2:
         end = frames
     if level is not None and end < frames:
-        reach = min(SNAP_FRAMES, size // 4)
-        lo, hi = max(start + 1, end - reach), min(frames - c.chunk_frames // 2, end + reach)
-        if lo < hi:
-            end = lo + int(np.argmin(level[lo:hi]))
+        hi = min(frames - c.chunk_frames // 2, end + min(SNAP_FRAMES, size // 4))
+        if end < hi:
+            end += int(np.argmin(level[end:hi]))
     return max(0, start - c.left_context), min(frames, end + c.right_context), start, end
 
 
