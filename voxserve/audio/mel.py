@@ -9,7 +9,6 @@ instance may serve several threads.
 from __future__ import annotations
 
 import numpy as np
-from faster_whisper.feature_extractor import FeatureExtractor
 
 __all__ = ["HOP", "N_FRAMES", "LogMel"]
 
@@ -21,6 +20,10 @@ N_FRAMES = 3000
 
 class LogMel:
     def __init__(self, n_mels: int = 80, rate: int = 16000):
+        # Imported here: faster-whisper's package imports ctranslate2, which only the
+        # CTranslate2 runtime needs.
+        from faster_whisper.feature_extractor import FeatureExtractor
+
         self._extractor = FeatureExtractor(feature_size=n_mels, sampling_rate=rate, hop_length=HOP)
         self.n_mels = n_mels
 
