@@ -8,8 +8,10 @@ ctranslate2 or torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -20,6 +22,9 @@ __all__ = [
     "DecodeInput",
     "DecodeOptions",
     "DecodeOutput",
+    "FeatureMaker",
+    "TokenizerLike",
+    "WhisperModel",
     "bundled_model",
 ]
 
@@ -85,3 +90,43 @@ class DecodeOutput:
     language: str | None
     """The language detected for this segment, when detection was asked."""
     alignment: Alignment | None
+
+
+class TokenizerLike(Protocol):
+    """What the engine reads of a runner's tokenizer."""
+
+    @property
+    def eot(self) -> int: ...
+
+    @property
+    def timestamp_begin(self) -> int: ...
+
+    def decode(self, tokens: list[int]) -> str: ...
+
+    def split_to_word_tokens(self, tokens: list[int]) -> tuple[list[str], list[list[int]]]: ...
+
+
+class FeatureMaker(Protocol):
+    """A piece's samples (16 kHz float32) -> features [n_mels, 3000] and its real frames."""
+
+    def __call__(self, samples: np.ndarray) -> tuple[np.ndarray, int]: ...
+
+
+class WhisperModel(Protocol):
+    """What the engine needs of a Whisper runner, whatever runtime it is on."""
+
+    name: str
+    model_dir: Path
+    multilingual: bool
+    n_mels: int
+    languages: tuple[str, ...]
+
+    def log_mel(self) -> FeatureMaker: ...
+
+    def tokenizer(self, task: str, language: str | None) -> TokenizerLike: ...
+
+    def options(
+        self, task: str, language: str | None, prompt: str | None, beam_size: int, temperature: float
+    ) -> DecodeOptions: ...
+
+    def run(self, inputs: Sequence[DecodeInput], opts: DecodeOptions, threads: int = 1) -> list[DecodeOutput]: ...
