@@ -42,9 +42,12 @@ __all__ = [
     "export_weights",
     "from_ct2",
     "from_hf",
+    "hf_config",
     "load_weights",
     "read_npz",
+    "to_hf",
     "write_npz",
+    "write_safetensors",
 ]
 
 FORMAT = 1
@@ -238,7 +241,7 @@ def _safetensors(path: Path) -> Iterator[tuple[str, np.ndarray]]:
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        start, end = info["offsets"]
+        start, end = info["data_offsets"]
         raw = data[start:end]
         if info["dtype"] == "BF16":
             wide = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
@@ -325,6 +328,125 @@ def from_hf(folder: Path) -> Weights:
         lang_ids=lang_ids if vocab >= 51865 else [],
         tokenizer_json=_tokenizer_json(folder),
     )
+
+
+def to_hf(weights: Weights) -> dict[str, np.ndarray]:
+    """`weights` as a Hugging Face `WhisperForConditionalGeneration` state dict (q, k and
+    v split again, k without its bias), so that a peer runs the very same weights."""
+    t = weights.tensors
+    out: dict[str, np.ndarray] = {}
+
+    def copy(dst: str, src: str) -> None:
+        out[dst + ".weight"] = t[src + ".weight"]
+        if src + ".bias" in t:
+            out[dst + ".bias"] = t[src + ".bias"]
+
+    def split(dst: str, src: str, names: tuple[str, ...]) -> None:
+        weight, bias = t[src + ".weight"], t[src + ".bias"]
+        rows = weight.shape[0] // len(names)
+        for n, name in enumerate(names):
+            out[f"{dst}.{name}_proj.weight"] = weight[n * rows : (n + 1) * rows]
+            if name != "k":
+                out[f"{dst}.{name}_proj.bias"] = bias[n * rows : (n + 1) * rows]
+
+    for i in (1, 2):
+        copy(f"model.encoder.conv{i}", f"encoder.conv{i}")
+    out["model.encoder.embed_positions.weight"] = t["encoder.positions"]
+    copy("model.encoder.layer_norm", "encoder.norm")
+    for i in range(weights.dims.encoder_layers):
+        dst, src = f"model.encoder.layers.{i}", f"encoder.blocks.{i}"
+        copy(f"{dst}.self_attn_layer_norm", f"{src}.attn_norm")
+        split(f"{dst}.self_attn", f"{src}.attn.qkv", ("q", "k", "v"))
+        copy(f"{dst}.self_attn.out_proj", f"{src}.attn.out")
+        copy(f"{dst}.final_layer_norm", f"{src}.mlp_norm")
+        copy(f"{dst}.fc1", f"{src}.fc1")
+        copy(f"{dst}.fc2", f"{src}.fc2")
+    out["model.decoder.embed_tokens.weight"] = t["decoder.embedding"]
+    out["model.decoder.embed_positions.weight"] = t["decoder.positions"]
+    copy("model.decoder.layer_norm", "decoder.norm")
+    for i in range(weights.dims.decoder_layers):
+        dst, src = f"model.decoder.layers.{i}", f"decoder.blocks.{i}"
+        copy(f"{dst}.self_attn_layer_norm", f"{src}.attn_norm")
+        split(f"{dst}.self_attn", f"{src}.attn.qkv", ("q", "k", "v"))
+        copy(f"{dst}.self_attn.out_proj", f"{src}.attn.out")
+        copy(f"{dst}.encoder_attn_layer_norm", f"{src}.cross_norm")
+        copy(f"{dst}.encoder_attn.q_proj", f"{src}.cross.q")
+        split(f"{dst}.encoder_attn", f"{src}.cross.kv", ("k", "v"))
+        copy(f"{dst}.encoder_attn.out_proj", f"{src}.cross.out")
+        copy(f"{dst}.final_layer_norm", f"{src}.mlp_norm")
+        copy(f"{dst}.fc1", f"{src}.fc1")
+        copy(f"{dst}.fc2", f"{src}.fc2")
+    out["proj_out.weight"] = t["decoder.embedding"]
+    return out
+
+
+def hf_config(weights: Weights) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`config.json` and `generation_config.json` for `to_hf`'s state dict."""
+    d = weights.dims
+    tok = json.loads(weights.tokenizer_json.decode("utf-8"))
+    special = {entry["content"]: entry["id"] for entry in tok.get("added_tokens", [])}
+    eot = special["<|endoftext|>"]
+    config = {
+        "architectures": ["WhisperForConditionalGeneration"],
+        "model_type": "whisper",
+        "vocab_size": d.vocab,
+        "num_mel_bins": d.n_mels,
+        "d_model": d.width,
+        "encoder_layers": d.encoder_layers,
+        "encoder_attention_heads": d.encoder_heads,
+        "encoder_ffn_dim": 4 * d.width,
+        "decoder_layers": d.decoder_layers,
+        "decoder_attention_heads": d.decoder_heads,
+        "decoder_ffn_dim": 4 * d.width,
+        "max_source_positions": d.audio_ctx,
+        "max_target_positions": d.text_ctx,
+        "activation_function": "gelu",
+        "scale_embedding": False,
+        "tie_word_embeddings": True,
+        "bos_token_id": eot,
+        "eos_token_id": eot,
+        "pad_token_id": eot,
+        "decoder_start_token_id": special["<|startoftranscript|>"],
+        "torch_dtype": "float16",
+    }
+    generation: dict[str, Any] = {
+        "alignment_heads": [list(h) for h in weights.alignment_heads],
+        "begin_suppress_tokens": weights.suppress_ids_begin,
+        "suppress_tokens": weights.suppress_ids,
+        "bos_token_id": eot,
+        "eos_token_id": eot,
+        "pad_token_id": eot,
+        "decoder_start_token_id": special["<|startoftranscript|>"],
+        "no_timestamps_token_id": special["<|notimestamps|>"],
+        "max_length": d.text_ctx,
+        "is_multilingual": bool(weights.lang_ids),
+    }
+    if weights.lang_ids:
+        generation["lang_to_id"] = {
+            name: i for name, i in special.items() if i in set(weights.lang_ids)
+        }
+        generation["task_to_id"] = {"transcribe": special["<|transcribe|>"], "translate": special["<|translate|>"]}
+    return config, generation
+
+
+def write_safetensors(tensors: Mapping[str, np.ndarray], path: Path, dtype: Any = np.float16) -> None:
+    """Write `tensors` as a `.safetensors` file (an 8-byte header size, a JSON header of
+    names, types, shapes and offsets, then the data), in `dtype`."""
+    kind = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32"}[np.dtype(dtype)]
+    header: dict[str, Any] = {}
+    blobs: list[bytes] = []
+    at = 0
+    for name, value in tensors.items():
+        data = np.ascontiguousarray(value, dtype=dtype).tobytes()
+        header[name] = {"dtype": kind, "shape": list(value.shape), "data_offsets": [at, at + len(data)]}
+        blobs.append(data)
+        at += len(data)
+    text = json.dumps(header).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        f.writelines(blobs)
 
 
 def _tokenizer_json(folder: Path) -> bytes:
