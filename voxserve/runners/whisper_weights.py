@@ -487,7 +487,8 @@ def write_npz(weights: Weights, path: Path, compact: bool = False) -> None:
 
 
 def _save(f: BinaryIO, arrays: Mapping[str, np.ndarray], compress: bool) -> None:
-    with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as archive:
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(f, "w", method, compresslevel=9 if compress else None) as archive:
         for name, value in arrays.items():
             buffer = io.BytesIO()
             np.lib.format.write_array(buffer, np.ascontiguousarray(value), allow_pickle=False)
