@@ -297,7 +297,7 @@ def _peer(
         features = WhisperFeatureExtractor(feature_size=converted.dims.n_mels)
         asr = pipeline(
             "automatic-speech-recognition", model=model, tokenizer=tokenizer,
-            feature_extractor=features, device=args.device,
+            feature_extractor=features, device=args.device, torch_dtype=dtype,
         )  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - the peer's failure is reported, not fatal
         print(f"peer: {exc!r}", flush=True)
