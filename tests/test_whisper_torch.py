@@ -151,6 +151,15 @@ def test_greedy_and_prompted_decoding_match(clips: list[Clip], torch_runner: Tor
     assert np.allclose([o.no_speech_prob for o in a], [o.no_speech_prob for o in b], atol=1e-3)
 
 
+def test_the_steps_a_cuda_graph_captures_decode_the_same(clips: list[Clip], torch_runner: TorchWhisperRunner) -> None:
+    """The fixed-shape step (masked attention over the whole static cache), run eagerly
+    on the CPU, gives the eager path's tokens: greedy and beam, one batch of two."""
+    fixed = TorchWhisperRunner(workers=1, fixed_steps=True)
+    few = clips[:2]
+    for beam in (1, 5):
+        assert [o.tokens for o in _run(fixed, few, beam)] == [o.tokens for o in _run(torch_runner, few, beam)]
+
+
 def test_sampling_gives_plausible_text(clips: list[Clip], torch_runner: TorchWhisperRunner) -> None:
     opts = torch_runner.options("transcribe", "en", None, 5, 0.4)
     out = torch_runner.run([clips[0].input], opts)[0]

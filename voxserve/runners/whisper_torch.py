@@ -65,7 +65,11 @@ class TorchWhisperRunner:
         workers: int = 1,
         name: str | None = None,
         graphs: bool = True,
+        fixed_steps: bool = False,
     ):
+        """`graphs`: on CUDA, replay captured decoder steps. `fixed_steps`: run the steps
+        a graph captures (full-length masked attention over the static cache) eagerly,
+        wherever the runner is: a CPU checks the graphs' arithmetic with it."""
         if model_dir is None:
             model_dir, default_name = bundled_model()
         else:
@@ -93,6 +97,7 @@ class TorchWhisperRunner:
         self._suppress_begin = tuple(weights.suppress_ids_begin)
         self._heads = list(weights.alignment_heads)
         self._graphs = StepGraphs(self.model.decoder) if self.cuda and graphs else None
+        self._fixed_steps = fixed_steps
         # One batch at a time on a GPU (the graphs own their buffers). On a CPU, workers
         # decode side by side, each on one intra-op thread, as the CTranslate2 replicas
         # do: on a loaded 2-core machine, two OpenMP threads per call made one clip 5x
@@ -245,6 +250,14 @@ class TorchWhisperRunner:
 
             assert isinstance(graph, StepGraph)
             return lambda tokens, i: graph.step(tokens, length + i)
+        if self._fixed_steps:
+            position = torch.zeros(1, dtype=torch.long, device=self.device)
+
+            def fixed(tokens: Tensor, i: int) -> Tensor:
+                position.fill_(length + i)
+                return decoder.step(tokens[:, None], position, cache)
+
+            return fixed
         return lambda tokens, i: decoder(tokens[:, None], length + i, cache)[:, 0]
 
     def _align(
