@@ -16,6 +16,7 @@ import pytest
 
 from tests.asr_support import wer
 from voxserve.audio.mel import LogMel
+from voxserve.cli import main
 from voxserve.bench.asr_offline import LONG
 from voxserve.config import ASRConfig, TTSConfig
 from voxserve.engine.asr import fitted_window, resolve_device
@@ -229,4 +230,9 @@ def test_each_runtime_loads_only_when_chosen() -> None:
     assert resolve_device(ASRConfig(device="cpu", runtime="torch")) == ("cpu", "torch")
     with pytest.raises(ValueError, match="CPU only"):
         ASRConfig(device="cuda", runtime="ct2")
+
+
+def test_speech_refuses_cuda_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["speak", "Hello.", "--device", "cuda"]) == 2
+    assert "speech runs on the CPU only" in capsys.readouterr().err
 
