@@ -16,8 +16,8 @@ import pytest
 
 from tests.asr_support import wer
 from voxserve.audio.mel import LogMel
-from voxserve.cli import main
 from voxserve.bench.asr_offline import LONG
+from voxserve.cli import main
 from voxserve.config import ASRConfig, TTSConfig
 from voxserve.engine.asr import fitted_window, resolve_device
 from voxserve.engine.segments import TimedSegment, window_segments
