@@ -41,10 +41,11 @@ class StepGraph:
         with torch.cuda.graph(self.graph):
             self.logits = decoder.step(self.tokens[:, None], self.position, self.cache)
 
-    def start(self, cache: Cache) -> Cache:
-        """Take `cache`'s audio keys and values; returns the graph's cache, on which the
-        caller runs the prompt (eager) and then the steps."""
-        self.cache.load_audio(cache.cross_k, cache.cross_v)
+    def start(self, audio: Tensor, repeat: int) -> Cache:
+        """Take `audio`'s keys and values (each piece's row repeated `repeat` times);
+        returns the graph's cache, on which the caller runs the prompt (eager) and then
+        the steps."""
+        self.decoder.fill_audio(self.cache, audio, repeat)
         return self.cache
 
     def step(self, tokens: Tensor, position: int) -> Tensor:

@@ -186,10 +186,6 @@ class Cache:
             part = buffer[:, :, :written]
             part.copy_(part.index_select(0, rows))
 
-    def load_audio(self, k: list[Tensor], v: list[Tensor]) -> None:
-        """Copy another batch's audio keys and values into these buffers, in place."""
-        for dst, src in zip((*self.cross_k, *self.cross_v), (*k, *v), strict=True):
-            dst.copy_(src)
 
 
 class Decoder(nn.Module):
@@ -218,6 +214,14 @@ class Decoder(nn.Module):
             cross_k=[k for k, _ in cross],
             cross_v=[v for _, v in cross],
         )
+
+    def fill_audio(self, cache: Cache, audio: Tensor, repeat: int = 1) -> None:
+        """Write `audio`'s cross-attention keys and values into an existing cache's
+        buffers (a graph's), each row repeated `repeat` times."""
+        for i, block in enumerate(self._blocks):
+            k, v = block.cross.keys_values(audio)
+            cache.cross_k[i].view(-1, repeat, *k.shape[1:]).copy_(k.unsqueeze(1))
+            cache.cross_v[i].view(-1, repeat, *v.shape[1:]).copy_(v.unsqueeze(1))
 
     def forward(self, tokens: Tensor, start: int, cache: Cache) -> Tensor:
         """Logits [rows, t, vocab] of `tokens` [rows, t] at positions start..start+t-1,

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["Hypothesis", "TokenRules", "beam_search", "sample"]
+__all__ = ["Hypothesis", "TokenRules", "beam_search", "greedy", "sample"]
 
 Step = Callable[[Tensor, int], Tensor]
 """(tokens [rows], step index) -> logits [rows, vocab] of the next token."""
@@ -187,6 +187,50 @@ def beam_search(
         tokens = torch.from_numpy(next_token.reshape(-1)).to(device)
         scores = torch.from_numpy(next_score).to(device)
     return [max(hyps, key=lambda h: h.score) for hyps in finished]
+
+
+GREEDY_CHECK_EVERY = 8
+"""Greedy decoding asks the device whether every row has ended once per this many steps:
+each question waits for the device, and a few spare steps on ended rows cost less."""
+
+
+def greedy(
+    step_fn: Step,
+    start: Tensor,
+    max_steps: int,
+    rules: TokenRules,
+    first_logits: Callable[[Tensor], None] | None = None,
+) -> list[Hypothesis]:
+    """Beam search of one beam (the most likely token each step), kept on the device: no
+    host round trip per step, so a captured step is not held up waiting for the host.
+    Gives `beam_search(..., beam=1)`'s hypotheses; without timestamp rules, which need
+    the host."""
+    rows = start.shape[0]
+    device = start.device
+    every, first = rules.masks(device)
+    tokens = start
+    history = torch.full((rows, max_steps), rules.eot, dtype=torch.long, device=device)
+    sums = torch.zeros(rows, dtype=torch.float32, device=device)
+    ended = torch.zeros(rows, dtype=torch.bool, device=device)
+    for step in range(max_steps):
+        raw = step_fn(tokens, step)
+        if step == 0 and first_logits is not None:
+            first_logits(raw)
+        logprobs = torch.log_softmax(raw.float() + (first if step == 0 else every), dim=-1)
+        best = logprobs.argmax(dim=-1)
+        gained = logprobs.gather(1, best.view(-1, 1)).view(-1)
+        sums += torch.where(ended, 0.0, gained)
+        best = torch.where(ended, rules.eot, best)
+        history[:, step] = best
+        ended |= best == rules.eot
+        tokens = best
+        if (step + 1) % GREEDY_CHECK_EVERY == 0 and bool(ended.all()):
+            break
+    out: list[Hypothesis] = []
+    for seq, total in zip(history.cpu().tolist(), sums.cpu().tolist(), strict=True):
+        end = seq.index(rules.eot) if rules.eot in seq else len(seq)
+        out.append(Hypothesis(seq[:end], float(total)))
+    return out
 
 
 def sample(

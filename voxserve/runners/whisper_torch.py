@@ -34,7 +34,7 @@ from voxserve.runners.whisper_align import alignment_matrix, negative_dtw
 from voxserve.runners.whisper_graphs import StepGraphs
 from voxserve.runners.whisper_mel import TorchLogMel
 from voxserve.runners.whisper_model import Cache, Whisper
-from voxserve.runners.whisper_search import Hypothesis, TokenRules, beam_search, sample
+from voxserve.runners.whisper_search import Hypothesis, TokenRules, beam_search, greedy, sample
 from voxserve.runners.whisper_tokens import WhisperTokens
 from voxserve.runners.whisper_types import (
     MAX_LENGTH,
@@ -206,10 +206,8 @@ class TorchWhisperRunner:
     ) -> tuple[list[Hypothesis], list[float]]:
         decoder = self.model.decoder
         rows = audio.shape[0] * per_piece
-        cache = decoder.new_cache(audio, repeat=per_piece)
         graph = self._graphs.get(audio, rows) if self._graphs is not None else None
-        if graph is not None:
-            cache = graph.start(cache)
+        cache = graph.start(audio, per_piece) if graph is not None else decoder.new_cache(audio, repeat=per_piece)
         prefix = torch.tensor([p[:-1] for p in prompts], dtype=torch.long, device=self.device)
         prefix = prefix.repeat_interleave(per_piece, dim=0)
         start = torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=self.device)
@@ -239,6 +237,8 @@ class TorchWhisperRunner:
         max_steps = min(MAX_LENGTH // 2, MAX_LENGTH - length)
         if opts.temperature > 0:
             hyps = sample(step_fn, start, per_piece, opts.temperature, max_steps, rules, first_logits=first_logits)
+        elif per_piece == 1 and not rules.timestamps:
+            hyps = greedy(step_fn, start, max_steps, rules, first_logits=first_logits)
         else:
             hyps = beam_search(step_fn, lambda rows, i: cache.reorder(rows, length + i + 1), start, per_piece, max_steps, rules, first_logits=first_logits)
         return hyps, no_speech
