@@ -44,8 +44,7 @@ import numpy as np
 
 from voxserve.audio.blocks import Samples
 from voxserve.audio.cut import Span, plan_spans
-from voxserve.audio.decode import SAMPLE_RATE, decode_blocks
-from voxserve.audio.mel import N_FRAMES
+from voxserve.audio.mel import N_FRAMES, SAMPLE_RATE
 from voxserve.config import ASRConfig
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
@@ -332,6 +331,10 @@ class ASREngine(WorkerEngine):
         before it is allocated (429 when the budget is spent) and held until the caller
         calls `release()` on the result. One request holds at most `max_audio_seconds`
         (plus one block): decoding stops with 400 past it."""
+        # PyAV is imported only to decode uploads: an engine fed samples (a GPU machine
+        # measuring the runner through the engine) runs without it.
+        from voxserve.audio.decode import decode_blocks
+
         lease = self.budget.lease()
         try:
             audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
