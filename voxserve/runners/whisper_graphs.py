@@ -49,6 +49,8 @@ class StepGraph:
         return self.cache
 
     def step(self, tokens: Tensor, position: int) -> Tensor:
+        """Logits of `tokens` at `position`: the inputs copied in, the graph replayed; the
+        result is the graph's own buffer, valid until the next replay."""
         self.tokens.copy_(tokens)
         self.position.fill_(position)
         self.graph.replay()
@@ -64,6 +66,7 @@ class StepGraphs:
         self._lock = threading.Lock()
 
     def get(self, audio: Tensor, rows: int) -> StepGraph:
+        """The graph for `rows` over `audio`'s frame count, captured now if new."""
         key = (rows, audio.shape[1])
         with self._lock:
             graph = self._graphs.pop(key, None)

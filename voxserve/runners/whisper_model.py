@@ -30,6 +30,7 @@ LAYER_NORM_EPS = 1e-5
 
 
 class _SelfAttention(nn.Module):
+    """Multi-head self-attention with q, k and v in one matrix (CTranslate2's layout)."""
     def __init__(self, width: int, heads: int):
         super().__init__()
         self.heads = heads
@@ -43,12 +44,14 @@ class _SelfAttention(nn.Module):
         return qkv[0], qkv[1], qkv[2]
 
     def merge(self, x: Tensor) -> Tensor:
+        """Heads back side by side, through the output projection."""
         b, _, t, _ = x.shape
         out: Tensor = self.out(x.transpose(1, 2).reshape(b, t, -1))
         return out
 
 
 class _EncoderBlock(nn.Module):
+    """Pre-norm self-attention and MLP, each added to the residual stream."""
     def __init__(self, width: int, heads: int):
         super().__init__()
         self.attn_norm = nn.LayerNorm(width, eps=LAYER_NORM_EPS)
@@ -65,6 +68,8 @@ class _EncoderBlock(nn.Module):
 
 
 class Encoder(nn.Module):
+    """Log-mel to audio states: two convolutions (the second halves the frames), learned
+    positions, the blocks and a final norm."""
     def __init__(self, dims: Dims):
         super().__init__()
         self.conv1 = nn.Conv1d(dims.n_mels, dims.width, 3, padding=1)
@@ -87,6 +92,7 @@ class Encoder(nn.Module):
 
 
 class _CrossAttention(nn.Module):
+    """Attention from the text to the audio states; k and v in one matrix."""
     def __init__(self, width: int, heads: int):
         super().__init__()
         self.heads = heads
@@ -95,12 +101,15 @@ class _CrossAttention(nn.Module):
         self.out = nn.Linear(width, width)
 
     def keys_values(self, audio: Tensor) -> tuple[Tensor, Tensor]:
+        """The audio's keys and values, [rows, heads, frames, head width]: computed once per
+        batch, read at every step."""
         b, t, _ = audio.shape
         kv = self.kv(audio).view(b, t, 2, self.heads, -1).permute(2, 0, 3, 1, 4)
         return kv[0].contiguous(), kv[1].contiguous()
 
 
 class _DecoderBlock(nn.Module):
+    """Pre-norm causal self-attention (cached), cross-attention to the audio and MLP."""
     def __init__(self, width: int, heads: int):
         super().__init__()
         self.heads = heads
@@ -113,6 +122,7 @@ class _DecoderBlock(nn.Module):
         self.fc2 = nn.Linear(4 * width, width)
 
     def _cross_q(self, x: Tensor) -> Tensor:
+        """Cross-attention queries [rows, heads, t, head width] of the residual stream."""
         b, t, _ = x.shape
         q: Tensor = self.cross.q(self.cross_norm(x))
         return q.view(b, t, self.heads, -1).transpose(1, 2)
@@ -159,6 +169,7 @@ class _DecoderBlock(nn.Module):
 
 
 def _merge(x: Tensor) -> Tensor:
+    """[rows, heads, t, head width] -> [rows, t, width]."""
     b, _, t, _ = x.shape
     return x.transpose(1, 2).reshape(b, t, -1)
 
@@ -176,6 +187,7 @@ class Cache:
 
     @property
     def rows(self) -> int:
+        """Decoding rows: pieces times beams (or samples)."""
         return self.self_k[0].shape[0]
 
     def reorder(self, rows: Tensor, written: int) -> None:
@@ -189,6 +201,8 @@ class Cache:
 
 
 class Decoder(nn.Module):
+    """Tokens to next-token logits over the audio states; the output projection is the
+    token embedding, transposed."""
     def __init__(self, dims: Dims):
         super().__init__()
         self.dims = dims
@@ -242,6 +256,7 @@ class Decoder(nn.Module):
         return self._run(tokens, position, ctx, mask.view(1, ctx), cache)[:, 0]
 
     def _run(self, tokens: Tensor, positions: Tensor, length: int, mask: Tensor | None, cache: Cache) -> Tensor:
+        """Embed at `positions`, run the blocks over the cache's first `length` positions."""
         x = F.embedding(tokens, self.embedding) + self.positions[positions]
         for i, block in enumerate(self._blocks):
             x = block(x, cache.self_k[i], cache.self_v[i], cache.cross_k[i], cache.cross_v[i], positions, length, mask)
@@ -264,6 +279,7 @@ class Decoder(nn.Module):
 
 
 class Whisper(nn.Module):
+    """The encoder and the decoder; its state dict is `Weights.tensors`."""
     def __init__(self, dims: Dims):
         super().__init__()
         self.dims = dims

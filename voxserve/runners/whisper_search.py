@@ -41,6 +41,7 @@ Reorder = Callable[[Tensor, int], None]
 
 @dataclass(frozen=True)
 class Hypothesis:
+    """One decoded sequence and its log probability."""
     tokens: list[int]
     """Generated tokens, end of text excluded."""
     logprob: float
@@ -115,6 +116,7 @@ class TokenRules:
 
 
 def _filtered(logits: Tensor, step: int, rules: TokenRules, masks: tuple[Tensor, Tensor], history: np.ndarray) -> Tensor:
+    """`logits` in float32 with the step's token rules applied."""
     logits = logits.float() + (masks[1] if step == 0 else masks[0])
     if rules.timestamps and step > 0:
         logits = logits + rules.timestamp_mask(history, logits)

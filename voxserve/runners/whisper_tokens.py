@@ -45,12 +45,14 @@ class WhisperTokens:
             self.sot_sequence = (self.sot,)
 
     def id(self, token: str) -> int:
+        """A special token's id; a tokenizer without it is not a Whisper tokenizer."""
         found = self.hf.token_to_id(token)
         if found is None:
             raise ValueError(f"the tokenizer has no {token} token")
         return int(found)
 
     def encode(self, text: str) -> list[int]:
+        """Text tokens of `text`, without special tokens."""
         return list(self.hf.encode(text, add_special_tokens=False).ids)
 
     def decode(self, tokens: list[int]) -> str:

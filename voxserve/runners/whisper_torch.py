@@ -58,6 +58,7 @@ def cuda_available() -> bool:
 
 
 class TorchWhisperRunner:
+    """Whisper on torch behind the runner interface the engine uses (`WhisperModel`)."""
     def __init__(
         self,
         model_dir: Path | None = None,
@@ -128,6 +129,9 @@ class TorchWhisperRunner:
         beam_size: int,
         temperature: float,
     ) -> DecodeOptions:
+        """What a batch shares: the prompt (its last 223 tokens), the start sequence, the
+        beam and the temperature; the language is detected when none is given and the
+        model is multilingual."""
         tok = self.tokenizer(task, language)
         previous: tuple[int, ...] = ()
         if prompt and prompt.strip():
@@ -165,6 +169,7 @@ class TorchWhisperRunner:
     def _decode(
         self, audio: Tensor, frames: Sequence[int], align: Sequence[bool], opts: DecodeOptions
     ) -> list[DecodeOutput]:
+        """Detect languages, generate and align, on encoded audio [batch, frames, width]."""
         batch = audio.shape[0]
         sots = [list(opts.sot_sequence) for _ in range(batch)]
         languages: list[str | None] = [None] * batch
@@ -204,6 +209,9 @@ class TorchWhisperRunner:
     def _generate(
         self, audio: Tensor, prompts: list[list[int]], sot_index: int, per_piece: int, opts: DecodeOptions
     ) -> tuple[list[Hypothesis], list[float]]:
+        """The best hypothesis and the no-speech probability of each piece: the prompt but
+        its last token runs at once (its logits at `<|startoftranscript|>` give the
+        no-speech probability), then the search from the last token, one step at a time."""
         decoder = self.model.decoder
         rows = audio.shape[0] * per_piece
         graph = self._graphs.get(audio, rows) if self._graphs is not None else None
@@ -244,6 +252,8 @@ class TorchWhisperRunner:
         return hyps, no_speech
 
     def _step_function(self, cache: Cache, graph: object, length: int) -> Callable[[Tensor, int], Tensor]:
+        """The search's step: a graph replay, the fixed-shape step run eagerly, or the eager
+        step that reads only the positions written so far."""
         decoder = self.model.decoder
         if graph is not None:
             from voxserve.runners.whisper_graphs import StepGraph
@@ -283,6 +293,7 @@ class TorchWhisperRunner:
 
 
 def _build(weights: Weights, device: torch.device, dtype: torch.dtype) -> Whisper:
+    """The module with `weights` loaded, on `device` in `dtype`, for inference."""
     model = Whisper(weights.dims)
     state = {name: torch.from_numpy(value) for name, value in weights.tensors.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)

@@ -64,6 +64,7 @@ class DecodeOptions:
 
 @dataclass(frozen=True)
 class DecodeInput:
+    """One piece to decode."""
     features: np.ndarray
     """Log-mel [n_mels, 3000], float32."""
     frames: int
@@ -83,6 +84,7 @@ class Alignment:
 
 @dataclass(frozen=True)
 class DecodeOutput:
+    """One decoded piece."""
     tokens: list[int]
     """Generated tokens, timestamps included, end-of-text excluded."""
     avg_logprob: float

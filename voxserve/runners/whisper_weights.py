@@ -93,6 +93,7 @@ class Weights:
     """The model's `tokenizer.json`, verbatim."""
 
     def meta(self) -> dict[str, Any]:
+        """Everything but the tensors and the tokenizer, as JSON-ready values."""
         return {
             "format": FORMAT,
             "dims": asdict(self.dims),
@@ -140,6 +141,7 @@ def _ct2_variables(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
 
 
 def _ct2_dequantized(variables: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+    """A variable in float32: int8 rows divided by their scales, int16 by its one scale."""
     value = variables[name]
     scale = variables.get(name + "_scale")
     if value.dtype == np.int8 and scale is not None:
@@ -150,6 +152,7 @@ def _ct2_dequantized(variables: Mapping[str, np.ndarray], name: str) -> np.ndarr
 
 
 def _layers(variables: Mapping[str, np.ndarray], prefix: str) -> int:
+    """How many layers the encoder or decoder has (their FFN weights are counted)."""
     n = 0
     while f"{prefix}/layer_{n}/ffn/linear_0/weight" in variables:
         n += 1
@@ -450,6 +453,7 @@ def write_safetensors(tensors: Mapping[str, np.ndarray], path: Path, dtype: Any 
 
 
 def _tokenizer_json(folder: Path) -> bytes:
+    """The folder's `tokenizer.json`: the runner's tokenizer travels with the weights."""
     path = folder / "tokenizer.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder} has no tokenizer.json; copy it from the original model")
@@ -487,6 +491,7 @@ def write_npz(weights: Weights, path: Path, compact: bool = False) -> None:
 
 
 def _save(f: BinaryIO, arrays: Mapping[str, np.ndarray], compress: bool) -> None:
+    """An `.npz` (a zip of `.npy` files) that numpy's `load` reads, compressed or not."""
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
     with zipfile.ZipFile(f, "w", method, compresslevel=9 if compress else None) as archive:
         for name, value in arrays.items():
