@@ -156,30 +156,29 @@ def beam_search(
         values_np, flat_np = values.cpu().numpy(), flat.cpu().numpy()
         origin_beam, token = np.divmod(flat_np, rules.vocab)
         last = step == max_steps - 1
-        next_token = np.full((pieces, beam), rules.eot, dtype=np.int64)
-        next_score = np.full((pieces, beam), -np.inf, dtype=np.float32)
-        origin = np.arange(rows, dtype=np.int64).reshape(pieces, beam)
-        for p in range(pieces):
-            if done[p]:
-                continue
-            spare = beam
-            for k in range(beam):
-                take = k
-                ends = token[p, k] == rules.eot
-                if ends or last:
-                    seq = history[p * beam + origin_beam[p, k]].tolist()
-                    if not ends:
-                        seq.append(int(token[p, k]))
-                    finished[p].append(Hypothesis(seq, float(values_np[p, k])))
-                    for j in range(spare, width):
-                        if token[p, j] != rules.eot:
-                            take, spare = j, j + 1
-                            break
-                next_token[p, k] = token[p, take]
-                next_score[p, k] = values_np[p, take]
-                origin[p, k] = p * beam + origin_beam[p, take]
-            if last or len(finished[p]) >= beam:
-                done[p] = True
+        ends = token == rules.eot
+        # Slots among the first `beam` that end the text (every slot at the last step)
+        # become hypotheses; the r-th of a piece takes the r-th continuation after the
+        # first `beam` that does not end it, or keeps its own if none is left.
+        finishing = (ends[:, :beam] | last) & ~done[:, None]
+        spare_ok = ~ends[:, beam:]
+        spare_order = np.argsort(~spare_ok, axis=1, kind="stable")
+        rank = np.cumsum(finishing, axis=1) - 1
+        replaced = finishing & (rank < spare_ok.sum(axis=1, keepdims=True))
+        picked = np.take_along_axis(spare_order, np.clip(rank, 0, width - beam - 1), axis=1)
+        take = np.where(replaced, beam + picked, np.arange(beam))
+        for p, k in np.argwhere(finishing):
+            seq = history[p * beam + origin_beam[p, k]].tolist()
+            if not ends[p, k]:
+                seq.append(int(token[p, k]))
+            finished[p].append(Hypothesis(seq, float(values_np[p, k])))
+        next_token = np.take_along_axis(token, take, axis=1)
+        next_score = np.take_along_axis(values_np, take, axis=1).astype(np.float32)
+        origin = np.arange(pieces)[:, None] * beam + np.take_along_axis(origin_beam, take, axis=1)
+        next_token[done] = rules.eot
+        next_score[done] = -np.inf
+        origin[done] = np.arange(rows, dtype=np.int64).reshape(pieces, beam)[done]
+        done |= last | (np.array([len(f) for f in finished]) >= beam)
         if done.all():
             break
         flat_origin = origin.reshape(-1)
