@@ -28,9 +28,11 @@ $(RUNTIME_STAMP): $(BIN)/python pyproject.toml constraints.txt
 # and build the project again). --no-compile: pip would byte-compile every module it
 # installs, Ray's thousands included, where the tests import a small part, which Python
 # compiles on first import. A fresh .venv took 113-153 s instead of 202-228 s (two runs
-# each, on two cores under a load of 9-11).
+# each, on two cores under a load of 9-11). The `gpu` extra (torch) comes in so that the
+# torch runner's parity tests run in CI; where pip's sources offer torch's CPU build, that
+# is the one to take (a CUDA build is gigabytes the tests do not use).
 $(TEST_STAMP): $(BIN)/python pyproject.toml constraints.txt | $(CHROMIUM)
-	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e '.[test,peers,ray]'
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e '.[test,peers,ray,gpu]'
 	touch $(RUNTIME_STAMP) $@
 
 # Kokoro's 54 voices (Apache-2.0) ship only in the `kokoro` 0.9.4 sdist: its wheel lacks them,

@@ -9,6 +9,8 @@ import json
 import re
 import socket
 import time
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -17,11 +19,30 @@ import openai
 import pytest
 
 from tests.asr_support import SHORT, speak, speak_pcm, wav_bytes, wer
-from tests.conftest import RunningServer
+from tests.conftest import RunningServer, run_server, tts_config
+from voxserve.config import ASRConfig
 
 pytestmark = pytest.mark.timeout(120)
 
 URL = "/v1/audio/transcriptions"
+
+
+@pytest.fixture(scope="module", params=["ct2", "torch"])
+def server(request: pytest.FixtureRequest, server: RunningServer) -> Iterator[RunningServer]:
+    """Every test here runs against both runtimes: the session's server (CTranslate2),
+    then one whose transcriptions run on the torch runner (`--runtime torch`)."""
+    if request.param == "ct2":
+        yield server
+        return
+    config = replace(tts_config(noise_w=0.0, noise_scale=0.0), asr=ASRConfig(runtime="torch"))
+    with run_server(config) as running:
+        assert running.asr.runtime == "torch"
+        yield running
+
+
+@pytest.fixture(scope="module")
+def base_url(server: RunningServer) -> str:
+    return server.base_url
 
 
 @pytest.fixture(scope="module")

@@ -44,9 +44,10 @@ def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def engine(base_dir: Path) -> Iterator[ASREngine]:
-    engine = ASREngine(ASRConfig(model_dir=base_dir, workers=1))
+@pytest.fixture(scope="module", params=["ct2", "torch"])
+def engine(request: pytest.FixtureRequest, base_dir: Path) -> Iterator[ASREngine]:
+    """The base model on each runtime: the torch runner converts the same folder."""
+    engine = ASREngine(ASRConfig(model_dir=base_dir, workers=1, runtime=request.param))
     engine.start()
     yield engine
     engine.stop()

@@ -108,6 +108,10 @@ def test_help_comes_from_the_docstring() -> None:
     assert "\n" not in field_docs(ServerConfig)["request_timeout_s"]
 
 
+_CHOICES = {"device": "cpu", "runtime": "torch"}
+"""Fields that take one of a few names: a valid one other than the default."""
+
+
 def _other_value(flags: ConfigFlags[Any], flag: Flag) -> tuple[list[str], Any]:
     """Arguments that set `flag` to a value unlike its default, and that value."""
     value = flags.default
@@ -126,6 +130,8 @@ def _other_value(flags: ConfigFlags[Any], flag: Flag) -> tuple[list[str], Any]:
             return [flag.option, "/srv/voices"], Path("/srv/voices")
         number = 2 if "int" in str(hint) else 0.25
         return [flag.option, str(number)], number
+    if flag.path[-1] in _CHOICES:
+        return [flag.option, _CHOICES[flag.path[-1]]], _CHOICES[flag.path[-1]]
     if isinstance(value, Path | str):
         return [flag.option, f"{value}x"], type(value)(f"{value}x")
     if isinstance(value, int):
@@ -233,6 +239,7 @@ def test_environment_read() -> None:
 ENVIRONMENT_WRITERS = {
     "voxserve/env.py": "reads VOXSERVE_*",
     "voxserve/runners/piper.py": "XDG_CACHE_HOME, the user's cache folder convention",
+    "voxserve/runners/whisper_weights.py": "XDG_CACHE_HOME, the user's cache folder convention",
     "voxserve/ray/environment.py": "sets Ray's and glibc's variables for a local Ray instance",
     "voxserve/bench/asr_offline.py": "sets HF_HUB_OFFLINE for faster-whisper",
     "voxserve/__init__.py": "sets GOMP_SPINCOUNT before CTranslate2 loads GNU OpenMP",

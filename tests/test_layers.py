@@ -145,6 +145,33 @@ def test_each_layer_imports_only_the_layers_below(layer: str) -> None:
 
 
 
+def _third_party(tree: ast.Module) -> set[str]:
+    """Top-level names of the packages a module imports (anywhere in it)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+# The Whisper runtimes: imported only by the runners, so that a machine loads only the one
+# it runs (a GPU machine has torch and no ctranslate2; a CPU server never loads torch).
+_RUNTIMES = ("ctranslate2", "torch")
+
+
+@pytest.mark.parametrize("runtime", _RUNTIMES)
+def test_only_runners_import_a_runtime(runtime: str) -> None:
+    wrong = sorted(
+        name
+        for name, path in _modules().items()
+        if runtime in _third_party(ast.parse(path.read_text(encoding="utf-8")))
+        and not name.startswith("voxserve.runners.")
+    )
+    assert not wrong
+
+
 def test_ray_imports_the_http_app_only_where_it_mounts_it() -> None:
     graph = import_graph()
     wrong = sorted(

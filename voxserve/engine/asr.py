@@ -27,6 +27,7 @@ steps that callers run in their audio pool. This module knows nothing of HTTP.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import logging
 import math
@@ -36,14 +37,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from voxserve.audio.blocks import Samples
 from voxserve.audio.cut import Span, plan_spans
-from voxserve.audio.decode import SAMPLE_RATE, decode_blocks
-from voxserve.audio.mel import N_FRAMES, LogMel
+from voxserve.audio.mel import N_FRAMES, SAMPLE_RATE
 from voxserve.config import ASRConfig
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
@@ -59,7 +60,7 @@ from voxserve.engine.segments import (
 )
 from voxserve.engine.threads import lower_priority, prestart, run_lowered
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
-from voxserve.runners.whisper import DecodeInput, DecodeOptions, DecodeOutput, WhisperRunner
+from voxserve.runners.whisper_types import DecodeInput, DecodeOptions, DecodeOutput, WhisperModel
 
 __all__ = [
     "ASREngine",
@@ -69,6 +70,8 @@ __all__ = [
     "WindowResult",
     "even_spans",
     "fitted_window",
+    "load_runner",
+    "resolve_device",
     "solo_threads",
 ]
 
@@ -200,12 +203,19 @@ class ASREngine(WorkerEngine):
     stop_timeout_s = 5.0
 
     def __init__(self, config: ASRConfig, clock: Callable[[], float] = time.monotonic):
+        device, runtime = resolve_device(config)
+        if device == "cuda":
+            # A GPU decodes one batch at a time, so one thread feeds it batches as large
+            # as it takes well; several threads would only split them.
+            config = replace(config, workers=1, max_batch=config.gpu_batch, solo_threads=1)
         super().__init__(config.workers)
         self.config = config
+        self.device = device
+        self.runtime = runtime
         # CTranslate2 starts its decoding threads as the model loads; they inherit the
         # loading thread's lowered priority (`ASRConfig.nice`).
-        self.runner = run_lowered(config.nice, WhisperRunner, config.model_dir, config.compute_type, config.workers)
-        self.mel = LogMel(self.runner.n_mels)
+        self.runner = run_lowered(config.nice, load_runner, config, device, runtime)
+        self.mel = self.runner.log_mel()
         self.budget = AudioBudget(int(config.max_buffered_audio_s * SAMPLE_RATE), SAMPLE_RATE)
         if config.max_buffered_audio_s < 2 * config.max_audio_seconds:
             log.warning(
@@ -321,6 +331,10 @@ class ASREngine(WorkerEngine):
         before it is allocated (429 when the budget is spent) and held until the caller
         calls `release()` on the result. One request holds at most `max_audio_seconds`
         (plus one block): decoding stops with 400 past it."""
+        # PyAV is imported only to decode uploads: an engine fed samples (a GPU machine
+        # measuring the runner through the engine) runs without it.
+        from voxserve.audio.decode import decode_blocks
+
         lease = self.budget.lease()
         try:
             audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
@@ -613,6 +627,49 @@ class ASREngine(WorkerEngine):
             rid = job.handle.request_id or str(job.handle.id)
             log.error("transcription failed for request %s: %r", rid, exc, exc_info=exc)
             job.handle.results.fail(ServerError(f"transcription failed (request {rid})"))
+
+
+def _gpu_present() -> bool:
+    """Whether this machine shows an NVIDIA GPU, read from the driver's files so that a
+    machine without one never imports torch to find out."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return Path("/dev/nvidia0").exists() or (gpus.is_dir() and any(gpus.iterdir()))
+
+
+def resolve_device(config: ASRConfig) -> tuple[str, str]:
+    """(device, runtime) for `config`: auto means CUDA with torch when torch is installed
+    and sees a GPU, else the CPU with CTranslate2; an auto runtime is torch on CUDA and
+    CTranslate2 on the CPU. Raises ValueError for a choice this machine cannot run."""
+    device = config.device
+    if device == "auto":
+        device = "cpu"
+        if config.runtime != "ct2" and _gpu_present() and importlib.util.find_spec("torch") is not None:
+            from voxserve.runners.whisper_torch import cuda_available
+
+            device = "cuda" if cuda_available() else "cpu"
+    runtime = config.runtime
+    if runtime == "auto":
+        runtime = "torch" if device == "cuda" else "ct2"
+    if runtime == "torch" and importlib.util.find_spec("torch") is None:
+        raise ValueError("the torch runtime needs torch: pip install 'voxserve[gpu]'")
+    if device == "cuda":
+        from voxserve.runners.whisper_torch import cuda_available
+
+        if not cuda_available():
+            raise ValueError("--device cuda, but torch sees no CUDA device: use --device cpu or auto")
+    return device, runtime
+
+
+def load_runner(config: ASRConfig, device: str, runtime: str) -> WhisperModel:
+    """The Whisper runner for this runtime; only the chosen runtime's module is imported
+    (the torch path never loads ctranslate2, the CTranslate2 path never loads torch)."""
+    if runtime == "torch":
+        from voxserve.runners.whisper_torch import TorchWhisperRunner
+
+        return TorchWhisperRunner(config.model_dir, device=device, workers=config.workers)
+    from voxserve.runners.whisper import WhisperRunner
+
+    return WhisperRunner(config.model_dir, config.compute_type, config.workers)
 
 
 def solo_threads(

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from voxserve.runners.whisper import Alignment, DecodeOutput
+from voxserve.runners.whisper_types import Alignment, DecodeOutput
 
 __all__ = [
     "TimedSegment",
@@ -50,8 +50,11 @@ TOKENS_PER_SECOND = 50  # one encoder frame per 20 ms
 
 
 class WhisperTokenizer(Protocol):
-    timestamp_begin: int
-    eot: int
+    @property
+    def timestamp_begin(self) -> int: ...
+
+    @property
+    def eot(self) -> int: ...
 
     def decode(self, tokens: list[int]) -> str: ...
 

