@@ -192,6 +192,7 @@ class KokoroVoice:
             acoustic_s_per_id=2e-3,
             sentence_chars=SENTENCE_CHARS,
             chunk_growth=GROWTH,
+            ramp=GROWTH,
             crossfade=CROSSFADE,
         )
         self._gain = output_gain

@@ -103,6 +103,11 @@ class ModelProfile:
     """Each chunk after the second is this many times the one before (up to
     `max_chunk_frames`): at most what one thread decodes, context included, while the
     audio before it plays (Piper decodes ~12x real time and doubles)."""
+    ramp: float = 1.0
+    """Admission counts each stream of this model at its measured cost times this. A
+    stream whose chunks grow slowly (Kokoro's by 1.25) keeps up while it ramps only if
+    its share of the workers decodes that much faster than it plays, and its first
+    windows cost more context per second of audio than the mean the meter sees."""
     crossfade: int = 0
     """Samples over which two chunks of one segment overlap and are crossfaded: 0 for a
     decoder whose windows join exactly given their context (Piper); more for one whose

@@ -435,7 +435,8 @@ class TTSEngine(WorkerEngine):
         """Whether one more stream of voice model `model` fits now:
 
         - the load of the streams *with* the newcomer, each weighed by its model's
-          recently measured cost, stays within `workers x target_utilization`
+          recently measured cost (times its profile's `ramp`), stays within
+          `workers x target_utilization`
           (`voxserve.engine.cost.room_for`);
         - no live stream is about to run dry (`Scheduler.lagging`). How close counts
           depends on that load: up to `workers x admit_eager_utilization`, only a stream
@@ -499,11 +500,16 @@ class TTSEngine(WorkerEngine):
         """Each model's recently measured cost in worker-seconds per audio-second (None
         until it has made enough audio)."""
         with self._cond:
-            return self._admission_costs()
+            return {name: meter.cost() for name, meter in self.stats.costs.items()}
 
     def _admission_costs(self) -> dict[str, float | None]:
-        """Each model's measured cost. Call under the lock."""
-        return {name: meter.cost() for name, meter in self.stats.costs.items()}
+        """Each model's cost as admission counts it: measured, times its profile's `ramp`.
+        Call under the lock."""
+        costs: dict[str, float | None] = {}
+        for name, meter in self.stats.costs.items():
+            cost = meter.cost()
+            costs[name] = None if cost is None else cost * self.models[name].profile.ramp
+        return costs
 
     def capacity_streams(self, admitted: int = 0) -> float | None:
         """Real-time streams the workers sustain at `target_utilization` for the mix of
