@@ -134,9 +134,11 @@ class _Output:
                 ready, samples = self.pending.pop(self.next_seq)
                 self.next_seq += 1
                 head, tail = fades(self.model, ready)
-                if head and self.held is not None and len(samples) >= head:
-                    lead = crossfade(self.held, samples[: 2 * head][:len(self.held)])
+                if head and self.held is not None and len(samples) >= len(self.held):
+                    lead = crossfade(self.held, samples[: len(self.held)])
                     samples = np.concatenate([lead, samples[len(self.held) :]])
+                elif head:  # nothing held to meet: start at the join itself
+                    samples = samples[head:]
                 self.held = None
                 if tail:
                     cut = max(0, len(samples) - 2 * tail)
