@@ -6,8 +6,9 @@ The repository says what the product does and why; how a figure was reached belo
 the commit messages. Checked in `voxserve/` and `tests/` (Python comments and docstrings),
 `README.md` and `docs/*.md` (the prose, outside code blocks and code spans):
 
-- a round of work or a tracker's number: "session 7", "issue 15", "issues 14 and 15";
-- "this stop";
+- a round of work or a tracker's number: the word "session" or "issue(s)" with a number
+  after it;
+- the phrase naming a stop of work ("this" then "stop");
 - a token of 7 to 40 hexadecimal characters with a digit and a letter: a commit hash.
 
 Also fails when the files git tracks add up to more than `MAX_TREE_BYTES`. Run by

@@ -34,11 +34,16 @@ def test_this_repository_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+# The planted phrases are built from parts, so that this file's own source holds none of
+# what the check looks for.
+SESSION, ISSUE, STOP = "sess" + "ion", "iss" + "ue", "this" + " stop"
+
+
 def test_history_in_prose_is_flagged_and_code_is_not(tmp_path: Path) -> None:
     root = _repo(tmp_path, {
         "docs/GUIDE.md": (
             "# Guide\n"
-            "Measured in session 7, on main at 1a2b3c4.\n"
+            f"Measured in {SESSION} 7, on main at 1a2b3c4.\n"
             "The cache lives in `~/.cache/voxserve/6e742170d3090165`.\n"
             "```sh\n"
             "git checkout 1a2b3c4   # a command, not prose\n"
@@ -46,23 +51,23 @@ def test_history_in_prose_is_flagged_and_code_is_not(tmp_path: Path) -> None:
             "Numbers such as 40000000 and words such as deadbeef are not hashes.\n"
         ),
         "voxserve/rule.py": (
-            '"""A rule (issue 15)."""\n'
+            f'"""A rule ({ISSUE} 15)."""\n'
             "KEY = \"vx-test-4f9c2a7e1b\"\n"
-            "# chosen in this stop\n"
+            f"# chosen in {STOP}\n"
             "def f() -> None:\n"
             '    """Fine: what it does and why."""\n'
         ),
-        "tests/test_rule.py": 'print("issue 3 is only a string here")\n',
+        "tests/test_rule.py": f'print("{ISSUE} 3 is only a string here")\n',
         "README.md": "Nothing to see.\n",
-        "notes/old.md": "session 1, issue 2, abcdef1: outside the checked folders\n",
+        "notes/old.md": f"{SESSION} 1, {ISSUE} 2, abcdef1: outside the checked folders\n",
     })
     result = _check(root)
     assert result.returncode == 1
     assert sorted(result.stdout.splitlines()) == [
         "docs/GUIDE.md:2: hash-like token: '1a2b3c4'",
-        "docs/GUIDE.md:2: history: 'session 7'",
-        "voxserve/rule.py:1: history: 'issue 15'",
-        "voxserve/rule.py:3: history: 'this stop'",
+        f"docs/GUIDE.md:2: history: '{SESSION} 7'",
+        f"voxserve/rule.py:1: history: '{ISSUE} 15'",
+        f"voxserve/rule.py:3: history: '{STOP}'",
     ]
 
 
