@@ -17,34 +17,7 @@ import numpy as np
 
 from voxserve.bench import kokoro_prosody as kp
 from voxserve.engine.kokoro_voice import CHUNKING, KokoroVoice
-from voxserve.engine.scheduler import Latent, plan_chunk
-from voxserve.engine.tts import crossfade
-from voxserve.engine.voices import Span
 from voxserve.runners.kokoro import HOP, KokoroModel
-
-
-def render(model: KokoroVoice, latent: Latent, plan: tuple[int, int, float, int, int]) -> tuple[np.ndarray, list[int]]:
-    first, later, growth, context, fade = plan
-    chunking = replace(CHUNKING, first_chunk_frames=first, chunk_frames=later,
-                       left_context=context, right_context=context)
-    pieces: list[np.ndarray] = []
-    joins: list[int] = []
-    held: np.ndarray | None = None
-    pos = index = 0
-    while pos < latent.frames:
-        lo, hi, start, end = plan_chunk(latent.frames, pos, index, chunking, level=latent.level, growth=growth)
-        full = model.decode([Span(latent, lo, hi)])[0]
-        head = fade // 2 if start > 0 else 0
-        tail = fade // 2 if end < latent.frames else 0
-        pcm = full[(start - lo) * HOP - head : (end - lo) * HOP + tail]
-        if head and held is not None:
-            pcm = np.concatenate([crossfade(held, pcm[: 2 * head]), pcm[2 * head :]])
-        if start > 0:
-            joins.append(start * HOP)
-        held = pcm[len(pcm) - 2 * tail :] if tail else None
-        pieces.append(pcm[: len(pcm) - 2 * tail] if tail else pcm)
-        pos, index = end, index + 1
-    return np.concatenate(pieces), joins
 
 
 def main() -> None:
@@ -63,7 +36,10 @@ def main() -> None:
     for plan in plans:
         mel, level, dips, clicks, sounding, total = [], [], [], [], 0, 0
         for whole, latents in clips:
-            rendered = [render(model, latent, plan) for latent in latents]
+            first, later, growth, context, fade = plan
+            chunking = replace(CHUNKING, first_chunk_frames=first, chunk_frames=later,
+                               left_context=context, right_context=context)
+            rendered = [kp.render_windows(model, latent, chunking, growth, fade) for latent in latents]
             pcm = np.concatenate([p for p, _ in rendered])
             offset, joins = 0, list[int]()
             for part, at in rendered:

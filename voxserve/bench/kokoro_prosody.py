@@ -29,13 +29,14 @@ from typing import Any
 import numpy as np
 
 from voxserve.bench.metrics import normalize_text, summarize, word_error_rate
-from voxserve.config import TTSConfig
+from voxserve.config import TTSConfig, VocoderChunking
 from voxserve.engine.kokoro_voice import CHUNKING, GROWTH, LEAD_FRAMES, KokoroVoice
-from voxserve.engine.scheduler import Latent, VocoderWork, plan_chunk
-from voxserve.engine.tts import TTSEngine, crossfade, decode_chunk, fades
+from voxserve.engine.scheduler import Latent, plan_chunk
+from voxserve.engine.tts import TTSEngine, crossfade
+from voxserve.engine.voices import Span
 from voxserve.runners.kokoro import HOP, SAMPLE_RATE, KokoroInput, list_voices
 
-__all__ = ["PROSODY_TEXTS", "join_quality", "mid_phrase_pauses", "run_kokoro_prosody"]
+__all__ = ["PROSODY_TEXTS", "join_quality", "mid_phrase_pauses", "render_windows", "run_kokoro_prosody"]
 
 PROSODY_TEXTS = (
     "The quick brown fox jumps over the lazy dog, twice before breakfast.",
@@ -127,19 +128,27 @@ def join_quality(reference: np.ndarray, test: np.ndarray, joins: Sequence[int]) 
     return max(dips), max(clicks), sounding
 
 
-def _windows(model: KokoroVoice, latent: Latent) -> tuple[np.ndarray, list[int]]:
-    """A latent rendered offline exactly as the engine streams it (its window plan, the
-    engine's crop and crossfade), and the sample offsets of its joins."""
-    pieces, joins, held = [], [], None
+def render_windows(
+    model: KokoroVoice, latent: Latent, chunking: VocoderChunking = CHUNKING, growth: float = GROWTH,
+    fade: int | None = None,
+) -> tuple[np.ndarray, list[int]]:
+    """A latent rendered offline as the engine streams it (the window plan, the crop, the
+    crossfade of `fade` samples, by default the model's), and the sample offsets of its
+    joins."""
+    fade = model.profile.crossfade if fade is None else fade
+    pieces: list[np.ndarray] = []
+    joins: list[int] = []
+    held: np.ndarray | None = None
     pos = index = 0
     while pos < latent.frames:
-        lo, hi, start, end = plan_chunk(latent.frames, pos, index, CHUNKING, level=latent.level, growth=GROWTH)
-        work = VocoderWork(0, 0, latent, lo, hi, start, end, end >= latent.frames, index)
-        pcm = decode_chunk(model, work)
-        head, tail = fades(model, work)
-        if head and held is not None:
-            pcm = np.concatenate([crossfade(held, pcm[: 2 * head]), pcm[2 * head :]])
+        lo, hi, start, end = plan_chunk(latent.frames, pos, index, chunking, level=latent.level, growth=growth)
+        head = fade // 2 if start > 0 else 0
+        tail = fade // 2 if end < latent.frames else 0
+        pcm = model.decode([Span(latent, lo, hi)])[0][(start - lo) * HOP - head : (end - lo) * HOP + tail]
+        if start > 0:
             joins.append(start * HOP)
+        if held is not None:
+            pcm = np.concatenate([crossfade(held, pcm[: len(held)]), pcm[len(held) :]])
         held = pcm[len(pcm) - 2 * tail :] if tail else None
         pieces.append(pcm[: len(pcm) - 2 * tail] if tail else pcm)
         pos, index = end, index + 1
@@ -218,7 +227,7 @@ def run_kokoro_prosody(
         for voice, text in itertools.product(voices, texts):
             whole, latents = _whole(model, text, voice)
             streamed, first = _stream(engine, model, text, voice)
-            rendered = [_windows(model, latent) for latent in latents]
+            rendered = [render_windows(model, latent) for latent in latents]
             offset, joins = 0, list[int]()
             for pcm, at in rendered:
                 joins.extend(offset + j for j in at)

@@ -31,6 +31,7 @@ from voxserve.runners.whisper_types import (
     DecodeOptions,
     DecodeOutput,
     bundled_model,
+    decode_options,
 )
 
 __all__ = [
@@ -124,17 +125,7 @@ class WhisperRunner:
         temperature: float,
     ) -> DecodeOptions:
         tok = self.tokenizer(task, language)
-        previous: tuple[int, ...] = ()
-        if prompt and prompt.strip():
-            ids = tok.encode(" " + prompt.strip())
-            previous = (tok.sot_prev, *ids[-(MAX_LENGTH // 2 - 1) :])
-        return DecodeOptions(
-            previous=previous,
-            sot_sequence=tuple(tok.sot_sequence),
-            beam_size=beam_size,
-            temperature=temperature,
-            detect_language=self.multilingual and language is None,
-        )
+        return decode_options(tok, prompt, beam_size, temperature, self.multilingual and language is None)
 
     # -- inference ---------------------------------------------------------------------
     def run(self, inputs: Sequence[DecodeInput], opts: DecodeOptions, threads: int = 1) -> list[DecodeOutput]:

@@ -44,6 +44,7 @@ from voxserve.runners.whisper_types import (
     DecodeOptions,
     DecodeOutput,
     bundled_model,
+    decode_options,
 )
 from voxserve.runners.whisper_weights import Weights, load_weights
 
@@ -133,17 +134,7 @@ class TorchWhisperRunner:
         beam and the temperature; the language is detected when none is given and the
         model is multilingual."""
         tok = self.tokenizer(task, language)
-        previous: tuple[int, ...] = ()
-        if prompt and prompt.strip():
-            ids = tok.encode(" " + prompt.strip())
-            previous = (tok.sot_prev, *ids[-(MAX_LENGTH // 2 - 1) :])
-        return DecodeOptions(
-            previous=previous,
-            sot_sequence=tok.sot_sequence,
-            beam_size=beam_size,
-            temperature=temperature,
-            detect_language=self.multilingual and language is None,
-        )
+        return decode_options(tok, prompt, beam_size, temperature, self.multilingual and language is None)
 
     # -- inference ---------------------------------------------------------------------
     def run(self, inputs: Sequence[DecodeInput], opts: DecodeOptions, threads: int = 1) -> list[DecodeOutput]:

@@ -26,6 +26,7 @@ __all__ = [
     "TokenizerLike",
     "WhisperModel",
     "bundled_model",
+    "decode_options",
 ]
 
 MAX_LENGTH = 448
@@ -106,6 +107,37 @@ class TokenizerLike(Protocol):
     def decode(self, tokens: list[int]) -> str: ...
 
     def split_to_word_tokens(self, tokens: list[int]) -> tuple[list[str], list[list[int]]]: ...
+
+
+class PromptTokens(Protocol):
+    """What `decode_options` reads of a tokenizer: both runners' tokenizers have it."""
+
+    @property
+    def sot_prev(self) -> int: ...
+
+    @property
+    def sot_sequence(self) -> Sequence[int]: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+
+def decode_options(
+    tok: PromptTokens, prompt: str | None, beam_size: int, temperature: float, detect_language: bool
+) -> DecodeOptions:
+    """What a batch shares: `<|startofprev|>` and the prompt's last tokens (half the
+    decoder's context at most, as OpenAI's Whisper keeps), the start sequence, the beam
+    and the temperature."""
+    previous: tuple[int, ...] = ()
+    if prompt and prompt.strip():
+        ids = tok.encode(" " + prompt.strip())
+        previous = (tok.sot_prev, *ids[-(MAX_LENGTH // 2 - 1) :])
+    return DecodeOptions(
+        previous=previous,
+        sot_sequence=tuple(tok.sot_sequence),
+        beam_size=beam_size,
+        temperature=temperature,
+        detect_language=detect_language,
+    )
 
 
 class FeatureMaker(Protocol):
