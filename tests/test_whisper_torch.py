@@ -232,7 +232,7 @@ def test_each_runtime_loads_only_when_chosen() -> None:
         ASRConfig(device="cuda", runtime="ct2")
 
 
-def test_speech_refuses_cuda_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["speak", "Hello.", "--device", "cuda"]) == 2
-    assert "speech runs on the CPU only" in capsys.readouterr().err
+def test_speech_refuses_cuda_on_onnx_runtime_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["speak", "Hello.", "--device", "cuda", "--runtime", "onnx"]) == 2
+    assert "CPU only" in capsys.readouterr().err
 

@@ -37,11 +37,12 @@ def _tts_flags(serving: bool = True) -> ConfigFlags[TTSConfig]:
         TTSConfig,
         "TTS engine",
         # --audio-workers is the ASR one; --models would not say which kind; on `serve`,
-        # --device is the ASR one (speech runs on the CPU for now)
+        # --device and --runtime are the ASR ones
         rename={
             "audio_workers": "tts-audio-workers",
             "models": "tts-models",
             "device": "tts-device" if serving else "device",
+            "runtime": "tts-runtime" if serving else "runtime",
         },
         shared=[
             Shared(

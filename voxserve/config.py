@@ -15,6 +15,7 @@ from pathlib import Path
 DEVICES = ("auto", "cpu", "cuda")
 """Where a model may run; auto picks CUDA when torch sees a GPU."""
 ASR_RUNTIMES = ("auto", "ct2", "torch")
+TTS_RUNTIMES = ("auto", "onnx", "torch")
 
 
 def default_cores() -> int:
@@ -63,8 +64,10 @@ class TTSConfig:
     up to 430 MB while it decodes a long segment, and 3 s more start-up). The first is
     the default: OpenAI's model names that no loaded model claims (gpt-4o-mini-tts) mean it."""
     device: str = "auto"
-    """Where speech is synthesized: cpu, or auto (the CPU: the voice models have no torch
-    runners yet, so cuda is refused)."""
+    """Where speech is synthesized: cpu, cuda, or auto (cuda when torch sees a GPU)."""
+    runtime: str = "auto"
+    """What runs the voice models: onnx (ONNX Runtime, the CPU default), torch (the torch
+    runners, converted once from the same ONNX graphs), or auto (torch on a GPU, else onnx)."""
     voice_dir: Path | None = None
     """Folder with a Piper `.onnx` + `.onnx.json` pair; None uses the bundled joe voice."""
     cache_dir: Path | None = None
@@ -153,11 +156,10 @@ class TTSConfig:
             raise ValueError("load at least one TTS model (--tts-models piper)")
         if self.device not in DEVICES:
             raise ValueError(f"unknown TTS device {self.device!r}: use one of {', '.join(DEVICES)}")
-        if self.device == "cuda":
-            raise ValueError(
-                "speech runs on the CPU only for now (its models have no torch runners yet): "
-                "use --device cpu or auto for speech; transcription can use cuda"
-            )
+        if self.runtime not in TTS_RUNTIMES:
+            raise ValueError(f"unknown TTS runtime {self.runtime!r}: use one of {', '.join(TTS_RUNTIMES)}")
+        if self.device == "cuda" and self.runtime == "onnx":
+            raise ValueError("ONNX Runtime runs speech on the CPU only here: use the torch runtime with cuda")
         if self.max_queue < 0 or self.queue_timeout_s < 0:
             raise ValueError("max_queue and queue_timeout_s must be >= 0")
         if self.burst_waiting < 0:
