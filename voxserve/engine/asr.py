@@ -27,7 +27,6 @@ steps that callers run in their audio pool. This module knows nothing of HTTP.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import itertools
 import logging
 import math
@@ -37,7 +36,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,6 +44,7 @@ from voxserve.audio.blocks import Samples
 from voxserve.audio.cut import Span, plan_spans
 from voxserve.audio.mel import N_FRAMES, SAMPLE_RATE
 from voxserve.config import ASRConfig
+from voxserve.engine import devices
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
 from voxserve.engine.lifecycle import WorkerEngine
@@ -629,35 +628,9 @@ class ASREngine(WorkerEngine):
             job.handle.results.fail(ServerError(f"transcription failed (request {rid})"))
 
 
-def _gpu_present() -> bool:
-    """Whether this machine shows an NVIDIA GPU, read from the driver's files so that a
-    machine without one never imports torch to find out."""
-    gpus = Path("/proc/driver/nvidia/gpus")
-    return Path("/dev/nvidia0").exists() or (gpus.is_dir() and any(gpus.iterdir()))
-
-
 def resolve_device(config: ASRConfig) -> tuple[str, str]:
-    """(device, runtime) for `config`: auto means CUDA with torch when torch is installed
-    and sees a GPU, else the CPU with CTranslate2; an auto runtime is torch on CUDA and
-    CTranslate2 on the CPU. Raises ValueError for a choice this machine cannot run."""
-    device = config.device
-    if device == "auto":
-        device = "cpu"
-        if config.runtime != "ct2" and _gpu_present() and importlib.util.find_spec("torch") is not None:
-            from voxserve.runners.whisper_torch import cuda_available
-
-            device = "cuda" if cuda_available() else "cpu"
-    runtime = config.runtime
-    if runtime == "auto":
-        runtime = "torch" if device == "cuda" else "ct2"
-    if runtime == "torch" and importlib.util.find_spec("torch") is None:
-        raise ValueError("the torch runtime needs torch: pip install 'voxserve[gpu]'")
-    if device == "cuda":
-        from voxserve.runners.whisper_torch import cuda_available
-
-        if not cuda_available():
-            raise ValueError("--device cuda, but torch sees no CUDA device: use --device cpu or auto")
-    return device, runtime
+    """(device, runtime) for `config` (`engine/devices.py`): CTranslate2 is the CPU runtime."""
+    return devices.resolve_device(config.device, config.runtime, "ct2")
 
 
 def load_runner(config: ASRConfig, device: str, runtime: str) -> WhisperModel:

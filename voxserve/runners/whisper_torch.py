@@ -48,14 +48,9 @@ from voxserve.runners.whisper_types import (
 )
 from voxserve.runners.whisper_weights import Weights, load_weights
 
-__all__ = ["TorchWhisperRunner", "cuda_available"]
+__all__ = ["TorchWhisperRunner"]
 
 log = logging.getLogger(__name__)
-
-
-def cuda_available() -> bool:
-    """Whether torch sees a CUDA device."""
-    return bool(torch.cuda.is_available())
 
 
 class TorchWhisperRunner:
