@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from voxserve.engine.cost import CostMeter, load_with, room_for, stream_capacity
+from voxserve.engine.admission import LoadView, hold_reason, load_with, room_for, stream_capacity
+from voxserve.engine.cost import CostMeter, batch_bucket
+from voxserve.engine.scheduler import Playback
 
 PIPER, HEAVY = 0.08, 0.48  # worker-seconds per audio-second: HEAVY costs 6 Piper streams
 BUDGET = 2 * 0.85
@@ -112,3 +114,43 @@ def test_load_with_a_newcomer_counts_as_room_for_does() -> None:
     # Unsubmitted streams and a newcomer of no named model count at the costliest model.
     assert load_with(costs, {"piper": 2}, 1, None) == pytest.approx(2 * PIPER + 2 * HEAVY)
     assert room_for(BUDGET, costs, {"piper": 20}, 0, "piper") == (21 * PIPER <= BUDGET)
+
+
+def test_a_batched_device_costs_less_per_stream_as_its_steps_grow() -> None:
+    """A step of 64 chunks takes little more than a step of one: the meter keeps each batch
+    size's figure apart, and reads the largest measured size at or below the one asked."""
+    meter = CostMeter()
+    for _ in range(4):
+        meter.add("acoustic", 0.02, 1.0)
+        meter.add("vocoder", 0.01, 1.0)
+        meter.add("acoustic", 0.03, 64.0, batch=64)
+        meter.add("vocoder", 0.02, 64.0, batch=64)
+    alone, batch = meter.cost(1), meter.cost(64)
+    assert alone is not None and batch is not None
+    assert alone == pytest.approx(0.03) and batch < alone / 20
+    assert meter.cost(100) == pytest.approx(batch)  # 64 is the bucket at or below 100
+    assert meter.cost(32) == pytest.approx(alone)  # nothing measured between 1 and 63
+    assert [batch_bucket(n) for n in (1, 2, 3, 64, 100)] == [1, 2, 2, 64, 64]
+
+
+def view(live: int, cost: float | None = PIPER, playback: tuple[Playback, ...] = (), now: float = 10.0) -> LoadView:
+    return LoadView(
+        capacity=2.0, slots=2, costs={"piper": cost}, live={"piper": live}, unsubmitted=0,
+        starting=0, playback=playback, now=now,
+    )  # fmt: skip
+
+
+def test_the_gate_names_the_first_reason_that_holds_a_newcomer() -> None:
+    assert hold_reason(view(3), "piper", "piper") is None
+    assert hold_reason(view(21), "piper", "piper") == "load"  # 22 x 0.08 > 2 x 0.85
+    unmeasured = LoadView(2.0, 2, {"piper": None}, {"piper": 1}, 0, 2, (), 0.0)
+    assert hold_reason(unmeasured, "piper", "piper") == "starting"
+    dry_soon = (Playback(started=9.0, dry_at=10.05, out_of_credit=False),)
+    assert hold_reason(view(3, playback=dry_soon), "piper", "piper") == "lagging"
+    stalled_client = (Playback(started=9.0, dry_at=10.05, out_of_credit=True),)
+    assert hold_reason(view(3, playback=stalled_client), "piper", "piper") is None
+    # Near capacity (above 0.8 of the workers with the newcomer) a stream must have half
+    # a second ahead, not a tenth.
+    ahead = (Playback(started=9.0, dry_at=10.3, out_of_credit=False),)
+    assert hold_reason(view(3, playback=ahead), "piper", "piper") is None
+    assert hold_reason(view(20, playback=ahead), "piper", "piper") == "lagging"

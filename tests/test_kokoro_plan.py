@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 from voxserve.config import VocoderChunking
-from voxserve.engine.cost import room_for
+from voxserve.engine.admission import room_for
 from voxserve.engine.kokoro_voice import CHUNKING, GROWTH, SENTENCE_CHARS
 from voxserve.engine.scheduler import (
     AcousticWork,
+    Budget,
     Latent,
     ModelProfile,
     Scheduler,
@@ -59,7 +60,7 @@ def simulate(
         "kokoro", HOP, RATE, chunking, acoustic_s_per_id=ACOUSTIC_S_PER_ID, sentence_chars=SENTENCE_CHARS,
         chunk_growth=growth,
     )
-    sched = Scheduler(credits=4, urgent_slack=0.15, acoustic_slots=workers - 1)
+    sched = Scheduler(credits=4, budget=Budget(acoustic_slots=workers - 1))
     texts = segment(text, first_max_chars=None, max_chars=SENTENCE_CHARS)
     starts = [0.3 * i for i in range(streams)]
     for i, start in enumerate(starts):

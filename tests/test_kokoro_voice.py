@@ -23,6 +23,7 @@ import pytest
 from tests.asr_support import wer
 from tests.conftest import RunningServer, run_server
 from voxserve.config import ServerConfig, TTSConfig
+from voxserve.engine.admission import TARGET_UTILIZATION
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -200,5 +201,5 @@ def test_admission_weighs_a_newcomer_by_its_own_model(both: RunningServer) -> No
     assert {"kokoro-82m-v1.0", "en_US-joe-medium"} <= kinds() and all(active >= 1 for active, _ in asked)
     cost = engine.costs()["kokoro-82m-v1.0"]
     assert cost is not None and cost > 0.2  # measured at warm-up, before the first client
-    budget = engine.config.workers * engine.config.target_utilization
+    budget = engine.config.workers * TARGET_UTILIZATION
     assert int(budget / cost) < 4

@@ -7,9 +7,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-from voxserve.config import TTSConfig, VocoderChunking
+from voxserve.config import VocoderChunking
+from voxserve.engine.admission import lagging
 from voxserve.engine.scheduler import (
     AcousticWork,
+    Budget,
     Latent,
     ModelProfile,
     Scheduler,
@@ -48,10 +50,10 @@ def start_stream(
     """Add a stream, run its first stage A and first chunk at `now` (the chunk timed at
     `elapsed`, if given)."""
     s.add(sid, [seg() for _ in range(segments)], now, profile)
-    work = s.next_work(now)
+    (work,) = s.next_step(now)
     assert isinstance(work, AcousticWork) and work.stream_id == sid
     s.complete_acoustic(work, latent(frames))
-    chunk = s.next_work(now)
+    (chunk,) = s.next_step(now)
     assert isinstance(chunk, VocoderWork) and chunk.stream_id == sid
     s.complete_vocoder(chunk, (chunk.end - chunk.start) * profile.hop, now, elapsed)
     s.taken(sid)
@@ -300,7 +302,7 @@ def test_a_stream_started_in_a_burst_skips_the_smallest_chunk() -> None:
     """While `burst_waiting` other new streams wait for their first chunk, a stream's
     chunks are 32, 64, 128 frames instead of 16, 32, 64, 128; once fewer wait, the next
     stream starts as usual."""
-    s = Scheduler(credits=100, burst_waiting=2)
+    s = Scheduler(credits=100, budget=Budget(burst_waiting=2))
     for sid in (1, 2, 3):
         s.add(sid, [seg()], 0.0, PIPER)
     spans: dict[int, list[tuple[int, int, int, int]]] = {1: [], 2: [], 3: []}
@@ -317,11 +319,6 @@ def test_a_stream_started_in_a_burst_skips_the_smallest_chunk() -> None:
     assert spans[3][0][1:3] == (0, 16)
 
 
-def test_burst_waiting_below_zero_is_refused_at_start() -> None:
-    with pytest.raises(ValueError, match="burst_waiting must be >= 0"):
-        TTSConfig(burst_waiting=-1)
-
-
 @pytest.mark.parametrize(("skip", "sizes"), [(0, [16, 32, 64, 128, 128]), (1, [32, 64, 128, 128, 128])])
 def test_plan_chunk_skips_sizes(skip: int, sizes: list[int]) -> None:
     c = VocoderChunking()
@@ -334,7 +331,7 @@ def test_plan_chunk_skips_sizes(skip: int, sizes: list[int]) -> None:
 
 
 def test_stage_a_leaves_a_worker_for_the_vocoder() -> None:
-    s = Scheduler(credits=4, acoustic_slots=1)
+    s = Scheduler(credits=4, budget=Budget(acoustic_slots=1))
     start_stream(s, 1, now=0.0, segments=2)
     s.add(2, [seg(100)], 0.0, PIPER)
     s.add(3, [seg(100)], 0.0, PIPER)
@@ -359,7 +356,7 @@ def test_newcomers_stage_a_takes_the_vocoders_worker_while_live_streams_have_tim
     """A burst of new streams starts on every worker while the live ones are well ahead of
     their players, and goes back to one stage A at a time once one would become urgent
     within twice the newcomer's expected stage A time."""
-    s = Scheduler(credits=4, acoustic_slots=1, workers=2)
+    s = Scheduler(credits=4, budget=Budget(slots=2, acoustic_slots=1))
     start_stream(s, 1, now=0.0, segments=2)  # alone: its first chunk has 12 frames
     second = s.next_work(0.0)  # 24 more: 36 frames (418 ms) ahead of its player
     assert isinstance(second, VocoderWork) and second.stream_id == 1
@@ -381,7 +378,7 @@ def test_newcomers_stage_a_takes_the_vocoders_worker_while_live_streams_have_tim
 
 
 def test_urgent_stage_a_is_not_kept_waiting_by_a_chunk_that_is_not() -> None:
-    s = Scheduler(credits=4, acoustic_slots=1)
+    s = Scheduler(credits=4, budget=Budget(acoustic_slots=1))
     start_stream(s, 2, now=0.0)
     ahead = s.next_work(0.0)  # stream 2: 48 frames (557 ms) ahead of its player
     assert isinstance(ahead, VocoderWork) and ahead.stream_id == 2
@@ -476,7 +473,7 @@ def test_each_stream_is_timed_in_its_own_model_figures() -> None:
     nxt = s.next_work(0.0)
     assert isinstance(nxt, AcousticWork) and nxt.stream_id == 2 and nxt.model == "whole"
     # At 0.6 s Piper's stream, past start-up, has run dry; the other has sent one chunk.
-    assert s.lagging(0.6, 0.5) == 1
+    assert lagging(s.playback(), 0.6, 0.5) == 1
 
 
 def test_a_young_stream_does_not_count_as_lagging() -> None:
@@ -487,8 +484,8 @@ def test_a_young_stream_does_not_count_as_lagging() -> None:
     second = s.next_work(0.0)
     assert isinstance(second, VocoderWork)
     s.complete_vocoder(second, (second.end - second.start) * HOP, 0.0)  # 48 frames: 0.557 s
-    assert s.lagging(0.1, 0.5) == 0  # 0.457 s left, but 0.1 s old
-    assert s.lagging(0.5, 0.5) == 1  # 0.057 s left at 0.5 s old
+    assert lagging(s.playback(), 0.1, 0.5) == 0  # 0.457 s left, but 0.1 s old
+    assert lagging(s.playback(), 0.5, 0.5) == 1  # 0.057 s left at 0.5 s old
 
 
 def test_a_stream_served_just_in_time_does_not_count_as_lagging() -> None:
@@ -500,8 +497,8 @@ def test_a_stream_served_just_in_time_does_not_count_as_lagging() -> None:
     second = s.next_work(0.0)
     assert isinstance(second, VocoderWork)
     s.complete_vocoder(second, (second.end - second.start) * HOP, 0.0)  # 48 frames: 0.557 s
-    assert s.lagging(0.42, 0.1) == 0  # 0.137 s ahead: urgent, served in time
-    assert s.lagging(0.47, 0.1) == 1  # 0.087 s ahead: falling behind
+    assert lagging(s.playback(), 0.42, 0.1) == 0  # 0.137 s ahead: urgent, served in time
+    assert lagging(s.playback(), 0.47, 0.1) == 1  # 0.087 s ahead: falling behind
 
 
 def test_stage_a_cost_is_learned_per_model() -> None:
@@ -525,27 +522,23 @@ PIPER8 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frame
 """Piper whose first chunk is 8 frames when alone."""
 
 
-def idle(credits: int = 4, workers: int = 2, pair: bool = False) -> Scheduler:
-    """As the engine builds it: two workers, stage A leaves one for the vocoder."""
-    return Scheduler(
-        credits=credits, acoustic_slots=workers - 1, workers=workers, idle_threads=2, idle_chunks=2, idle_pair=pair
-    )
+def idle(credits: int = 4, workers: int = 2) -> Scheduler:
+    """As the engine builds it on a CPU: two workers, stage A leaves one for the vocoder;
+    no burst plan (the tests that want it say so)."""
+    return Scheduler(credits=credits, budget=replace(Budget.cpu(workers), burst_waiting=0))
 
 
-def test_a_lone_stream_runs_stage_a_on_both_cores_and_with_the_pair_its_first_two_chunks_side_by_side() -> None:
-    s = idle(pair=True)
+def test_a_lone_stream_runs_stage_a_on_both_cores_and_holds_them() -> None:
+    s = idle()
     s.add(1, [seg(), seg()], 0.0, PIPER16)
     a = s.next_work(0.0)
     assert isinstance(a, AcousticWork) and a.threads == 2
     assert s.busy_workers == 2 and s.next_work(0.0) is None  # it holds both workers
     s.complete_acoustic(a, latent(100))
     assert s.busy_workers == 0
-    first, second = s.next_work(0.0), s.next_work(0.0)
-    assert isinstance(first, VocoderWork) and first.seq == 0 and first.threads == 1
-    assert isinstance(second, VocoderWork) and second.seq == 1 and second.threads == 1
-    assert s.next_work(0.0) is None
+    first = s.next_work(0.0)
+    assert isinstance(first, VocoderWork) and first.seq == 0
     s.complete_vocoder(first, 16 * HOP, 0.0)
-    s.complete_vocoder(second, 32 * HOP, 0.0)
     # Past the first packet there are two units (the next chunk, the next sentence's
     # stage A): one thread each, side by side.
     pair = [s.next_work(0.0), s.next_work(0.0)]
@@ -580,22 +573,6 @@ def test_an_urgent_lone_stream_gets_both_threads_for_one_chunk_instead_of_two_ch
     urgent = s.next_work(0.1)
     assert isinstance(urgent, VocoderWork) and urgent.threads == 2
     assert s.next_work(0.1) is None
-
-
-def test_the_first_packet_is_timed_by_the_first_chunk_whatever_finishes_first() -> None:
-    s = idle(credits=100, pair=True)
-    s.add(1, [seg()], 0.0, PIPER)
-    a = s.next_work(0.0)
-    assert isinstance(a, AcousticWork)
-    s.complete_acoustic(a, latent(300))
-    first, second = s.next_work(0.0), s.next_work(0.0)
-    assert isinstance(first, VocoderWork) and isinstance(second, VocoderWork)
-    assert first.seq == 0 and second.seq == 1  # the second chunk beside the first
-    early = s.complete_vocoder(second, 16 * HOP, 0.4)
-    assert early is not None and early.released == 0 and not early.first
-    chunk = s.complete_vocoder(first, 8 * HOP, 0.5)
-    assert chunk is not None and chunk.first and chunk.released == 2
-    assert s.produced(1) == 24 * HOP
 
 
 def test_stream_ends_after_its_last_chunk_in_order() -> None:
@@ -668,7 +645,7 @@ def test_credits_bound_the_chunks_in_flight() -> None:
 
 
 def test_one_worker_never_runs_two_threads_or_two_chunks() -> None:
-    s = Scheduler(credits=100, workers=1, idle_threads=2, idle_chunks=2)
+    s = Scheduler(credits=100, budget=Budget(slots=1, spare_threads=2, spare_chunks=2))
     s.add(1, [seg()], 0.0, PIPER)
     a = s.next_work(0.0)
     assert isinstance(a, AcousticWork) and a.threads == 1
@@ -770,8 +747,8 @@ def test_work_elsewhere_on_the_cores_turns_the_idle_core_policies_off() -> None:
     assert isinstance(two, VocoderWork) and two.seq == one.seq + 1
 
 
-def test_without_the_pair_a_lone_first_chunk_gets_both_threads_and_the_second_follows() -> None:
-    s = Scheduler(credits=100, acoustic_slots=1, workers=2, idle_threads=2, idle_chunks=2, idle_pair=False)
+def test_a_lone_first_chunk_gets_both_threads_and_the_second_follows() -> None:
+    s = idle(credits=100)
     s.add(1, [seg()], 0.0, PIPER8)
     a = s.next_work(0.0)
     assert isinstance(a, AcousticWork)
@@ -782,3 +759,91 @@ def test_without_the_pair_a_lone_first_chunk_gets_both_threads_and_the_second_fo
     s.complete_vocoder(first, 8 * HOP, 0.0)
     second = s.next_work(0.0)  # 93 ms out: urgent, one chunk on both threads
     assert isinstance(second, VocoderWork) and second.threads == 2 and (second.start, second.end) == (8, 24)
+
+
+# -- one ranking, one budget: a batched device's steps -------------------------
+def batched(batch: int = 8, credits: int = 4) -> Scheduler:
+    return Scheduler(credits=credits, budget=Budget.batched(batch))
+
+
+def test_a_batched_step_runs_the_new_streams_stage_a_together_then_their_first_chunks() -> None:
+    s = batched()
+    for sid in range(1, 6):
+        s.add(sid, [seg(3 + sid)], 0.0, PIPER)
+    step = s.next_step(0.0)
+    assert [type(w) for w in step] == [AcousticWork] * 5
+    assert [w.stream_id for w in step] == [1, 2, 3, 4, 5]  # oldest first, then by id
+    assert s.next_step(0.0) == []  # every stream's next unit waits on its stage A
+    for w in step:
+        assert isinstance(w, AcousticWork)
+        s.complete_acoustic(w, latent(300))
+    chunks = s.next_step(0.0)
+    assert len(chunks) == 5 and all(isinstance(w, VocoderWork) and w.seq == 0 for w in chunks)
+    assert {(w.lo, w.hi) for w in chunks if isinstance(w, VocoderWork)} == {(0, 26)}  # one size
+    assert all(w.threads == 1 for w in chunks)
+
+
+def test_a_batched_step_takes_one_stage_one_model_and_one_window_size() -> None:
+    s = batched()
+    s.add(1, [seg()], 0.0, PIPER)
+    s.add(2, [seg()], 0.1, WHOLE)
+    s.add(3, [seg()], 0.2, PIPER)
+    first = s.next_step(0.3)
+    # The head of the ranking (stream 1, stage A) decides: stage A of Piper streams only.
+    assert [w.stream_id for w in first] == [1, 3]
+    second = s.next_step(0.3)
+    assert [w.stream_id for w in second] == [2]
+    for w in first + second:
+        assert isinstance(w, AcousticWork)
+        s.complete_acoustic(w, latent(300 if w.model == "piper" else 40))
+    chunks = s.next_step(0.3)
+    assert [w.stream_id for w in chunks] == [1, 3]
+
+
+def test_a_batched_step_is_bounded_by_the_batch_and_the_slots_held() -> None:
+    s = Scheduler(credits=4, budget=Budget.batched(4, steps=2))
+    for sid in range(10):
+        s.add(sid, [seg()], 0.0, PIPER)
+    one, two = s.next_step(0.0), s.next_step(0.0)
+    assert len(one) == len(two) == 4
+    assert s.next_step(0.0) == []  # 8 units in flight: both steps' slots are held
+    for w in one:
+        assert isinstance(w, AcousticWork)
+        s.complete_acoustic(w, latent(300))
+    assert len(s.next_step(0.0)) == 4  # a step's worth of slots came back
+
+
+def test_an_urgent_chunk_leads_the_batch_ahead_of_new_streams() -> None:
+    """The same ranking as on a CPU: a live stream about to run dry goes first, and the
+    step is filled with units like it."""
+    s = batched(credits=100)
+    start_stream(s, 1, now=0.0, frames=300)  # 16 frames out: dry at 0.186 s
+    s.add(2, [seg()], 0.1, PIPER)
+    step = s.next_step(0.1)
+    assert [w.stream_id for w in step] == [1] and isinstance(step[0], VocoderWork)
+
+
+def test_room_left_in_a_batched_step_runs_a_live_stream_further_ahead() -> None:
+    fixed = ModelProfile("fixed", HOP, RATE, VocoderChunking(first_chunk_frames=32, chunk_frames=32, max_chunk_frames=32))
+    s = batched(credits=100)
+    start_stream(s, 1, now=0.0, frames=1000, profile=fixed)
+    step = s.next_step(0.0)  # not urgent: its chunk, and the next one (the same size)
+    assert [w.stream_id for w in step] == [1, 1]
+    assert [w.seq for w in step if isinstance(w, VocoderWork)] == [1, 2]
+    assert s.spread["chunks"] == 1
+
+
+def test_a_batched_device_keeps_the_plans_exact_sizes() -> None:
+    """No move of a chunk's end to a quiet frame: streams at one point of the plan share
+    a window size, and so one call."""
+    level = np.ones(300, dtype=np.float32)
+    level[18] = 0.0
+    quiet = Latent(np.zeros((192, 300), dtype=np.float32), 300, level=level)
+    for budget, end in ((Budget.batched(8), 16), (Budget(), 18)):
+        s = Scheduler(credits=4, budget=budget)
+        s.add(1, [seg()], 0.0, PIPER)
+        (a,) = s.next_step(0.0)
+        assert isinstance(a, AcousticWork)
+        s.complete_acoustic(a, quiet)
+        (chunk,) = s.next_step(0.0)
+        assert isinstance(chunk, VocoderWork) and chunk.end == end

@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import RunningServer, run_server, tts_config
 from voxserve.config import ASRConfig
+from voxserve.engine.admission import TARGET_UTILIZATION
 from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.stream import StreamItem
 from voxserve.engine.tts import TTSEngine, load_models
@@ -109,11 +110,11 @@ def test_admitted_streams_not_yet_submitted_count_at_their_own_models_cost(
     then as a live stream of that model; one whose model no `keeping_up` named, at the
     costliest model's cost."""
     engine = two_models.state.engine
-    costs = {name: c for name, c in engine._admission_costs().items() if c is not None}
+    costs = {name: c for name, c in engine._admission_costs({}).items() if c is not None}
     cheap = min(costs, key=lambda name: costs[name])
     cost, ceiling = costs[cheap], max(costs.values())
     assert cost < 0.95 * ceiling  # the two models' costs tell the counts apart
-    budget = engine.config.workers * engine.config.target_utilization
+    budget = engine.config.workers * TARGET_UTILIZATION
     assert engine.active_streams == 0
     assert engine.keeping_up(0, cheap)  # admission grants a slot on a yes
     assert engine.capacity_streams(admitted=1) == pytest.approx(budget / cost)

@@ -43,6 +43,7 @@ def _tts_flags(serving: bool = True) -> ConfigFlags[TTSConfig]:
             "models": "tts-models",
             "device": "tts-device" if serving else "device",
             "runtime": "tts-runtime" if serving else "runtime",
+            "gpu_batch": "tts-gpu-batch",
         },
         shared=[
             Shared(

@@ -78,7 +78,7 @@ class TTSConfig:
     CPU after start-up (~8 s the first time, to build them into `cache_dir`)."""
     workers: int = field(default_factory=default_cores)
     """Inference threads; each runs single-threaded ONNX sessions (a lone stream's unit
-    may hold several workers and their threads: see idle_threads)."""
+    may hold several workers and their threads)."""
     chunking: VocoderChunking = field(default_factory=VocoderChunking)
     """Vocoder chunk sizes and context."""
     output_gain: float = 1.15
@@ -92,23 +92,6 @@ class TTSConfig:
     """Chunks a stream may have decoded but not yet taken by its HTTP writer."""
     max_streams: int = 24
     """Streams decoded at once; more wait in the admission queue."""
-    admit_min_slack_s: float = 0.5
-    """Near capacity (above `admit_eager_utilization`), a new stream waits in the queue
-    while a live stream past start-up has less than this much audio ahead of its player
-    (streams out of credit excepted). This adapts the stream count to what the CPU
-    sustains right now."""
-    admit_eager_utilization: float = 0.8
-    """Up to this share of the workers (the load with the newcomer, at the measured
-    costs), admission is eager: a burst is let in at once, and only a live stream within
-    `admit_eager_slack_s` of running dry holds newcomers. Higher starts bursts sooner, at
-    the risk of streams running dry."""
-    admit_eager_slack_s: float = 0.1
-    """How close to running dry a live stream must be to hold newcomers while admission
-    is eager. Keep it below `urgent_slack_s`: while newcomers start, the scheduler serves
-    live streams just in time, `urgent_slack_s` ahead, and that is no reason to hold
-    anyone."""
-    target_utilization: float = 0.85
-    """Admission keeps the streams' measured compute below this share of the workers."""
     max_queue: int = 64
     """Streams that may wait for admission; past it, new requests get 429."""
     queue_timeout_s: float = 30.0
@@ -121,37 +104,17 @@ class TTSConfig:
     """Longest accepted `input`, in characters (OpenAI's limit is 4096)."""
     first_segment_chars: int = 60
     """A first sentence longer than this is split at clause boundaries for a fast start
-    (models that stream chunks, Piper; a whole-segment model's profile has its own
-    `SegmentPlan`)."""
+    (models whose profile has no `sentence_chars`, Piper: Kokoro speaks whole sentences)."""
     max_segment_chars: int = 200
     """Longer sentences are split at clauses (then spaces): stage A cannot stream, and a
-    long one holds a core for hundreds of milliseconds (as above: not for a model with its
-    own `SegmentPlan`)."""
-    urgent_slack_s: float = 0.15
-    """A live stream whose playback runs dry within this much time outranks new requests."""
-    idle_threads: int = 2
-    """Intra-op threads for a unit of work that is the only one runnable while every
-    worker is free (stage A and the first chunk of a lone stream); it holds that many
-    workers meanwhile. 1: always single-threaded sessions."""
-    idle_chunks: int = 2
-    """Vocoder chunks of one stream decoded at once while workers would otherwise idle
-    (fewer runnable streams than workers). 1: one chunk per stream at a time."""
-    idle_pair: bool = False
-    """Decode a lone stream's second chunk beside its first, one core each (needs
-    `idle_chunks` >= 2): the second chunk is then in time however loaded the machine is,
-    but the first audio comes ~6 ms later on a quiet machine, up to twice as late on a
-    loaded one."""
-
-    burst_waiting: int = 3
-    """A stream whose first chunk is claimed while at least this many other new streams
-    wait for theirs starts with a 32-frame chunk instead of 16, so that the waiting
-    streams start before its next chunk is due. 0: never."""
+    long one holds a core for hundreds of milliseconds (as above: not for Kokoro)."""
+    gpu_batch: int = 128
+    """Most units (stage A items, or vocoder chunks of one size) one GPU step runs; a step
+    runs as many as are ready, so few streams get small, fast steps. On cuda only."""
 
     def __post_init__(self) -> None:
-        if min(self.workers, self.credits, self.max_streams, self.max_input_chars) < 1:
-            raise ValueError("workers, credits, max_streams and max_input_chars must be >= 1")
-        if min(self.idle_threads, self.idle_chunks) < 1:
-            raise ValueError("idle_threads and idle_chunks must be >= 1")
+        if min(self.workers, self.credits, self.max_streams, self.max_input_chars, self.gpu_batch) < 1:
+            raise ValueError("workers, credits, max_streams, max_input_chars and gpu_batch must be >= 1")
         if not self.models:
             raise ValueError("load at least one TTS model (--tts-models piper)")
         if self.device not in DEVICES:
@@ -162,8 +125,6 @@ class TTSConfig:
             raise ValueError("ONNX Runtime runs speech on the CPU only here: use the torch runtime with cuda")
         if self.max_queue < 0 or self.queue_timeout_s < 0:
             raise ValueError("max_queue and queue_timeout_s must be >= 0")
-        if self.burst_waiting < 0:
-            raise ValueError("burst_waiting must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,8 @@
-"""Admission control on the event loop: at most `limit` active streams, a bounded FIFO of
-waiters behind them, and 429 past the queue or after the wait times out.
+"""Admission: whether a new stream may start, and the line it waits in. The whole rule
+lives here; the engines only report what they see.
+
+The line (`Admission`) runs on the event loop: at most `limit` active streams, a bounded
+FIFO of waiters behind them, and 429 past the queue or after the wait times out.
 
 An optional `gate(active, kind)` says whether the engine can take one more stream right
 now (no live stream is about to underrun, and the load with it stays within what the
@@ -9,6 +12,16 @@ below `limit`, in order; a timer re-asks it every `recheck_s` while anyone waits
 nothing active, the gate is not asked: one stream always runs. Every wait is cancellable: a client that leaves while
 queued simply drops out of the line. `close()` (at shutdown) answers every waiter and
 every later caller with 503.
+
+The TTS gate (`hold_reason`) is pure: it is given a `LoadView` of the engine (each
+model's measured cost, the streams live and starting, the players of the live ones) and
+says why a newcomer must wait, or None. The load of the live streams is the sum of their
+models' costs, and the device's budget is its capacity times `TARGET_UTILIZATION`: one
+stream of a model six times as costly counts as six. A newcomer is let in only if the
+load *with it* stays within the budget (`room_for`): for a model whose capacity is three
+streams, "under capacity now" would let in a fourth. On a batched device a model's cost
+is read at the batch its live streams make (`CostMeter.cost(batch)`), so that the
+hundredth stream costs what a step of a hundred costs per stream, not what one alone does.
 """
 
 from __future__ import annotations
@@ -16,11 +29,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
+from voxserve.engine.scheduler import Playback
 from voxserve.errors import Overloaded, Unavailable
 
-__all__ = ["Admission"]
+__all__ = [
+    "EAGER_SLACK_S",
+    "EAGER_UTILIZATION",
+    "MIN_SLACK_S",
+    "TARGET_UTILIZATION",
+    "Admission",
+    "LoadView",
+    "hold_reason",
+    "lagging",
+    "load_with",
+    "room_for",
+    "stream_capacity",
+]
+
+TARGET_UTILIZATION = 0.85
+"""Admission keeps the streams' measured load below this share of the device: the rest
+absorbs what the meter has not seen yet (a long sentence's stage A, a burst's first
+chunks, another process on the cores)."""
+
+EAGER_UTILIZATION = 0.8
+"""Up to this share of the device (the load with the newcomer, at the measured costs),
+admission is eager: a burst is let in at once, and only a live stream within
+`EAGER_SLACK_S` of running dry holds newcomers. At 0.8 of the workers a c=16 burst on two
+cores is let in at once; at 0.75 its first-audio p99 went back to 1.8-2.0 s, and at 0.85
+streams started together ran dry together (docs/BENCHMARKS.md, "TTS on Piper")."""
+
+EAGER_SLACK_S = 0.1
+"""How close to running dry a live stream must be to hold newcomers while admission is
+eager. Below the scheduler's `URGENT_SLACK_S`: while newcomers start, live streams are
+served just in time, that far ahead, and that is no reason to hold anyone."""
+
+MIN_SLACK_S = 0.5
+"""Near capacity (above `EAGER_UTILIZATION`), a newcomer waits while a live stream past
+start-up has less than this much audio ahead of its player (streams out of credit
+excepted): the stream count follows what the device sustains right now."""
 
 
 Gate = Callable[[int, str | None], bool]
@@ -158,3 +207,145 @@ class Admission:
 
 def _granted(waiter: asyncio.Future[None]) -> bool:
     return waiter.done() and not waiter.cancelled() and waiter.exception() is None
+
+
+@dataclass(frozen=True)
+class LoadView:
+    """What the TTS engine sees when a newcomer asks to start."""
+
+    capacity: float
+    """Device-seconds per second: the CPU's workers, or 1 for a device that runs one
+    batched step at a time."""
+    slots: int
+    """Units the device runs at once (a CPU's workers, a batched device's step)."""
+    costs: Mapping[str, float | None]
+    """Each model's cost per stream, as admission counts it (None: not measured yet)."""
+    live: Mapping[str, int]
+    """Streams per model, live or admitted and not yet submitted under a known model."""
+    unsubmitted: int
+    """Streams admitted, not yet submitted, of no known model."""
+    starting: int
+    """Streams that have not sent two chunks yet, and those admitted not yet submitted."""
+    playback: Sequence[Playback]
+    """The players of the live streams past start-up."""
+    now: float
+
+
+def hold_reason(view: LoadView, newcomer: str | None, default: str) -> str | None:
+    """Why one more stream of model `newcomer` (None: the costliest) must wait, or None:
+
+    - "starting": while the cost of a model concerned (the newcomer's, or a live
+      stream's) is not measured yet, at most one stream per slot of the device is
+      starting, so a burst of arrivals ramps up instead of being let in before anyone
+      can tell it is too much;
+    - "lagging": a live stream is about to run dry (`lagging`): within `EAGER_SLACK_S`
+      while the load with the newcomer is within `EAGER_UTILIZATION`, within
+      `MIN_SLACK_S` above it, so that near capacity newcomers come in only as fast as
+      the live streams stay ahead;
+    - "load": the load with the newcomer would pass the budget (`room_for`).
+    """
+    concerned = {*view.live, newcomer or default}
+    measured = all(view.costs.get(name) is not None for name in concerned)
+    if not measured and view.starting >= view.slots:
+        return "starting"
+    load = load_with(view.costs, view.live, view.unsubmitted, newcomer)
+    eager = measured and load is not None and load <= view.capacity * EAGER_UTILIZATION
+    if lagging(view.playback, view.now, EAGER_SLACK_S if eager else MIN_SLACK_S):
+        return "lagging"
+    if not room_for(view.capacity * TARGET_UTILIZATION, view.costs, view.live, view.unsubmitted, newcomer):
+        return "load"
+    return None
+
+
+def lagging(playback: Sequence[Playback], now: float, min_slack: float) -> int:
+    """Live streams whose playback runs dry within `min_slack` seconds.
+
+    Streams out of credit are not counted: their client is the slow part, not us. Nor
+    are streams whose first packet went out less than `min_slack` ago: they have not had
+    the time to build that much audio ahead (after two chunks, 48 frames, a Piper stream
+    has 0.56 s, so at 0.5 s it would count 57 ms after its first packet), and the
+    scheduler's urgent class keeps them playing. Counted, they would make each newcomer
+    of a burst wait for the one before to get its third chunk out. A `min_slack` below
+    the urgent slack counts only streams the scheduler is failing to serve in time: one
+    served just in time, as every live stream is while newcomers' first chunks go
+    first, keeps the urgent slack ahead.
+    """
+    return sum(
+        1
+        for player in playback
+        if not player.out_of_credit
+        and now - player.started >= min_slack
+        and player.dry_at - now < min_slack
+    )
+
+
+def stream_capacity(
+    budget: float,
+    costs: Mapping[str, float | None],
+    live: Mapping[str, int],
+    unsubmitted: int,
+    default: str,
+) -> float | None:
+    """Streams the workers sustain for the mix of models live now: `budget` (worker-
+    seconds per second) over the mean cost per stream. None while no cost is known.
+
+    `costs` is each model's measured cost (None: not yet measured), `live` the live
+    streams per model, `unsubmitted` the streams admitted but not yet submitted whose
+    model is not known (the engine counts the others in `live`: `TTSEngine._counted`).
+    `n < capacity`, for the n streams counted, says exactly that their load is under the
+    budget. A model not yet measured, and those unsubmitted streams, count at the
+    costliest measured model; with no stream counted it is the capacity in streams of the
+    `default` model.
+    """
+    known = _known(costs)
+    if not known:
+        return None
+    load = _load(known, live, unsubmitted)
+    count = sum(live.values()) + unsubmitted
+    mean = load / count if count else known.get(default, max(known.values()))
+    return budget / mean
+
+
+def room_for(
+    budget: float,
+    costs: Mapping[str, float | None],
+    live: Mapping[str, int],
+    unsubmitted: int,
+    newcomer: str | None,
+) -> bool:
+    """Whether one more stream of the model `newcomer` keeps the load of the streams
+    within `budget` (worker-seconds per second); True while no cost is known.
+
+    Counted as `stream_capacity` counts; the newcomer at its model's cost, or at the
+    costliest measured model when its model is not named or not yet measured.
+    """
+    load = load_with(costs, live, unsubmitted, newcomer)
+    return load is None or load <= budget
+
+
+def load_with(
+    costs: Mapping[str, float | None],
+    live: Mapping[str, int],
+    unsubmitted: int,
+    newcomer: str | None,
+) -> float | None:
+    """Worker-seconds per second of the streams counted as `room_for` counts them, with
+    one more of the model `newcomer`; None while no cost is known."""
+    known = _known(costs)
+    if not known:
+        return None
+    ceiling = max(known.values())
+    cost = known.get(newcomer, ceiling) if newcomer is not None else ceiling
+    return _load(known, live, unsubmitted) + cost
+
+
+def _known(costs: Mapping[str, float | None]) -> dict[str, float]:
+    return {name: c for name, c in costs.items() if c is not None and c > 0}
+
+
+def _load(known: Mapping[str, float], live: Mapping[str, int], unsubmitted: int) -> float:
+    """Worker-seconds per second of the streams counted: unmeasured models, and streams
+    not yet submitted whose model is not known, at the costliest measured cost (they are
+    few, and only briefly)."""
+    ceiling = max(known.values())
+    return sum(n * known.get(name, ceiling) for name, n in live.items()) + unsubmitted * ceiling

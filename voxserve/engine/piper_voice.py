@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from voxserve.config import TTSConfig, VocoderChunking
-from voxserve.engine.scheduler import Latent, ModelProfile, plan_chunk
+from voxserve.engine.scheduler import IDLE_THREADS, Latent, ModelProfile, plan_chunk
 from voxserve.engine.threads import in_native_background
 from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice, find_voice
 from voxserve.engine.words import word_frames
@@ -131,7 +131,7 @@ class PiperVoice:
         if config.fixed_prior:
             # Native work (onnxsim, ONNX Runtime) for ~1 s after start (~8 s on a fresh
             # cache): a stop in that time must not finalize the process under it.
-            in_native_background(model.fixed_prior_in_background(PRIOR_LENGTHS, {1, config.idle_threads}))
+            in_native_background(model.fixed_prior_in_background(PRIOR_LENGTHS, {1, IDLE_THREADS}))
         return cls(
             model,
             config.chunking,

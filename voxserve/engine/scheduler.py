@@ -1,56 +1,48 @@
-"""The TTS scheduling policy: which unit of work runs next. Pure and synchronous.
+"""The TTS scheduling policy: which units of work run next. Pure and synchronous.
 
-The scheduler owns per-stream state and answers `next_work(now)`. It does no I/O, takes
-no locks and never reads a clock: the caller passes `now`. Policy in one place:
+The scheduler owns per-stream state and answers `next_step(now)`: the units a device
+runs next. It does no I/O, takes no locks and never reads a clock: the caller passes
+`now`. The work is of two kinds: a stream's stage A on one sentence, and a vocoder chunk
+of one stream. One policy serves every device:
 
-- every stream has a playback deadline: the moment its client's player runs dry, counted
-  from its first packet and the audio produced so far;
-- a live stream whose deadline is within `urgent_slack` outranks everything (earliest
-  deadline first); a chunk's deadline is when it must start: its player runs dry then
-  less the time the chunk is expected to take (`_decode_time`);
-- otherwise a new stream's work goes first (oldest arrival first), so time to first
-  packet stays short. With `acoustic_slots`, stage A holds at most that many workers
-  while vocoder work waits, unless no live stream would become urgent within twice a
-  new stream's expected stage A time (a burst of newcomers then starts on every
-  worker), or the stage A is urgent and no chunk is;
-- otherwise live streams are served earliest deadline first, which keeps the work
-  conserving: streams run ahead of playback until their credits are spent;
-- a stream holding `credits` chunks that its client has not taken (in flight counts) is
-  skipped until it reads, so a slow client never stalls anyone else;
-- stage A of a stream's next sentence may run while its current sentence is vocoded, one
-  sentence ahead at most, with the deadline at which the current sentence runs out;
-- a stream may start before all its stage A inputs are known (its text's first sentence
-  is ready, the rest is still being phonemized): it is open until `extend` brings the
-  rest, and no chunk is its last before that.
+- **One ranking** (`Rank`). A live stream's unit that must start within `urgent_slack`
+  is URGENT (a chunk must start when its player runs dry less its expected decode
+  time, `_decode_time`); a stream before its first packet is NEW, by arrival, so time to
+  first audio stays short; every other live stream's unit is AHEAD, earliest deadline
+  first, which keeps the work conserving: streams run ahead of playback until their
+  credits are spent. A stream holding `credits` chunks that its client has not taken
+  (in flight counts) is not ranked until it reads, so a slow client never stalls
+  anyone else. Stage A of a stream's next sentence is ranked by when the current one
+  runs out, one sentence ahead at most.
+- **One budget** (`Budget`): a device's slots, each unit holding the slots of its
+  threads. A CPU worker's step is one unit (`next_work`); a batched device's step (a GPU)
+  is up to `batch` units of one stage, one model and one window size, filled from the
+  head of the ranking down (`next_step`). Stage A holds at most `acoustic_slots` (a CPU:
+  all its workers but one) while chunks wait, unless a newcomer's stage A would make no live stream
+  urgent, or it is itself urgent and no chunk is (`_may_take_vocoders_worker`).
+- **Spare capacity**, the slots the ranked units leave free, is spent, never left idle:
+  a unit that is alone on a free CPU runs on `spare_threads` threads and holds them (so
+  work that arrives meanwhile waits instead of oversubscribing the cores); a stream
+  that starts alone gets a smaller first chunk (`idle_first_chunk_frames`) and its plan
+  grows from there; a stream past its first packet gets a second chunk in flight
+  (`spare_chunks`) when nothing else can run, or beside its first in a batched step
+  with room; a stream that starts while `burst_waiting` others wait skips the smallest
+  chunk, so the waiting ones start before its next chunk is due. With as many runnable
+  units as slots (the crowded case) nothing is spare, and while work outside the
+  scheduler uses the cores (`next_step(now, elsewhere=True)`: a transcription batch on
+  the other core) nothing counts as spare.
 
-The idle core. With `workers` given, every unit holds the workers it runs on:
-one, or `threads` for a unit on several intra-op threads. While fewer units can run than
-there are workers (a lone stream), the work that would leave a worker idle spreads:
-
-- a unit that is the only one runnable, with every worker free, runs on up to
-  `idle_threads` intra-op threads (stage A of a lone stream, its last chunk). It holds
-  those workers, so work that arrives meanwhile waits for it instead of oversubscribing
-  the cores;
-- the first chunk of a stream that is alone is smaller (`idle_first_chunk_frames`), and
-  its later chunks grow from there (`plan_chunk`). With `idle_pair` its second chunk is
-  decoded beside the first, each on one core, instead of after it: ready soon after the
-  first packet on a loaded machine too, at the cost of a first chunk on one thread;
-- a stream past its first packet may also have up to `idle_chunks` vocoder chunks in flight
-  (chunks are independent given their context frames), but a second one is claimed only
-  when no other unit of any stream can run, and while the stream is not urgent (an
-  urgent lone chunk gets the threads instead). Chunks are released in order: the first
-  packet, the audio produced and the end of the stream follow the chunk sequence, whatever
-  order the workers finish in, and credits still bound the chunks in flight.
-
-With as many runnable units as workers (the crowded case) neither applies: one unit per
-worker, each on one thread, exactly as without them. Neither applies either while the
-caller says the cores are used by work outside the scheduler (`next_work(now,
-elsewhere=True)`: a transcription batch on the other core).
+Chunks may finish in any order; they are released in stream order (the first packet,
+the audio produced and the end of the stream follow the chunk sequence). A stream may
+start before all its stage A inputs are known (its text's first sentence is ready, the
+rest is still being phonemized): it is open until `extend` brings the rest, and no chunk
+is its last before that.
 
 Streams of several voice models share one scheduler: each stream carries its model's
 `ModelProfile` (samples per frame, sample rate, how its frames are cut into chunks), and
 every deadline is computed in that stream's own figures. Stage A's cost per phoneme id
-is learned per model. The scheduler never sees a model, only profiles and frame counts.
+and the vocoder's per frame are learned per model. The scheduler never sees a model,
+only profiles and frame counts.
 """
 
 from __future__ import annotations
@@ -58,6 +50,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from enum import IntEnum
 from typing import Any, Protocol
 
 import numpy as np
@@ -66,16 +59,113 @@ from voxserve.config import VocoderChunking
 from voxserve.engine.words import WordFrames
 
 __all__ = [
+    "BURST_WAITING",
+    "IDLE_THREADS",
+    "URGENT_SLACK_S",
     "AcousticWork",
+    "Budget",
     "Chunk",
     "Latent",
     "ModelProfile",
+    "Playback",
+    "Rank",
     "Scheduler",
     "StageInput",
     "VocoderWork",
     "Work",
     "plan_chunk",
 ]
+
+
+URGENT_SLACK_S = 0.15
+"""A live stream's unit that must start within this much time outranks new streams (a
+chunk must start when its player runs dry less its expected decode time). Less, and a
+128-frame Piper chunk (~80 ms on one core) starts too late once the machine slows;
+more, and live streams served ahead of time delay every newcomer's first packet.
+Admission's eager slack stays below it (`engine/admission.py`)."""
+
+IDLE_THREADS = 2
+"""Intra-op threads for a unit that is the only one runnable while every worker is free
+(stage A and the first chunk of a lone stream): the second core would idle otherwise.
+Beyond two, ONNX Runtime's intra-op threads gain little on these small graphs."""
+
+SPARE_CHUNKS = 2
+"""Chunks of one stream in flight at once while workers would otherwise idle: a lone
+stream's next chunk decodes beside the one before, so it is ready long before it is due.
+Chunks are independent given their context frames."""
+
+BURST_WAITING = 3
+"""A stream whose first chunk is claimed while at least this many other new streams wait
+for theirs starts with the plan's second chunk size (`Scheduler._burst`)."""
+
+
+class Rank(IntEnum):
+    """The classes of the one ranking, best first; within a class, the earlier deadline
+    (then the older stream) goes first."""
+
+    URGENT = 0
+    """A live stream's unit that must start within `urgent_slack`: its player runs dry
+    then (a chunk: less the time it is expected to take)."""
+    NEW = 1
+    """A stream before its first packet, by arrival: time to first audio."""
+    AHEAD = 2
+    """A live stream with time to spare, by deadline: the work stays conserving, and
+    streams run ahead of their players until their credits are spent."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A device's capacity, in units of work in flight, and how its spare is spent.
+
+    One ranking (`Rank`) orders every runnable unit; a device takes units from its head
+    until its `slots` are held. What a CPU used to need separate rules for are the ways
+    capacity that would otherwise idle is spent: on threads for a lone unit, on a second
+    chunk of a stream, on a larger first chunk in a burst. Stage A holds at most
+    `acoustic_slots` while vocoder work waits.
+
+    A CPU (`Budget.cpu`): one slot per worker thread, one unit per step. A batched
+    device (`Budget.batched`): a step runs up to `batch` units of one stage, one model
+    and one window size at once, and `slots` bounds the units in flight over the steps
+    that overlap (one running, the next being gathered)."""
+
+    slots: int | None = None
+    """Units (times their threads) in flight at most; None: unbounded, and nothing spare
+    is spent (the ranking alone)."""
+    batch: int = 1
+    """Units one step runs."""
+    acoustic_slots: int | None = None
+    """Stage A units in flight at most while vocoder work waits (None: no limit). A new
+    stream's stage A may go past it while no live stream would become urgent within
+    twice its expected time, and an urgent one while no chunk is
+    (`Scheduler._may_take_vocoders_worker`)."""
+    spare_threads: int = 1
+    """Threads for a unit that is alone while every slot is free."""
+    spare_chunks: int = 1
+    """Chunks of one stream in flight while slots would idle."""
+    burst_waiting: int = 0
+    """Other new streams waiting for their first chunk at which a stream starts with the
+    plan's second chunk size (`Scheduler._burst`); 0: never."""
+
+    @classmethod
+    def cpu(cls, workers: int) -> Budget:
+        """CPU workers, one single-threaded unit each, spare capacity spent as above."""
+        return cls(
+            slots=workers,
+            acoustic_slots=workers - 1 if workers > 1 else None,
+            spare_threads=IDLE_THREADS,
+            spare_chunks=SPARE_CHUNKS,
+            burst_waiting=BURST_WAITING,
+        )
+
+    @classmethod
+    def batched(cls, batch: int, steps: int = 2) -> Budget:
+        """A device that runs `batch` units per step, `steps` steps overlapping."""
+        return cls(slots=batch * steps, batch=batch, spare_chunks=SPARE_CHUNKS)
+
+    @property
+    def stepped(self) -> bool:
+        """Whether a step runs a batch (a GPU) rather than one unit (a CPU worker)."""
+        return self.batch > 1
 
 
 @dataclass(frozen=True)
@@ -177,6 +267,18 @@ class VocoderWork:
 
 
 Work = AcousticWork | VocoderWork
+
+
+@dataclass(frozen=True)
+class Playback:
+    """A live stream's player, as admission sees it."""
+
+    started: float
+    """When its first packet went out."""
+    dry_at: float
+    """When it runs out of the audio released so far."""
+    out_of_credit: bool
+    """Its client has not taken `credits` chunks: the client is the slow part."""
 
 
 @dataclass(frozen=True)
@@ -310,42 +412,16 @@ class Scheduler:
     """Deadline scheduler over stage A segments and stage B chunks of all live streams."""
 
     def __init__(
-        self,
-        credits: int = 4,
-        urgent_slack: float = 0.15,
-        acoustic_slots: int | None = None,
-        workers: int | None = None,
-        idle_threads: int = 1,
-        idle_chunks: int = 1,
-        idle_pair: bool = False,
-        burst_waiting: int = 0,
+        self, credits: int = 4, budget: Budget | None = None, urgent_slack: float = URGENT_SLACK_S
     ):
         self.credits = credits
         self.urgent_slack = urgent_slack
-        self.acoustic_slots = acoustic_slots
-        """Most stage A items in flight while vocoder work waits (None: no limit). With
-        one worker left for the vocoder, long sentences cannot stall every stream. A new
-        stream's stage A may go past it while no live stream would become urgent within
-        twice its expected time, and an urgent one while no chunk is
-        (`_may_take_vocoders_worker`)."""
-        self.workers = workers
-        """Workers that run the units (None: unbounded, and no idle-core policy): a unit
-        holds `threads` of them while it runs, and none is handed out past them."""
-        self.idle_threads = idle_threads
-        """Most intra-op threads for a unit that is alone while every worker is free."""
-        self.idle_chunks = idle_chunks
-        """Most vocoder chunks of one stream in flight while workers would idle."""
-        self.idle_pair = idle_pair
-        """A lone stream's second chunk goes beside its first (else the first runs on
-        `idle_threads` threads, and the second after it)."""
-        self.burst_waiting = burst_waiting
-        """Other new streams waiting for their first chunk at which a stream starts with
-        the plan's second chunk size (`_burst`); 0: never."""
+        self.budget = budget or Budget()
         self._busy = 0
-        """Workers held by the units in flight."""
+        """Slots held by the units in flight."""
         self.spread: dict[str, int] = {"threads": 0, "chunks": 0}
         """Units handed out on several threads, and chunks claimed beside another of
-        their stream: how often the idle-core policies applied."""
+        their stream: how often spare capacity was spent."""
         self._acoustic_s_per_id: dict[str, float] = {}
         """Running estimate of stage A seconds per phoneme id, per model, to start it
         early enough."""
@@ -427,32 +503,13 @@ class Scheduler:
         """Streams that have not yet sent two chunks: their cost is still unknown."""
         return sum(1 for stream in self._streams.values() if stream.chunks < 2)
 
-    def lagging(self, now: float, min_slack: float) -> int:
-        """Streams past start-up whose playback runs dry within `min_slack` seconds.
-
-        Streams out of credit are not counted: their client is the slow part, not us.
-        Nor are streams whose first packet went out less than `min_slack` ago: they have
-        not had the time to build that much audio ahead (after two chunks, 48 frames, a
-        Piper stream has 0.56 s, so at 0.5 s it would count 57 ms after its first packet),
-        and the urgent class keeps them playing. Counted, they would make each newcomer of
-        a burst wait for the one before to get its third chunk out.
-        Admission holds new streams while this is non-zero, so an overloaded machine
-        queues newcomers instead of degrading every live stream at once. A `min_slack`
-        below `urgent_slack` counts only streams the scheduler is failing to serve in
-        time: one served just in time, as every live stream is while newcomers' first
-        chunks go first, keeps `urgent_slack` ahead.
-        """
-        count = 0
-        for stream in self._streams.values():
-            if stream.first_packet_at is None or stream.chunks < 2:
-                continue
-            if now - stream.first_packet_at < min_slack:
-                continue
-            if stream.untaken >= self.credits:
-                continue
-            if stream.dry_at() - now < min_slack:
-                count += 1
-        return count
+    def playback(self) -> list[Playback]:
+        """The players of the streams past start-up (two chunks out), for admission."""
+        return [
+            Playback(stream.first_packet_at, stream.dry_at(), stream.untaken >= self.credits)
+            for stream in self._streams.values()
+            if stream.first_packet_at is not None and stream.chunks >= 2
+        ]
 
     def ids(self) -> list[int]:
         return list(self._streams)
@@ -482,20 +539,16 @@ class Scheduler:
     # -- choosing work ---------------------------------------------------------------
     def _vocoder_candidate(self, stream: _Stream, extra: bool, now: float = 0.0) -> bool:
         """A chunk of the stream may be claimed: its first in flight, or (`extra`) one more
-        beside those in flight, up to `idle_chunks`: before the first packet, the second
-        chunk of a stream that started alone (so that it is ready long before the small
-        first one has played, whatever slows the machine down); after the first packet,
-        while the stream is not urgent (if the cores are busier than the scheduler knows,
-        say with another process, two chunks would share one core, and the earlier one,
-        which the player waits for, would come later)."""
+        beside those in flight, up to the budget's `spare_chunks`, once its first packet
+        is out and while it is not urgent (if the cores are busier than the scheduler
+        knows, say with another process, two chunks would share one core, and the earlier
+        one, which the player waits for, would come later)."""
         if stream.untaken >= self.credits or stream.open_latent() is None:
             return False
         if not extra:
             return stream.in_flight == 0
-        if not 0 < stream.in_flight < self.idle_chunks:
+        if not 0 < stream.in_flight < self.budget.spare_chunks or stream.first_packet_at is None:
             return False
-        if stream.first_packet_at is None:
-            return self.idle_pair and stream.alone and stream.claimed == 1
         return stream.dry_at() - now > self.urgent_slack
 
     def _acoustic_candidate(self, stream: _Stream) -> bool:
@@ -523,10 +576,13 @@ class Scheduler:
         return ids * self._acoustic_s_per_id[stream.profile.name]
 
     def _window(self, stream: _Stream, latent: _Latent) -> tuple[int, int, int, int]:
-        """`plan_chunk`'s window for the stream's next chunk, cut from `latent`."""
+        """`plan_chunk`'s window for the stream's next chunk, cut from `latent`. A batched
+        device keeps the plan's exact sizes (no move to a quiet frame), so that the
+        streams at one point of the plan share a window size and one call."""
+        level = None if self.budget.stepped else latent.latent.level
         return plan_chunk(
             latent.frames, latent.claimed, stream.claimed, stream.profile.chunking, stream.alone,
-            stream.skip, latent.latent.level, stream.profile.chunk_growth,
+            stream.skip, level, stream.profile.chunk_growth,
         )
 
     def _decode_time(self, stream: _Stream) -> float:
@@ -541,15 +597,15 @@ class Scheduler:
         lo, hi, _, _ = self._window(stream, latent)
         return per_frame * (hi - lo)
 
-    def _rank(self, stream: _Stream, acoustic: bool, now: float) -> tuple[int, float, int]:
+    def _rank(self, stream: _Stream, acoustic: bool, now: float) -> tuple[Rank, float, int]:
         deadline = self._deadline(stream, acoustic)
         if stream.first_packet_at is None:
-            return (1, deadline, stream.id)
+            return (Rank.NEW, deadline, stream.id)
         if not acoustic:
             deadline -= self._decode_time(stream)
         if deadline - now <= self.urgent_slack:
-            return (0, deadline, stream.id)
-        return (2, deadline, stream.id)
+            return (Rank.URGENT, deadline, stream.id)
+        return (Rank.AHEAD, deadline, stream.id)
 
     def _pick(
         self, now: float, exclude: _Stream | None = None, spread: bool = True
@@ -557,7 +613,7 @@ class Scheduler:
         """The best unit to run now, as (stage A?, stream), without claiming it: one unit
         per stream at a time, else (only when none is left, and `spread`) a further chunk
         of a stream. `exclude`: a stream not to consider."""
-        best: dict[bool, tuple[int, float, int]] = {}  # acoustic? -> (class, key, stream id)
+        best: dict[bool, tuple[Rank, float, int]] = {}  # acoustic? -> (class, key, stream id)
         for stream in self._streams.values():
             if stream is exclude:
                 continue
@@ -571,15 +627,15 @@ class Scheduler:
         if (
             True in best
             and False in best
-            and self.acoustic_slots is not None
-            and self._acoustic_in_flight >= self.acoustic_slots
+            and self.budget.acoustic_slots is not None
+            and self._acoustic_in_flight >= self.budget.acoustic_slots
             and not self._may_take_vocoders_worker(best[True], best[False], now)
         ):
             del best[True]  # keep a worker for the vocoder
         if best:
             acoustic = min(best, key=lambda k: best[k])
             return acoustic, self._streams[best[acoustic][2]]
-        if self.workers is None or self.idle_chunks < 2 or not spread:
+        if self.budget.slots is None or self.budget.spare_chunks < 2 or not spread:
             return None
         extra = [
             (self._rank(stream, False, now), stream)
@@ -589,7 +645,7 @@ class Scheduler:
         return (False, min(extra, key=lambda e: e[0])[1]) if extra else None
 
     def _may_take_vocoders_worker(
-        self, acoustic: tuple[int, float, int], vocoder: tuple[int, float, int], now: float
+        self, acoustic: tuple[Rank, float, int], vocoder: tuple[Rank, float, int], now: float
     ) -> bool:
         """Whether the best stage A (`acoustic`, its rank) may take a worker beyond
         `acoustic_slots` although vocoder work waits (`vocoder`, the best one's rank):
@@ -600,19 +656,22 @@ class Scheduler:
           worker kept for the vocoder would only run that stream further ahead of its
           player while the newcomer waits, and a burst of newcomers would run its stage
           A's one at a time on one worker."""
-        if acoustic[0] == 0:
-            return vocoder[0] > 0
-        if acoustic[0] != 1 or vocoder[0] != 2:
+        if acoustic[0] == Rank.URGENT:
+            return vocoder[0] != Rank.URGENT
+        if acoustic[0] != Rank.NEW or vocoder[0] != Rank.AHEAD:
             return False
         expected = self._acoustic_time(self._streams[acoustic[2]])
         return vocoder[1] - now - 2 * expected > self.urgent_slack
 
     def next_work(self, now: float, elsewhere: bool = False) -> Work | None:
-        """Pick and claim the next unit of work, or None if nothing can run now (or every
-        worker is held). `elsewhere`: work outside the scheduler uses the cores now, so
-        none of the idle-core policies applies (no unit on several threads, no second
-        chunk of a stream)."""
-        free = None if self.workers is None else self.workers - self._busy
+        """A CPU worker's step: pick and claim the next unit, or None if nothing can run
+        now (or every slot is held). Spare capacity is spent only while the unit would
+        leave workers idle: on `spare_threads` for a unit that is alone, on a smaller
+        first chunk for a stream that starts alone, on a second chunk of a stream when
+        nothing else can run. `elsewhere`: work outside the scheduler (a transcription
+        batch) uses the cores now, so nothing counts as spare."""
+        budget = self.budget
+        free = None if budget.slots is None else budget.slots - self._busy
         if free is not None and free <= 0:
             return None
         pick = self._pick(now, spread=not elsewhere)
@@ -621,7 +680,7 @@ class Scheduler:
         acoustic, stream = pick
         if not acoustic and stream.in_flight:
             self.spread["chunks"] += 1
-        idle = free is not None and free == self.workers and free > 1 and not elsewhere
+        idle = free is not None and free == budget.slots and free > 1 and not elsewhere
         if acoustic:
             work: Work = self._claim_acoustic(stream)
         else:
@@ -629,11 +688,62 @@ class Scheduler:
             # other stream has one.
             first_alone = idle and stream.claimed == 0 and self._pick(now, exclude=stream) is None
             work = self._claim_vocoder(stream, first_alone)
-        if idle and self.idle_threads > 1 and self._pick(now) is None:
-            work = replace(work, threads=min(self.idle_threads, free or 1))  # workers would idle
+        if idle and budget.spare_threads > 1 and self._pick(now) is None:
+            work = replace(work, threads=min(budget.spare_threads, free or 1))  # workers would idle
             self.spread["threads"] += 1
         self._busy += work.threads
         return work
+
+    def next_step(self, now: float, elsewhere: bool = False) -> list[Work]:
+        """The units of the next step: one unit on a CPU worker (`next_work`); on a batched
+        device, up to `batch` units that one call can run together, taken from the head
+        of the same ranking: the best unit decides the stage, the model and (for a
+        chunk) the window size, and the next best units of that kind fill the step.
+        Room left in the step goes to a further chunk of the streams already in it (the
+        budget's `spare_chunks`), which a batched call runs for little more time.
+        Empty when nothing can run or every slot is held."""
+        budget = self.budget
+        if not budget.stepped:
+            work = self.next_work(now, elsewhere)
+            return [] if work is None else [work]
+        free = budget.batch if budget.slots is None else min(budget.batch, budget.slots - self._busy)
+        if free <= 0:
+            return []
+        ranked = sorted(
+            (self._rank(stream, acoustic, now), acoustic, stream)
+            for stream in self._streams.values()
+            for acoustic in (False, True)
+            if (self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(stream, False))
+        )
+        if not ranked:
+            return []
+        _, acoustic, head = ranked[0]
+        kind = self._kind(head, acoustic)
+        step: list[Work] = []
+        for _, unit_acoustic, stream in ranked:
+            if len(step) == free:
+                break
+            if unit_acoustic != acoustic or self._kind(stream, unit_acoustic) != kind:
+                continue
+            step.append(self._claim_acoustic(stream) if unit_acoustic else self._claim_vocoder(stream))
+        if not acoustic:
+            for work in list(step):
+                stream = self._streams[work.stream_id]
+                if len(step) < free and self._vocoder_candidate(stream, True, now) and self._kind(stream, False) == kind:
+                    step.append(self._claim_vocoder(stream))
+                    self.spread["chunks"] += 1
+        self._busy += len(step)
+        return step
+
+    def _kind(self, stream: _Stream, acoustic: bool) -> tuple[str, int]:
+        """What units must share to run in one batched call: the model, and for a chunk
+        its window's frames (-1 for stage A, whose items the model pads and masks)."""
+        if acoustic:
+            return stream.profile.name, -1
+        latent = stream.open_latent()
+        assert latent is not None
+        lo, hi, _, _ = self._window(stream, latent)
+        return stream.profile.name, hi - lo
 
     def _claim_acoustic(self, stream: _Stream) -> AcousticWork:
         stream.acoustic_busy = True
@@ -650,12 +760,12 @@ class Scheduler:
         (`_may_take_vocoders_worker`); and 0.37 s of audio costs one chunk's context
         instead of two. At c=16 on two cores the opening burst's first-audio p99 is ~10 %
         lower with it (docs/BENCHMARKS.md, "TTS on Piper")."""
-        if not self.burst_waiting:
+        if not self.budget.burst_waiting:
             return False
         waiting = sum(
             1 for other in self._streams.values() if other is not stream and other.claimed == 0
         )
-        return waiting >= self.burst_waiting
+        return waiting >= self.budget.burst_waiting
 
     def _claim_vocoder(self, stream: _Stream, alone: bool = False) -> VocoderWork:
         latent = stream.open_latent()

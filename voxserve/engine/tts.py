@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,11 +26,13 @@ import numpy as np
 import soxr
 
 from voxserve.config import TTSConfig
-from voxserve.engine.cost import CostMeter, load_with, room_for, stream_capacity
+from voxserve.engine.admission import TARGET_UTILIZATION, LoadView, hold_reason, stream_capacity
+from voxserve.engine.cost import CostMeter
+from voxserve.engine.devices import resolve_device
 from voxserve.engine.kokoro_voice import KokoroVoice
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.piper_voice import PiperVoice
-from voxserve.engine.scheduler import AcousticWork, Scheduler, StageInput, VocoderWork, Work
+from voxserve.engine.scheduler import AcousticWork, Budget, Scheduler, StageInput, VocoderWork, Work
 from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
@@ -43,6 +45,7 @@ __all__ = [
     "StreamHandle",
     "TTSEngine",
     "decode_chunk",
+    "decode_chunks",
     "load_models",
 ]
 
@@ -54,6 +57,10 @@ MODEL_LOADERS: dict[str, Callable[[TTSConfig], VoiceModel[Any]]] = {
 }
 """The voice models `--tts-models` may name, each with what loads it from the config."""
 
+
+STEPS_IN_FLIGHT = 2
+"""Threads that drive a batched device: one step runs while the next is gathered and its
+inputs are copied, so the device does not wait on Python between steps."""
 
 WARM_LONG_COST = 0.25
 """Start-up warms every worker with a longest segment only for a model cheaper than this
@@ -202,15 +209,27 @@ def fades(model: VoiceModel[Any], work: VocoderWork) -> tuple[int, int]:
 
 
 def decode_chunk(model: VoiceModel[Any], work: VocoderWork) -> np.ndarray:
-    """Decode a chunk with its context frames (on the work's intra-op threads), then crop
-    the context samples away, all but the `fades` that overlap its neighbours."""
-    if work.hi <= work.lo:
-        return np.zeros(0, dtype=np.float32)
-    pcm = model.decode([Span(work.latent, work.lo, work.hi)], threads=work.threads)[0]
-    a, b = work.crop
+    """One chunk as `decode_chunks` decodes it."""
+    return decode_chunks(model, [work])[0]
+
+
+def decode_chunks(model: VoiceModel[Any], works: Sequence[VocoderWork]) -> list[np.ndarray]:
+    """Decode chunks of one model in one call (on the first one's intra-op threads) with
+    their context frames, then crop the context samples away, all but the `fades` that
+    overlap their neighbours. An empty chunk (a stream's end) decodes to nothing."""
+    real = [work for work in works if work.hi > work.lo]
+    spans = [Span(work.latent, work.lo, work.hi) for work in real]
+    decoded = iter(model.decode(spans, threads=real[0].threads) if real else [])
     hop = model.profile.hop
-    head, tail = fades(model, work)
-    return pcm[a * hop - head : b * hop + tail]
+    out: list[np.ndarray] = []
+    for work in works:
+        if work.hi <= work.lo:
+            out.append(np.zeros(0, dtype=np.float32))
+            continue
+        a, b = work.crop
+        head, tail = fades(model, work)
+        out.append(next(decoded)[a * hop - head : b * hop + tail])
+    return out
 
 
 def crossfade(tail: np.ndarray, head: np.ndarray) -> np.ndarray:
@@ -231,9 +250,18 @@ class TTSEngine(WorkerEngine):
         config: TTSConfig,
         clock: Callable[[], float] = time.monotonic,
         models: Sequence[VoiceModel[Any]] | None = None,
+        budget: Budget | None = None,
     ):
-        """`models`: already loaded voice models, instead of those `config.models` names."""
-        super().__init__(config.workers)
+        """`models`: already loaded voice models, instead of those `config.models` names.
+        `budget`: how the device is scheduled; by default one unit per worker on a CPU
+        and steps of up to `gpu_batch` units on a GPU (`Budget.batched`)."""
+        self.device, self.runtime = resolve_device(config.device, config.runtime, "onnx")
+        if budget is None:
+            budget = Budget.batched(config.gpu_batch) if self.device == "cuda" else Budget.cpu(config.workers)
+        super().__init__(STEPS_IN_FLIGHT if budget.stepped else config.workers)
+        self.capacity = 1.0 if budget.stepped else float(config.workers)
+        """Device-seconds per second that admission budgets: the CPU's workers, or one
+        device that runs one step at a time."""
         self.config = config
         loaded = list(models) if models is not None else load_models(config)
         if not loaded:
@@ -248,20 +276,11 @@ class TTSEngine(WorkerEngine):
         """The model OpenAI's model names mean when no loaded model claims them."""
         self._clock = clock
         self._cond = threading.Condition()
-        self._sched = Scheduler(
-            credits=config.credits,
-            urgent_slack=config.urgent_slack_s,
-            acoustic_slots=config.workers - 1 if config.workers > 1 else None,
-            workers=config.workers,
-            idle_threads=config.idle_threads,
-            idle_chunks=config.idle_chunks,
-            idle_pair=config.idle_pair,
-            burst_waiting=config.burst_waiting,
-        )
+        self._sched = Scheduler(credits=config.credits, budget=budget)
         self._outputs: dict[int, _Output] = {}
         self._ids = itertools.count(1)
         self._stopping = False
-        self._in_hand: dict[int, Work] = {}
+        self._in_hand: dict[int, list[Work]] = {}
         """What each worker is running, by worker index; failed if the worker dies."""
         self.busy_elsewhere: Callable[[], bool] = lambda: False
         """True while other work (transcription) uses the cores; the server sets it. While
@@ -434,52 +453,33 @@ class TTSEngine(WorkerEngine):
             out.handle.stream.close()
 
     def keeping_up(self, admitted: int = 0, model: str | None = None) -> bool:
-        """Whether one more stream of voice model `model` fits now:
-
-        - the load of the streams *with* the newcomer, each weighed by its model's
-          recently measured cost (times its profile's `ramp`), stays within
-          `workers x target_utilization`
-          (`voxserve.engine.cost.room_for`);
-        - no live stream is about to run dry (`Scheduler.lagging`). How close counts
-          depends on that load: up to `workers x admit_eager_utilization`, only a stream
-          within `admit_eager_slack_s` of running dry holds newcomers, so a burst that
-          the workers can carry is let in at once (the scheduler serves the newcomers'
-          first chunks in arrival order, and keeps the live streams playing just in
-          time); above it, every live stream must have `admit_min_slack_s` ahead, so
-          near capacity newcomers come in only as fast as the live streams stay ahead.
-          At 0.8 of the workers a c=16 burst on two cores is let in at once; at 0.75 its
-          p99 went back to 1.8-2.0 s, and at 0.85 streams started together ran dry
-          together (docs/BENCHMARKS.md, "TTS on Piper");
-        - while the cost of a model concerned (the newcomer's, or a live stream's) is not
-          measured yet, at most one stream per worker is starting, so that a burst of
-          arrivals ramps up instead of being let in before anyone can tell it is too
-          much.
-
+        """Whether one more stream of voice model `model` fits now: admission's rule
+        (`engine/admission.py: hold_reason`) on what this engine sees (`_load_view`).
         `admitted` is what admission has let in; those not yet submitted count as
         starting, and at their model's cost (`_counted`). A newcomer of no named model
-        counts at the costliest model's cost.
-        """
-        config = self.config
+        counts at the costliest model's cost."""
         with self._cond:
-            live, unsubmitted = self._counted(admitted)
-            costs = self._admission_costs()
-            concerned = {*live, model or self.default_model.name}
-            measured = all(costs.get(name) is not None for name in concerned)
-            pending = max(0, admitted - len(self._sched))
-            if not measured and self._sched.starting() + pending >= config.workers:
-                self.stats.held["starting"] += 1
-                return False
-            load = load_with(costs, live, unsubmitted, model)
-            eager = measured and load is not None and load <= config.workers * config.admit_eager_utilization
-            slack = config.admit_eager_slack_s if eager else config.admit_min_slack_s
-            if self._sched.lagging(self._clock(), slack):
-                self.stats.held["lagging"] += 1
-                return False
-            if not room_for(config.workers * config.target_utilization, costs, live, unsubmitted, model):
-                self.stats.held["load"] += 1
+            reason = hold_reason(self._load_view(admitted), model, self.default_model.name)
+            if reason is not None:
+                self.stats.held[reason] += 1
                 return False
             self._let_in.append(model)  # admission grants a slot on a yes
         return True
+
+    def _load_view(self, admitted: int) -> LoadView:
+        """The engine as admission weighs it. Call under the lock."""
+        live, unsubmitted = self._counted(admitted)
+        budget = self._sched.budget
+        return LoadView(
+            capacity=self.capacity,
+            slots=budget.batch if budget.stepped else self.config.workers,
+            costs=self._admission_costs(live),
+            live=live,
+            unsubmitted=unsubmitted,
+            starting=self._sched.starting() + max(0, admitted - len(self._sched)),
+            playback=self._sched.playback(),
+            now=self._clock(),
+        )
 
     def _counted(self, admitted: int) -> tuple[dict[str, int], int]:
         """The streams admission counts, by model: the live ones, and those admitted but
@@ -504,25 +504,27 @@ class TTSEngine(WorkerEngine):
         with self._cond:
             return {name: meter.cost() for name, meter in self.stats.costs.items()}
 
-    def _admission_costs(self) -> dict[str, float | None]:
-        """Each model's cost as admission counts it: measured, times its profile's `ramp`.
-        Call under the lock."""
+    def _admission_costs(self, live: Mapping[str, int]) -> dict[str, float | None]:
+        """Each model's cost as admission counts it: measured at the batch its `live`
+        streams make on a batched device (one unit a step on a CPU), times its profile's
+        `ramp`. Call under the lock."""
+        budget = self._sched.budget
         costs: dict[str, float | None] = {}
         for name, meter in self.stats.costs.items():
-            cost = meter.cost()
+            batch = min(budget.batch, max(1, live.get(name, 0) + 1)) if budget.stepped else 1
+            cost = meter.cost(batch)
             costs[name] = None if cost is None else cost * self.models[name].profile.ramp
         return costs
 
     def capacity_streams(self, admitted: int = 0) -> float | None:
-        """Real-time streams the workers sustain at `target_utilization` for the mix of
-        models live now, each stream weighed by its model's measured cost
-        (`voxserve.engine.cost.stream_capacity`); None until some
-        model's cost is known.
+        """Real-time streams the device sustains at admission's target utilization for
+        the mix of models live now, each stream weighed by its model's measured cost
+        (`engine/admission.py: stream_capacity`); None until some model's cost is known.
         `admitted` as for `keeping_up`."""
         with self._cond:
             live, unsubmitted = self._counted(admitted)
-            costs = self._admission_costs()
-        budget = self.config.workers * self.config.target_utilization
+            costs = self._admission_costs(live)
+        budget = self.capacity * TARGET_UTILIZATION
         return stream_capacity(budget, costs, live, unsubmitted, self.default_model.name)
 
     def admission_held(self) -> dict[str, int]:
@@ -560,10 +562,10 @@ class TTSEngine(WorkerEngine):
             elsewhere = self.busy_elsewhere()
             with self._cond:
                 self._in_hand.pop(index, None)
-                work = None
+                step: list[Work] = []
                 while not self._stopping:
-                    work = self._sched.next_work(self._clock(), elsewhere)
-                    if work is not None:
+                    step = self._sched.next_step(self._clock(), elsewhere)
+                    if step:
                         break
                     self._cond.wait()
                     # Ask again after the wait, with this engine's lock let go.
@@ -572,73 +574,82 @@ class TTSEngine(WorkerEngine):
                         elsewhere = self.busy_elsewhere()
                     finally:
                         self._cond.acquire()
-                if work is None:
+                if not step:
                     return
-                out = self._outputs.get(work.stream_id)
-                if out is None:  # not expected: every live stream has its output
+                gone = [work for work in step if work.stream_id not in self._outputs]
+                for work in gone:  # not expected: every live stream has its output
                     self._sched.fail(work.stream_id, work)
+                step = [work for work in step if work.stream_id in self._outputs]
+                if not step:
                     continue
-                self._in_hand[index] = work
-                model = out.model
+                self._in_hand[index] = step
+                model = self._outputs[step[0].stream_id].model
             started = time.perf_counter()
-            audio = self._run(work, model)
+            audio = self._run(step, model)
             with self._cond:
                 spent = time.perf_counter() - started
                 busy = self.stats.busy_s
                 busy[index] = busy.get(index, 0.0) + spent
-                stage = "acoustic" if isinstance(work, AcousticWork) else "vocoder"
-                self.stats.costs[model.name].add(stage, spent, audio, work.threads)
+                stage = "acoustic" if isinstance(step[0], AcousticWork) else "vocoder"
+                self.stats.costs[model.name].add(stage, spent, audio, step[0].threads, len(step))
 
     def _worker_died(self, index: int, exc: BaseException) -> None:
         with self._cond:
-            work = self._in_hand.pop(index, None)
-        if work is not None:
+            step = self._in_hand.pop(index, [])
+        for work in step:
             self._fail(work, RuntimeError(f"worker {threading.current_thread().name} died"))
 
-    def _run(self, work: Work, model: VoiceModel[Any]) -> float:
-        """Run one unit of work on its stream's model; returns the seconds of audio it
-        produced (stage A: the seconds its latent holds)."""
+    def _run(self, step: list[Work], model: VoiceModel[Any]) -> float:
+        """Run one step (units of one stage of one model) on that model; returns the
+        seconds of audio it produced (stage A: the seconds its latents hold). An error
+        fails the streams of that step only."""
         try:
-            if isinstance(work, AcousticWork):
-                return self._run_acoustic(work, model)
-            return self._run_vocoder(work, model)
-        except Exception as exc:  # noqa: BLE001 - any inference error fails only this stream
-            self._fail(work, exc)
+            acoustic = [work for work in step if isinstance(work, AcousticWork)]
+            if acoustic:
+                return self._run_acoustic(acoustic, model)
+            return self._run_vocoder([work for work in step if isinstance(work, VocoderWork)], model)
+        except Exception as exc:  # noqa: BLE001 - any inference error fails only these streams
+            for work in step:
+                self._fail(work, exc)
             return 0.0
 
-    def _run_acoustic(self, work: AcousticWork, model: VoiceModel[Any]) -> float:
+    def _run_acoustic(self, step: list[AcousticWork], model: VoiceModel[Any]) -> float:
         started = time.perf_counter()
-        latent = model.acoustic([work.input], threads=work.threads)[0]
+        latents = model.acoustic([work.input for work in step], threads=step[0].threads)
         ended = time.perf_counter()
         with self._cond:
-            out = self._outputs.get(work.stream_id)
-            if out is not None and work.segment == 0:
-                out.acoustic_span = (started, ended, work.threads)
-            self._sched.complete_acoustic(work, latent, (ended - started) * work.threads)
-            self.stats.acoustic_runs += 1
+            for work, latent in zip(step, latents, strict=True):
+                out = self._outputs.get(work.stream_id)
+                if out is not None and work.segment == 0:
+                    out.acoustic_span = (started, ended, work.threads)
+                self._sched.complete_acoustic(work, latent, (ended - started) * work.threads)
+            self.stats.acoustic_runs += len(step)
             self._cond.notify_all()
-        return latent.frames * model.profile.hop / model.profile.sample_rate
+        profile = model.profile
+        return sum(latent.frames for latent in latents) * profile.hop / profile.sample_rate
 
-    def _run_vocoder(self, work: VocoderWork, model: VoiceModel[Any]) -> float:
+    def _run_vocoder(self, step: list[VocoderWork], model: VoiceModel[Any]) -> float:
         started = time.perf_counter()
-        pcm = decode_chunk(model, work)
+        decoded = decode_chunks(model, step)
         ended = time.perf_counter()
         rate = model.profile.sample_rate
-        samples = len(pcm) - sum(fades(model, work)) if len(pcm) else 0
+        sizes = [len(pcm) - sum(fades(model, work)) if len(pcm) else 0 for work, pcm in zip(step, decoded, strict=True)]
         with self._cond:
-            out = self._outputs.get(work.stream_id)
-        if out is not None:
-            if work.seq == 0:
-                out.decode_span = (started, ended, work.threads)
-            out.deliver(work, pcm)
+            outs = [self._outputs.get(work.stream_id) for work in step]
+        for work, pcm, out in zip(step, decoded, outs, strict=True):
+            if out is not None:
+                if work.seq == 0:
+                    out.decode_span = (started, ended, work.threads)
+                out.deliver(work, pcm)
         with self._cond:
-            chunk = self._sched.complete_vocoder(work, samples, self._clock(), ended - started)
-            self.stats.chunks += 1
-            self.stats.audio_seconds += samples / rate
-            if chunk is not None and chunk.last:
-                self._outputs.pop(work.stream_id, None)
+            for work, samples in zip(step, sizes, strict=True):
+                chunk = self._sched.complete_vocoder(work, samples, self._clock(), ended - started)
+                self.stats.chunks += 1
+                self.stats.audio_seconds += samples / rate
+                if chunk is not None and chunk.last:
+                    self._outputs.pop(work.stream_id, None)
             self._cond.notify_all()
-        return samples / rate
+        return sum(sizes) / rate
 
     def _fail(self, work: Work, exc: BaseException) -> None:
         self._fail_stream(work.stream_id, work, "inference", exc)
