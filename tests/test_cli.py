@@ -162,3 +162,20 @@ def test_a_bad_key_file_is_a_clear_error_and_exit_2(
     monkeypatch.setenv("VOXSERVE_API_KEY_FILE", str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="cannot read the API key file"):
         server_config(build_parser().parse_args(["serve"]))
+
+
+def test_serve_puts_speech_where_device_says_unless_told_otherwise() -> None:
+    parse = build_parser().parse_args
+    both = server_config(parse(["serve", "--device", "cuda"]))
+    assert (both.tts.device, both.asr.device) == ("cuda", "cuda")
+    split = server_config(parse(["serve", "--device", "cuda", "--tts-device", "cpu"]))
+    assert (split.tts.device, split.asr.device) == ("cpu", "cuda")
+    default = server_config(parse(["serve"]))
+    assert (default.tts.device, default.asr.device, default.tts.runtime) == ("auto", "auto", "auto")
+    with pytest.raises(ValueError, match="CPU only"):
+        server_config(parse(["serve", "--device", "cuda", "--tts-runtime", "onnx"]))
+
+
+def test_speak_on_cuda_without_a_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["speak", "Hello.", "--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err

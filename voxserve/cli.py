@@ -37,7 +37,7 @@ def _tts_flags(serving: bool = True) -> ConfigFlags[TTSConfig]:
         TTSConfig,
         "TTS engine",
         # --audio-workers is the ASR one; --models would not say which kind; on `serve`,
-        # --device and --runtime are the ASR ones
+        # --device and --runtime are the ASR ones (speech follows --device: _tts_config)
         rename={
             "audio_workers": "tts-audio-workers",
             "models": "tts-models",
@@ -134,7 +134,14 @@ def transcribe_flags() -> tuple[ConfigFlags[Any], ...]:
 
 
 def _tts_config(args: argparse.Namespace, serving: bool = True) -> TTSConfig:
-    return _tts_flags(serving).build(args)
+    """On `serve`, speech runs where `--device` says unless `--tts-device` says otherwise,
+    so that `serve --device cuda` puts both kinds of model on the GPU."""
+    flags = _tts_flags(serving)
+    if serving and ("device",) not in flags.given(args):
+        device = _asr_flags(True).given(args).get(("device",))
+        if device is not None:
+            return flags.build(args, device=device)
+    return flags.build(args)
 
 
 def _asr_config(args: argparse.Namespace, serving: bool) -> ASRConfig:
@@ -246,11 +253,11 @@ def _speak(args: argparse.Namespace) -> int:
     from voxserve.serving.offline import OfflineTTS
 
     try:
-        config = _tts_config(args, serving=False)
-    except ValueError as exc:
+        offline = OfflineTTS(_tts_config(args, serving=False))
+    except (ValueError, RuntimeError) as exc:  # a device or runtime this machine lacks
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    with OfflineTTS(config) as tts:
+    with offline as tts:
         text = sys.stdin.read() if args.text == "-" else args.text
         try:
             spoken = tts.speak(text, args.voice, args.speed, args.sample_rate)

@@ -62,6 +62,9 @@ STEPS_IN_FLIGHT = 2
 """Threads that drive a batched device: one step runs while the next is gathered and its
 inputs are copied, so the device does not wait on Python between steps."""
 
+WARM_BATCH = 16
+"""On a batched device, warm-up also runs this many streams at once, then a full step."""
+
 WARM_LONG_COST = 0.25
 """Start-up warms every worker with a longest segment only for a model cheaper than this
 (worker-seconds per second of audio): Piper costs ~0.08, Kokoro ~0.55, for which it would
@@ -340,6 +343,15 @@ class TTSEngine(WorkerEngine):
         for model in self.models.values():
             voice = model.voices[0]
             self.synthesize(short, voice)
+            budget = self._sched.budget
+            if budget.stepped:
+                # A batched device: the same utterance on a step's worth of streams at
+                # once measures the cost at that batch (admission reads it there) and
+                # makes the runners' per-size work (graphs, kernels) before any client.
+                for size in sorted({min(budget.batch, WARM_BATCH), budget.batch}):
+                    with ThreadPoolExecutor(size, thread_name_prefix="warmup") as pool:
+                        list(pool.map(self.synthesize, [short] * size, [voice] * size))
+                continue
             cost = self.costs().get(model.name)
             if cost is None or cost > WARM_LONG_COST:
                 continue
