@@ -16,6 +16,11 @@ DEVICES = ("auto", "cpu", "cuda")
 """Where a model may run; auto picks CUDA when torch sees a GPU."""
 ASR_RUNTIMES = ("auto", "ct2", "torch")
 TTS_RUNTIMES = ("auto", "onnx", "torch")
+CPU_MAX_STREAMS = 24
+"""Speech streams decoded at once on a CPU unless `--max-streams` says: about what two
+cores sustain of Piper, and past the measured capacity admission holds newcomers anyway."""
+GPU_MAX_STREAMS = 1024
+"""The same on a GPU, where batched steps carry about a thousand real-time streams."""
 
 
 def default_cores() -> int:
@@ -90,8 +95,9 @@ class TTSConfig:
     """Duration-predictor noise; None uses the voice's own."""
     credits: int = 4
     """Chunks a stream may have decoded but not yet taken by its HTTP writer."""
-    max_streams: int = 24
-    """Streams decoded at once; more wait in the admission queue."""
+    max_streams: int | None = None
+    """Streams decoded at once; more wait in the admission queue. None: 24 on a CPU, 1024
+    on a GPU, whose measured capacity (admission) is the limit that counts there."""
     max_queue: int = 64
     """Streams that may wait for admission; past it, new requests get 429."""
     queue_timeout_s: float = 30.0
@@ -112,8 +118,14 @@ class TTSConfig:
     """Most units (stage A items, or vocoder chunks of one size) one GPU step runs; a step
     runs as many as are ready, so few streams get small, fast steps. On cuda only."""
 
+    def stream_limit(self, gpu: bool) -> int:
+        """`max_streams`, or its default for a GPU or a CPU."""
+        if self.max_streams is not None:
+            return self.max_streams
+        return GPU_MAX_STREAMS if gpu else CPU_MAX_STREAMS
+
     def __post_init__(self) -> None:
-        if min(self.workers, self.credits, self.max_streams, self.max_input_chars, self.gpu_batch) < 1:
+        if min(self.workers, self.credits, self.stream_limit(True), self.max_input_chars, self.gpu_batch) < 1:
             raise ValueError("workers, credits, max_streams, max_input_chars and gpu_batch must be >= 1")
         if not self.models:
             raise ValueError("load at least one TTS model (--tts-models piper)")

@@ -290,7 +290,9 @@ class TTSEngine(WorkerEngine):
         it is, no unit spreads onto the idle core (`Scheduler.next_work`). Never called
         under this engine's lock (the other engine asks this one under its own)."""
         self.stats = EngineStats(costs={name: CostMeter() for name in self.models})
-        self._let_in: deque[str | None] = deque(maxlen=config.max_streams + config.max_queue)
+        self.max_streams = config.stream_limit(budget.stepped)
+        """Streams decoded at once (`--max-streams`, or the device's default)."""
+        self._let_in: deque[str | None] = deque(maxlen=self.max_streams + config.max_queue)
         """The model of each stream `keeping_up` let in and `submit` has not yet seen,
         oldest first (None: the newcomer named none), so that admitted streams not yet
         submitted count at their own model's cost (`_counted`)."""

@@ -77,7 +77,8 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
         ray_actor_options={"num_cpus": tts.workers},
         # Past this Serve would queue in front of the replica; voxserve's own admission
         # queues (or answers 429) well before, with the same rules as one machine.
-        max_ongoing_requests=tts.max_streams + tts.max_queue + CONTROL_CALLS,
+        # (a replica's device is not known here: the larger, GPU default counts).
+        max_ongoing_requests=tts.stream_limit(gpu=True) + tts.max_queue + CONTROL_CALLS,
         request_router_config={
             "request_router_class": HeadroomRouter,
             "request_routing_stats_period_s": layout.routing_stats_period_s,

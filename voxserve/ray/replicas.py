@@ -99,7 +99,7 @@ class TTSReplica:
             "capacity": state.engine.capacity_streams(),
             "active": state.engine.active_streams,
             "queued": state.admission.queued,
-            "limit": state.config.tts.max_streams,
+            "limit": state.engine.max_streams,
         }
 
     def check_health(self) -> None:

@@ -162,11 +162,11 @@ async def running_state(
         config=config,
         engine=engine,
         admission=Admission(
-            tts.max_streams, tts.max_queue, tts.queue_timeout_s, gate=engine.keeping_up
+            engine.max_streams, tts.max_queue, tts.queue_timeout_s, gate=engine.keeping_up
         ),
         metrics=Metrics(lambda: state.engine_snapshot()),
-        text_pool=BoundedPool(tts.text_workers, tts.max_streams + tts.max_queue, "text"),
-        audio_pool=BoundedPool(tts.audio_workers, 4 * (tts.max_streams + tts.max_queue), "audio"),
+        text_pool=BoundedPool(tts.text_workers, engine.max_streams + tts.max_queue, "text"),
+        audio_pool=BoundedPool(tts.audio_workers, 4 * (engine.max_streams + tts.max_queue), "audio"),
     )
     if publish is not None:
         publish(state)
