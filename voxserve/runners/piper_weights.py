@@ -7,8 +7,9 @@ weight-normed convolutions of the flow's WaveNets were folded on export and appe
 anonymous `onnx::Conv_NNNN` tensors, so every convolution's weight and bias is taken from
 the node that uses it and named after that node (`/flow/flows.6/enc/in_layers.0/Conv` ->
 `flow.flows.6.enc.in_layers.0`). The node also gives what the shapes do not: stride,
-padding, dilation and groups, so voices of other sizes (x_low to high, either HiFi-GAN
-residual block) convert the same way. Three tensors are not named for their module: the
+padding, dilation and groups. Sizes, layer counts and the kind of HiFi-GAN residual
+block are read from the weights, not assumed (only the bundled medium voice is tested).
+Three tensors are not named for their module: the
 phoneme embedding (the data of `/enc_p/emb/Gather`), and the duration predictor's first
 flow, an elementwise affine whose `exp(-logs)` was folded into a constant (the factor of
 `/dp/flows.0/Mul`).
