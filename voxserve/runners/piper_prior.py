@@ -105,6 +105,9 @@ class _FeedForward(nn.Module):
 
 
 class _Encoder(nn.Module):
+    """Post-norm transformer layers: attention, then the feed-forward, each added to its
+    input and normalized over the channels."""
+
     def __init__(self, weights: PiperWeights, name: str):
         super().__init__()
         layers = count(weights, f"{name}.attn_layers.", ".conv_q.weight")
