@@ -26,6 +26,7 @@ from voxserve.engine.asr import ASREngine
 from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget
+from voxserve.runners.piper import PiperModel
 from voxserve.serving.remote import Remote, RemoteState
 from voxserve.serving.state import AppState
 
@@ -133,8 +134,9 @@ def server() -> Iterator[RunningServer]:
     with run_server(tts_config(noise_w=0.0, noise_scale=0.0), fixed_prior=True) as running:
         # The same text gives the same audio only once the prior's copies serve.
         piper = running.state.engine.models["en_US-joe-medium"]
-        assert isinstance(piper, PiperVoice)
-        wait_for(lambda: piper.model.acoustic.fixed_lengths, 60)
+        assert isinstance(piper, PiperVoice) and isinstance(piper.model, PiperModel)
+        onnx_model = piper.model
+        wait_for(lambda: onnx_model.acoustic.fixed_lengths, 60)
         yield running
 
 

@@ -1,7 +1,10 @@
 """Piper behind the voice-model seam (`voxserve.engine.voices.VoiceModel`).
 
-It wraps what was there: `runners.piper.PiperModel` (stage A and stage B runners) and
-`text.phonemize.Phonemizer`, unchanged. Piper's particulars live here: its noise and
+It wraps a loaded voice, `runners.piper.PiperModel` (ONNX Runtime, the CPU default) or
+`runners.piper_torch.TorchPiperModel` (torch, on a CPU or a GPU: the TTS runtime
+resolved to torch, `engine.devices.resolve_device`), and `text.phonemize.Phonemizer`.
+Both give the same stage runners; only the chosen runtime is imported, so the ONNX path
+never loads torch. Piper's particulars live here: its noise and
 length scales, speaker ids, the OpenAI voice names spread over its speakers, and the
 request model id it claims (`tts-1`). It reads no request and schedules nothing.
 
@@ -18,10 +21,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from voxserve.config import TTSConfig, VocoderChunking
+from voxserve.engine.devices import resolve_device
 from voxserve.engine.scheduler import IDLE_THREADS, Latent, ModelProfile, plan_chunk
 from voxserve.engine.threads import in_native_background
 from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice, find_voice
@@ -38,6 +43,9 @@ from voxserve.runners.piper import (
 from voxserve.runners.piper import find_voice as find_voice_files
 from voxserve.runners.prior_graph import PRIOR_LENGTHS
 from voxserve.text.phonemize import Phonemizer
+
+if TYPE_CHECKING:
+    from voxserve.runners.piper_torch import TorchAcousticRunner, TorchPiperModel
 
 __all__ = ["PiperItem", "PiperVoice"]
 
@@ -60,7 +68,7 @@ class _DeferredFlow:
     segment's end (under a lock: chunks in flight together may both ask), kept for the
     rest."""
 
-    def __init__(self, runner: AcousticRunner, prior: Prior, head: int):
+    def __init__(self, runner: AcousticRunner | TorchAcousticRunner, prior: Prior, head: int):
         self._runner = runner
         self._prior = prior
         self._head = head
@@ -85,7 +93,7 @@ class PiperVoice:
 
     def __init__(
         self,
-        model: PiperModel,
+        model: PiperModel | TorchPiperModel,
         chunking: VocoderChunking | None,
         output_gain: float,
         noise_scale: float | None = None,
@@ -125,10 +133,19 @@ class PiperVoice:
 
     @classmethod
     def load(cls, config: TTSConfig) -> PiperVoice:
-        """The voice in `config.voice_dir`, or the bundled joe voice, as configured."""
+        """The voice in `config.voice_dir`, or the bundled joe voice, as configured: on
+        torch when the TTS runtime resolves to it (its weights converted from the voice's
+        graph on first use, `runners.piper_weights`), else on ONNX Runtime."""
         files = find_voice_files(config.voice_dir) if config.voice_dir else bundled_voice()
-        model = PiperModel(files, config.cache_dir)
-        if config.fixed_prior:
+        device, runtime = resolve_device(config.device, config.runtime, "onnx")
+        model: PiperModel | TorchPiperModel
+        if runtime == "torch":
+            from voxserve.runners.piper_torch import TorchPiperModel
+
+            model = TorchPiperModel(files, device, config.cache_dir)
+        else:
+            model = PiperModel(files, config.cache_dir)
+        if config.fixed_prior and isinstance(model, PiperModel):
             # Native work (onnxsim, ONNX Runtime) for ~1 s after start (~8 s on a fresh
             # cache): a stop in that time must not finalize the process under it.
             in_native_background(model.fixed_prior_in_background(PRIOR_LENGTHS, {1, IDLE_THREADS}))

@@ -32,6 +32,7 @@ __all__ = [
     "AcousticInput",
     "AcousticRunner",
     "FaultHook",
+    "PiperConfig",
     "PiperModel",
     "Prior",
     "Sessions",
@@ -39,6 +40,8 @@ __all__ = [
     "VocoderRunner",
     "VoiceFiles",
     "bundled_voice",
+    "default_cache_dir",
+    "file_sha256",
     "find_voice",
     "split_model",
 ]
@@ -108,7 +111,8 @@ def find_voice(voice_dir: Path) -> VoiceFiles:
     return VoiceFiles(models[0], models[0].with_suffix(".onnx.json"))
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The file's sha256, hex: what names a voice's caches."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -154,7 +158,7 @@ def split_model(model: Path, cache_dir: Path | None = None) -> SplitGraphs:
 
     from voxserve.runners.conv2d import convs_as_2d, upsamplers_as_convs
 
-    folder = (cache_dir or default_cache_dir()) / "piper-split" / f"{_file_sha256(model)[:32]}-{SPLIT_LAYOUT}"
+    folder = (cache_dir or default_cache_dir()) / "piper-split" / f"{file_sha256(model)[:32]}-{SPLIT_LAYOUT}"
     graphs = SplitGraphs(
         folder / "prior.onnx", folder / "flow.onnx", folder / "vocoder.onnx", folder / "vocoder-1d.onnx"
     )
@@ -438,14 +442,11 @@ class SpeakerInfo:
     speaker_id: int | None
 
 
-class PiperModel:
-    """A loaded Piper voice: config, speakers, and both stage runners (shared by threads).
+class PiperConfig:
+    """A Piper voice's JSON config, read: sample rate, hop, synthesis scales, speakers.
+    What every runtime's loaded voice shares (`PiperModel`, `piper_torch.TorchPiperModel`)."""
 
-    ONNX Runtime sessions are safe to run from several threads at once; with one intra-op
-    thread each call runs on the caller's thread, so N workers give N parallel decodes.
-    """
-
-    def __init__(self, files: VoiceFiles, cache_dir: Path | None = None):
+    def __init__(self, files: VoiceFiles):
         self.files = files
         with files.config.open(encoding="utf-8") as f:
             self.config: dict[str, Any] = json.load(f)
@@ -458,11 +459,6 @@ class PiperModel:
         self.num_speakers = int(self.config.get("num_speakers", 1))
         self.name = files.model.name.removesuffix(".onnx")
         self.speakers = self._speakers()
-        self.graphs = split_model(files.model, cache_dir)
-        self._hook: FaultHook | None = None
-        self._lock = threading.Lock()
-        self.acoustic = AcousticRunner(self.graphs.prior, self.graphs.flow, self.num_speakers > 1)
-        self.vocoder = VocoderRunner(self.graphs.vocoder, self.hop, pooled=self.graphs.pooled_vocoder)
 
     def _speakers(self) -> list[SpeakerInfo]:
         if self.num_speakers <= 1:
@@ -474,6 +470,21 @@ class PiperModel:
         if not id_map:
             id_map = {f"speaker_{i}": i for i in range(self.num_speakers)}
         return [SpeakerInfo(name, sid) for name, sid in sorted(id_map.items(), key=lambda kv: kv[1])]
+
+
+class PiperModel(PiperConfig):
+    """A loaded Piper voice on ONNX Runtime: config, speakers, and both stage runners
+    (shared by threads).
+
+    ONNX Runtime sessions are safe to run from several threads at once; with one intra-op
+    thread each call runs on the caller's thread, so N workers give N parallel decodes.
+    """
+
+    def __init__(self, files: VoiceFiles, cache_dir: Path | None = None):
+        super().__init__(files)
+        self.graphs = split_model(files.model, cache_dir)
+        self.acoustic = AcousticRunner(self.graphs.prior, self.graphs.flow, self.num_speakers > 1)
+        self.vocoder = VocoderRunner(self.graphs.vocoder, self.hop, pooled=self.graphs.pooled_vocoder)
 
     def fixed_prior_in_background(self, lengths: Sequence[int], warm: Iterable[int]) -> threading.Thread:
         """Build (or read from the cache) the prior's fixed-length copies and serve single
