@@ -407,7 +407,7 @@ class _Connection:
 
     async def _end(self, end: SessionEnd) -> None:
         if end.code is not None:
-            kind = ServerError if end.code == "internal_error" else ClientError
+            kind = ServerError if end.code in ("internal_error", ReplicaLost.code) else ClientError
             self.post(_error_json(kind(end.message, code=end.code), None))
         await self._flush()
         with contextlib.suppress(ClientGone):

@@ -186,7 +186,7 @@ class _Channel:
         """An `error` event: `error` holds the same object as an HTTP error body (`exc`, or
         the protocol error `code`); `message`, `code` and `extra` repeat it at the top."""
         if exc is None:
-            kind = ServerError if code == "internal_error" else ClientError
+            kind = ServerError if code in ("internal_error", ReplicaLost.code) else ClientError
             exc = kind(message, param=extra.get("param"), code=code)
         await self.send_event({**error_event(exc), "message": message, "code": code, **extra})
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from voxserve.engine.admission import Admission
@@ -146,11 +146,15 @@ class _Marker:
 # -- the slot a session keeps between segments -------------------------------------------
 class HeldSlot:
     """One session's stream slot: taken for a segment, kept `hold_s` after it for the next
-    segment of the same reply, then given back. `release` gives it back at once."""
+    segment of the same reply, then given back. `release` gives it back at once, and
+    `on_release` hears of each time it goes back."""
 
-    def __init__(self, admission: Admission, hold_s: float = HOLD_SLOT_S):
+    def __init__(
+        self, admission: Admission, hold_s: float = HOLD_SLOT_S, on_release: Callable[[], None] | None = None
+    ):
         self._admission = admission
         self._hold_s = hold_s
+        self._on_release = on_release
         self._held = False
         self._timer: asyncio.TimerHandle | None = None
 
@@ -176,6 +180,8 @@ class HeldSlot:
         if self._held:
             self._held = False
             self._admission.release()
+            if self._on_release is not None:
+                self._on_release()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
