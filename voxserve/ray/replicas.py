@@ -163,13 +163,14 @@ class TTSReplica:
 
         return forget
 
-    def end_session(self, ref: SessionRef) -> None:
-        """Give a speech session's slot back now (its client left or closed)."""
+    async def end_session(self, ref: SessionRef) -> None:
+        """Give a speech session's slot back now (its client left or closed). Async, as
+        everything that touches the admission: it runs on the replica's event loop."""
         slot = self.slots.get(ref.session)
         if slot is not None:
             slot.release()
 
-    def check_voice(self, check: VoiceCheck) -> None:
+    async def check_voice(self, check: VoiceCheck) -> None:
         speech_voice(self.state.engine, check.model, check.voice, check.language)
 
     def catalog(self) -> TTSCatalog:
@@ -185,7 +186,8 @@ class TTSReplica:
         state = self.state
         return {
             "capacity": state.engine.capacity_streams(),
-            "active": state.engine.active_streams,
+            # A session's slot counts while held, between its segments too.
+            "active": max(state.engine.active_streams, state.admission.active),
             "queued": state.admission.queued,
             "limit": state.config.tts.max_streams,
             "sessions": len(self.slots),

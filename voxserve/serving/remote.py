@@ -85,6 +85,9 @@ END_SESSION_S = 2.0
 """How long closing a speech session waits for its replica to give the slot back; the
 replica's own hold timer gives it back anyway (`HOLD_SLOT_S`)."""
 
+_ENDING: set[asyncio.Task[None]] = set()
+"""Calls that end sessions on their replicas, held until they finish."""
+
 LIVE_INPUTS = 16
 """A live session's client inputs waiting to be forwarded; past it the channel waits
 (and reads no more from its client). Also the most one call forwards."""
@@ -233,8 +236,8 @@ class RemoteState:
         try:
             yield session
         finally:
-            await session.close()
             self.metrics.realtime_sessions.dec()
+            await session.close()
 
 
 class _RemoteLane:
@@ -260,10 +263,17 @@ class _RemoteLane:
         """Nothing to do: the replica starts its hold timer when the segment ends."""
 
     async def close(self) -> None:
+        """Tell the replica, in a task of its own: Serve cancels a WebSocket's handler
+        once its client has gone, and the call must go out all the same."""
         if self.replica is None:
             return
         ref = SessionRef(self._session, self.replica)
         self.replica = None
+        task = asyncio.get_running_loop().create_task(self._end(ref))
+        _ENDING.add(task)
+        task.add_done_callback(_ENDING.discard)
+
+    async def _end(self, ref: SessionRef) -> None:
         try:
             async with asyncio.timeout(END_SESSION_S):
                 await self._state.remote.tts.end_session(ref)
