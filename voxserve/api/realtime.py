@@ -22,6 +22,7 @@ Limits. Each one that ends a session sends an `error` event with the code below 
 | messages per second (`--realtime-messages-per-s`, burst) | 200, 1000 | `rate_limited` | 1008 |
 | no message and no turn being transcribed (`--realtime-idle-timeout`) | 60 s | `idle_timeout` | 1000 |
 | events the client does not read (`OUTBOX`, `--ws-send-timeout`) | 256, 15 s | (none: it is gone) | - |
+| the replica holding the session died (Ray) | | `replica_lost` | 1012 |
 | any failure that is not a `VoxError` | | `internal_error` | 1011 |
 
 Audio past `--realtime-max-buffer` (60 s uncommitted) is refused with an error event and
