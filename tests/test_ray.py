@@ -14,6 +14,7 @@ admin socket private, Ray's token required, and SIGTERM must end it all within 1
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import os
 import secrets
@@ -106,8 +107,9 @@ class RayDeployment:
             subprocess.run([str(RAY_BIN), "stop", "--force"], check=False, capture_output=True, timeout=60)
 
 
-@pytest.fixture(scope="module")
-def deployment() -> Iterator[RayDeployment]:
+@contextlib.contextmanager
+def running_deployment() -> Iterator[RayDeployment]:
+    """The two-node cluster with the voxserve application deployed, torn down on exit."""
     if _ray_processes():
         pytest.skip("another Ray cluster is running on this machine")
     config = ServerConfig(
@@ -154,6 +156,12 @@ def deployment() -> Iterator[RayDeployment]:
             else:
                 os.environ[name] = value
         reset_auth_token_state()
+
+
+@pytest.fixture(scope="module")
+def deployment() -> Iterator[RayDeployment]:
+    with running_deployment() as running:
+        yield running
 
 
 def _client(deployment: RayDeployment) -> httpx.Client:

@@ -24,6 +24,7 @@ from tests.conftest import RunningServer, run_server, silent_speech_reader, wait
 from voxserve.api.remote import Remote, RemoteStream, SpeechJob, TranscriptionJob, TTSCatalog
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig
 from voxserve.engine.transcribe import Transcript
+from voxserve.serving.jobs import LiveInput, LiveOpen, LiveReply, SegmentJob, SessionRef, VoiceCheck
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -258,12 +259,27 @@ class _RecordingASR:
     async def stream(self, job: TranscriptionJob) -> RemoteStream:
         raise AssertionError("not used")
 
+    async def live(self, job: LiveOpen) -> RemoteStream:
+        raise AssertionError("not used")
+
+    async def live_input(self, batch: LiveInput) -> LiveReply:
+        raise AssertionError("not used")
+
 
 class _NoTTS:
     async def catalog(self) -> TTSCatalog:
         return TTSCatalog(["tts-1", "stub-voice"], [])
 
     async def speech(self, job: SpeechJob) -> RemoteStream:
+        raise AssertionError("not used")
+
+    async def segment(self, job: SegmentJob) -> RemoteStream:
+        raise AssertionError("not used")
+
+    async def check_voice(self, check: VoiceCheck) -> None:
+        raise AssertionError("not used")
+
+    async def end_session(self, ref: SessionRef) -> None:
         raise AssertionError("not used")
 
 

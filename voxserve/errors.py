@@ -12,6 +12,7 @@ __all__ = [
     "NotFound",
     "Overloaded",
     "PayloadTooLarge",
+    "ReplicaLost",
     "RequestTimeout",
     "ServerError",
     "TimedOut",
@@ -128,6 +129,13 @@ class ServerError(VoxError):
     status = 500
     type = "server_error"
     code = "internal_error"
+
+
+class ReplicaLost(ServerError):
+    """The engine replica that held a session (or served a request) died; a session on it
+    cannot go on, and a new one goes to a live replica."""
+
+    code = "replica_lost"
 
 
 class Unavailable(VoxError):

@@ -22,6 +22,7 @@ Limits. Each one that ends a session sends an `error` event with the code below 
 | messages per second (`--realtime-messages-per-s`, burst) | 200, 1000 | `rate_limited` | 1008 |
 | no message and no turn being transcribed (`--realtime-idle-timeout`) | 60 s | `idle_timeout` | 1000 |
 | events the client does not read (`OUTBOX`, `--ws-send-timeout`) | 256, 15 s | (none: it is gone) | - |
+| the replica holding the session died (Ray) | | `replica_lost` | 1012 |
 | any failure that is not a `VoxError` | | `internal_error` | 1011 |
 
 Audio past `--realtime-max-buffer` (60 s uncommitted) is refused with an error event and
@@ -39,7 +40,7 @@ import json
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -55,13 +56,19 @@ from voxserve.api.ws_limits import (
     session_slot,
 )
 from voxserve.audio.pcm import LEGACY_FORMATS
-from voxserve.errors import ClientError, InvalidRequest, NotFound, Overloaded, ServerError, VoxError
-from voxserve.serving.catalog import ASR_MODELS
+from voxserve.errors import (
+    ClientError,
+    InvalidRequest,
+    NotFound,
+    Overloaded,
+    ReplicaLost,
+    ServerError,
+    VoxError,
+)
 from voxserve.serving.realtime import (
     Cleared,
     Committed,
     LiveEvent,
-    LiveSession,
     LiveSettings,
     SessionError,
     SpeechStarted,
@@ -71,9 +78,7 @@ from voxserve.serving.realtime import (
     TranscriptFailed,
     TurnDetection,
 )
-
-if TYPE_CHECKING:
-    from voxserve.serving.state import AppState
+from voxserve.serving.service import Live, Service
 
 __all__ = ["realtime"]
 
@@ -303,8 +308,8 @@ def _event_json(event: LiveEvent) -> dict[str, Any]:
                 "content_index": 0,
                 "error": error.body()["error"],
             }
-        case SessionError(error):
-            return _error_json(error, None)
+        case SessionError(error, ref):
+            return _error_json(error, ref)
     raise AssertionError(f"unknown live event {event!r}")
 
 
@@ -316,7 +321,7 @@ def _error_json(error: VoxError, event_id: str | None) -> dict[str, Any]:
 
 # -- the connection ------------------------------------------------------------------------
 class _Connection:
-    def __init__(self, state: AppState, ws: WebSocket):
+    def __init__(self, state: Service, ws: WebSocket):
         self.state = state
         self.ws = ws
         self.config = state.config.realtime
@@ -328,16 +333,11 @@ class _Connection:
         self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(OUTBOX)
         self._overflow = False
         self._sender: asyncio.Task[None] | None = None
-        self._event_id: str | None = None
-        """The id of the client event being handled, for the errors it causes."""
 
     # -- sending ---------------------------------------------------------------------------
     def emit(self, event: LiveEvent) -> None:
         if isinstance(event, Committed):
             self.turns += 1
-        if isinstance(event, SessionError):  # caused by the client event being handled
-            self.post(_error_json(event.error, self._event_id))
-            return
         self.post(_event_json(event))
 
     def post(self, event: dict[str, Any]) -> None:
@@ -380,16 +380,19 @@ class _Connection:
     # -- the session -----------------------------------------------------------------------
     async def run(self) -> None:
         self._sender = asyncio.create_task(self._send_all())
-        live = self.state.live
         try:
-            if live is None:
-                raise SessionEnd(1008, "speech-to-text is off on this server; start it without --no-asr", "asr_disabled")
             try:
-                async with live.session(self.emit) as session:
+                async with self.state.live_session(self.emit) as session:
                     self.post({"type": "session.created", "session": session_json(self.id, session.settings)})
                     await self._read_all(session)
             except Overloaded as exc:
                 raise SessionEnd(1013, exc.message, "too_many_sessions") from None
+            except NotFound as exc:
+                if exc.code != "asr_disabled":
+                    raise
+                raise SessionEnd(1008, exc.message, "asr_disabled") from None
+            except ReplicaLost as exc:
+                raise SessionEnd(1012, exc.message, exc.code) from None
         except ClientGone as exc:
             self.ended = str(exc)
         except SessionEnd as end:
@@ -405,7 +408,7 @@ class _Connection:
 
     async def _end(self, end: SessionEnd) -> None:
         if end.code is not None:
-            kind = ServerError if end.code == "internal_error" else ClientError
+            kind = ServerError if end.code in ("internal_error", ReplicaLost.code) else ClientError
             self.post(_error_json(kind(end.message, code=end.code), None))
         await self._flush()
         with contextlib.suppress(ClientGone):
@@ -417,15 +420,15 @@ class _Connection:
         except (WebSocketDisconnect, RuntimeError, OSError):
             raise ClientGone("the client left") from None
 
-    async def _read_all(self, session: LiveSession) -> None:
+    async def _read_all(self, session: Live) -> None:
         assert self._sender is not None
         idle = self.config.idle_timeout_s
         while True:
             receiving = asyncio.ensure_future(self._receive())
             quiet_since = self._loop.time()
             try:
-                while not receiving.done() and not self._sender.done():
-                    waiting: set[asyncio.Future[Any]] = {receiving, self._sender}
+                while not receiving.done() and not self._sender.done() and not session.lost.done():
+                    waiting: set[asyncio.Future[Any]] = {receiving, self._sender, session.lost}
                     left = quiet_since + idle - self._loop.time()
                     await asyncio.wait(waiting, timeout=max(left, 0.05), return_when=asyncio.FIRST_COMPLETED)
                     if session.busy:
@@ -442,6 +445,8 @@ class _Connection:
             if self._sender.done():
                 self._sender.result()  # raises ClientGone
                 raise ClientGone("the sender stopped")
+            if session.lost.done():
+                raise session.lost.result()
             message = receiving.result()
             if message["type"] == "websocket.disconnect":
                 raise ClientGone("the client left")
@@ -460,7 +465,7 @@ class _Connection:
             "larger appends (20-100 ms each)",
         )
 
-    async def _handle(self, session: LiveSession, message: Message) -> None:
+    async def _handle(self, session: Live, message: Message) -> None:
         text = message.get("text")
         if text is None:
             self._error(InvalidRequest("send JSON events as text messages, not binary", code="invalid_event"))
@@ -475,20 +480,19 @@ class _Connection:
             return
         raw_id = event.get("event_id")
         event_id = raw_id[:200] if isinstance(raw_id, str) else None
-        self._event_id = event_id
         try:
-            await self._dispatch(session, event)
+            await self._dispatch(session, event, event_id)
+        except ReplicaLost:
+            raise
         except VoxError as exc:
             self._error(exc, event_id)
         except ValidationError as exc:
             self._error(_invalid(exc, event.get("type")), event_id)
-        finally:
-            self._event_id = None
 
     def _error(self, error: VoxError, event_id: str | None = None) -> None:
         self.post(_error_json(error, event_id))
 
-    async def _dispatch(self, session: LiveSession, event: dict[str, Any]) -> None:
+    async def _dispatch(self, session: Live, event: dict[str, Any], event_id: str | None) -> None:
         kind = event.get("type")
         if kind == "input_audio_buffer.append":
             audio = event.get("audio")
@@ -498,20 +502,20 @@ class _Connection:
                 data = base64.b64decode(audio, validate=True)
             except (binascii.Error, ValueError):
                 raise InvalidRequest("audio is not valid base64", param="audio", code="invalid_audio") from None
-            await session.append(data)
+            await session.append(data, event_id)
         elif kind == "input_audio_buffer.commit":
-            await session.commit()
+            await session.commit(event_id)
         elif kind == "input_audio_buffer.clear":
-            session.clear()
+            await session.clear(event_id)
         elif kind == "session.update":
             body = _SessionUpdate.model_validate(event)
             settings = _settings_from(session.settings, body.session)
-            self._apply(session, settings)
+            await session.configure(settings)
             self.post({"type": "session.updated", "session": session_json(self.id, settings)})
         elif kind == "transcription_session.update":
             legacy = _LegacyUpdate.model_validate(event)
             settings = _settings_from_legacy(session.settings, legacy.session)
-            self._apply(session, settings)
+            await session.configure(settings)
             self.post({"type": "transcription_session.updated", "session": legacy_session_json(self.id, settings)})
         elif isinstance(kind, str):
             raise InvalidRequest(
@@ -522,19 +526,6 @@ class _Connection:
             )
         else:
             raise InvalidRequest("an event needs a string 'type'", param="type", code="invalid_event")
-
-    def _apply(self, session: LiveSession, settings: LiveSettings) -> None:
-        live = self.state.live
-        assert live is not None
-        if settings.model not in ASR_MODELS and settings.model != live.engine.name:
-            raise NotFound(
-                f"transcription model {settings.model!r} does not exist here; use "
-                f"{' or '.join((*ASR_MODELS, live.engine.name))}",
-                param="session.audio.input.transcription.model",
-                code="model_not_found",
-            )
-        live.check(settings)
-        session.update(settings)
 
 
 class _SessionUpdate(BaseModel):
@@ -559,7 +550,7 @@ def _invalid(exc: ValidationError, kind: object) -> InvalidRequest:
 
 
 async def realtime(ws: WebSocket) -> None:
-    state: AppState = ws.app.state.vox
+    state: Service = ws.app.state.vox
     async with session_slot(state, ws) as accepted:
         if not accepted:
             return

@@ -5,7 +5,10 @@ handlers (`voxserve.api.routes`), over a `voxserve.serving.remote.RemoteState` t
 each validated request to an engine replica. As on one machine, an upload is read in
 full, under the upload budget (`--max-buffered-upload-mb`, 429 past it), before a
 replica is asked for a slot. Every engine response names the replica that served it in
-`x-voxserve-replica`. Nothing here imports Ray, and no model loads in this process.
+`x-voxserve-replica`. Both WebSocket routes are the same channels as on one machine,
+over the same `Service` calls: a speech session cuts its text here and speaks on one TTS
+replica, a live session runs on one ASR replica (`voxserve.serving.remote`). Nothing
+here imports Ray, and no model loads in this process.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 
+from voxserve.api.realtime import realtime
 from voxserve.api.routes import route_table
 from voxserve.api.schemas import REPLICA_HEADER
 from voxserve.api.speech import speech
 from voxserve.api.stack import assemble
 from voxserve.api.transcriptions import transcriptions, translations
+from voxserve.api.ws import speech_stream
 from voxserve.config import ServerConfig
 from voxserve.serving.jobs import SpeechJob, TranscriptionJob, TTSCatalog
 from voxserve.serving.remote import (
@@ -63,5 +68,5 @@ def create_remote_app(config: ServerConfig, remote: Remote) -> Starlette:
         finally:
             lag.cancel()
 
-    routes = route_table(speech, transcriptions, translations)
+    routes = route_table(speech, transcriptions, translations, speech_stream, realtime)
     return assemble(config, routes, lifespan, lambda: holder["state"].metrics if holder else None)

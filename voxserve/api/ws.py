@@ -21,15 +21,20 @@ the model times words. After `input.done` it sends
 before it closes. A mistake gets `{"type": "error", "error", "message", "code", ...}`
 (`error` is the object of an HTTP error body) and the session stays usable.
 
-A segment starts as soon as the text holds a complete clause or sentence
-(`voxserve.text.incremental`). Each segment is a stream of the shared engine, opened by
+This module is the channel: it reads messages under the limits below, parses and checks
+them, and renders what the session emits as events and binary frames. The session itself
+(`voxserve.serving.speech_session.SpeechSession`) cuts the text into segments as soon as
+the text holds a complete clause or sentence, and speaks each one as a stream opened by
 the same code as `POST /v1/audio/speech`: the same admission, deadlines and credits. A
 session takes one stream slot for a reply and keeps it while the reply's clauses keep
 coming (`HOLD_SLOT_S`), so a reply is admitted once, not at every clause. It speaks one
 segment at a time, in order, and prepares nothing ahead, so a session never holds more
-than one stream. Fragments wait in a bounded queue; when it is full the
+than one stream. Segments wait in a bounded queue; when it is full the
 server stops reading, and TCP pushes back on the client. A client that leaves mid-stream
-cancels the segment in flight, which drops its engine work.
+cancels the segment in flight, which drops its engine work. The session reaches its
+engine through `Service.speech_lane`: this process's, or on `voxserve serve --ray` one
+TTS replica that holds the session for its whole life; if that replica dies, the session
+ends with a `replica_lost` error event and close code 1012 (reconnect).
 
 Limits (`ServerConfig.ws`, `WSConfig`). Each one that ends a session sends an error
 event with the code below first, then closes with the close code:
@@ -42,6 +47,7 @@ event with the code below first, then closes with the close code:
 | text waiting to be spoken (`max_pending_chars`) | 16 Ki chars | `pending_text_too_long` | 1008 |
 | no message and nothing to speak (`idle_timeout_s`) | 60 s | `idle_timeout` | 1000 |
 | a client that takes nothing sent to it (`send_timeout_s`) | 15 s | (none: it is gone) | - |
+| the replica holding the session died (Ray) | | `replica_lost` | 1012 |
 | any failure that is not a `VoxError` (logged with its traceback) | | `internal_error` | 1011 |
 
 - A message past the rate is not dropped: dropping text would speak a reply with holes
@@ -73,15 +79,15 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Awaitable
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxserve.api.errors import error_event
-from voxserve.api.schemas import SpeechRequest, VoiceRef, validate
-from voxserve.api.speech import speech_params, words_json
+from voxserve.api.schemas import VoiceRef
+from voxserve.api.speech import words_json
 from voxserve.api.ws_limits import (
     ClientGone,
     Message,
@@ -92,26 +98,28 @@ from voxserve.api.ws_limits import (
     session_slot,
 )
 from voxserve.config import WSConfig
-from voxserve.errors import ClientError, ServerError, VoxError
-from voxserve.serving.catalog import speech_voice
-from voxserve.serving.speech import open_speech
-from voxserve.text.incremental import TextSegmenter
+from voxserve.errors import ClientError, ReplicaLost, ServerError, VoxError
+from voxserve.serving.service import Service
+from voxserve.serving.speech_session import (
+    HOLD_SLOT_S,
+    Backlogged,
+    Flushed,
+    SegmentAudio,
+    SegmentDone,
+    SegmentFailed,
+    SegmentStarted,
+    SegmentWords,
+    SessionItem,
+    SpeechSession,
+    SpeechSettings,
+)
 
-if TYPE_CHECKING:
-    from voxserve.serving.state import AppState
-
-__all__ = ["SessionConfig", "speech_stream"]
+__all__ = ["HOLD_SLOT_S", "SessionConfig", "speech_stream"]
 
 log = logging.getLogger(__name__)
 
-MAX_PENDING_SEGMENTS = 16
-"""Segments (and markers) waiting to be spoken; past it the server stops reading."""
+T = TypeVar("T")
 
-HOLD_SLOT_S = 2.0
-"""How long a session keeps its stream slot after its last segment, waiting for the
-next clause of the same reply. An LLM at 20 tokens/s writes a clause in well under a
-second, so a reply keeps one slot from its first clause to its last and never queues
-again behind new streams half-way through a sentence."""
 
 class SessionConfig(BaseModel):
     """The fields of a `session.config` message."""
@@ -128,46 +136,38 @@ class SessionConfig(BaseModel):
     language: str | None = Field(None, min_length=1, max_length=16)
     timestamps: bool = Field(False, strict=True)
 
-
-@dataclass(frozen=True)
-class _Segment:
-    index: int
-    text: str
-    config: SessionConfig
-
-
-@dataclass(frozen=True)
-class _Marker:
-    kind: Literal["flushed", "close"]
+    def settings(self) -> SpeechSettings:
+        voice = self.voice if isinstance(self.voice, str) else self.voice.id
+        return SpeechSettings(
+            self.model, voice, self.speed, self.response_format, self.sample_rate,
+            self.split, self.language, self.timestamps,
+        )  # fmt: skip
 
 
 _DISCONNECT: Message = {"type": "websocket.disconnect", "code": 1006}
 
 
-class _Session:
-    def __init__(self, state: AppState, ws: WebSocket):
+class _Channel:
+    def __init__(self, state: Service, ws: WebSocket):
         self.state = state
         self.ws = ws
         self.limits: WSConfig = state.config.ws
         self.id = f"ws_{uuid.uuid4().hex[:16]}"
         self.config = SessionConfig.model_validate({})
-        self.segmenter = self._new_segmenter()
-        self.queue: asyncio.Queue[_Segment | _Marker] = asyncio.Queue(MAX_PENDING_SEGMENTS)
-        self.count = 0
+        self.session = SpeechSession(
+            state.speech_lane(), self.id, state.config.tts.max_segment_chars, self.limits.max_pending_chars
+        )
         self.ended = "the client left"
         self._loop = asyncio.get_running_loop()
         self._bucket = TokenBucket(self.limits.messages_per_s, self.limits.message_burst, self._loop.time())
         self._send_lock = asyncio.Lock()
-        self._slot = False
-        self._speaking = False
-        self._unspoken = 0
-        """Characters of the segments queued or being spoken."""
         self._quiet_since = self._loop.time()
         self._recv: asyncio.Future[Message] | None = None
         self._speaker: asyncio.Task[None] | None = None
 
-    def _new_segmenter(self) -> TextSegmenter:
-        return TextSegmenter(self.config.split, max_chars=self.state.config.tts.max_segment_chars)
+    @property
+    def count(self) -> int:
+        return self.session.count
 
     # -- sending ---------------------------------------------------------------------------
     async def _send(self, message: Message) -> None:
@@ -186,7 +186,7 @@ class _Session:
         """An `error` event: `error` holds the same object as an HTTP error body (`exc`, or
         the protocol error `code`); `message`, `code` and `extra` repeat it at the top."""
         if exc is None:
-            kind = ServerError if code == "internal_error" else ClientError
+            kind = ServerError if code in ("internal_error", ReplicaLost.code) else ClientError
             exc = kind(message, param=extra.get("param"), code=code)
         await self.send_event({**error_event(exc), "message": message, "code": code, **extra})
 
@@ -206,6 +206,9 @@ class _Session:
         except SessionEnd as end:
             self.ended = end.message or f"close {end.close_code}"
             await self._end(end)
+        except ReplicaLost as exc:
+            self.ended = exc.message
+            await self._end(SessionEnd(1012, exc.message, exc.code))
         except Exception:
             log.exception("session %s failed", self.id)
             self.ended = "internal error"
@@ -214,6 +217,7 @@ class _Session:
             await self._stop_speaker()
             if self._recv is not None:
                 self._recv.cancel()
+            await self.session.close()
 
     async def _end(self, end: SessionEnd) -> None:
         """Tell the client why (the speaker is stopped first, so nothing else is sending)."""
@@ -259,9 +263,6 @@ class _Session:
         self._quiet_since = self._loop.time()
         return message
 
-    def _busy(self) -> bool:
-        return self._speaking or not self.queue.empty()
-
     async def _next_message(self) -> Message:
         """The next message; ends the session when the client leaves, when the speaker
         fails, or after `idle_timeout_s` with no message and nothing to speak."""
@@ -269,7 +270,9 @@ class _Session:
         idle = self.limits.idle_timeout_s
         while True:
             recv = self._receiving()
-            timeout = idle if self._busy() else max(0.0, self._quiet_since + idle - self._loop.time())
+            quiet = max(self._quiet_since, self.session.quiet_since)
+            busy = self.session.busy
+            timeout = idle if busy else max(0.0, quiet + idle - self._loop.time())
             waiting: set[asyncio.Future[Any]] = {recv, self._speaker}
             await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if recv.done():
@@ -278,7 +281,8 @@ class _Session:
                 return message
             if self._speaker.done():
                 self._speaker_failed()
-            if not self._busy() and self._loop.time() - self._quiet_since >= idle:
+            quiet = max(self._quiet_since, self.session.quiet_since)
+            if not self.session.busy and self._loop.time() - quiet >= idle:
                 raise SessionEnd(
                     1000,
                     f"no message for {idle:g} s and nothing to speak; open a new session when there is more",
@@ -309,6 +313,10 @@ class _Session:
                 continue
             try:
                 closing = await self._handle(message.get("text") or "")
+            except Backlogged as exc:
+                raise SessionEnd(1008, exc.message, exc.code) from None
+            except ReplicaLost:
+                raise
             except VoxError as exc:
                 await self.send_error(exc.message, exc.code or "error", exc, param=exc.param)
                 continue
@@ -348,15 +356,13 @@ class _Session:
             if len(text) > limit:
                 await self.send_error(f"a fragment may hold at most {limit} characters", "input_too_long", param="text")
                 return False
-            await self._enqueue_all(self.segmenter.feed(text))
+            await self._while_connected(self.session.feed(text))
         elif kind == "input.done":
-            await self._enqueue_all(self.segmenter.flush())
-            await self._put(_Marker("flushed"))
+            await self._while_connected(self.session.flush())
         elif kind == "session.config":
             await self._configure(message)
         elif kind == "session.close":
-            await self._enqueue_all(self.segmenter.flush())
-            await self._put(_Marker("close"))
+            await self._while_connected(self.session.finish())
             return True
         else:
             await self.send_error(
@@ -374,151 +380,73 @@ class _Session:
             await self.send_error(f"invalid session.config: {param}: {first.get('msg')}", "invalid_value", param=param)
             return
         try:
-            name = config.voice if isinstance(config.voice, str) else config.voice.id
-            speech_voice(self.state.engine, config.model, name, config.language)
+            await self._while_connected(self.session.configure(config.settings()))
+        except (Backlogged, ReplicaLost):
+            raise
         except VoxError as exc:
             param = exc.param or "voice"
             await self.send_error(exc.message, exc.code or "invalid_value", exc, param=param)
             return
-        if config.split != self.config.split:
-            pending = self.segmenter.pending
-            self.config = config
-            self.segmenter = self._new_segmenter()
-            await self._enqueue_all(self.segmenter.feed(pending))
         self.config = config
 
-    async def _enqueue_all(self, pieces: list[str]) -> None:
-        """Queue segments, after checking the session's pending-text cap."""
-        limit = self.limits.max_pending_chars
-        pending = self.segmenter.pending_chars + self._unspoken + sum(len(p) for p in pieces)
-        if pending > limit:
-            raise SessionEnd(
-                1008,
-                f"{pending} characters are waiting to be spoken and a session may have at most {limit}; "
-                "send text no faster than it is spoken",
-                "pending_text_too_long",
-            )
-        for piece in pieces:
-            self._unspoken += len(piece)
-            await self._put(_Segment(self.count, piece, self.config))
-            self.count += 1
-
-    async def _put(self, item: _Segment | _Marker) -> None:
-        """Queue an item, waiting while the queue is full (the server reads no more then,
-        and TCP pushes back on the client). Meanwhile one receive stays pending, so a
-        client that leaves is noticed; a message that arrives is kept for later."""
-        if not self.queue.full():
-            self.queue.put_nowait(item)
-            return
+    async def _while_connected(self, work: Awaitable[T]) -> T:
+        """Await the session's `work`, which waits while its queue of segments is full (the
+        server reads no more then, and TCP pushes back on the client). Meanwhile one
+        receive stays pending, so a client that leaves is noticed; a message that
+        arrives is kept for later."""
         assert self._speaker is not None
-        putter = asyncio.ensure_future(self.queue.put(item))
+        task = asyncio.ensure_future(work)
         try:
-            while not putter.done():
+            while not task.done():
                 recv = self._receiving()
-                waiting: set[asyncio.Future[Any]] = {putter, self._speaker}
+                waiting: set[asyncio.Future[Any]] = {task, self._speaker}
                 if not recv.done():
                     waiting.add(recv)
                 await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if task.done():
+                    break
                 if recv.done() and recv.result()["type"] == "websocket.disconnect":
                     raise ClientGone("the client left")
-                if self._speaker.done() and not putter.done():
+                if self._speaker.done():
                     self._speaker_failed()
         finally:
-            if not putter.done():
-                putter.cancel()
+            if not task.done():
+                task.cancel()
+        return task.result()
 
     # -- speaking --------------------------------------------------------------------------
     async def _speak_all(self) -> None:
-        try:
-            while True:
-                item = await self._next_item()
-                if isinstance(item, _Marker):
-                    if item.kind == "close":
-                        return
-                    await self.send_event({"type": "input.flushed"})
-                    continue
-                self._speaking = True
-                try:
-                    await self._speak(item)
-                finally:
-                    self._speaking = False
-                    self._unspoken -= len(item.text)
-                    self._quiet_since = self._loop.time()
-        finally:
-            self._release()
+        async with contextlib.aclosing(self.session.items()) as items:
+            async for item in items:
+                await self._send_item(item)
 
-    async def _next_item(self) -> _Segment | _Marker:
-        """The next segment or marker; the slot is given back when none comes soon."""
-        if self._slot:
-            getter = asyncio.ensure_future(self.queue.get())
-            try:
-                await asyncio.wait({getter}, timeout=HOLD_SLOT_S)
-            finally:
-                if not getter.done():
-                    getter.cancel()  # before it took an item: the item stays queued
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await getter
-            if not getter.cancelled():
-                return getter.result()
-            self._release()
-        return await self.queue.get()
-
-    def _release(self) -> None:
-        if self._slot:
-            self._slot = False
-            self.state.admission.release()
-
-    async def _speak(self, segment: _Segment) -> None:
-        cfg = segment.config
-        started = time.perf_counter()
-        request_id = f"{self.id}-{segment.index}"
-        try:
-            body = validate(
-                SpeechRequest,
-                {"model": cfg.model, "input": segment.text, "voice": cfg.voice, "speed": cfg.speed,
-                 "response_format": cfg.response_format, "sample_rate": cfg.sample_rate,
-                 "language": cfg.language},
-            )
-            if not self._slot:
-                await self.state.admission.acquire()  # 429 when the server is full
-                self._slot = True
-            stream = await open_speech(self.state, speech_params(body), request_id, started, admitted=True)
-        except VoxError as exc:
-            await self.send_error(exc.message, exc.code or "error", exc, segment=segment.index, status=exc.status)
-            return
-        completed = False
-        try:
-            rate = cfg.sample_rate or self.state.config.default_sample_rate
-            await self.send_event(
-                {"type": "audio.start", "segment": segment.index, "text": segment.text, "sample_rate": rate}
-            )
-            async with contextlib.aclosing(stream.chunks()) as chunks:
-                async for chunk in chunks:
-                    if cfg.timestamps and chunk.words:
-                        words = words_json(chunk.words)
-                        await self.send_event({"type": "speech.words", "segment": segment.index, "words": words})
-                    if chunk.data:
-                        await self.send_audio(chunk.data)
-            completed = True
-        except VoxError as exc:  # the engine failed mid-segment
-            await self.send_error(exc.message, exc.code or "error", exc, segment=segment.index, status=exc.status)
-            return
-        finally:
-            stream.close(completed)
-        await self.send_event({"type": "audio.done", "segment": segment.index})
+    async def _send_item(self, item: SessionItem) -> None:
+        match item:
+            case SegmentAudio(_, data):
+                await self.send_audio(data)
+            case SegmentStarted(index, text, rate):
+                await self.send_event({"type": "audio.start", "segment": index, "text": text, "sample_rate": rate})
+            case SegmentWords(index, words):
+                await self.send_event({"type": "speech.words", "segment": index, "words": words_json(words)})
+            case SegmentDone(index):
+                await self.send_event({"type": "audio.done", "segment": index})
+            case SegmentFailed(index, exc):
+                await self.send_error(exc.message, exc.code or "error", exc, segment=index, status=exc.status)
+            case Flushed():
+                await self.send_event({"type": "input.flushed"})
 
 
 async def speech_stream(ws: WebSocket) -> None:
-    state: AppState = ws.app.state.vox
+    state: Service = ws.app.state.vox
     async with session_slot(state, ws) as accepted:
         if not accepted:
             return
         started = time.perf_counter()
-        session = _Session(state, ws)
+        channel = _Channel(state, ws)
         try:
-            await session.run()
+            await channel.run()
         finally:
             log.info(
                 "session %s ended after %.1f s, %d segments: %s",
-                session.id, time.perf_counter() - started, session.count, session.ended,
+                channel.id, time.perf_counter() - started, channel.count, channel.ended,
             )

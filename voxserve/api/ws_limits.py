@@ -3,7 +3,7 @@ message-size check and the per-session message rate.
 
 `session_slot` admits a session under `WSConfig.max_sessions` (one more is accepted,
 told why in an `error` event, and closed with 1013, "try again later"), counts it in
-`AppState.ws_open` and the `voxserve_ws_sessions` gauge until it ends, and accepts the
+`Service.ws_open` (per process: each Ray front end counts its own) and the `voxserve_ws_sessions` gauge until it ends, and accepts the
 handshake within `send_timeout_s`. Routes only parse and speak their protocol. No engine
 work here.
 """
@@ -15,16 +15,14 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxserve.api.auth import SUBPROTOCOL_PREFIX
 from voxserve.api.errors import error_event
 from voxserve.errors import ClientError
-
-if TYPE_CHECKING:
-    from voxserve.serving.state import AppState
+from voxserve.serving.service import Service
 
 __all__ = [
     "ClientGone",
@@ -128,7 +126,7 @@ def check_message(message: Message, limit: int, bucket: TokenBucket, now: float,
         raise SessionEnd(1008, too_fast, "rate_limited")
 
 
-async def _refuse_busy(state: AppState, ws: WebSocket) -> None:
+async def _refuse_busy(state: Service, ws: WebSocket) -> None:
     """Past `max_sessions`: accept, say why, close with 1013 (try again later)."""
     limit = state.config.ws.max_sessions
     log.warning("refused a WebSocket session: %d are open, the limit is %d", state.ws_open, limit)
@@ -143,7 +141,7 @@ async def _refuse_busy(state: AppState, ws: WebSocket) -> None:
 
 
 @contextlib.asynccontextmanager
-async def session_slot(state: AppState, ws: WebSocket) -> AsyncIterator[bool]:
+async def session_slot(state: Service, ws: WebSocket) -> AsyncIterator[bool]:
     """Admit and accept one session; yields False when it was refused or the client left
     during the handshake (nothing more to do), True while the session may run."""
     if state.ws_open >= state.config.ws.max_sessions:

@@ -5,7 +5,9 @@
 Streams come back as Serve streaming generators, relayed chunk by chunk, never
 buffered. Errors are turned back into `VoxError`s here, in one place: a replica's own
 error arrives as its cause (same status and OpenAI shape as on one machine), a replica
-that died mid-request becomes a 500, and Serve's back-pressure a 429.
+that died mid-request becomes `ReplicaLost` (a 500, and the end of a session it held),
+and Serve's back-pressure a 429. A session's calls after its first name the replica that
+holds it, and the router sends them there (`voxserve.ray.router`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,20 @@ from starlette.applications import Starlette
 from voxserve.api.app import create_app
 from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
-from voxserve.errors import Overloaded, ServerError, Unavailable, VoxError
+from voxserve.errors import Overloaded, ReplicaLost, ServerError, Unavailable, VoxError
 from voxserve.ray.loopback import bind_replica_grpc_to_node
-from voxserve.serving.jobs import Opened, SpeechJob, TranscriptionJob, TTSCatalog
+from voxserve.serving.jobs import (
+    LiveInput,
+    LiveOpen,
+    LiveReply,
+    Opened,
+    SegmentJob,
+    SessionRef,
+    SpeechJob,
+    TranscriptionJob,
+    TTSCatalog,
+    VoiceCheck,
+)
 from voxserve.serving.remote import Remote, RemoteStream
 
 if TYPE_CHECKING:
@@ -43,7 +56,7 @@ def as_vox_error(exc: BaseException) -> BaseException:
             return cause
         return ServerError(f"the replica failed: {type(cause).__name__}")
     if isinstance(exc, RayActorError):
-        return ServerError("the replica serving this request died")
+        return ReplicaLost("the replica serving this request died")
     if isinstance(exc, BackPressureError):
         return Overloaded("every replica is at capacity; retry later")
     if isinstance(exc, DeploymentUnavailableError):
@@ -103,6 +116,15 @@ class RayTTS:
     async def speech(self, job: SpeechJob) -> RemoteStream:
         return await _open(self._stream.speech.remote(job))
 
+    async def segment(self, job: SegmentJob) -> RemoteStream:
+        return await _open(self._stream.segment.remote(job))
+
+    async def check_voice(self, check: VoiceCheck) -> None:
+        await _result(self._handle.check_voice.remote(check))
+
+    async def end_session(self, ref: SessionRef) -> None:
+        await _result(self._handle.end_session.remote(ref))
+
 
 class RayASR:
     def __init__(self, handle: DeploymentHandle[ASRReplica]):
@@ -119,6 +141,13 @@ class RayASR:
 
     async def stream(self, job: TranscriptionJob) -> RemoteStream:
         return await _open(self._stream.stream.remote(job))
+
+    async def live(self, job: LiveOpen) -> RemoteStream:
+        return await _open(self._stream.live.remote(job))
+
+    async def live_input(self, batch: LiveInput) -> LiveReply:
+        reply: LiveReply = await _result(self._handle.live_input.remote(batch))
+        return reply
 
 
 class Frontend:

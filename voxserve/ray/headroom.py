@@ -29,15 +29,18 @@ def headroom(stats: Mapping[str, Any] | None, in_flight: int | None, default_cap
     """The share of this replica's capacity still free: 1 when idle, 0 or less when full.
 
     `stats` is the replica's last report (None before the first), `in_flight` the
-    router's fresher count of requests at the replica (None if unknown). Until a replica
-    has measured its capacity, its stream limit stands in (else `default_capacity`).
+    router's count of requests at the replica (None if unknown). The load is the larger
+    of the two: the router's count is fresher, but it is refreshed only when it probes,
+    and a report counts the slots that sessions hold between their segments. Until a
+    replica has measured its capacity, its stream limit stands in (else
+    `default_capacity`).
     """
     stats = stats or {}
     capacity = stats.get("capacity")
     if capacity is None:
         capacity = stats.get("limit", default_capacity)
     reported = int(stats.get("active", 0)) + int(stats.get("queued", 0))
-    load = reported if in_flight is None else in_flight
+    load = reported if in_flight is None else max(reported, in_flight)
     capacity = max(float(capacity), 1e-9)
     return (capacity - load) / capacity
 

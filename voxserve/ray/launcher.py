@@ -91,7 +91,12 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
         asr_deployment = serve.deployment(
             name="ASR",
             ray_actor_options={"num_cpus": asr.workers},
-            max_ongoing_requests=asr.max_requests + asr.max_queue + CONTROL_CALLS,
+            # A live session holds one call for its life and makes one more at a time.
+            max_ongoing_requests=asr.max_requests + asr.max_queue + 2 * config.realtime.max_sessions + CONTROL_CALLS,
+            request_router_config={
+                "request_router_class": HeadroomRouter,
+                "request_routing_stats_period_s": layout.routing_stats_period_s,
+            },
             **stopping,
             **_scale(layout.asr),
         )(ASRReplica)

@@ -7,6 +7,14 @@ serves each stream with `voxserve.serving.speech.open_speech`, the function the 
 handler calls. The ASR replica runs `voxserve.serving.transcription.Transcriber` on its own
 engine, pool and admission. Models load from the installed packages on whichever node runs the replica.
 
+Sessions live on one replica each. A TTS replica keeps a speech session's stream slot
+between the segments of a reply (`HeldSlot`, keyed by the session's id), and gives it
+back `HOLD_SLOT_S` after the last segment, at `end_session`, or when the replica stops.
+An ASR replica runs each live session whole (`LiveTranscriber`: VAD on its own thread,
+turn detection, the turns as live work for its engine), takes its input through
+`live_input` and streams its events back from `live`; a session whose front end stops
+calling is closed after `idle_timeout_s` plus `LIVE_GRACE_S`.
+
 Replies are the serving layer's dataclasses (`voxserve.serving.jobs`). A streaming
 reply's first item is the replica's name, sent before any work, so that the front end
 can label the response; errors (`VoxError`s such as 429) are raised and reach the front
@@ -19,7 +27,8 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -30,11 +39,30 @@ from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.tts import TTSEngine
+from voxserve.engine.vad import VADEngine
+from voxserve.errors import ReplicaLost, ServerError, VoxError
 from voxserve.ray.loopback import bind_replica_grpc_to_node
-from voxserve.serving.catalog import speech_model_ids, voice_list
-from voxserve.serving.jobs import Opened, SpeechJob, TranscriptionJob, TTSCatalog
+from voxserve.serving.catalog import speech_model_ids, speech_voice, voice_list
+from voxserve.serving.jobs import (
+    Append,
+    Clear,
+    Commit,
+    Configure,
+    LiveInput,
+    LiveOpen,
+    LiveReply,
+    Opened,
+    SegmentJob,
+    SessionRef,
+    SpeechJob,
+    TranscriptionJob,
+    TTSCatalog,
+    VoiceCheck,
+)
 from voxserve.serving.metrics import Metrics
+from voxserve.serving.realtime import LiveEvent, LiveSession, LiveTranscriber
 from voxserve.serving.speech import AudioChunk, open_speech
+from voxserve.serving.speech_session import HeldSlot
 from voxserve.serving.state import running_state
 from voxserve.serving.transcription import Transcriber
 
@@ -42,6 +70,20 @@ __all__ = ["ASRReplica", "TTSReplica", "replica_name"]
 
 STOP_WAIT_S = 0.5
 """How long a stopping replica waits for its workers to leave an inference call."""
+
+LIVE_EVENTS = 256
+"""A live session's events waiting for its front end to take them; past it the front
+end is not reading, and the session ends."""
+
+LIVE_GRACE_S = 5.0
+"""How much longer than the client's idle timeout a live session waits for its front
+end's next call before it closes itself (the front end died)."""
+
+
+def _not_held(name: str) -> ReplicaLost:
+    return ReplicaLost(
+        f"the replica that held this session is gone (this is {name}); open a new session"
+    )
 
 
 def replica_name() -> str:
@@ -66,6 +108,8 @@ class TTSReplica:
             running_state(config, TTSEngine(config.tts), None)
         )
         self.name = replica_name()
+        self.slots: dict[str, HeldSlot] = {}
+        """Speech sessions' slots, by session id, while held."""
 
     async def speech(self, job: SpeechJob) -> AsyncIterator[str | Opened | AudioChunk]:
         """This replica's name, `Opened` once the stream is admitted and submitted, then its
@@ -84,6 +128,51 @@ class TTSReplica:
         finally:
             stream.close(completed)
 
+    async def segment(self, job: SegmentJob) -> AsyncIterator[str | Opened | AudioChunk]:
+        """One segment of a speech session, as `speech`, in the session's slot: taken for
+        its first segment (or after the slot went back), kept between segments."""
+        yield self.name
+        if job.replica is not None and job.replica != self.name:
+            raise _not_held(self.name)
+        started = time.perf_counter()
+        slot = self.slots.get(job.session)
+        if slot is None:
+            slot = self.slots[job.session] = HeldSlot(self.state.admission, on_release=self._forget(job.session))
+        try:
+            await slot.take()  # 429 when full
+            stream = await open_speech(self.state, job.params, job.request_id, started, admitted=True)
+        except BaseException:
+            slot.idle()
+            if not slot.held:
+                self.slots.pop(job.session, None)
+            raise
+        completed = False
+        try:
+            yield Opened(stream.characters, stream.sample_rate)
+            async with contextlib.aclosing(stream.chunks()) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            completed = True
+        finally:
+            stream.close(completed)
+            slot.idle()
+
+    def _forget(self, session: str) -> Callable[[], None]:
+        def forget() -> None:
+            self.slots.pop(session, None)
+
+        return forget
+
+    async def end_session(self, ref: SessionRef) -> None:
+        """Give a speech session's slot back now (its client left or closed). Async, as
+        everything that touches the admission: it runs on the replica's event loop."""
+        slot = self.slots.get(ref.session)
+        if slot is not None:
+            slot.release()
+
+    async def check_voice(self, check: VoiceCheck) -> None:
+        speech_voice(self.state.engine, check.model, check.voice, check.language)
+
     def catalog(self) -> TTSCatalog:
         engine = self.state.engine
         return TTSCatalog(speech_model_ids(engine), voice_list(engine))
@@ -97,9 +186,11 @@ class TTSReplica:
         state = self.state
         return {
             "capacity": state.engine.capacity_streams(),
-            "active": state.engine.active_streams,
+            # A session's slot counts while held, between its segments too.
+            "active": max(state.engine.active_streams, state.admission.active),
             "queued": state.admission.queued,
             "limit": state.engine.max_streams,
+            "sessions": len(self.slots),
         }
 
     def check_health(self) -> None:
@@ -109,6 +200,8 @@ class TTSReplica:
             raise RuntimeError(f"TTS workers died: {', '.join(engine.dead_workers) or 'unknown'}")
 
     async def __del__(self) -> None:
+        for slot in list(self.slots.values()):
+            slot.release()
         await self._stack.aclose()
 
 
@@ -128,7 +221,13 @@ class ASRReplica:
         self.metrics = Metrics(None)
         self.metrics.attach_asr(self.engine.snapshot)
         self.transcriber = Transcriber(self.engine, self.pool, self.admission, self.metrics)
+        self.vad = VADEngine()
+        self.live_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")
+        self.live_transcriber = LiveTranscriber(self.engine, self.vad, self.live_pool, config.realtime, self.metrics)
+        self.sessions: dict[str, _LiveHold] = {}
+        """Live sessions open here, by id."""
         self.engine.start()
+        self.vad.start()
         await asyncio.get_running_loop().run_in_executor(None, self.engine.warmup)
         self.name = replica_name()
 
@@ -155,11 +254,61 @@ class ASRReplica:
         finally:
             stream.close()
 
+    async def live(self, job: LiveOpen) -> AsyncIterator[str | Opened | LiveEvent]:
+        """This replica's name, `Opened` once the session is open (429 past
+        `realtime.max_sessions` here), then its events as they come; cancelling the call
+        closes the session and drops its work."""
+        yield self.name
+        live = self.live_transcriber
+        hold = _LiveHold(live.config.idle_timeout_s + LIVE_GRACE_S)
+        async with live.session(hold.emit) as session:
+            hold.session = session
+            self.sessions[job.session] = hold
+            try:
+                yield Opened()
+                while True:
+                    yield await hold.next_event()
+            finally:
+                self.sessions.pop(job.session, None)
+
+    async def live_input(self, batch: LiveInput) -> LiveReply:
+        """Apply a live session's client input in order; a refused `Configure` gives its
+        error in the reply, in its place, and the rest goes on."""
+        hold = self.sessions.get(batch.session) if batch.replica == self.name else None
+        if hold is None or hold.session is None:
+            raise _not_held(self.name)
+        hold.heard()
+        session = hold.session
+        errors: list[VoxError | None] = []
+        for action in batch.actions:
+            error: VoxError | None = None
+            match action:
+                case Append(data, ref):
+                    await session.append(data, ref)
+                case Commit(ref):
+                    await session.commit(ref)
+                case Clear(ref):
+                    await session.clear(ref)
+                case Configure(settings):
+                    try:
+                        await session.configure(settings)
+                    except VoxError as exc:
+                        error = exc
+            errors.append(error)
+        hold.heard()
+        return tuple(errors)
+
     def model_name(self) -> str:
         return self.engine.name
 
     def describe(self) -> dict[str, Any]:
-        return _describe(self.name)
+        snapshot = self.engine.snapshot()
+        return {
+            **_describe(self.name),
+            "live_sessions": len(self.sessions),
+            "requests": snapshot.get("requests", 0),
+            "engine_live_sessions": snapshot.get("live_sessions", 0),
+        }
 
     def check_health(self) -> None:
         if not self.engine.healthy:
@@ -170,3 +319,44 @@ class ASRReplica:
         self.engine.drain()
         self.engine.stop(timeout=STOP_WAIT_S)
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.vad.stop()
+        self.live_pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _LiveHold:
+    """One live session on an ASR replica: its events, waiting for the front end (a
+    bounded queue), and when the front end last called."""
+
+    def __init__(self, silent_s: float):
+        self.session: LiveSession | None = None
+        self._events: asyncio.Queue[LiveEvent] = asyncio.Queue(LIVE_EVENTS)
+        self._overflow = False
+        self._silent_s = silent_s
+        self._loop = asyncio.get_running_loop()
+        self._heard = self._loop.time()
+
+    def emit(self, event: LiveEvent) -> None:
+        try:
+            self._events.put_nowait(event)
+        except asyncio.QueueFull:
+            self._overflow = True
+
+    def heard(self) -> None:
+        self._heard = self._loop.time()
+
+    async def next_event(self) -> LiveEvent:
+        """The next event; ServerError when the front end takes none, or neither calls nor
+        waits on a turn for `silent_s` (it is gone)."""
+        while True:
+            if self._overflow:
+                raise ServerError(f"the front end left {LIVE_EVENTS} live events unread")
+            left = self._heard + self._silent_s - self._loop.time()
+            busy = self.session is not None and self.session.busy
+            try:
+                async with asyncio.timeout(self._silent_s if busy else max(left, 0.0)):
+                    return await self._events.get()
+            except TimeoutError:
+                if busy:
+                    self.heard()
+                elif self._loop.time() - self._heard >= self._silent_s:
+                    raise ServerError(f"no input from the front end for {self._silent_s:g} s") from None

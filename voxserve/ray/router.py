@@ -1,11 +1,15 @@
-"""`HeadroomRouter`: Ray Serve's request router for the TTS deployment.
+"""`HeadroomRouter`: Ray Serve's request router for the TTS and ASR deployments.
 
-Each front end's handle runs one. For every request it ranks the TTS replicas by
-headroom (`voxserve.ray.headroom`), from the stats that replicas report through
-`record_routing_stats` and the router's own count of requests in flight at each.
-Serve then sends the request to the first rank that accepts it (the shorter queue
-within a rank). A stream stays on the replica that took it, start to end; when that
-replica dies, only its streams fail.
+Each front end's handle runs one. A request that belongs to a session already held by a
+replica (its job names the replica, `voxserve.serving.jobs`) goes to that replica, and
+only there. Any other request is ranked by headroom (`voxserve.ray.headroom`), from the
+stats that replicas report through `record_routing_stats` (TTS) and the router's own
+count of requests in flight at each (both; an ASR replica's live sessions count there
+for their whole life). Serve then sends the request to the first rank that accepts it
+(the shorter queue within a rank). A stream stays on the replica that took it, start to
+end; when that replica dies, only its streams fail. When a session's replica is no
+longer among the candidates, its request is routed as any other, and the replica that
+gets it answers `ReplicaLost`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,15 @@ from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, R
 
 from voxserve.ray.headroom import headroom, rank_by_headroom
 
-__all__ = ["HeadroomRouter"]
+__all__ = ["HeadroomRouter", "pinned_replica"]
+
+
+def pinned_replica(request: PendingRequest | None) -> str | None:
+    """The replica a request's session is pinned to, if any (its job's `replica`)."""
+    if request is None or not request.args:
+        return None
+    replica = getattr(request.args[0], "replica", None)
+    return replica if isinstance(replica, str) else None
 
 
 class HeadroomRouter(FIFOMixin, RequestRouter):
@@ -25,6 +37,11 @@ class HeadroomRouter(FIFOMixin, RequestRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
+        pin = pinned_replica(pending_request)
+        if pin is not None:
+            held = [r for r in candidate_replicas if r.replica_id.to_full_id_str() == pin]
+            if held:
+                return [held]
         cache = self.replica_queue_len_cache
         rooms = [
             headroom(r.routing_stats, cache.get(r.replica_id), float(r.max_ongoing_requests))

@@ -45,7 +45,8 @@ from voxserve.engine.stream import StreamFailed
 from voxserve.engine.transcribe import start_live
 from voxserve.engine.turns import Pause, Resume, Start, Stop, TurnDetector
 from voxserve.engine.vad import FRAME_SAMPLES, VADEngine, VADStream
-from voxserve.errors import InvalidRequest, Overloaded, ServerError, VoxError
+from voxserve.errors import InvalidRequest, NotFound, Overloaded, ServerError, VoxError
+from voxserve.serving.catalog import ASR_MODELS
 from voxserve.serving.metrics import Metrics
 
 __all__ = [
@@ -150,6 +151,8 @@ class SessionError:
     """A client mistake that leaves the session open."""
 
     error: VoxError
+    ref: str | None = None
+    """The id the client gave the input that caused it."""
 
 
 LiveEvent = (
@@ -201,7 +204,15 @@ class LiveTranscriber:
             self.metrics.realtime_sessions.dec()
 
     def check(self, settings: LiveSettings) -> None:
-        """Refuse settings this server cannot serve (the language, for an English model)."""
+        """Refuse settings this server cannot serve: another model (404), or a language
+        the model does not speak."""
+        if settings.model not in ASR_MODELS and settings.model != self.engine.name:
+            raise NotFound(
+                f"transcription model {settings.model!r} does not exist here; use "
+                f"{' or '.join((*ASR_MODELS, self.engine.name))}",
+                param="session.audio.input.transcription.model",
+                code="model_not_found",
+            )
         self.engine.check(TranscribeOptions(language=settings.language or None))
 
 
@@ -285,16 +296,32 @@ class LiveSession:
         self._pending: deque[asyncio.Task[None]] = deque()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
+        self._lost: asyncio.Future[VoxError] = asyncio.get_running_loop().create_future()
+        self._ref: str | None = None
+        """The client's id for the input being handled, for the errors it causes."""
 
     @property
     def busy(self) -> bool:
         """A committed turn is still being transcribed."""
         return any(not t.done() for t in self._pending)
 
+    @property
+    def lost(self) -> asyncio.Future[VoxError]:
+        """Never resolves: a session in this process goes on until it is closed."""
+        return self._lost
+
+    def _refuse(self, error: VoxError) -> None:
+        self._emit(SessionError(error, self._ref))
+
     # -- settings ---------------------------------------------------------------------
     def _new_detector(self) -> TurnDetector | None:
         td = self.settings.turn_detection
         return None if td is None else TurnDetector(td.threshold, td.silence_duration_ms)
+
+    async def configure(self, settings: LiveSettings) -> None:
+        """Check new settings (`LiveTranscriber.check`), then apply them."""
+        self._live.check(settings)
+        self.update(settings)
 
     def update(self, settings: LiveSettings) -> None:
         """Apply new settings (checked by `LiveTranscriber.check`). A new format starts a
@@ -310,18 +337,25 @@ class LiveSession:
             self._detector = self._new_detector()
 
     # -- client actions ---------------------------------------------------------------
-    async def append(self, data: bytes) -> None:
+    async def append(self, data: bytes, ref: str | None = None) -> None:
+        self._ref = ref
+        try:
+            await self._append(data)
+        finally:
+            self._ref = None
+
+    async def _append(self, data: bytes) -> None:
         samples = self._decoder.feed(data)
         if not len(samples):
             return
         if self._detector is None:
             limit = int(self._config.max_buffer_s * RATE)
             if len(self._audio) + len(samples) > limit:
-                self._emit(SessionError(InvalidRequest(
+                self._refuse(InvalidRequest(
                     f"the input audio buffer holds {self._config.max_buffer_s:g} s at most; "
                     "commit or clear it before appending more (this audio was dropped)",
                     code="input_audio_buffer_full",
-                )))
+                ))
                 return
             self._audio.add(samples)
             return
@@ -332,17 +366,24 @@ class LiveSession:
             await self._on_frames(probs, first)
         await self._after_audio()
 
-    async def commit(self) -> None:
+    async def commit(self, ref: str | None = None) -> None:
         """End the turn now, whatever VAD thinks (OpenAI's `input_audio_buffer.commit`)."""
+        self._ref = ref
+        try:
+            await self._commit_now()
+        finally:
+            self._ref = None
+
+    async def _commit_now(self) -> None:
         turn = self._turn
         start = turn.start if turn is not None else max(self._floor, self._audio.start)
         end = self._audio.end
         if end - start < MIN_COMMIT_S * RATE:
-            self._emit(SessionError(InvalidRequest(
+            self._refuse(InvalidRequest(
                 f"the input audio buffer holds {max(0, end - start) / RATE * 1000:.0f} ms of "
                 f"audio; a commit needs at least {MIN_COMMIT_S * 1000:.0f} ms",
                 code="input_audio_buffer_commit_empty",
-            )))
+            ))
             return
         if turn is not None:
             self._cancel(turn.early)
@@ -354,7 +395,7 @@ class LiveSession:
             self._detector.reset()
         await self._commit(turn, end, time.monotonic())
 
-    def clear(self) -> None:
+    async def clear(self, ref: str | None = None) -> None:
         self._drop_turn()
         self._floor = self._audio.end
         self._audio.drop_before(self._audio.end)

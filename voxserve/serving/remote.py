@@ -6,12 +6,35 @@ those with Ray Serve handles). A replica runs the single-machine serving layer a
 back its items (`voxserve.serving.jobs`); its errors come back as the same `VoxError`s.
 `voxserve_replica_requests` counts requests by deployment and replica. Nothing here
 imports Ray or HTTP, and no model loads in this process.
+
+Sessions keep to one replica for their whole life:
+
+- **A speech session** (`_RemoteLane`) cuts its text into segments here, in the front
+  end (`voxserve.serving.speech_session.SpeechSession`, linear and cheap), and speaks
+  each segment on a TTS replica as a stream, through the same path as an HTTP speech
+  request: the same credits, and closing the stream cancels the replica's work. The
+  first segment goes where the router finds the most headroom; the session is then
+  pinned to that replica, which keeps the session's stream slot between the segments of
+  a reply (`HeldSlot`) and gives it back `HOLD_SLOT_S` after the last one, or at once
+  when the session ends (`end_session`).
+- **A live transcription session** (`_RemoteLive`) runs on one ASR replica, whole:
+  VAD, turn detection and the turns' transcription as live work, beside that replica's
+  engine, whose state (idle workers, live work queued) decides when deltas and early
+  finals run. The front end forwards the client's input in order, several appends per
+  call when they queue up, and relays the session's events as they come.
+
+A replica that dies takes its sessions with it: their next call, or the stream in
+flight, fails with `ReplicaLost`, and the channel ends the session with that error.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -20,9 +43,33 @@ from prometheus_client import Counter
 from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.uploads import UploadBudget, UploadLease
+from voxserve.errors import ReplicaLost, VoxError
 from voxserve.serving.catalog import Health, model_ids
-from voxserve.serving.jobs import Opened, SpeechJob, TranscriptionJob, TTSCatalog
+from voxserve.serving.jobs import (
+    Append,
+    Clear,
+    Commit,
+    Configure,
+    LiveAction,
+    LiveInput,
+    LiveOpen,
+    LiveReply,
+    Opened,
+    SegmentJob,
+    SessionRef,
+    SpeechJob,
+    TranscriptionJob,
+    TTSCatalog,
+    VoiceCheck,
+)
 from voxserve.serving.metrics import Metrics
+from voxserve.serving.realtime import (
+    Committed,
+    LiveEvent,
+    LiveSettings,
+    TranscriptCompleted,
+    TranscriptFailed,
+)
 from voxserve.serving.speech import AudioChunk, SpeechParams
 from voxserve.serving.state import new_request_id
 from voxserve.serving.transcription import TranscriptionParams, asr_disabled, observe
@@ -30,7 +77,20 @@ from voxserve.serving.waiting import Gone, unless_gone
 
 __all__ = ["ASRBackend", "Remote", "RemoteState", "RemoteStream", "TTSBackend", "remote_state"]
 
+log = logging.getLogger(__name__)
+
 _LEFT = "client disconnected before a replica took its request"
+
+END_SESSION_S = 2.0
+"""How long closing a speech session waits for its replica to give the slot back; the
+replica's own hold timer gives it back anyway (`HOLD_SLOT_S`)."""
+
+_ENDING: set[asyncio.Task[None]] = set()
+"""Calls that end sessions on their replicas, held until they finish."""
+
+LIVE_INPUTS = 16
+"""A live session's client inputs waiting to be forwarded; past it the channel waits
+(and reads no more from its client). Also the most one call forwards."""
 
 
 @dataclass
@@ -51,6 +111,19 @@ class TTSBackend(Protocol):
         """Start the job on a replica; returns once the stream is admitted and submitted."""
         ...
 
+    async def segment(self, job: SegmentJob) -> RemoteStream:
+        """Start a session's segment on the replica that holds the session (any, for the
+        first): as `speech`, with the session's slot kept between segments."""
+        ...
+
+    async def check_voice(self, check: VoiceCheck) -> None:
+        """Raise what a stream with this model, voice and language would be refused with."""
+        ...
+
+    async def end_session(self, ref: SessionRef) -> None:
+        """Give back the session's slot on its replica now."""
+        ...
+
 
 class ASRBackend(Protocol):
     async def model_name(self) -> str: ...
@@ -61,6 +134,15 @@ class ASRBackend(Protocol):
 
     async def stream(self, job: TranscriptionJob) -> RemoteStream:
         """The text deltas of a `stream=true` transcription, once it has started."""
+        ...
+
+    async def live(self, job: LiveOpen) -> RemoteStream:
+        """Open a live session on a replica (429 past its session cap); the stream's
+        items are the session's `LiveEvent`s, and closing it closes the session."""
+        ...
+
+    async def live_input(self, batch: LiveInput) -> LiveReply:
+        """Apply client input to the live session on the replica that holds it."""
         ...
 
 
@@ -82,6 +164,8 @@ class RemoteState:
     uploads: UploadBudget
     """Upload bytes read and not yet handed to an ASR replica, all requests together."""
     started_at: float = field(default_factory=time.time)
+    ws_open: int = 0
+    """WebSocket sessions open on this front end (each front end counts its own)."""
 
     def new_request_id(self) -> str:
         return new_request_id()
@@ -135,6 +219,170 @@ class RemoteState:
             lease.release()
         self.served("asr", opened.replica)
         return _RemoteTranscription(self, job, started, lease, opened)
+
+    def speech_lane(self) -> _RemoteLane:
+        return _RemoteLane(self)
+
+    @contextlib.asynccontextmanager
+    async def live_session(self, emit: Callable[[LiveEvent], None]) -> AsyncIterator[_RemoteLive]:
+        asr = self.remote.asr
+        if asr is None:
+            raise asr_disabled()
+        job = LiveOpen(f"live_{uuid.uuid4().hex[:20]}")
+        stream = await asr.live(job)
+        self.served("asr", stream.replica)
+        self.metrics.realtime_sessions.inc()
+        session = _RemoteLive(asr, job.session, stream, emit)
+        try:
+            yield session
+        finally:
+            self.metrics.realtime_sessions.dec()
+            await session.close()
+
+
+class _RemoteLane:
+    """A speech session's lane on a TTS replica, pinned at its first segment."""
+
+    def __init__(self, state: RemoteState):
+        self._state = state
+        self._session = f"wss_{uuid.uuid4().hex[:20]}"
+        self.replica: str | None = None
+
+    async def check(self, model: str, voice: str, language: str | None) -> None:
+        await self._state.remote.tts.check_voice(VoiceCheck(model, voice, language))
+
+    async def speak(self, params: SpeechParams, request_id: str, started: float) -> _RemoteSpeech:
+        job = SegmentJob(params, request_id, self._session, self.replica)
+        stream = await self._state.remote.tts.segment(job)
+        if self.replica is None:
+            self.replica = stream.replica
+        self._state.served("tts", stream.replica)
+        return _RemoteSpeech(stream, self._state.metrics, started)
+
+    def idle(self) -> None:
+        """Nothing to do: the replica starts its hold timer when the segment ends."""
+
+    async def close(self) -> None:
+        """Tell the replica, in a task of its own: Serve cancels a WebSocket's handler
+        once its client has gone, and the call must go out all the same."""
+        if self.replica is None:
+            return
+        ref = SessionRef(self._session, self.replica)
+        self.replica = None
+        task = asyncio.get_running_loop().create_task(self._end(ref))
+        _ENDING.add(task)
+        task.add_done_callback(_ENDING.discard)
+
+    async def _end(self, ref: SessionRef) -> None:
+        try:
+            async with asyncio.timeout(END_SESSION_S):
+                await self._state.remote.tts.end_session(ref)
+        except (TimeoutError, VoxError) as exc:  # the hold timer frees the slot anyway
+            log.info("ending speech session %s on its replica: %s", ref.session, exc)
+
+
+class _RemoteLive:
+    """A live session on one ASR replica: input forwarded in order, events relayed."""
+
+    def __init__(self, asr: ASRBackend, session: str, stream: RemoteStream, emit: Callable[[LiveEvent], None]):
+        self.settings = LiveSettings()
+        self._asr = asr
+        self._session = session
+        self._replica = stream.replica
+        self._emit = emit
+        self._inputs: asyncio.Queue[tuple[LiveAction, asyncio.Future[VoxError | None] | None]] = asyncio.Queue(
+            LIVE_INPUTS
+        )
+        self._lost: asyncio.Future[VoxError] = asyncio.get_running_loop().create_future()
+        self._turns = 0
+        """Turns committed and not yet transcribed."""
+        self._items = stream.items
+        self._relay = asyncio.create_task(self._relay_events())
+        self._forward = asyncio.create_task(self._forward_inputs())
+
+    @property
+    def busy(self) -> bool:
+        return self._turns > 0 or not self._inputs.empty()
+
+    @property
+    def lost(self) -> asyncio.Future[VoxError]:
+        return self._lost
+
+    async def configure(self, settings: LiveSettings) -> None:
+        answer: asyncio.Future[VoxError | None] = asyncio.get_running_loop().create_future()
+        await self._put(Configure(settings), answer)
+        error = await self._unless_lost(answer)
+        if error is not None:
+            raise error
+        self.settings = settings
+
+    async def append(self, data: bytes, ref: str | None = None) -> None:
+        await self._put(Append(data, ref))
+
+    async def commit(self, ref: str | None = None) -> None:
+        await self._put(Commit(ref))
+
+    async def clear(self, ref: str | None = None) -> None:
+        await self._put(Clear(ref))
+
+    async def _put(self, action: LiveAction, answer: asyncio.Future[VoxError | None] | None = None) -> None:
+        """Queue the action; waits while `LIVE_INPUTS` wait (the replica is behind)."""
+        await self._unless_lost(self._inputs.put((action, answer)))
+
+    async def _unless_lost(self, work: Any) -> Any:
+        if self._lost.done():
+            raise self._lost.result()
+        task = asyncio.ensure_future(work)
+        try:
+            await asyncio.wait({task, self._lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():
+                task.cancel()
+        if not task.done() or task.cancelled():
+            raise self._lost.result()
+        return task.result()
+
+    def _fail(self, error: Exception) -> None:
+        if not self._lost.done():
+            if not isinstance(error, ReplicaLost):
+                detail = error.message if isinstance(error, VoxError) else type(error).__name__
+                error = ReplicaLost(f"the live session's replica failed: {detail}")
+            self._lost.set_result(error)
+
+    async def _forward_inputs(self) -> None:
+        while True:
+            batch = [await self._inputs.get()]
+            while not self._inputs.empty() and len(batch) < LIVE_INPUTS:
+                batch.append(self._inputs.get_nowait())
+            try:
+                replies = await self._asr.live_input(
+                    LiveInput(self._session, self._replica, tuple(action for action, _ in batch))
+                )
+            except Exception as exc:  # noqa: BLE001 - the session ends, with the reason
+                self._fail(exc)
+                return
+            for (_, answer), error in zip(batch, replies, strict=True):
+                if answer is not None and not answer.done():
+                    answer.set_result(error)
+
+    async def _relay_events(self) -> None:
+        try:
+            async for event in self._items:
+                if isinstance(event, Committed):
+                    self._turns += 1
+                elif isinstance(event, TranscriptCompleted | TranscriptFailed):
+                    self._turns = max(0, self._turns - 1)
+                self._emit(event)
+        except Exception as exc:  # noqa: BLE001 - the session ends, with the reason
+            self._fail(exc)
+            return
+        self._fail(ReplicaLost("the replica ended the live session"))
+
+    async def close(self) -> None:
+        for task in (self._forward, self._relay):
+            task.cancel()
+        await asyncio.gather(self._forward, self._relay, return_exceptions=True)
+        await _aclose(self._items)
 
 
 class _RemoteSpeech:

@@ -1,24 +1,30 @@
-"""`Service`: the use cases one HTTP handler set calls, whoever runs the engines.
+"""`Service`: the use cases every channel calls (HTTP and both WebSockets), whoever runs
+the engines.
 
 `voxserve.serving.state.AppState` runs them here; `voxserve.serving.remote.RemoteState`
 hands them to Ray replicas. The streams they return own their life cycle: read once,
-closed once. No HTTP here.
+closed once. A session (`SpeechLane`, `Live`) keeps to one engine for its whole life:
+this process's, or one replica's. No HTTP here.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+import asyncio
+from collections.abc import AsyncGenerator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.uploads import UploadBudget, UploadLease
+from voxserve.errors import VoxError
 from voxserve.serving.catalog import ServerInfo
+from voxserve.serving.realtime import LiveEvent, LiveSettings
 from voxserve.serving.speech import AudioChunk, SpeechParams
 from voxserve.serving.transcription import TranscriptionParams
 from voxserve.serving.waiting import Gone
 
-__all__ = ["Service", "Speech", "TranscriptionReply"]
+__all__ = ["Live", "Service", "Speech", "SpeechLane", "TranscriptionReply"]
 
 
 class Speech(Protocol):
@@ -46,9 +52,61 @@ class TranscriptionReply(Protocol):
     def close(self, completed: bool = False) -> None: ...
 
 
+class SpeechLane(Protocol):
+    """Where one speech session speaks, for its whole life: this process's engine, or
+    one Ray TTS replica (pinned at the session's first segment)."""
+
+    async def check(self, model: str, voice: str, language: str | None) -> None:
+        """Raise the `VoxError` an unknown model, voice or language gets (404, 400)."""
+        ...
+
+    async def speak(self, params: SpeechParams, request_id: str, started: float) -> Speech:
+        """Start one segment. Takes the session's stream slot unless it holds it (429
+        when full); `ReplicaLost` when the replica that held the session is gone."""
+        ...
+
+    def idle(self) -> None:
+        """The segment is over: keep the slot a moment for the next one, then give it back."""
+        ...
+
+    async def close(self) -> None:
+        """Give back everything the session holds; idempotent."""
+        ...
+
+
+class Live(Protocol):
+    """A live transcription session (`voxserve.serving.realtime.LiveSession`), here or on
+    the Ray ASR replica that holds it. Its events go to the `emit` it was opened with;
+    `ref` (the client's id for the input) comes back on the `SessionError` it causes."""
+
+    settings: LiveSettings
+
+    @property
+    def busy(self) -> bool:
+        """A committed turn is still being transcribed."""
+        ...
+
+    @property
+    def lost(self) -> asyncio.Future[VoxError]:
+        """Resolves if the session cannot go on (its replica died); never here."""
+        ...
+
+    async def configure(self, settings: LiveSettings) -> None:
+        """Check and apply new settings (404 for an unknown model, 400 for a language)."""
+        ...
+
+    async def append(self, data: bytes, ref: str | None = None) -> None: ...
+
+    async def commit(self, ref: str | None = None) -> None: ...
+
+    async def clear(self, ref: str | None = None) -> None: ...
+
+
 class Service(ServerInfo, Protocol):
     config: ServerConfig
     uploads: UploadBudget | None
+    ws_open: int
+    """WebSocket sessions open now on this process, every route (`config.ws.max_sessions`)."""
 
     def new_request_id(self) -> str: ...
 
@@ -72,4 +130,13 @@ class Service(ServerInfo, Protocol):
     ) -> TranscriptionReply:
         """Admit and start a transcription of `data`; `lease` (the upload's share of the
         budget) is released as soon as the upload is no longer held."""
+        ...
+
+    def speech_lane(self) -> SpeechLane:
+        """Where a new speech session speaks; it holds nothing until its first segment."""
+        ...
+
+    def live_session(self, emit: Callable[[LiveEvent], None]) -> AbstractAsyncContextManager[Live]:
+        """Open a live transcription session (404 when ASR is off, 429 past the session
+        cap); it is closed, and its work dropped, on the way out."""
         ...

@@ -26,8 +26,9 @@ from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.engine.vad import VADEngine
 from voxserve.serving.catalog import Health, engines_health, model_ids, speech_model_ids, voice_list
 from voxserve.serving.metrics import Metrics
-from voxserve.serving.realtime import LiveTranscriber
+from voxserve.serving.realtime import LiveEvent, LiveSession, LiveTranscriber
 from voxserve.serving.speech import SpeechParams, SpeechStream, open_speech
+from voxserve.serving.speech_session import LocalLane
 from voxserve.serving.transcription import (
     Transcriber,
     TranscriptionParams,
@@ -115,6 +116,16 @@ class AppState:
             return await self.transcriber().open(params, data, request_id, started, gone)
         finally:
             lease.release()
+
+    def speech_lane(self) -> LocalLane:
+        return LocalLane(self)
+
+    @contextlib.asynccontextmanager
+    async def live_session(self, emit: Callable[[LiveEvent], None]) -> AsyncIterator[LiveSession]:
+        if self.live is None:
+            raise asr_disabled()
+        async with self.live.session(emit) as session:
+            yield session
 
     def drain(self) -> None:
         """First step of a shutdown, without blocking: refuse new work with 503 and fail
