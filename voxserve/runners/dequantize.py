@@ -243,8 +243,8 @@ def quantized_weights(model: onnx.ModelProto) -> dict[str, tuple[np.ndarray, np.
             _, w_q, r_q, _, _, _, _, _, w_scale, w_zp, r_scale, r_zp = (list(node.input) + [""] * 12)[:12]
             for role, q_name, scale_name, zp_name in (("W", w_q, w_scale, w_zp), ("R", r_q, r_scale, r_zp)):
                 q, scale, zero_point = g.array(q_name), g.array(scale_name), g.array(zp_name)
-                shape = (scale.shape[0], 1, -1) if scale.ndim == 2 else (-1, 1, 1)
-                out[f"{node.name}:{role}"] = (q, zero_point.reshape(shape), scale.reshape(shape))
+                per = (scale.shape[0], 1, -1) if scale.ndim == 2 else (-1, 1, 1)
+                out[f"{node.name}:{role}"] = (q, zero_point.reshape(per), scale.reshape(per))
     return out
 
 

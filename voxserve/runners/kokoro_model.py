@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -98,7 +99,8 @@ def _lstm(lstm: nn.LSTM, x: Tensor, lengths: Tensor) -> Tensor:
     """A batch-first LSTM over each item's own length: zeros past it."""
     width = x.shape[1]
     if bool((lengths == width).all()):
-        return lstm(x)[0]
+        out: Tensor = lstm(x)[0]
+        return out
     packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
     out, _ = pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=width)
     return out
@@ -118,7 +120,8 @@ class AdaIN1d(nn.Module):
 
     def forward(self, x: Tensor, s: Tensor, ext: Extent) -> Tensor:
         gamma, beta = self.fc(s)[:, :, None].chunk(2, dim=1)
-        return (gamma + 1) * _instance_norm(x, ext.weight) + beta
+        out: Tensor = (gamma + 1) * _instance_norm(x, ext.weight) + beta
+        return out
 
 
 class AdainResBlk1d(nn.Module):
@@ -149,7 +152,8 @@ class AdainResBlk1d(nn.Module):
         shortcut = x.repeat_interleave(2, dim=2) if self.pool is not None else x
         if self.conv1x1 is not None:
             shortcut = self.conv1x1(shortcut)
-        return (r + shortcut) / _SQRT2
+        out: Tensor = (r + shortcut) / _SQRT2
+        return out
 
 
 # -- stage A ---------------------------------------------------------------------------
@@ -221,9 +225,12 @@ class Albert(nn.Module):
         e = self.embeddings
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = e.word_embeddings(tokens) + e.token_type_embeddings(torch.zeros_like(tokens)) + e.position_embeddings(positions)
-        h = self.encoder.embedding_hidden_mapping_in(e.LayerNorm(x))
-        bias = torch.where(valid, 0.0, torch.finfo(h.dtype).min)[:, None, None, :].to(h.dtype)
-        layer = self.encoder.albert_layer_groups[0].albert_layers[0]
+        hidden: Tensor = self.encoder.embedding_hidden_mapping_in(e.LayerNorm(x))
+        bias = torch.where(valid, 0.0, torch.finfo(hidden.dtype).min)[:, None, None, :].to(hidden.dtype)
+        h = hidden
+        group = self.encoder.albert_layer_groups[0]
+        assert isinstance(group, _AlbertGroup)
+        layer = group.albert_layers[0]
         for _ in range(12):
             h = layer(h, bias)
         return h
@@ -245,7 +252,8 @@ class AdaLayerNorm(nn.Module):
 
     def forward(self, x: Tensor, s: Tensor) -> Tensor:
         gamma, beta = self.fc(s)[:, None, :].chunk(2, dim=2)
-        return (gamma + 1) * F.layer_norm(x, (self.channels,), eps=_EPS) + beta
+        out: Tensor = (gamma + 1) * F.layer_norm(x, (self.channels,), eps=_EPS) + beta
+        return out
 
 
 class DurationEncoder(nn.Module):
@@ -263,7 +271,9 @@ class DurationEncoder(nn.Module):
         style = s[:, None, :].expand(-1, x.shape[1], -1)
         x = torch.cat([x, style], dim=2)
         for i in range(0, len(self.lstms), 2):
-            x = _lstm(self.lstms[i], x, lengths)
+            lstm = self.lstms[i]
+            assert isinstance(lstm, nn.LSTM)
+            x = _lstm(lstm, x, lengths)
             x = torch.cat([self.lstms[i + 1](x, s), style], dim=2)
         return x * valid[:, :, None]
 
@@ -415,12 +425,17 @@ class _Source(nn.Module):
 
 
 class _Window(nn.Module):
+    window: Tensor
+
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("window", torch.zeros(20))
 
 
 class _InverseSTFT(nn.Module):
+    inverse_basis: Tensor
+    window_sum: Tensor
+
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("inverse_basis", torch.zeros(22, 1, 20))
@@ -449,7 +464,7 @@ class Generator(nn.Module):
     def dft(padded: Tensor, window: Tensor) -> tuple[Tensor, Tensor]:
         """The real and imaginary parts [B, frames, 11] of the padded signal [B, N + 20],
         framed by 20 every 5 and windowed. Near-empty bins (most of the high ones: the
-        source holds 9 harmonics of at most ~500 Hz, and a bin is 1,200 Hz wide) keep only
+        source's 9 harmonics fill the first two or three bins of 1,200 Hz) keep only
         rounding noise, whose phase differs between FFT implementations: ONNX Runtime's
         Bluestein FFT leaves ~1e-6 where this one leaves 0 (docs/KOKORO.md)."""
         spec = torch.fft.rfft(padded.unfold(1, 20, 5) * window, dim=-1)
@@ -467,7 +482,10 @@ class Generator(nn.Module):
         harmonics = torch.arange(1, HARMONICS + 1, device=f0.device, dtype=torch.float32)
         steps = f0[:, :, None] * harmonics / SAMPLE_RATE
         steps = steps - torch.floor(steps)
-        total = torch.cumsum(steps.double(), dim=1).float() + phase[:, None, :].float()
+        # ONNX Runtime sums in float32, one point after the other; torch's cumsum does
+        # not (the phase reaches ~1e4 rad, where each step's rounding is audible)
+        running = np.add.accumulate(steps.cpu().numpy(), axis=1, dtype=np.float32)
+        total = torch.from_numpy(running).to(f0.device) + phase[:, None, :].float()
         rad = total * 2.0 * math.pi * _UPSAMPLE
         j = torch.arange(width * _UPSAMPLE, device=f0.device, dtype=torch.float32)
         last = (points - 1)[:, None]
@@ -488,8 +506,12 @@ class Generator(nn.Module):
     def spectrum(self, x: Tensor, samples: Tensor) -> Tensor:
         """Magnitudes and phases [B, 22, N / 5 + 1] of x [B, N], each item reflect-padded
         by 10 at its own ends (`samples` [B]) and framed by 20 every 5 with the Hann
-        window; phases are atan(im / re) moved by pi where re < 0, as the graph has them
-        (0 for an empty bin, where the graph's FFT leaves rounding noise)."""
+        window; phases are atan(im / re) moved by pi where re < 0, as the graph has them.
+        Two cases the graph leaves to its FFT's rounding: an exactly empty bin (a constant,
+        unvoiced source) gets 0, and a real negative bin (DC, Nyquist, whose imaginary
+        part is exactly 0 here) gets +pi, as atan2 and torch.angle give it: the graph's
+        `im > 0` would give -pi, but ONNX Runtime's FFT leaves a small imaginary part
+        there, and +pi brings the audio from 9.5 to 19.8 dB SNR of its (docs/KOKORO.md)."""
         b, n = x.shape
         idx = torch.arange(-10, n + 10, device=x.device)[None, :].expand(b, -1)
         end = samples[:, None]
@@ -498,7 +520,7 @@ class Generator(nn.Module):
         re, im = self.dft(torch.gather(x, 1, idx), self.stft.window)
         # 0 / 0 where a bin is exactly empty (a constant source: unvoiced): atan2's 0
         angle = torch.atan(torch.where((re == 0) & (im == 0), 0.0, im / re))
-        angle = torch.where(re < 0, torch.where(im > 0, angle + math.pi, angle - math.pi), angle)
+        angle = torch.where(re < 0, torch.where(im >= 0, angle + math.pi, angle - math.pi), angle)
         magnitude = torch.sqrt(re * re + im * im)
         return torch.cat([magnitude, angle], dim=2).transpose(1, 2)
 
@@ -564,7 +586,8 @@ class Decoder(nn.Module):
         x = self.decode[3](torch.cat([x, res, f0c, nc], dim=1), s, ext1, ext2)
         audio = self.generator(x, s, f0, frames, phase, left_out)
         keep = torch.arange(audio.shape[1], device=audio.device)[None, :] < (HOP * frames)[:, None]
-        return audio * keep
+        out: Tensor = audio * keep
+        return out
 
 
 def linear_modules(model: nn.Module) -> frozenset[str]:

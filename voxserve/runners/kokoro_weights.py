@@ -101,7 +101,7 @@ def convert(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
     inits = {t.name: t for t in model.graph.initializer}
     quantized = quantized_weights(model)
-    producer = {o: n for n in model.graph.node for o in n.output}
+    dequantize_of = {n.input[0]: n for n in model.graph.node if n.op_type == "DequantizeLinear"}
     out: dict[str, np.ndarray] = {}
     seen: set[str] = set()
 
@@ -113,36 +113,28 @@ def convert(model: onnx.ModelProto) -> dict[str, np.ndarray]:
             out[name + suffix] = value
 
     for node in model.graph.node:
-        weight = node.input[1] if len(node.input) > 1 else ""
-        if weight in seen or (weight and weight not in inits and node.op_type != "DynamicQuantizeLSTM"):
-            if node.op_type != "Gather":
-                continue
         module = _module_of(node.name)
-        if node.op_type in ("ConvInteger", "MatMulInteger"):
-            seen.add(weight)
-            put_quantized(module + ".weight", quantized[node.name])
-        elif node.op_type == "DynamicQuantizeLSTM":
-            if node.input[1] in seen:
+        weight = node.input[1] if len(node.input) > 1 else ""
+        if node.op_type in ("ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM"):
+            if weight in seen:
                 continue
-            seen.add(node.input[1])
-            put_quantized(module + ".W", quantized[node.name + ":W"])
-            put_quantized(module + ".R", quantized[node.name + ":R"])
-            out[module + ".B"] = array(node.input[3])
-        elif node.op_type in ("Conv", "ConvTranspose", "MatMul") and weight in inits:
             seen.add(weight)
+            if node.op_type == "DynamicQuantizeLSTM":
+                put_quantized(module + ".W", quantized[node.name + ":W"])
+                put_quantized(module + ".R", quantized[node.name + ":R"])
+                out[module + ".B"] = array(node.input[3])
+            else:
+                put_quantized(module + ".weight", quantized[node.name])
+        elif node.op_type in ("Conv", "ConvTranspose", "MatMul") and weight in inits:
             if module.endswith(".istft.stft"):
                 out["decoder.generator.istft.inverse_basis"] = array(weight)
             else:
                 out[module + ".weight"] = array(weight)
         elif node.op_type == "STFT":
             out["decoder.generator.stft.window"] = array(node.input[2])
-        elif node.op_type == "Gather" and node.input[0] in inits and node.input[0] not in seen:
-            dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == node.output[0]]
-            if len(dq) == 1:
-                seen.add(node.input[0])
-                _, scale, zero_point = dq[0].input
-                put_quantized(module + ".weight", (array(node.input[0]), array(zero_point), array(scale)))
-    del producer
+        elif node.op_type == "Gather" and node.input[0] in inits and node.output[0] in dequantize_of:
+            _, scale, zero_point = dequantize_of[node.output[0]].input
+            put_quantized(module + ".weight", (array(node.input[0]), array(zero_point), array(scale)))
     for name, tensor in inits.items():
         if not name.startswith(("encoder.", "decoder.")) or name.endswith(("_scale", "_zero_point", "_quantized")):
             continue
@@ -225,7 +217,12 @@ def write_weights(weights: Mapping[str, np.ndarray], folder: Path) -> dict[str, 
     for part, path in files.items():
         arrays = {k: v for k, v in weights.items() if _part(k) == part}
         arrays["__layout__"] = np.array(LAYOUT)
-        _write_atomically(path, lambda tmp, arrays=arrays: np.savez_compressed(tmp, **arrays))
+
+        def save(tmp: str, arrays: dict[str, np.ndarray] = arrays) -> None:
+            with open(tmp, "wb") as f:
+                np.savez_compressed(f, allow_pickle=False, **arrays)
+
+        _write_atomically(path, save)
     return files
 
 
