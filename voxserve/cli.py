@@ -249,7 +249,7 @@ def _speak(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    with OfflineTTS(config) as tts:
+    with OfflineTTS(config, args.model) as tts:
         text = sys.stdin.read() if args.text == "-" else args.text
         try:
             spoken = tts.speak(text, args.voice, args.speed, args.sample_rate)
@@ -350,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     speak = sub.add_parser("speak", help="synthesize text to a WAV file, no server")
     speak.add_argument("text", help="text to speak, or - for stdin")
     speak.add_argument("-o", "--output", type=Path, default=Path("speech.wav"))
+    speak.add_argument("--model", default="tts-1", help="a speech model id, as a request names it (tts-1-hd: Kokoro)")
     speak.add_argument("--voice", default="alloy")
     speak.add_argument("--speed", type=float, default=1.0)
     speak.add_argument("--sample-rate", type=int, default=None, help="default: the voice's own rate")

@@ -60,10 +60,15 @@ _SQRT2 = 1.4142135381698608
 class Extent:
     """The valid points of each item in a padded batch at one time resolution."""
 
-    mask: Tensor
-    """[B, 1, T]: 1 on the item's points, 0 past its end."""
-    weight: Tensor
-    """[B, 1, T], float32: each point's weight in the item's normalization statistics."""
+    mask: Tensor | None
+    """[B, 1, T]: 1 on the item's points, 0 past its end; None when every item fills T."""
+    weight: Tensor | None
+    """[B, 1, T], float32: each point's weight in the item's normalization statistics;
+    None when every point weighs 1."""
+
+    def masked(self, x: Tensor) -> Tensor:
+        """x with zeros past each item's end, as a convolution must see it."""
+        return x if self.mask is None else x * self.mask.to(x.dtype)
 
 
 def extent(frames: Tensor, points: Tensor, width: int, left_out: Tensor | None = None) -> Extent:
@@ -73,6 +78,9 @@ def extent(frames: Tensor, points: Tensor, width: int, left_out: Tensor | None =
     normalization does: a tensor of T points over F frames gives point i to frame
     floor(i * F / T), so the first frame holds ceil(T / F) points and the last starts at
     ceil((F - 1) * T / F)."""
+    full = bool((points == width).all())
+    if full and (left_out is None or not bool(left_out.any())):
+        return Extent(None, None)
     t = torch.arange(width, device=frames.device)[None, :]
     valid = t < points[:, None]
     weight = valid.to(torch.float32)
@@ -80,18 +88,21 @@ def extent(frames: Tensor, points: Tensor, width: int, left_out: Tensor | None =
         head = t < ((points + frames - 1) // frames)[:, None]
         tail = valid & (t >= (((frames - 1) * points + frames - 1) // frames)[:, None])
         weight = weight + left_out[:, :1] * head + left_out[:, 1:] * tail
-    return Extent(valid[:, None, :].to(torch.float32), weight[:, None, :])
+    return Extent(None if full else valid[:, None, :].to(torch.float32), weight[:, None, :])
 
 
-def _instance_norm(x: Tensor, weight: Tensor) -> Tensor:
-    """(x - mean) / sqrt(var + eps) per item and channel, the statistics weighted by
-    `weight` over time, in float32."""
+def _instance_norm(x: Tensor, weight: Tensor | None) -> Tensor:
+    """(x - mean) / sqrt(var + eps) per item and channel, over time, the statistics
+    weighted by `weight` (None: plain means), in float32."""
     dtype = x.dtype
     x = x.float()
-    total = weight.sum(dim=2, keepdim=True)
-    mean = (x * weight).sum(dim=2, keepdim=True) / total
-    d = x - mean
-    var = (d * d * weight).sum(dim=2, keepdim=True) / total
+    if weight is None:
+        var, mean = torch.var_mean(x, dim=2, keepdim=True, correction=0)
+        return ((x - mean) / torch.sqrt(var + _EPS)).to(dtype)
+    w = weight.transpose(1, 2)  # [B, T, 1]: the weighted sums as batched products
+    total = w.sum(dim=1, keepdim=True)
+    d = x - torch.bmm(x, w) / total
+    var = torch.bmm(d * d, w) / total
     return (d / torch.sqrt(var + _EPS)).to(dtype)
 
 
@@ -120,7 +131,7 @@ class AdaIN1d(nn.Module):
 
     def forward(self, x: Tensor, s: Tensor, ext: Extent) -> Tensor:
         gamma, beta = self.fc(s)[:, :, None].chunk(2, dim=1)
-        out: Tensor = (gamma + 1) * _instance_norm(x, ext.weight) + beta
+        out: Tensor = torch.addcmul(beta, gamma + 1, _instance_norm(x, ext.weight))
         return out
 
 
@@ -145,10 +156,10 @@ class AdainResBlk1d(nn.Module):
     def forward(self, x: Tensor, s: Tensor, ext_in: Extent, ext_out: Extent) -> Tensor:
         r = F.leaky_relu(self.norm1(x, s, ext_in), 0.2)
         if self.pool is not None:
-            r = self.pool(r * ext_in.mask)
-        r = self.conv1(r * ext_out.mask)
+            r = self.pool(ext_in.masked(r))
+        r = self.conv1(ext_out.masked(r))
         r = F.leaky_relu(self.norm2(r, s, ext_out), 0.2)
-        r = self.conv2(r * ext_out.mask)
+        r = self.conv2(ext_out.masked(r))
         shortcut = x.repeat_interleave(2, dim=2) if self.pool is not None else x
         if self.conv1x1 is not None:
             shortcut = self.conv1x1(shortcut)
@@ -302,7 +313,7 @@ class Predictor(nn.Module):
             y = blocks[0](x, s, ext1, ext1)
             y = blocks[1](y, s, ext1, ext2)
             y = blocks[2](y, s, ext2, ext2)
-            out.append(proj(y)[:, 0] * ext2.mask[:, 0])
+            out.append(ext2.masked(proj(y))[:, 0])
         return out[0], out[1]
 
 
@@ -411,10 +422,10 @@ class AdaINResBlock1(nn.Module):
         ):
             xt = n1(x, s, ext)
             xt = xt + (1 / a1) * torch.sin(a1 * xt).pow(2)
-            xt = c1(xt * ext.mask)
+            xt = c1(ext.masked(xt))
             xt = n2(xt, s, ext)
             xt = xt + (1 / a2) * torch.sin(a2 * xt).pow(2)
-            x = c2(xt * ext.mask) + x
+            x = c2(ext.masked(xt)) + x
         return x
 
 
@@ -524,11 +535,11 @@ class Generator(nn.Module):
         magnitude = torch.sqrt(re * re + im * im)
         return torch.cat([magnitude, angle], dim=2).transpose(1, 2)
 
-    def inverse(self, magnitude: Tensor, phase: Tensor, mask: Tensor) -> Tensor:
+    def inverse(self, magnitude: Tensor, phase: Tensor, ext: Extent) -> Tensor:
         """Samples [B, 5 (frames - 1)] from magnitudes and phases [B, 11, frames]: the
         graph's transposed convolution with the inverse basis, its first 20 samples
         divided by the window sum where it is positive, times 4, 10 cut at each end."""
-        spec = torch.cat([magnitude * torch.cos(phase), magnitude * torch.sin(phase)], dim=1) * mask
+        spec = ext.masked(torch.cat([magnitude * torch.cos(phase), magnitude * torch.sin(phase)], dim=1))
         y = F.conv_transpose1d(spec, self.istft.inverse_basis, stride=5)[:, 0]
         window_sum = self.istft.window_sum
         positive = window_sum > torch.finfo(torch.float32).tiny
@@ -542,16 +553,16 @@ class Generator(nn.Module):
         ext20 = extent(frames, 20 * frames, 20 * width, left_out)
         ext120 = extent(frames, 120 * frames + 1, 120 * width + 1, left_out)
         with torch.autocast(x.device.type, enabled=False):
-            har = self.spectrum(self.source(f0, 2 * frames, phase), HOP * frames) * ext120.mask
+            har = ext120.masked(self.spectrum(self.source(f0, 2 * frames, phase), HOP * frames))
         har = har.to(x.dtype)
-        x = self.ups[0](F.leaky_relu(x, 0.1) * ext2.mask) + self.noise_res[0](self.noise_convs[0](har), s, ext20)
+        x = self.ups[0](ext2.masked(F.leaky_relu(x, 0.1))) + self.noise_res[0](self.noise_convs[0](har), s, ext20)
         x = (self.resblocks[0](x, s, ext20) + self.resblocks[1](x, s, ext20) + self.resblocks[2](x, s, ext20)) / 3
-        x = F.pad(self.ups[1](F.leaky_relu(x, 0.1) * ext20.mask), (1, 0), mode="reflect")
+        x = F.pad(self.ups[1](ext20.masked(F.leaky_relu(x, 0.1))), (1, 0), mode="reflect")
         x = x + self.noise_res[1](self.noise_convs[1](har), s, ext120)
         x = (self.resblocks[3](x, s, ext120) + self.resblocks[4](x, s, ext120) + self.resblocks[5](x, s, ext120)) / 3
-        x = self.conv_post(F.leaky_relu(x, 0.01) * ext120.mask).float()
+        x = self.conv_post(ext120.masked(F.leaky_relu(x, 0.01))).float()
         with torch.autocast(x.device.type, enabled=False):
-            return self.inverse(torch.exp(x[:, :11]), torch.sin(x[:, 11:]), ext120.mask)
+            return self.inverse(torch.exp(x[:, :11]), torch.sin(x[:, 11:]), ext120)
 
 
 class Decoder(nn.Module):
@@ -577,8 +588,8 @@ class Decoder(nn.Module):
         width = asr.shape[2]
         ext1 = extent(frames, frames, width, left_out)
         ext2 = extent(frames, 2 * frames, 2 * width, left_out)
-        f0c = self.F0_conv((f0 * ext2.mask[:, 0])[:, None])
-        nc = self.N_conv((noise * ext2.mask[:, 0])[:, None])
+        f0c = self.F0_conv(ext2.masked(f0[:, None]))
+        nc = self.N_conv(ext2.masked(noise[:, None]))
         x = self.encode(torch.cat([asr, f0c, nc], dim=1), s, ext1, ext1)
         res = self.asr_res(asr)
         for block in self.decode[:3]:
