@@ -253,7 +253,7 @@ def _speak(args: argparse.Namespace) -> int:
     from voxserve.serving.offline import OfflineTTS
 
     try:
-        offline = OfflineTTS(_tts_config(args, serving=False))
+        offline = OfflineTTS(_tts_config(args, serving=False), args.model)
     except (ValueError, RuntimeError) as exc:  # a device or runtime this machine lacks
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -358,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     speak = sub.add_parser("speak", help="synthesize text to a WAV file, no server")
     speak.add_argument("text", help="text to speak, or - for stdin")
     speak.add_argument("-o", "--output", type=Path, default=Path("speech.wav"))
+    speak.add_argument("--model", default="tts-1", help="a speech model id, as a request names it (tts-1-hd: Kokoro)")
     speak.add_argument("--voice", default="alloy")
     speak.add_argument("--speed", type=float, default=1.0)
     speak.add_argument("--sample-rate", type=int, default=None, help="default: the voice's own rate")

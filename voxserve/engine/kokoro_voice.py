@@ -21,10 +21,12 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from voxserve.config import TTSConfig, VocoderChunking
+from voxserve.engine.devices import resolve_device
 from voxserve.engine.scheduler import Latent, ModelProfile
 from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice
 from voxserve.engine.words import word_frames
@@ -33,8 +35,10 @@ from voxserve.runners.kokoro import (
     HOP,
     SAMPLE_RATE,
     DecoderInput,
+    KokoroFrames,
     KokoroInput,
     KokoroModel,
+    VoiceInfo,
     style_row,
 )
 from voxserve.text.kokoro_g2p import KokoroG2P, kokoro_language
@@ -48,6 +52,7 @@ __all__ = [
     "LEAD_FRAMES",
     "SENTENCE_CHARS",
     "TAIL_FRAMES",
+    "KokoroRuntime",
     "KokoroSegment",
     "KokoroVoice",
     "speech_end",
@@ -102,6 +107,30 @@ punctuation, the trailing pad: ~20 frames below -70 dB) is sent as zeros of the 
 length, so pauses and word timings stay. None decodes it all. The frames left out at
 either end keep their weight in the decoder's normalization statistics
 (`KokoroFrames.crop`)."""
+
+
+class _StageA(Protocol):
+    def run(self, batch: Sequence[KokoroInput]) -> list[KokoroFrames]: ...
+
+
+class _StageB(Protocol):
+    def run(self, batch: Sequence[DecoderInput]) -> list[np.ndarray]: ...
+
+
+class KokoroRuntime(Protocol):
+    """A loaded Kokoro model: `runners.kokoro.KokoroModel` (ONNX Runtime) or
+    `runners.kokoro_torch.TorchKokoroModel` (torch, on a CPU or a GPU). Each runner runs
+    its whole batch in one call."""
+
+    @property
+    def sample_rate(self) -> int: ...
+
+    @property
+    def voices(self) -> Mapping[str, VoiceInfo]: ...
+
+    def voice(self, name: str) -> np.ndarray: ...
+
+    def runners(self, threads: int = 1) -> tuple[_StageA, _StageB]: ...
 
 
 @dataclass(frozen=True)
@@ -181,7 +210,7 @@ class KokoroItem:
 class KokoroVoice:
     """A loaded Kokoro model as a `VoiceModel[KokoroItem]`."""
 
-    def __init__(self, model: KokoroModel, output_gain: float = 1.0):
+    def __init__(self, model: KokoroRuntime, output_gain: float = 1.0):
         self.model = model
         self._g2p = KokoroG2P(KOKORO_VOCAB)
         self._profile = ModelProfile(
@@ -210,6 +239,13 @@ class KokoroVoice:
 
     @classmethod
     def load(cls, config: TTSConfig) -> KokoroVoice:
+        """ONNX Runtime on the CPU, or the torch runners where the TTS runtime resolves
+        to torch (`--runtime torch`, or a GPU with `auto`); torch is imported only then."""
+        device, runtime = resolve_device(config.device, config.runtime, "onnx")
+        if runtime == "torch":
+            from voxserve.runners.kokoro_torch import TorchKokoroModel
+
+            return cls(TorchKokoroModel(device=device, cache_dir=config.cache_dir))
         return cls(KokoroModel(cache_dir=config.cache_dir))
 
     # -- VoiceModel --------------------------------------------------------------------

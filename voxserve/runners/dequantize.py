@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["DequantizeError", "dequantize"]
+__all__ = ["DequantizeError", "dequantize", "quantized_weights"]
 
 
 class DequantizeError(ValueError):
@@ -207,6 +207,45 @@ def _rewrite(graph: onnx.GraphProto, types: Iterable[str]) -> int:
     graph.node.extend(nodes)
     graph.initializer.extend(new_inits)
     return len(replaced)
+
+
+def quantized_weights(model: onnx.ModelProto) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every integer operator's weight as the graph stores it: (q, zero_point, scale),
+    the zero point and scale shaped to broadcast against q, so that the float weight is
+    `(q - zero_point) * scale`, exactly what `dequantize` puts in the float graph.
+
+    Keys are node names: a ConvInteger's or MatMulInteger's weight under its own name, a
+    DynamicQuantizeLSTM's input and recurrence weights (ONNX layout, [dirs, in, 4 *
+    hidden]) under `name:W` and `name:R`. Raises DequantizeError on an unknown chain."""
+    g = _Graph(model.graph)
+    out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for node in model.graph.node:
+        if node.op_type in ("ConvInteger", "MatMulInteger"):
+            quantize = g.made_by(node.input[0], "DynamicQuantizeLinear")
+            out_name = node.output[0]
+            users = g.consumers.get(out_name, [])
+            if len(users) == 1 and users[0].op_type == "Add":
+                out_name = users[0].output[0]
+            cast = g.only_consumer(out_name, "Cast")
+            mul = g.only_consumer(cast.output[0], "Mul")
+            product = next(name for name in mul.input if name != cast.output[0])
+            scale = _weight_scale(g, product, quantize.output[1])
+            q, zero_point = g.array(node.input[1]), g.array(node.input[3])
+            axis = 0 if node.op_type == "ConvInteger" else q.ndim - 1
+            shape = [1] * q.ndim
+            shape[axis] = -1
+            out[node.name] = (
+                q,
+                zero_point.reshape(shape) if zero_point.size > 1 else zero_point.reshape(()),
+                scale.reshape(shape) if scale.size > 1 else scale.reshape(()),
+            )
+        elif node.op_type == "DynamicQuantizeLSTM":
+            _, w_q, r_q, _, _, _, _, _, w_scale, w_zp, r_scale, r_zp = (list(node.input) + [""] * 12)[:12]
+            for role, q_name, scale_name, zp_name in (("W", w_q, w_scale, w_zp), ("R", r_q, r_scale, r_zp)):
+                q, scale, zero_point = g.array(q_name), g.array(scale_name), g.array(zp_name)
+                per = (scale.shape[0], 1, -1) if scale.ndim == 2 else (-1, 1, 1)
+                out[f"{node.name}:{role}"] = (q, zero_point.reshape(per), scale.reshape(per))
+    return out
 
 
 def dequantize(model: onnx.ModelProto, lstm: bool = True) -> onnx.ModelProto:

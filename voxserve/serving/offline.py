@@ -23,7 +23,7 @@ from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.tts import TTSEngine
-from voxserve.serving.catalog import ASR_MODELS, SPEECH_MODELS, voice_list
+from voxserve.serving.catalog import ASR_MODELS, SPEECH_MODELS, speech_model, voice_list
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.speech import SpeechParams, open_speech
 from voxserve.serving.state import new_request_id
@@ -70,20 +70,23 @@ class _Running:
 class OfflineTTS(_Running):
     """A TTS engine run for one command: `with OfflineTTS(config) as tts: tts.speak(...)`."""
 
-    def __init__(self, config: TTSConfig):
+    def __init__(self, config: TTSConfig, model: str = SPEECH_MODELS[0]):
         # One utterance of `tts-1`: Piper alone where it is loaded (it claims tts-1, so
-        # Kokoro would load for nothing), and no fixed-length prior copies (a background
-        # build, ~1 s of CPU, that pays off over many requests, not one; the command's
-        # exit would wait for it).
-        models = ("piper",) if "piper" in config.models else config.models
+        # Kokoro would load for nothing); another model id loads the configured models
+        # and means the one that claims it, as a request's `model` does. No fixed-length
+        # prior copies (a background build, ~1 s of CPU, that pays off over many
+        # requests, not one; the command's exit would wait for it).
+        tts_1 = model == SPEECH_MODELS[0] and "piper" in config.models
+        models = ("piper",) if tts_1 else config.models
+        self.model = model
         self.engine: TTSEngine = TTSEngine(replace(config, models=models, fixed_prior=False))
 
     def speak(self, text: str, voice: str, speed: float = 1.0, sample_rate: int | None = None) -> Spoken:
         """The whole utterance as raw PCM, at `sample_rate` (default: the voice's own).
         Raises the `VoxError` a client would get (unknown voice, nothing to speak), and
         ValueError for a rate out of the encoder's range."""
-        rate = sample_rate or self.engine.sample_rate
-        params = SpeechParams(SPEECH_MODELS[0], text, voice, "pcm", speed, rate)
+        rate = sample_rate or speech_model(self.engine, self.model).profile.sample_rate
+        params = SpeechParams(self.model, text, voice, "pcm", speed, rate)
         return Spoken(asyncio.run(self._speak(params)), rate)
 
     async def _speak(self, params: SpeechParams) -> bytes:
