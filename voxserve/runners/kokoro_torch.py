@@ -47,6 +47,7 @@ from voxserve.runners.kokoro import (
 )
 from voxserve.runners.kokoro_model import Acoustic, Decoder, linear_modules
 from voxserve.runners.kokoro_weights import load_weights, torch_state
+from voxserve.runners.torch_graphs import BatchGraphs
 from voxserve.text.kokoro_vocab import MAX_PHONEMES, PAD_ID
 
 __all__ = ["DTYPES", "TorchAcousticRunner", "TorchDecoderRunner", "TorchKokoroModel"]
@@ -137,6 +138,9 @@ class TorchDecoderRunner:
     def __init__(self, module: Decoder, device: _Device):
         self.module = module
         self._device = device
+        self._graphs = BatchGraphs(module)
+        """On CUDA, the decoder replayed from a graph per (batch bucket, window frames):
+        a batched device's steps hold windows of one size."""
 
     def run(self, batch: Sequence[DecoderInput]) -> list[np.ndarray]:
         if not batch:
@@ -160,7 +164,7 @@ class TorchDecoderRunner:
             return torch.from_numpy(a).to(dev)
 
         with self._device.call():
-            audio = self.module(
+            audio = self._graphs(
                 tensor(asr),
                 tensor(f0),
                 tensor(noise),

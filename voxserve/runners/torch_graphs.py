@@ -12,6 +12,7 @@ in time would change its audio. On the CPU the call runs as it is.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,8 @@ import torch
 from torch import Tensor
 
 __all__ = ["BUCKETS", "BatchGraphs", "bucket"]
+
+log = logging.getLogger(__name__)
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 """Batch sizes graphs are captured at; a larger batch runs in steps of the largest."""
@@ -88,7 +91,12 @@ class BatchGraphs:
                 if self._pool is None:
                     self._pool = torch.cuda.graph_pool_handle()
                 padded = tuple(torch.cat([t, t[:1].expand(size - n, *t.shape[1:])]) for t in inputs)
-                graph = _Graph(self.fn, padded, self._pool)
+                try:
+                    graph = _Graph(self.fn, padded, self._pool)
+                except RuntimeError as exc:  # the call cannot be captured (a host sync in it)
+                    log.warning("running %s eagerly: CUDA graph capture failed: %s", self.fn, exc)
+                    self.enabled = False
+                    return self.fn(*inputs)
             self._graphs[key] = graph  # most recently used last
             return graph.run(inputs)
 
