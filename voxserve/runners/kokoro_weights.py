@@ -30,15 +30,15 @@ This module needs numpy and onnx (to read the graph once); it imports no runtime
 from __future__ import annotations
 
 import logging
-import os
 import re
-import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from voxserve.runners.files import write_atomically
 
 if TYPE_CHECKING:
     import onnx
@@ -222,7 +222,7 @@ def write_weights(weights: Mapping[str, np.ndarray], folder: Path) -> dict[str, 
             with open(tmp, "wb") as f:
                 np.savez_compressed(f, allow_pickle=False, **arrays)
 
-        _write_atomically(path, save)
+        write_atomically(path, save)
     return files
 
 
@@ -252,15 +252,3 @@ def load_weights(model_path: Path) -> dict[str, np.ndarray]:
     weights = convert(onnx.load(str(model_path)))
     write_weights(weights, model_path.parent)
     return weights
-
-
-def _write_atomically(target: Path, write: Callable[[str], None]) -> None:
-    """Call write(tmp_path) and move the result to target, so readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".npz")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

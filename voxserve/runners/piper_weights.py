@@ -25,7 +25,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import zipfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -34,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from voxserve.runners.files import write_atomically
 from voxserve.runners.piper import default_cache_dir, file_sha256
 
 __all__ = ["TORCH_LAYOUT", "ConvSpec", "PiperWeights", "convert", "load_weights", "read_weights", "write_weights"]
@@ -146,17 +146,14 @@ def write_weights(weights: PiperWeights, path: Path) -> None:
         "__meta__": np.frombuffer(json.dumps(weights.meta()).encode("utf-8"), dtype=np.uint8),
         **weights.tensors,
     }
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED) as archive:
+    def save(tmp: str) -> None:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as archive:
             for name, value in arrays.items():
                 buffer = io.BytesIO()
                 np.lib.format.write_array(buffer, np.ascontiguousarray(value), allow_pickle=False)
                 archive.writestr(name + ".npy", buffer.getvalue())
-        os.replace(partial, path)
-    finally:
-        if partial.exists():
-            partial.unlink()
+
+    write_atomically(path, save, ".npz.tmp")
 
 
 def read_weights(path: Path) -> PiperWeights:

@@ -35,6 +35,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from voxserve.runners.files import write_atomically
+
 __all__ = [
     "Dims",
     "Weights",
@@ -483,11 +485,11 @@ def write_npz(weights: Weights, path: Path, compact: bool = False) -> None:
             arrays[name + "#scale"] = scale.reshape(-1)
         else:
             arrays[name] = value.astype(np.float16)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    with open(partial, "wb") as f:
-        _save(f, arrays, compact)
-    os.replace(partial, path)
+    def save(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            _save(f, arrays, compact)
+
+    write_atomically(path, save, ".npz.tmp")
 
 
 def _save(f: BinaryIO, arrays: Mapping[str, np.ndarray], compress: bool) -> None:
