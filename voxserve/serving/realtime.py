@@ -18,6 +18,9 @@ for the shared ASR engine, with a deadline so that it goes before file work:
   agree on (and were not sent yet) go out as a delta. Their deadline is later than any
   final's, so they never delay one.
 
+Whether a delta or an early final starts now, and every deadline, is the ASR engine's
+live policy's to say (`engine/live.py`), as is how many sessions are let in.
+
 Transcripts of one session are emitted in commit order. A session holds at most
 `max_pending_turns` turns in transcription; `append` and `commit` wait past that, which
 stops the channel reading. Nothing here knows HTTP or JSON.
