@@ -153,6 +153,15 @@ def test_the_meter_follows_recent_sessions() -> None:
     assert meter.cost(now + 1000) == meter.cost(now)  # no session open, no time counted
 
 
+def test_a_decode_on_two_threads_costs_both_and_takes_its_wall_time() -> None:
+    meter = LiveMeter()
+    meter.sessions(1, 0.0)
+    for i in range(5):
+        meter.add(0.1, 4.0 * (i + 1), threads=2)
+    assert meter.cost(20.0) == pytest.approx(5 * 0.2 / 20)
+    assert meter.decode_s() == pytest.approx(0.1)
+
+
 # -- through the server -------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def capped() -> Iterator[RunningServer]:

@@ -84,7 +84,7 @@ def delta_deadline(view: LiveView, elsewhere: bool) -> float | None:
 def live_capacity(cost: float, decode_s: float, workers: float, target_s: float) -> int:
     """Sessions the workers sustain with each final within `target_s` of its end of
     speech, at `cost` worker-seconds of live decoding per session-second, where a live
-    decode takes `decode_s` worker-seconds (`LiveMeter.decode_s`); at least one.
+    decode takes `decode_s` seconds (`LiveMeter.decode_s`); at least one.
 
     The rule: n sessions fit while their load stays within a share of the `workers`,
     n * cost <= rho * workers, where rho is the utilization at which a final, decoded
@@ -111,16 +111,18 @@ class LiveMeter:
     over recent session time. Pure: the caller passes the time.
 
     Session time is the open sessions integrated over time. A decode on several threads
-    (alone on the machine) counts its wall time times its threads: more than it would
-    cost on one worker, so the figure errs high while a lone session runs. Wall time is
-    what counts: a core shared with another process costs more.
+    (alone on the machine) costs its wall time times its threads: more than it would on
+    one worker, so the cost errs high while a lone session runs. Wall time is what counts:
+    a core shared with another process costs more.
     """
 
     def __init__(self, window_s: float = METER_WINDOW_S) -> None:
         self.window_s = window_s
         self.busy = 0.0
-        self.busy_sq = 0.0
-        """Sum of each decode's worker-seconds squared (`decode_s`)."""
+        """Worker-seconds of live decoding."""
+        self.wall = 0.0
+        self.wall_sq = 0.0
+        """Sums of each decode's wall time and of its square (`decode_s`)."""
         self.decodes = 0.0
         self.session_s = 0.0
         self.open = 0
@@ -137,9 +139,9 @@ class LiveMeter:
     def add(self, busy_s: float, now: float, threads: int = 1) -> None:
         """A batch of live pieces took `busy_s` seconds on `threads` threads."""
         self._advance(now)
-        work = busy_s * max(1, threads)
-        self.busy += work
-        self.busy_sq += work * work
+        self.busy += busy_s * max(1, threads)
+        self.wall += busy_s
+        self.wall_sq += busy_s * busy_s
         self.decodes += 1
         self.most_open = max(self.most_open, self.open)
 
@@ -156,10 +158,12 @@ class LiveMeter:
         return self.busy / self.session_s if self.measured() else None
 
     def decode_s(self) -> float | None:
-        """The length of the decode a final finds in progress on its worker, in worker-
-        seconds: the decodes' mean weighted by their length (sum of squares over sum), since
-        a longer decode is the more likely to be running. None until measured."""
-        return self.busy_sq / self.busy if self.measured() and self.busy > 0 else None
+        """How long a live decode takes, as a final sees it: the decodes' wall time,
+        averaged weighted by itself (sum of squares over sum), since the decode a final
+        finds running on its worker is the more likely a long one. On several threads a
+        decode takes less than on one; once sessions share the workers, decodes run on
+        one and the figure follows. None until measured."""
+        return self.wall_sq / self.wall if self.measured() and self.wall > 0 else None
 
     def _advance(self, now: float) -> None:
         if self._at is not None and now > self._at:
@@ -167,7 +171,8 @@ class LiveMeter:
             while self.session_s > self.window_s:
                 self.measured()
                 self.busy /= 2
-                self.busy_sq /= 2
+                self.wall /= 2
+                self.wall_sq /= 2
                 self.decodes /= 2
                 self.session_s /= 2
         self._at = now if self._at is None else max(self._at, now)
