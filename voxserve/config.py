@@ -267,9 +267,11 @@ class RealtimeConfig:
     """Live transcription sessions (`WS /v1/realtime`): how many, how big, how fast."""
 
     max_sessions: int = 8
-    """Live sessions open at once; one more gets an error event and close code 1013. The
-    default keeps a 2-core machine within its latency target (docs/BENCHMARKS.md); they
-    also count under `--ws-max-sessions`."""
+    """Most live sessions open at once, a hard cap above the measured one: sessions are
+    let in while the ASR workers' measured load keeps finals within `final_target_ms`
+    (`engine/live.py: live_capacity`, shown as `voxserve_realtime_capacity_sessions`).
+    One past either gets an error event and close code 1013. They also count under
+    `--ws-max-sessions`."""
     max_message_bytes: int = 256 * 1024
     """Largest message a client may send; larger ones end the session (1009). 256 KiB of
     base64 holds 4 s of 24 kHz PCM."""

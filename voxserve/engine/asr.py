@@ -10,6 +10,9 @@ queued pieces at once; pieces already being decoded are discarded when they fini
 Live utterances (realtime sessions) come with a deadline: the batcher puts them before
 file work, earliest deadline first, and while any live session is open file pieces may
 hold at most `workers - 1` workers, so a live utterance never waits behind a 30 s piece.
+When a session starts a decode, and how many sessions the workers sustain, is the live
+policy's to say (`live_policy`, `engine/live.py`); the workers feed its meter the time
+of each live batch.
 
 Pieces shorter than 30 s are encoded in a window fitted to them (`fitted_window`); one
 whose text ends in a loop is decoded again in the full 30 s window.
@@ -48,6 +51,7 @@ from voxserve.engine import devices
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
 from voxserve.engine.lifecycle import WorkerEngine
+from voxserve.engine.live import LivePolicy, LiveView
 from voxserve.engine.results import ResultStream
 from voxserve.engine.segments import (
     COMPRESSION_RATIO_THRESHOLD,
@@ -238,6 +242,13 @@ class ASREngine(WorkerEngine):
         self._file_batches = 0
         """Workers decoding file pieces now (the rest are free or decoding live ones)."""
         self._live_sessions = 0
+        self.live_policy = LivePolicy(
+            self._live_view,
+            clock,
+            slots=config.workers if device == "cpu" else config.max_batch,
+            workers=config.workers,
+        )
+        """When live sessions decode, and how many the workers sustain (`engine/live.py`)."""
         self.stats = ASRStats()
         self.busy_elsewhere: Callable[[], bool] = lambda: False
         """True while other work (speech) uses the cores; the server sets it. No batch runs
@@ -365,15 +376,8 @@ class ASREngine(WorkerEngine):
         pieces leave one worker free for live utterances."""
         with self._cond:
             self._live_sessions = max(0, self._live_sessions + (1 if opened else -1))
+            self.live_policy.sessions(self._live_sessions)
             self._cond.notify_all()
-
-    def idle_workers(self) -> int:
-        """Workers with nothing to do right now: none are when anything waits for a batch.
-        Live sessions decode partial transcripts only when this is above zero."""
-        with self._cond:
-            if len(self._batcher):
-                return 0
-            return max(0, self.config.workers - self._busy_cores)
 
     def busy(self) -> bool:
         """Whether any transcription work is decoding or waiting: for other engines that
@@ -381,10 +385,12 @@ class ASREngine(WorkerEngine):
         with self._cond:
             return bool(self._busy_workers or len(self._batcher))
 
-    def live_queued(self) -> int:
-        """Live pieces waiting for a worker."""
+    def _live_view(self) -> LiveView:
+        """What the live policy decides from: the live queue and the idle workers (none
+        while anything waits for a batch), now."""
         with self._cond:
-            return self._batcher.live_queued()
+            idle = 0 if len(self._batcher) else max(0, self.config.workers - self._busy_cores)
+            return LiveView(self._clock(), self._batcher.live_queued(), idle)
 
     def clock(self) -> float:
         """The clock deadlines are given in."""
@@ -540,7 +546,10 @@ class ASREngine(WorkerEngine):
                 self._file_batches -= 0 if live else 1
                 self._in_flight -= len(batch)
                 busy = self.stats.busy_s
-                busy[index] = busy.get(index, 0.0) + time.perf_counter() - started
+                took = time.perf_counter() - started
+                busy[index] = busy.get(index, 0.0) + took
+                if live:
+                    self.live_policy.ran(took, threads)
                 self._cond.notify_all()
 
     def _still_to_come(self, batch: list[Pending[_Piece]]) -> int:

@@ -229,6 +229,12 @@ class Metrics:
         self.realtime_sessions = Gauge(
             "voxserve_realtime_sessions", "Open live transcription sessions (/v1/realtime)", registry=r
         )
+        self.realtime_capacity = Gauge(
+            "voxserve_realtime_capacity_sessions",
+            "Live transcription sessions admitted now: the ASR workers' measured capacity, "
+            "within --realtime-max-sessions",
+            registry=r,
+        )
         self.realtime_turns = Counter(
             "voxserve_realtime_turns", "Committed live turns by outcome", ["outcome"], registry=r
         )

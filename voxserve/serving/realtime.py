@@ -18,6 +18,9 @@ for the shared ASR engine, with a deadline so that it goes before file work:
   agree on (and were not sent yet) go out as a delta. Their deadline is later than any
   final's, so they never delay one.
 
+Whether a delta or an early final starts now, and every deadline, is the ASR engine's
+live policy's to say (`engine/live.py`), as is how many sessions are let in.
+
 Transcripts of one session are emitted in commit order. A session holds at most
 `max_pending_turns` turns in transcription; `append` and `commit` wait past that, which
 stops the channel reading. Nothing here knows HTTP or JSON.
@@ -76,8 +79,6 @@ MIN_TAIL_S = 0.096
 """Audio after the end of speech that a final always includes."""
 DELTA_MIN_S = 1.0
 """A turn is decoded for deltas once it holds this much audio."""
-DELTA_SLACK_S = 5.0
-"""How far after now a delta's deadline lies: after every final's."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,9 @@ LiveEvent = (
 @dataclass
 class LiveTranscriber:
     """What live sessions share: the ASR engine, the VAD engine, a small audio pool for
-    the turns' features (never behind an upload's decoding), limits and metrics."""
+    the turns' features (never behind an upload's decoding), limits and metrics. Sessions
+    are admitted up to the engine's live capacity (`LivePolicy.capacity`), within
+    `max_sessions`."""
 
     engine: ASREngine
     vad: VADEngine
@@ -182,14 +185,23 @@ class LiveTranscriber:
     """True while other work (speech) keeps the cores busy: deltas wait then."""
     open_sessions: int = 0
 
+    def __post_init__(self) -> None:
+        self.metrics.realtime_capacity.set_function(self.capacity)
+
+    def capacity(self) -> int:
+        """Sessions admitted now: the ASR engine's measured live capacity, within `max_sessions`."""
+        measured = self.engine.live_policy.capacity(self.config.final_target_ms / 1000)
+        return min(self.config.max_sessions, measured)
+
     @contextlib.asynccontextmanager
     async def session(self, emit: Callable[[LiveEvent], None]) -> AsyncIterator[LiveSession]:
-        """Open a session under `max_sessions` (Overloaded past it); it is closed, and its
+        """Open a session under `capacity()` (Overloaded past it); it is closed, and its
         transcriptions dropped, on the way out."""
-        if self.open_sessions >= self.config.max_sessions:
+        capacity = self.capacity()
+        if self.open_sessions >= capacity:
             raise Overloaded(
-                f"the server has {self.config.max_sessions} live transcription sessions open, "
-                "its capacity; try again later"
+                f"the server has {self.open_sessions} live transcription sessions open, "
+                f"its capacity ({capacity}); try again later"
             )
         self.open_sessions += 1
         self.engine.live_session(True)
@@ -477,10 +489,12 @@ class LiveSession:
         if turn.early is not None or self._config.early_final_ms <= 0 or turn.pause is None:
             return
         end = turn.pause + self._tail()
-        if self._audio.end < end or self._live.engine.live_queued():
+        if self._audio.end < end:
             return
         rest = max(0.0, td.silence_duration_ms / 1000 - (self._audio.end - turn.pause) / RATE)
-        deadline = self._live.engine.clock() + rest + self._config.final_target_ms / 1000
+        deadline = self._live.engine.live_policy.early_final_deadline(rest, self._config.final_target_ms / 1000)
+        if deadline is None:
+            return
         turn.early = self._spawn(self._decode(self._audio.take(turn.start, end), deadline))
         turn.early_end = end
         log.debug("turn %s: early final started %.0f ms after the pause was seen",
@@ -493,11 +507,11 @@ class LiveSession:
             return
         if turn.delta is not None or self._audio.end - turn.start < DELTA_MIN_S * RATE:
             return
-        if not self._live.engine.idle_workers() or self._live.busy_elsewhere():
+        deadline = self._live.engine.live_policy.delta_deadline(self._live.busy_elsewhere())
+        if deadline is None:
             return
         turn.delta_at = now
         samples = self._audio.take(turn.start, self._audio.end)
-        deadline = self._live.engine.clock() + DELTA_SLACK_S
         task = self._spawn(self._decode(samples, deadline))
         turn.delta = task
         task.add_done_callback(lambda t: self._on_delta(turn, t))
@@ -540,7 +554,7 @@ class LiveSession:
                       turn.item_id, (time.monotonic() - speech_end_wall) * 1000)
         else:
             self._cancel(turn.early)
-            deadline = self._live.engine.clock() + self._config.final_target_ms / 1000
+            deadline = self._live.engine.live_policy.final_deadline(self._config.final_target_ms / 1000)
             decoding = self._spawn(self._decode(self._audio.take(turn.start, end), deadline))
         self._floor = max(self._floor, end)
         self._audio.drop_before(self._floor)

@@ -1,0 +1,209 @@
+"""The ASR engine's live policy (`engine/live.py`): when a live session may start a
+decode, and how many sessions the workers sustain at their measured cost. Pure rules,
+driven with a fake clock and a fake view of the engine; one test goes through a real
+server for the gauge and the refusal."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from tests.conftest import RunningServer, run_server
+from voxserve.config import RealtimeConfig, ServerConfig
+from voxserve.engine.admission import TARGET_UTILIZATION
+from voxserve.engine.live import (
+    DELTA_SLACK_S,
+    METER_MIN_SESSION_S,
+    LiveMeter,
+    LivePolicy,
+    LiveView,
+    delta_deadline,
+    early_final_deadline,
+    final_deadline,
+    live_capacity,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+TARGET_S = 0.4
+
+
+class FakeEngine:
+    """What the policy reads: a clock and the engine's live queue and idle workers."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.live_queued = 0
+        self.idle_workers = 2
+
+    def clock(self) -> float:
+        return self.now
+
+    def see(self) -> LiveView:
+        return LiveView(self.now, self.live_queued, self.idle_workers)
+
+    def policy(self, workers: int = 2) -> LivePolicy:
+        return LivePolicy(self.see, self.clock, slots=workers, workers=workers)
+
+
+# -- when to decode -----------------------------------------------------------------------
+def test_a_final_is_due_the_target_after_now() -> None:
+    assert final_deadline(LiveView(10.0, 3, 0), TARGET_S) == pytest.approx(10.4)
+
+
+def test_an_early_final_waits_while_live_work_is_queued() -> None:
+    assert early_final_deadline(LiveView(10.0, 1, 2), 0.2, TARGET_S) is None
+    assert early_final_deadline(LiveView(10.0, 0, 0), 0.2, TARGET_S) == pytest.approx(10.6)
+
+
+def test_a_delta_needs_an_idle_worker_and_nothing_busy_elsewhere() -> None:
+    assert delta_deadline(LiveView(10.0, 0, 0), elsewhere=False) is None
+    assert delta_deadline(LiveView(10.0, 0, 1), elsewhere=True) is None
+    assert delta_deadline(LiveView(10.0, 0, 1), elsewhere=False) == 10.0 + DELTA_SLACK_S
+
+
+def test_the_policy_reads_the_engine_when_asked() -> None:
+    engine = FakeEngine()
+    policy = engine.policy()
+    assert policy.delta_deadline(elsewhere=False) == engine.now + DELTA_SLACK_S
+    engine.idle_workers = 0
+    assert policy.delta_deadline(elsewhere=False) is None
+    engine.live_queued = 1
+    assert policy.early_final_deadline(0.1, TARGET_S) is None
+    engine.live_queued, engine.now = 0, 200.0
+    assert policy.early_final_deadline(0.1, TARGET_S) == pytest.approx(200.5)
+    assert policy.final_deadline(TARGET_S) == pytest.approx(200.4)
+
+
+# -- how many sessions --------------------------------------------------------------------
+def test_the_capacity_rule() -> None:
+    # Decodes of a quarter of the target: the final's wait may take up to 0.857 of each
+    # worker, more than admission's headroom allows.
+    assert live_capacity(0.1, 0.1, 2, TARGET_S) == int(TARGET_UTILIZATION * 2 / 0.1)
+    # Decodes of half the target: rho = 2 * 0.2 / 0.6.
+    assert live_capacity(0.1, 0.2, 2, TARGET_S) == 13
+    assert live_capacity(0.1, 0.2, 4, TARGET_S) == 26  # twice the workers, twice the sessions
+    assert live_capacity(0.2, 0.2, 2, TARGET_S) == 6  # twice the cost, half the sessions
+    # A decode as long as the target misses it even alone; one session is still let in.
+    assert live_capacity(0.1, 0.4, 2, TARGET_S) == 1
+    assert live_capacity(5.0, 0.1, 2, TARGET_S) == 1
+
+
+def _speak(engine: FakeEngine, policy: LivePolicy, sessions: int, seconds: float, decode_s: float) -> None:
+    """`sessions` sessions open for `seconds`, each decoding once every 2 s (a delta or
+    a final) for `decode_s` seconds on one worker."""
+    policy.sessions(sessions)
+    step = 2.0 / sessions
+    end = engine.now + seconds
+    while engine.now < end:
+        engine.now += step
+        policy.ran(decode_s)
+
+
+def test_a_slower_engine_admits_fewer_sessions() -> None:
+    fast, slow = FakeEngine(), FakeEngine()
+    fast_policy, slow_policy = fast.policy(), slow.policy()
+    # The same sessions doing the same; the slow engine's decodes take 1 / 0.6 as long.
+    _speak(fast, fast_policy, 8, 60.0, 0.2)
+    _speak(slow, slow_policy, 8, 60.0, 0.2 / 0.6)
+    cost = fast_policy.meter.cost(fast.now)
+    assert cost is not None and cost == pytest.approx(0.1, rel=0.05)
+    assert slow_policy.meter.cost(slow.now) == pytest.approx(cost / 0.6, rel=0.05)
+    assert fast_policy.capacity(TARGET_S) == live_capacity(0.1, 0.2, 2, TARGET_S) == 13
+    assert slow_policy.capacity(TARGET_S) == live_capacity(0.1 / 0.6, 0.2 / 0.6, 2, TARGET_S) == 3
+
+
+def test_one_session_per_worker_until_measured_then_it_ramps_up() -> None:
+    engine = FakeEngine()
+    policy = engine.policy(workers=2)
+    assert policy.capacity(TARGET_S) == 2
+    # One session, decoding little: the rule would allow many, the ramp allows twice
+    # the sessions measured (or one per worker).
+    _speak(engine, policy, 1, METER_MIN_SESSION_S - 1, 0.05)
+    assert policy.capacity(TARGET_S) == 2  # not measured yet
+    _speak(engine, policy, 1, 2.0, 0.05)
+    assert live_capacity(policy.meter.cost(engine.now) or 0, 0.05, 2, TARGET_S) > 8
+    assert policy.capacity(TARGET_S) == 2
+    _speak(engine, policy, 3, 10.0, 0.05)
+    assert policy.capacity(TARGET_S) == 6
+    _speak(engine, policy, 6, 10.0, 0.05)
+    assert policy.capacity(TARGET_S) == 12
+
+
+def test_the_meter_follows_recent_sessions() -> None:
+    meter = LiveMeter(window_s=60.0)
+    now = 0.0
+    meter.sessions(2, now)
+    for _ in range(60):  # 60 s of two sessions costing 0.2 each
+        now += 1.0
+        meter.add(0.4, now)
+    heavy = meter.cost(now)
+    assert heavy == pytest.approx(0.2, rel=0.1)
+    for _ in range(240):  # then 240 s of two quiet ones
+        now += 1.0
+        meter.add(0.02, now)
+    assert (meter.cost(now) or 0) < 0.03
+    meter.sessions(0, now)
+    assert meter.cost(now + 1000) == meter.cost(now)  # no session open, no time counted
+
+
+def test_a_decode_on_two_threads_costs_both_and_takes_its_wall_time() -> None:
+    meter = LiveMeter()
+    meter.sessions(1, 0.0)
+    for i in range(5):
+        meter.add(0.1, 4.0 * (i + 1), threads=2)
+    assert meter.cost(20.0) == pytest.approx(5 * 0.2 / 20)
+    assert meter.decode_s() == pytest.approx(0.1)
+
+
+# -- through the server -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def capped() -> Iterator[RunningServer]:
+    with run_server(ServerConfig(realtime=RealtimeConfig(max_sessions=8))) as srv:
+        yield srv
+
+
+def _capacity_gauge(srv: RunningServer) -> float:
+    text = httpx.get(srv.base_url + "/metrics", timeout=10).text
+    line = next(ln for ln in text.splitlines() if ln.startswith("voxserve_realtime_capacity_sessions "))
+    return float(line.split()[1])
+
+
+@contextlib.contextmanager
+def _session(srv: RunningServer) -> Iterator[ClientConnection]:
+    url = srv.base_url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    with connect(url, close_timeout=1) as ws:
+        yield ws
+
+
+def test_the_server_admits_live_sessions_by_the_measured_cost(capped: RunningServer) -> None:
+    asr = capped.asr
+    assert _capacity_gauge(capped) == min(8, asr.config.workers)  # nothing measured yet
+    # What the workers would have reported over 20 s of one session whose decodes took
+    # 2 s each: five times the 0.4 s target, so only one session may be open.
+    meter = LiveMeter()
+    meter.sessions(1, 0.0)
+    for i in range(5):
+        meter.add(2.0, 4.0 * (i + 1))
+    meter.sessions(0, 20.0)
+    asr.live_policy.meter = meter
+    assert _capacity_gauge(capped) == 1
+    with _session(capped) as first:
+        assert json.loads(first.recv(10))["type"] == "session.created"
+        with _session(capped) as second:
+            events = []
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    events.append(json.loads(second.recv(10)))
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+            assert events[-1]["type"] == "error"
+            assert events[-1]["error"]["code"] == "too_many_sessions"
+        first.send(json.dumps({"type": "input_audio_buffer.clear"}))
+        assert json.loads(first.recv(10))["type"] == "input_audio_buffer.cleared"  # the first goes on
+    assert _capacity_gauge(capped) == 1
