@@ -17,7 +17,7 @@ Limits. Each one that ends a session sends an `error` event with the code below 
 | limit | default | error code | close |
 |---|---|---|---|
 | WebSocket sessions, all routes (`--ws-max-sessions`) | 64 | `too_many_sessions` | 1013 |
-| live sessions (`--realtime-max-sessions`) | 8 | `too_many_sessions` | 1013 |
+| live sessions: the measured capacity, at most `--realtime-max-sessions` | 8 | `too_many_sessions` | 1013 |
 | message size (`--realtime-max-message-bytes`) | 256 KiB | `message_too_large` | 1009 |
 | messages per second (`--realtime-messages-per-s`, burst) | 200, 1000 | `rate_limited` | 1008 |
 | no message and no turn being transcribed (`--realtime-idle-timeout`) | 60 s | `idle_timeout` | 1000 |
