@@ -1,12 +1,12 @@
 #!/bin/bash
 # Two source trees of voxserve served in turn on the same machine: TTS first audio and
 # continuity at c=1, 16 and 24 (Piper, ASR off), alternating which tree goes first.
-# usage: scripts/bench/tts_ab.sh TREE_A TREE_B OUTDIR [ROUNDS]
+# usage: [PROMPTS=48] scripts/bench/tts_ab.sh TREE_A TREE_B OUTDIR [ROUNDS]
 # Summarize with: python scripts/bench/tts_ab_summary.py OUTDIR
 set -eu
 cd "$(dirname "$0")/../.."
 B=$PWD/.venv/bin
-A=${1:?usage: tts_ab.sh TREE_A TREE_B OUTDIR [ROUNDS]}; BT=${2:?}; OUT=${3:?}; ROUNDS=${4:-3}
+A=${1:?usage: tts_ab.sh TREE_A TREE_B OUTDIR [ROUNDS]}; BT=${2:?}; OUT=${3:?}; ROUNDS=${4:-3}; PROMPTS=${PROMPTS:-48}
 mkdir -p "$OUT"
 
 serve() {  # tree name
@@ -14,7 +14,7 @@ serve() {  # tree name
   local pid=$!
   for _ in $(seq 90); do curl -sf http://127.0.0.1:8472/health > /dev/null && break; sleep 1; done
   sleep 3  # the fixed-length priors come online in the background
-  "$B/voxserve" bench speech --base-url http://127.0.0.1:8472 --concurrency 1,16,24 --num-prompts 48 \
+  "$B/voxserve" bench speech --base-url http://127.0.0.1:8472 --concurrency 1,16,24 --num-prompts "$PROMPTS" \
     --no-progress -o "$OUT/$2.json" > /dev/null
   kill "$pid"; wait "$pid" || true
 }
