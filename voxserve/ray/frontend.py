@@ -26,7 +26,7 @@ from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.errors import Overloaded, ReplicaLost, ServerError, Unavailable, VoxError
 from voxserve.ray.loopback import bind_replica_grpc_to_node
-from voxserve.ray.router import replica_stats
+from voxserve.ray.stats import replica_stats
 from voxserve.serving.jobs import (
     LiveInput,
     LiveOpen,

@@ -15,32 +15,14 @@ gets it answers `ReplicaLost`.
 from __future__ import annotations
 
 import random
-import weakref
-from collections.abc import Mapping
 from typing import Any
 
 from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, RunningReplica
 
 from voxserve.ray.headroom import headroom, rank_by_headroom
+from voxserve.ray.stats import register_router
 
-__all__ = ["HeadroomRouter", "pinned_replica", "replica_stats"]
-
-_ROUTERS: weakref.WeakValueDictionary[tuple[str, str], HeadroomRouter] = weakref.WeakValueDictionary()
-"""This process's newest router for each (application, deployment)."""
-
-
-def replica_stats(app: str, deployment: str) -> dict[str, Mapping[str, Any]]:
-    """Each running replica of the deployment, by name, and the routing stats it last
-    reported, as this process's router holds them: nothing is asked of the replicas (Serve's
-    controller polls them every `routing_stats_period_s` and pushes the stats to the
-    routers), so a slow or dead replica cannot hold up the caller. Empty until this
-    process has routed a request to the deployment."""
-    router = _ROUTERS.get((app, deployment))
-    if router is None:
-        return {}
-    replicas = list(router.curr_replicas.values())  # replaced, never mutated, by Serve's loop
-    return {r.replica_id.to_full_id_str(): dict(r.routing_stats or {}) for r in replicas}
-
+__all__ = ["HeadroomRouter", "pinned_replica"]
 
 def pinned_replica(request: PendingRequest | None) -> str | None:
     """The replica a request's session is pinned to, if any (its job's `replica`)."""
@@ -53,7 +35,7 @@ def pinned_replica(request: PendingRequest | None) -> str | None:
 class HeadroomRouter(FIFOMixin, RequestRouter):
     def initialize_state(self, **kwargs: Any) -> None:
         super().initialize_state(**kwargs)  # type: ignore[no-untyped-call]  # Ray leaves it untyped
-        _ROUTERS[(self.app_name, self._deployment_id.name)] = self
+        register_router(self.app_name, self._deployment_id.name, self)  # for /metrics
 
     async def choose_replicas(
         self,

@@ -241,9 +241,14 @@ async def session_place(state: _Counted, leases: SessionLeases | None) -> AsyncI
     try:
         if leases is not None:
             lease = await leases.take()
-            if lease is None:
-                yield False
-                return
+    except BaseException:
+        state.ws_open -= 1
+        raise
+    if leases is not None and lease is None:
+        state.ws_open -= 1  # refused: the place goes back before the refusal is sent
+        yield False
+        return
+    try:
         yield True
     finally:
         state.ws_open -= 1
