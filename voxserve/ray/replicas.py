@@ -191,7 +191,7 @@ class TTSReplica:
             "queued": state.admission.queued,
             "limit": state.engine.max_streams,
             "sessions": len(self.slots),
-            # For the front ends' /metrics (`voxserve.ray.router.replica_stats`).
+            # For the front ends' /metrics (`voxserve.ray.stats.replica_stats`).
             "engine": state.engine_snapshot(),
             "at": time.time(),
         }
