@@ -94,6 +94,13 @@ LIVE_INPUTS = 16
 """A live session's client inputs waiting to be forwarded; past it the channel waits
 (and reads no more from its client). Also the most one call forwards."""
 
+FORWARD_EVERY_S = 0.05
+"""A live session's appends go to its replica at most this often, together. Each Serve
+call costs about 3 ms of CPU in the front end and more on the replica (measured on the
+2-core VM): forwarded one by one, a client's 20 ms appends took half a core for four
+sessions and slowed the transcription beside them. The wait adds at most this to when
+the replica hears the end of a turn; a commit, clear or configure goes at once."""
+
 
 @dataclass
 class RemoteStream:
@@ -374,10 +381,16 @@ class _RemoteLive:
             self._lost.set_result(error)
 
     async def _forward_inputs(self) -> None:
+        loop = asyncio.get_running_loop()
+        sent = -FORWARD_EVERY_S
         while True:
             batch = [await self._inputs.get()]
+            wait = sent + FORWARD_EVERY_S - loop.time()
+            if wait > 0 and isinstance(batch[0][0], Append):
+                await asyncio.sleep(wait)
             while not self._inputs.empty() and len(batch) < LIVE_INPUTS:
                 batch.append(self._inputs.get_nowait())
+            sent = loop.time()
             try:
                 replies = await self._asr.live_input(
                     LiveInput(self._session, self._replica, tuple(action for action, _ in batch))
