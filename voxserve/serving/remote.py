@@ -99,7 +99,8 @@ FORWARD_EVERY_S = 0.05
 call costs about 3 ms of CPU in the front end and more on the replica (measured on the
 2-core VM): forwarded one by one, a client's 20 ms appends took half a core for four
 sessions and slowed the transcription beside them. The wait adds at most this to when
-the replica hears the end of a turn; a commit, clear or configure goes at once."""
+the replica hears the end of a turn; a commit, clear or configure with no append
+waiting before it goes at once."""
 
 
 @dataclass
