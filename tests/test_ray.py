@@ -37,7 +37,7 @@ import httpx
 import pytest
 
 from tests.asr_support import LONG, RATE, speak_pcm, wav_bytes, wer, with_gaps
-from voxserve.config import ASRConfig, RayConfig, Replicas, ServerConfig, TTSConfig
+from voxserve.config import ASRConfig, RayConfig, Replicas, ServerConfig, TTSConfig, WSConfig
 from voxserve.errors import NotFound, Overloaded, ServerError
 
 with warnings.catch_warnings():
@@ -108,8 +108,9 @@ class RayDeployment:
 
 
 @contextlib.contextmanager
-def running_deployment() -> Iterator[RayDeployment]:
-    """The two-node cluster with the voxserve application deployed, torn down on exit."""
+def running_deployment(frontends: int = 1, ws: WSConfig | None = None) -> Iterator[RayDeployment]:
+    """The two-node cluster with the voxserve application deployed, torn down on exit:
+    `frontends` HTTP front ends, with `ws`'s WebSocket limits."""
     if _ray_processes():
         pytest.skip("another Ray cluster is running on this machine")
     config = ServerConfig(
@@ -118,8 +119,9 @@ def running_deployment() -> Iterator[RayDeployment]:
         # seconds of the two cores that the whole cluster shares.
         tts=replace(TTSConfig(), models=("piper",), workers=1, audio_workers=1, noise_scale=0.0, noise_w=0.0),
         asr=replace(ASRConfig(), workers=1, audio_workers=1),
+        ws=ws or WSConfig(),
     )
-    layout = RayConfig(tts=Replicas(count=2), asr=Replicas(count=1), frontend_cpus=0.0)
+    layout = RayConfig(tts=Replicas(count=2), asr=Replicas(count=1), frontend_replicas=frontends, frontend_cpus=0.0)
     saved = {name: os.environ.get(name) for name in CLUSTER_ENV}
     # HAProxy in front, as a local `voxserve serve --ray` runs it; the raylets inherit it.
     os.environ[HA_PROXY] = "1"

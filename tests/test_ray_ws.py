@@ -1,11 +1,12 @@
 """Both WebSocket channels on Ray Serve, through the real stack: the speech WebSocket and
 `/v1/realtime` on the two-node cluster of `tests/test_ray.py` (two TTS replicas, one ASR
-replica, the front end behind HAProxy).
+replica, two front ends behind HAProxy, and the keeper of their shared session cap).
 
 A speech session is pinned to one TTS replica; a live session runs on the ASR replica.
 Killing a replica ends the sessions it held with a `replica_lost` error event and close
 code 1012, and leaves the others alone; a client that vanishes frees its replica's work
-within seconds.
+within seconds. `--ws-max-sessions` holds across both front ends, and a front end's
+`/metrics` shows every replica's engine gauges.
 """
 
 from __future__ import annotations
@@ -30,13 +31,19 @@ from websockets.sync.client import ClientConnection, connect
 from tests import test_ray
 from tests.asr_support import LONG, SHORT, speak_pcm, wer
 from tests.test_ray import STORY, RayDeployment, _ray_processes, _tts_replicas, running_deployment
+from voxserve.config import WSConfig
+from voxserve.serving.leases import LEASE_TTL_S
 
 pytestmark = test_ray.pytestmark
 
 
+CAP = 3
+"""`--ws-max-sessions` for the cluster: the most any test here holds at once."""
+
+
 @pytest.fixture(scope="module")
 def deployment() -> Iterator[RayDeployment]:
-    with running_deployment() as running:
+    with running_deployment(frontends=2, ws=WSConfig(max_sessions=CAP)) as running:
         yield running
 
 APP = "voxserve"
@@ -182,6 +189,141 @@ def test_realtime_errors_keep_their_event_id_through_ray(deployment: RayDeployme
         assert error["error"]["code"] == "model_not_found" and error["error"]["event_id"] == "evt_model"
 
 
+def _keeper() -> dict[str, Any]:
+    from ray import serve
+
+    handle = serve.get_deployment_handle("Sessions", app_name=APP)
+    info: dict[str, Any] = handle.describe.remote().result(timeout_s=10)
+    return info
+
+
+def _open_realtime(deployment: RayDeployment) -> ClientConnection | None:
+    """A live session, or None when it was refused for the session cap (error, 1013)."""
+    ws = connect(_ws(deployment, "/v1/realtime?intent=transcription"))
+    first = json.loads(ws.recv(timeout=10))
+    if first["type"] == "session.created":
+        return ws
+    assert first["type"] == "error" and first["code"] == "too_many_sessions", first
+    with pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+    return None
+
+
+def test_the_session_cap_holds_across_front_ends(deployment: RayDeployment) -> None:
+    _ready(deployment)
+    _until(lambda: _keeper()["held"] == 0, 10.0, "sessions of earlier tests still hold leases")
+    held: list[ClientConnection] = []
+    try:
+        for _ in range(CAP):
+            ws = _open_realtime(deployment)
+            assert ws is not None
+            held.append(ws)
+        keeper = _keeper()
+        # HAProxy spread the sessions over both front ends; the cap counted them all.
+        assert keeper["held"] == CAP and len([n for n in keeper["holders"].values() if n]) == 2, keeper
+        assert _open_realtime(deployment) is None
+        with connect(_ws(deployment, "/v1/audio/speech/stream")) as speech:
+            refused = json.loads(speech.recv(timeout=10))
+            assert refused["type"] == "error" and refused["code"] == "too_many_sessions", refused
+        # A session that ends frees its place at once, whichever front end holds the next.
+        held.pop().close()
+        started = time.monotonic()
+        while (ws := _open_realtime(deployment)) is None:
+            assert time.monotonic() - started < 1.0, "an ended session's lease was not given back"
+        held.append(ws)
+        print(f"an ended session's place taken again {time.monotonic() - started:.2f} s later")
+    finally:
+        for ws in held:
+            ws.close()
+    _until(lambda: _keeper()["held"] == 0, 2.0, "closed sessions kept their leases")
+
+
+def test_a_front_end_that_vanishes_loses_its_leases(deployment: RayDeployment) -> None:
+    """A holder that never renews (a front end that died) stands for one: its leases fill
+    the cap, then lapse after `LEASE_TTL_S`."""
+    from ray import serve
+
+    _ready(deployment)
+    _until(lambda: _keeper()["held"] == 0, 10.0, "sessions of earlier tests still hold leases")
+    handle = serve.get_deployment_handle("Sessions", app_name=APP)
+    for i in range(CAP):
+        assert handle.grant.remote("fe_vanished", f"wsl_{i}").result(timeout_s=10)
+    started = time.monotonic()
+    assert _open_realtime(deployment) is None
+    while (ws := _open_realtime(deployment)) is None:
+        assert time.monotonic() - started < LEASE_TTL_S + 3, "a silent front end's leases never lapsed"
+        time.sleep(0.2)
+    lapsed = time.monotonic() - started
+    ws.close()
+    assert lapsed >= LEASE_TTL_S - 1.0
+    print(f"a silent front end's leases lapsed after {lapsed:.1f} s")
+
+
+def _samples(text: str, name: str) -> dict[str, float]:
+    """`labels -> value` of one metric in a Prometheus exposition."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line[len(name):].rsplit(" ", 1)
+            found[labels] = float(value)
+    return found
+
+
+def _seen_by_every_front_end(deployment: RayDeployment, replica: str, scrapes: int = 4) -> bool:
+    """Whether `scrapes` scrapes in a row, each on a new connection (HAProxy spreads them
+    over the front ends), show a stream on `replica`."""
+    label = f'{{replica="{replica}"}}'
+    for _ in range(scrapes):
+        text = httpx.get(deployment.base_url + "/metrics", timeout=10).text
+        if _samples(text, "voxserve_tts_active_streams").get(label, 0) < 1:
+            return False
+    return True
+
+
+def test_engine_gauges_come_from_the_replicas(deployment: RayDeployment) -> None:
+    _ready(deployment)
+    tts = _tts_replicas()
+    asr = _asr_replica()["replica"]
+
+    def scrape() -> str:
+        started = time.monotonic()
+        reply = httpx.get(deployment.base_url + "/metrics", timeout=10)
+        assert reply.status_code == 200 and time.monotonic() - started < 1.0
+        return reply.text
+
+    text = scrape()
+    capacity = _samples(text, "voxserve_tts_capacity_streams")
+    assert sorted(capacity) == sorted(f'{{replica="{name}"}}' for name in tts), capacity
+    assert _samples(text, "voxserve_asr_queue_depth") == {f'{{replica="{asr}"}}': 0.0}
+    costs = _samples(text, "voxserve_tts_model_cost")
+    assert sorted(labels.split('replica="')[1] for labels in costs) == sorted(f'{name}"}}' for name in tts), costs
+    ages = _samples(text, "voxserve_replica_stats_age_seconds")
+    assert len(ages) == 3 and max(ages.values()) < 5.0, ages
+
+    # A stream shows in its replica's gauge within a routing-stats period or two.
+    with httpx.Client(base_url=deployment.base_url, timeout=60) as c, c.stream(
+        "POST", "/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": STORY, "response_format": "pcm"}
+    ) as reply:
+        body = reply.iter_bytes()
+        next(body)
+        _until(
+            lambda: sum(_samples(scrape(), "voxserve_tts_active_streams").values()) >= 1,
+            5.0, "a running stream never showed on /metrics",
+        )
+
+    # A replica that stops answering leaves /metrics as fast; its figures just age.
+    victim, info = next(iter(tts.items()))
+    os.kill(info["pid"], signal.SIGSTOP)
+    try:
+        time.sleep(3.0)
+        ages = _samples(scrape(), "voxserve_replica_stats_age_seconds")
+    finally:
+        os.kill(info["pid"], signal.SIGCONT)
+    label = f'{{deployment="tts",replica="{victim}"}}'
+    assert ages[label] >= 2.0 and min(ages.values()) < 2.0, ages
+
+
 def test_vanished_clients_free_their_replica_work(deployment: RayDeployment) -> None:
     _ready(deployment)
     ws = connect(_ws(deployment, "/v1/audio/speech/stream"))
@@ -246,7 +388,9 @@ def test_killing_the_replica_holding_a_session_ends_only_that_session(deployment
     assert first_started.wait(30)
     holding = _holding()
     victim = next(name for name, n in holding.items() if n)
-    time.sleep(1.5)  # the replicas' routing stats, polled every second, show it
+    # The next session's front end may be the other one, which knows of this session only
+    # from the replicas' routing stats (polled every second): wait until both show it.
+    _until(lambda: _seen_by_every_front_end(deployment, victim), 10.0, "the front ends never saw the session")
     # The next session goes where there is room: the other replica.
     b = threading.Thread(target=_long_session, args=(deployment, second, second_started))
     b.start()

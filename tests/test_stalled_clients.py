@@ -265,6 +265,9 @@ class _RecordingASR:
     async def live_input(self, batch: LiveInput) -> LiveReply:
         raise AssertionError("not used")
 
+    def replica_stats(self) -> dict[str, Any]:
+        return {}
+
 
 class _NoTTS:
     async def catalog(self) -> TTSCatalog:
@@ -281,6 +284,9 @@ class _NoTTS:
 
     async def end_session(self, ref: SessionRef) -> None:
         raise AssertionError("not used")
+
+    def replica_stats(self) -> dict[str, Any]:
+        return {}
 
 
 def test_ray_front_end_reads_the_upload_before_it_asks_a_replica() -> None:

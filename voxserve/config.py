@@ -424,7 +424,9 @@ class RayConfig:
     asr: Replicas = field(default_factory=lambda: Replicas(target=4))
     """ASR engine replicas."""
     frontend_replicas: int = 1
-    """HTTP front ends behind Serve's proxy (validation, auth, errors, metrics)."""
+    """HTTP front ends behind Serve's proxy (validation, auth, errors, metrics). With more
+    than one, `--ws-max-sessions` still caps the cluster's sessions: the front ends take a
+    lease per session from one keeper (`voxserve.ray.leases`)."""
     frontend_cpus: float = 0.5
     """Logical CPUs each front end reserves; it only parses, validates and relays bytes."""
     routing_stats_period_s: float = 1.0

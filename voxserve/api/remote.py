@@ -67,6 +67,7 @@ def create_remote_app(config: ServerConfig, remote: Remote) -> Starlette:
             yield
         finally:
             lag.cancel()
+            await state.close()
 
     routes = route_table(speech, transcriptions, translations, speech_stream, realtime)
     return assemble(config, routes, lifespan, lambda: holder["state"].metrics if holder else None)

@@ -2,8 +2,10 @@
 message-size check and the per-session message rate.
 
 `session_slot` admits a session under `WSConfig.max_sessions` (one more is accepted,
-told why in an `error` event, and closed with 1013, "try again later"), counts it in
-`Service.ws_open` (per process: each Ray front end counts its own) and the `voxserve_ws_sessions` gauge until it ends, and accepts the
+told why in an `error` event, and closed with 1013, "try again later") through
+`Service.ws_session`, which counts it in `Service.ws_open` and, on Ray, holds a lease
+from the cluster's keeper so that the cap counts every front end's sessions. It counts
+the session in the `voxserve_ws_sessions` gauge until it ends, and accepts the
 handshake within `send_timeout_s`. Routes only parse and speak their protocol. No engine
 work here.
 """
@@ -129,7 +131,7 @@ def check_message(message: Message, limit: int, bucket: TokenBucket, now: float,
 async def _refuse_busy(state: Service, ws: WebSocket) -> None:
     """Past `max_sessions`: accept, say why, close with 1013 (try again later)."""
     limit = state.config.ws.max_sessions
-    log.warning("refused a WebSocket session: %d are open, the limit is %d", state.ws_open, limit)
+    log.warning("refused a WebSocket session: %d are open here, the limit is %d", state.ws_open, limit)
     message = f"the server has {limit} sessions open, its limit; try again later"
     error = ClientError(message, code="too_many_sessions")
     event = {**error_event(error), "code": "too_many_sessions", "message": message}
@@ -143,20 +145,18 @@ async def _refuse_busy(state: Service, ws: WebSocket) -> None:
 @contextlib.asynccontextmanager
 async def session_slot(state: Service, ws: WebSocket) -> AsyncIterator[bool]:
     """Admit and accept one session; yields False when it was refused or the client left
-    during the handshake (nothing more to do), True while the session may run."""
-    if state.ws_open >= state.config.ws.max_sessions:
-        await _refuse_busy(state, ws)
-        yield False
-        return
-    state.ws_open += 1  # counted before the first await, so the check above cannot race
-    state.metrics.ws_sessions.inc()
-    try:
-        accepted = False
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(state.config.ws.send_timeout_s):
-                await ws.accept(subprotocol=_subprotocol(ws))
-                accepted = True
-        yield accepted
-    finally:
-        state.ws_open -= 1
-        state.metrics.ws_sessions.dec()
+    during the handshake (nothing more to do), True while the session may run. A refused
+    client is told why after its place is given back, so a slow one holds none."""
+    async with contextlib.AsyncExitStack() as held:
+        if await held.enter_async_context(state.ws_session()):
+            state.metrics.ws_sessions.inc()
+            held.callback(state.metrics.ws_sessions.dec)
+            accepted = False
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(state.config.ws.send_timeout_s):
+                    await ws.accept(subprotocol=_subprotocol(ws))
+                    accepted = True
+            yield accepted
+            return
+    await _refuse_busy(state, ws)
+    yield False

@@ -13,7 +13,7 @@ holds it, and the router sends them there (`voxserve.ray.router`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ray.exceptions import RayActorError, RayTaskError
@@ -26,6 +26,7 @@ from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.errors import Overloaded, ReplicaLost, ServerError, Unavailable, VoxError
 from voxserve.ray.loopback import bind_replica_grpc_to_node
+from voxserve.ray.stats import replica_stats
 from voxserve.serving.jobs import (
     LiveInput,
     LiveOpen,
@@ -41,9 +42,10 @@ from voxserve.serving.jobs import (
 from voxserve.serving.remote import Remote, RemoteStream
 
 if TYPE_CHECKING:
+    from voxserve.ray.leases import SessionKeeper
     from voxserve.ray.replicas import ASRReplica, TTSReplica
 
-__all__ = ["Frontend", "RayASR", "RayTTS", "as_vox_error"]
+__all__ = ["Frontend", "RayASR", "RayKeeper", "RayTTS", "as_vox_error"]
 
 
 def as_vox_error(exc: BaseException) -> BaseException:
@@ -125,6 +127,9 @@ class RayTTS:
     async def end_session(self, ref: SessionRef) -> None:
         await _result(self._handle.end_session.remote(ref))
 
+    def replica_stats(self) -> dict[str, Mapping[str, Any]]:
+        return replica_stats(self._handle.app_name, self._handle.deployment_name)
+
 
 class RayASR:
     def __init__(self, handle: DeploymentHandle[ASRReplica]):
@@ -149,6 +154,26 @@ class RayASR:
         reply: LiveReply = await _result(self._handle.live_input.remote(batch))
         return reply
 
+    def replica_stats(self) -> dict[str, Mapping[str, Any]]:
+        return replica_stats(self._handle.app_name, self._handle.deployment_name)
+
+
+class RayKeeper:
+    """The session keeper's deployment (`voxserve.ray.leases`), as `LeaseKeeper`."""
+
+    def __init__(self, handle: DeploymentHandle[SessionKeeper]):
+        self._handle = handle
+
+    async def grant(self, holder: str, lease: str) -> bool:
+        granted: bool = await _result(self._handle.grant.remote(holder, lease))
+        return granted
+
+    async def release(self, holder: str, lease: str) -> None:
+        await _result(self._handle.release.remote(holder, lease))
+
+    async def renew(self, holder: str, leases: tuple[str, ...]) -> None:
+        await _result(self._handle.renew.remote(holder, leases))
+
 
 class Frontend:
     """The Serve ingress: the voxserve HTTP app, built on its replica from handles to the
@@ -159,10 +184,15 @@ class Frontend:
         config: ServerConfig,
         tts: DeploymentHandle[TTSReplica],
         asr: DeploymentHandle[ASRReplica] | None = None,
+        sessions: DeploymentHandle[SessionKeeper] | None = None,
     ):
         bind_replica_grpc_to_node()
         self._config = config
-        self._remote = Remote(RayTTS(tts), RayASR(asr) if asr is not None else None)
+        self._remote = Remote(
+            RayTTS(tts),
+            RayASR(asr) if asr is not None else None,
+            RayKeeper(sessions) if sessions is not None else None,
+        )
 
     def __serve_build_asgi_app__(self) -> Starlette:
         return create_app(self._config, remote=self._remote)

@@ -1,7 +1,8 @@
 """`voxserve serve --ray [ADDRESS]`: lay voxserve out on a Ray cluster and serve until stopped.
 
 One Serve application, `voxserve`, with three deployments: `Frontend` (the ingress,
-bound to `/`), `TTS` and `ASR`. Each deployment has its own replica count or autoscaling
+bound to `/`), `TTS` and `ASR`; with more than one front end, a fourth, `Sessions`, whose
+one replica keeps the cluster's WebSocket session cap (`voxserve.ray.leases`). Each deployment has its own replica count or autoscaling
 bounds, and reserves the logical CPUs its inference threads use, so that Ray places
 replicas where there are cores for them. Serve's proxy listens on the server's host
 and port on every node that runs one.
@@ -31,6 +32,7 @@ from ray.serve.schema import ApplicationStatus
 from voxserve.config import RayConfig, Replicas, ServerConfig, default_cores
 from voxserve.ray.environment import LOOPBACK, LocalRuntime, adopt_orphans
 from voxserve.ray.frontend import Frontend
+from voxserve.ray.leases import SessionKeeper
 from voxserve.ray.replicas import ASRReplica, TTSReplica
 from voxserve.ray.router import HeadroomRouter
 
@@ -41,6 +43,8 @@ log = logging.getLogger(__name__)
 APP_NAME = "voxserve"
 FRONTEND_MAX_REQUESTS = 1024
 """Requests one front end holds at once. It only relays; the engines' admission limits."""
+KEEPER_MAX_REQUESTS = 1024
+"""Calls the session keeper takes at once; each is a few dictionary operations."""
 CONTROL_CALLS = 8
 """Room per engine replica for small calls (catalog, describe) beside its streams."""
 SHUTDOWN_S = 5.0
@@ -101,6 +105,15 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
             **_scale(layout.asr),
         )(ASRReplica)
         asr_app = asr_deployment.bind(config)
+    keeper = None
+    if layout.frontend_replicas > 1:
+        keeper = serve.deployment(
+            name="Sessions",
+            num_replicas=1,  # one book of leases; a restarted one learns them from the renewals
+            ray_actor_options={"num_cpus": 0},
+            max_ongoing_requests=KEEPER_MAX_REQUESTS,
+            **stopping,
+        )(SessionKeeper).bind(config.ws.max_sessions)
     frontend = serve.deployment(
         name="Frontend",
         num_replicas=layout.frontend_replicas,
@@ -108,7 +121,7 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
         max_ongoing_requests=FRONTEND_MAX_REQUESTS,
         **stopping,
     )(serve.ingress()(Frontend))
-    return frontend.bind(config, tts_deployment.bind(config), asr_app)
+    return frontend.bind(config, tts_deployment.bind(config), asr_app, keeper)
 
 
 def deploy(config: ServerConfig, layout: RayConfig, stop: threading.Event | None = None) -> bool:

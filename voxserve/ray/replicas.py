@@ -191,6 +191,9 @@ class TTSReplica:
             "queued": state.admission.queued,
             "limit": state.engine.max_streams,
             "sessions": len(self.slots),
+            # For the front ends' /metrics (`voxserve.ray.stats.replica_stats`).
+            "engine": state.engine_snapshot(),
+            "at": time.time(),
         }
 
     def check_health(self) -> None:
@@ -309,6 +312,11 @@ class ASRReplica:
             "requests": snapshot.get("requests", 0),
             "engine_live_sessions": snapshot.get("live_sessions", 0),
         }
+
+    def record_routing_stats(self) -> dict[str, Any]:
+        """Polled by Serve's controller: the engine's figures, for the front ends' /metrics
+        (routing ranks ASR replicas by requests in flight alone)."""
+        return {"engine": self.engine.snapshot(), "at": time.time()}
 
     def check_health(self) -> None:
         if not self.engine.healthy:

@@ -15,13 +15,14 @@ gets it answers `ReplicaLost`.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, RunningReplica
 
 from voxserve.ray.headroom import headroom, rank_by_headroom
+from voxserve.ray.stats import register_router
 
 __all__ = ["HeadroomRouter", "pinned_replica"]
-
 
 def pinned_replica(request: PendingRequest | None) -> str | None:
     """The replica a request's session is pinned to, if any (its job's `replica`)."""
@@ -32,6 +33,10 @@ def pinned_replica(request: PendingRequest | None) -> str | None:
 
 
 class HeadroomRouter(FIFOMixin, RequestRouter):
+    def initialize_state(self, **kwargs: Any) -> None:
+        super().initialize_state(**kwargs)  # type: ignore[no-untyped-call]  # Ray leaves it untyped
+        register_router(self.app_name, self._deployment_id.name, self)  # for /metrics
+
     async def choose_replicas(
         self,
         candidate_replicas: list[RunningReplica],

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from voxserve.serving.engine_metrics import ASRCollector, EngineCollector, Rows
 
 __all__ = ["Metrics"]
 
@@ -30,126 +27,21 @@ _RTF_BUCKETS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
 _LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 _RTFX_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 50, 75, 100, 200)
 _ASR_LATENCY_BUCKETS = (0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60, 120)
-_BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 
 
-class _EngineCollector(Collector):
-    def __init__(self, read: Callable[[], dict[str, Any]]):
+class _AgeCollector(Collector):
+    def __init__(self, read: Callable[[], Sequence[tuple[str, str, float]]]):
         self._read = read
 
     def collect(self) -> Iterator[Metric]:
-        s = self._read()
-        yield GaugeMetricFamily("voxserve_tts_active_streams", "Streams being decoded", s["active"])
-        yield GaugeMetricFamily("voxserve_tts_queued_streams", "Streams waiting for admission", s["queued"])
-        yield CounterMetricFamily("voxserve_tts_rejected", "Streams refused with 429", s["rejected"])
-        yield CounterMetricFamily("voxserve_tts_chunks_decoded", "Vocoder chunks decoded", s["chunks"])
-        yield CounterMetricFamily("voxserve_tts_acoustic_runs", "Stage A runs", s["acoustic_runs"])
-        spread = CounterMetricFamily(
-            "voxserve_tts_idle_core_units",
-            "Units that used an idle core: run on several threads (way=threads), or a chunk "
-            "decoded beside another of its stream (way=chunks)",
-            labels=["way"],
+        family = GaugeMetricFamily(
+            "voxserve_replica_stats_age_seconds",
+            "How old each replica's engine figures on this front end are",
+            labels=["deployment", "replica"],
         )
-        for way, count in sorted(s.get("idle_core_units", {}).items()):
-            spread.add_metric([way], count)
-        yield spread
-        held = CounterMetricFamily(
-            "voxserve_tts_admission_held",
-            "Times the engine held a newcomer in admission, by the reason that held it: too "
-            "many streams starting, a live stream about to run dry (lagging), or no room in "
-            "the load budget",
-            labels=["reason"],
-        )
-        for reason, count in sorted(s.get("admission_held", {}).items()):
-            held.add_metric([reason], count)
-        yield held
-        yield CounterMetricFamily("voxserve_tts_inference_failures", "Failed inference calls", s["failures"])
-        busy = CounterMetricFamily(
-            "voxserve_tts_worker_busy_seconds", "Time each worker spent in inference", labels=["worker"]
-        )
-        for worker, seconds in sorted(s["busy"].items()):
-            busy.add_metric([str(worker)], seconds)
-        yield busy
-        yield GaugeMetricFamily("voxserve_healthy", "1 while every worker is alive", 1 if s["healthy"] else 0)
-        capacity = s.get("capacity")
-        yield GaugeMetricFamily(
-            "voxserve_tts_capacity_streams",
-            "Real-time streams the workers sustain at the measured cost (-1 until known)",
-            -1.0 if capacity is None else capacity,
-        )
-        cost = GaugeMetricFamily(
-            "voxserve_tts_model_cost",
-            "Worker-seconds per audio-second of each voice model, recently measured (-1 until known)",
-            labels=["model"],
-        )
-        for model, value in sorted(s.get("costs", {}).items()):
-            cost.add_metric([model], -1.0 if value is None else value)
-        yield cost
-        yield CounterMetricFamily(
-            "voxserve_tts_admission_gated", "Times admission held a stream for capacity", s.get("gated", 0)
-        )
-
-
-class _ASRCollector(Collector):
-    """Reads the ASR engine's counters at scrape time; batch sizes become a histogram."""
-
-    def __init__(self, read: Callable[[], dict[str, Any]]):
-        self._read = read
-
-    def collect(self) -> Iterator[Metric]:
-        s = self._read()
-        yield GaugeMetricFamily("voxserve_asr_active_requests", "Requests being transcribed", s["requests"])
-        yield GaugeMetricFamily("voxserve_asr_queue_depth", "Pieces waiting for a batch", s["queued"])
-        yield GaugeMetricFamily("voxserve_asr_segments_in_flight", "Pieces being decoded", s["in_flight"])
-        yield CounterMetricFamily("voxserve_asr_batches", "Decoder batches run", s["batches"])
-        yield CounterMetricFamily(
-            "voxserve_asr_solo_batches", "Batches run alone on --asr-solo-threads threads", s["solo_batches"]
-        )
-        yield CounterMetricFamily("voxserve_asr_segments_decoded", "30 s pieces decoded", s["pieces"])
-        yield CounterMetricFamily(
-            "voxserve_asr_fallbacks", "Pieces decoded again at a higher temperature", s["fallbacks"]
-        )
-        yield CounterMetricFamily(
-            "voxserve_asr_widened", "Pieces decoded again in 30 s after looping in a fitted window", s["widened"]
-        )
-        yield CounterMetricFamily("voxserve_asr_inference_failures", "Failed decoder calls", s["failures"])
-        yield CounterMetricFamily(
-            "voxserve_asr_decoded_audio_seconds", "Audio seconds decoded by the engine", s["audio_seconds"]
-        )
-        if "upload_bytes" in s:  # where uploads are read (not on a Ray ASR replica)
-            yield GaugeMetricFamily(
-                "voxserve_asr_buffered_upload_bytes", "Upload bytes read but not yet decoded", s["upload_bytes"]
-            )
-            yield CounterMetricFamily(
-                "voxserve_asr_upload_refused", "Uploads refused with 429 for the upload budget", s["upload_refused"]
-            )
-        sizes: dict[int, int] = s["batch_sizes"]
-        buckets: list[tuple[str, float]] = []
-        for bound in _BATCH_BUCKETS:
-            buckets.append((str(bound), sum(n for size, n in sizes.items() if size <= bound)))
-        total = sum(sizes.values())
-        buckets.append(("+Inf", total))
-        yield HistogramMetricFamily(
-            "voxserve_asr_batch_size",
-            "Pieces per decoder batch",
-            buckets=buckets,
-            sum_value=sum(size * n for size, n in sizes.items()),
-        )
-        busy = CounterMetricFamily(
-            "voxserve_asr_worker_busy_seconds", "Time each ASR worker spent decoding", labels=["worker"]
-        )
-        for worker, seconds in sorted(s["busy"].items()):
-            busy.add_metric([str(worker)], seconds)
-        yield busy
-        yield GaugeMetricFamily("voxserve_asr_healthy", "1 while every ASR worker is alive", 1 if s["healthy"] else 0)
-        yield GaugeMetricFamily(
-            "voxserve_asr_buffered_audio_seconds",
-            "Decoded audio held by transcriptions, against --asr-max-buffered-audio",
-            s["buffered_audio_s"],
-        )
-        yield CounterMetricFamily(
-            "voxserve_asr_budget_refused", "Uploads refused with 429 for the audio budget", s["budget_refused"]
-        )
+        for deployment, replica, age in self._read():
+            family.add_metric([deployment, replica], age)
+        yield family
 
 
 class _ThreadsCollector(Collector):
@@ -211,7 +103,7 @@ class Metrics:
             "voxserve_event_loop_lag_seconds", "Event loop scheduling delay", buckets=_LAG_BUCKETS, registry=r
         )
         if read_engine is not None:
-            r.register(_EngineCollector(read_engine))
+            r.register(EngineCollector(lambda: [((), read_engine())]))
         self.asr_requests = Counter(
             "voxserve_asr_requests", "Transcriptions and translations answered", ["task", "format"], registry=r
         )
@@ -249,7 +141,16 @@ class Metrics:
 
     def attach_asr(self, read_asr: Callable[[], dict[str, Any]]) -> None:
         """Export the ASR engine's counters (only when the server runs one)."""
-        self.registry.register(_ASRCollector(read_asr))
+        self.registry.register(ASRCollector(lambda: [((), read_asr())]))
+
+    def attach_replicas(self, tts: Rows, asr: Rows | None, ages: Callable[[], Sequence[tuple[str, str, float]]]) -> None:
+        """Export the engines of a Ray deployment's replicas, labelled `replica`: each a row
+        of `tts` (and `asr`), as the front end last heard from it; `ages` gives, for each
+        (deployment, replica), how old that report is."""
+        self.registry.register(EngineCollector(tts, ("replica",)))
+        if asr is not None:
+            self.registry.register(ASRCollector(asr, ("replica",)))
+        self.registry.register(_AgeCollector(ages))
 
     async def watch_loop_lag(self, interval: float = 0.25) -> None:
         """Measure how late the loop wakes a sleeping task; runs until cancelled."""

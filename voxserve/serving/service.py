@@ -108,6 +108,12 @@ class Service(ServerInfo, Protocol):
     ws_open: int
     """WebSocket sessions open now on this process, every route (`config.ws.max_sessions`)."""
 
+    def ws_session(self) -> AbstractAsyncContextManager[bool]:
+        """A place for one WebSocket session under `config.ws.max_sessions` while the block
+        runs: True when admitted, False at the cap (on Ray, the cap of every front end
+        together: `voxserve.serving.leases`)."""
+        ...
+
     def new_request_id(self) -> str: ...
 
     async def open_speech(self, params: SpeechParams, request_id: str, started: float, gone: Gone) -> Speech:

@@ -25,6 +25,7 @@ from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.engine.vad import VADEngine
 from voxserve.serving.catalog import Health, engines_health, model_ids, speech_model_ids, voice_list
+from voxserve.serving.leases import session_place
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.realtime import LiveEvent, LiveSession, LiveTranscriber
 from voxserve.serving.speech import SpeechParams, SpeechStream, open_speech
@@ -116,6 +117,9 @@ class AppState:
             return await self.transcriber().open(params, data, request_id, started, gone)
         finally:
             lease.release()
+
+    def ws_session(self) -> contextlib.AbstractAsyncContextManager[bool]:
+        return session_place(self, None)
 
     def speech_lane(self) -> LocalLane:
         return LocalLane(self)
