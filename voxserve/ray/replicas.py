@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -61,7 +61,7 @@ from voxserve.serving.jobs import (
 )
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.realtime import LiveEvent, LiveSession, LiveTranscriber
-from voxserve.serving.speech import AudioChunk, open_speech
+from voxserve.serving.speech import AudioChunk, SpeechStream, open_speech
 from voxserve.serving.speech_session import HeldSlot
 from voxserve.serving.state import running_state
 from voxserve.serving.transcription import Transcriber
@@ -97,6 +97,20 @@ def _describe(name: str) -> dict[str, Any]:
     return {"replica": name, "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
 
 
+async def _relay(stream: SpeechStream) -> AsyncGenerator[Opened | AudioChunk, None]:
+    """A stream as a replica's reply: `Opened`, then its chunks; the stream is closed at
+    the end, as completed only if every chunk went out (a cancelled call aborts it)."""
+    completed = False
+    try:
+        yield Opened(stream.characters, stream.sample_rate)
+        async with contextlib.aclosing(stream.chunks()) as chunks:
+            async for chunk in chunks:
+                yield chunk
+        completed = True
+    finally:
+        stream.close(completed)
+
+
 class TTSReplica:
     """One TTS engine with its own scheduler, admission and credits."""
 
@@ -118,15 +132,9 @@ class TTSReplica:
         yield self.name
         started = time.perf_counter()
         stream = await open_speech(self.state, job.params, job.request_id, started)
-        completed = False
-        try:
-            yield Opened(stream.characters, stream.sample_rate)
-            async with contextlib.aclosing(stream.chunks()) as chunks:
-                async for chunk in chunks:
-                    yield chunk
-            completed = True
-        finally:
-            stream.close(completed)
+        async with contextlib.aclosing(_relay(stream)) as items:
+            async for item in items:
+                yield item
 
     async def segment(self, job: SegmentJob) -> AsyncIterator[str | Opened | AudioChunk]:
         """One segment of a speech session, as `speech`, in the session's slot: taken for
@@ -146,15 +154,11 @@ class TTSReplica:
             if not slot.held:
                 self.slots.pop(job.session, None)
             raise
-        completed = False
         try:
-            yield Opened(stream.characters, stream.sample_rate)
-            async with contextlib.aclosing(stream.chunks()) as chunks:
-                async for chunk in chunks:
-                    yield chunk
-            completed = True
+            async with contextlib.aclosing(_relay(stream)) as items:
+                async for item in items:
+                    yield item
         finally:
-            stream.close(completed)
             slot.idle()
 
     def _forget(self, session: str) -> Callable[[], None]:

@@ -27,6 +27,8 @@ Row = tuple[tuple[str, ...], Mapping[str, Any]]
 """Label values, and an engine's snapshot."""
 Rows = Callable[[], Sequence[Row]]
 
+_Family = GaugeMetricFamily | CounterMetricFamily
+
 _BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 
 
@@ -39,33 +41,41 @@ class _Families:
 
     def gauge(self, name: str, doc: str, value: Callable[[Mapping[str, Any]], float]) -> GaugeMetricFamily:
         family = GaugeMetricFamily(name, doc, labels=self.labels)
-        for values, s in self.rows:
-            family.add_metric(list(values), value(s))
+        self._one(family, value)
         return family
 
     def counter(self, name: str, doc: str, value: Callable[[Mapping[str, Any]], float]) -> CounterMetricFamily:
         family = CounterMetricFamily(name, doc, labels=self.labels)
-        for values, s in self.rows:
-            family.add_metric(list(values), value(s))
+        self._one(family, value)
         return family
 
     def gauge_by(
         self, name: str, doc: str, label: str, items: Callable[[Mapping[str, Any]], Iterable[tuple[Any, Any]]]
     ) -> GaugeMetricFamily:
         family = GaugeMetricFamily(name, doc, labels=[*self.labels, label])
-        for values, s in self.rows:
-            for key, value in sorted(items(s), key=lambda kv: str(kv[0])):
-                family.add_metric([*values, str(key)], -1.0 if value is None else value)
+        self._by(family, items, lambda value: -1.0 if value is None else value)
         return family
 
     def counter_by(
         self, name: str, doc: str, label: str, items: Callable[[Mapping[str, Any]], Iterable[tuple[Any, Any]]]
     ) -> CounterMetricFamily:
         family = CounterMetricFamily(name, doc, labels=[*self.labels, label])
+        self._by(family, items, lambda value: value)
+        return family
+
+    def _one(self, family: _Family, value: Callable[[Mapping[str, Any]], float]) -> None:
+        for values, s in self.rows:
+            family.add_metric(list(values), value(s))
+
+    def _by(
+        self,
+        family: _Family,
+        items: Callable[[Mapping[str, Any]], Iterable[tuple[Any, Any]]],
+        shown: Callable[[Any], float],
+    ) -> None:
         for values, s in self.rows:
             for key, value in sorted(items(s), key=lambda kv: str(kv[0])):
-                family.add_metric([*values, str(key)], value)
-        return family
+                family.add_metric([*values, str(key)], shown(value))
 
 
 def _capacity(s: Mapping[str, Any]) -> float:
