@@ -10,8 +10,9 @@ sends JSON text messages:
 - `{"type": "input.done"}`: speak what is pending now; the session stays open;
 - `{"type": "session.close"}`: finish what was sent, then end the session.
 
-The server sends, per segment, `{"type": "audio.start", "segment", "text", "sample_rate"}`,
-then binary frames of audio as the engine decodes them (16-bit mono PCM, or a WAV stream
+The server sends, per segment, `{"type": "audio.start", "segment", "text", "sample_rate"}`
+(on `voxserve serve --ray` also `replica`, the TTS replica holding the session, as HTTP's
+`x-voxserve-replica` header names one), then binary frames of audio as the engine decodes them (16-bit mono PCM, or a WAV stream
 per segment), then `{"type": "audio.done", "segment"}`. With `timestamps`, a
 `{"type": "speech.words", "segment", "words": [{"word", "start_time", "end_time"}]}`
 event comes before the audio it times (one per part the engine speaks the segment in: a
@@ -424,8 +425,11 @@ class _Channel:
         match item:
             case SegmentAudio(_, data):
                 await self.send_audio(data)
-            case SegmentStarted(index, text, rate):
-                await self.send_event({"type": "audio.start", "segment": index, "text": text, "sample_rate": rate})
+            case SegmentStarted(index, text, rate, replica):
+                event: dict[str, Any] = {"type": "audio.start", "segment": index, "text": text, "sample_rate": rate}
+                if replica is not None:
+                    event["replica"] = replica
+                await self.send_event(event)
             case SegmentWords(index, words):
                 await self.send_event({"type": "speech.words", "segment": index, "words": words_json(words)})
             case SegmentDone(index):

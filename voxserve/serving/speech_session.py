@@ -93,6 +93,8 @@ class SegmentStarted:
     segment: int
     text: str
     sample_rate: int
+    replica: str | None = None
+    """The Ray replica speaking it; None on one machine."""
 
 
 @dataclass(frozen=True)
@@ -311,7 +313,7 @@ class SpeechSession:
             return
         completed = False
         try:
-            yield SegmentStarted(segment.index, segment.text, stream.sample_rate)
+            yield SegmentStarted(segment.index, segment.text, stream.sample_rate, stream.replica)
             async with contextlib.aclosing(stream.chunks()) as chunks:
                 async for chunk in chunks:
                     if s.timestamps and chunk.words:
