@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
 import pytest
@@ -29,6 +30,11 @@ from voxserve.engine.uploads import UploadBudget
 from voxserve.runners.piper import PiperModel
 from voxserve.serving.remote import Remote, RemoteState
 from voxserve.serving.state import AppState
+
+if TYPE_CHECKING:
+    from tests.ray_support import RayDeployment
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -140,7 +146,7 @@ def server() -> Iterator[RunningServer]:
         yield running
 
 
-class _Shared:
+class _Shared(Generic[T]):
     """A server that several modules share: started by the first test that asks for it,
     stopped right after the last one, not at the end of the session. While it lives it
     counts in this process's RSS, which tests/test_overload.py measures through the
@@ -148,14 +154,14 @@ class _Shared:
     holds ~700 MB, so tests/test_kokoro_voice.py and tests/test_word_timings.py each
     start their own)."""
 
-    def __init__(self, name: str, start: Callable[[], contextlib.AbstractContextManager[RunningServer]]) -> None:
+    def __init__(self, name: str, start: Callable[[], contextlib.AbstractContextManager[T]]) -> None:
         self.name, self.start = name, start
         self.last: str | None = None
         """The node id of the last selected test that uses it."""
         self._stack = contextlib.ExitStack()
-        self._running: RunningServer | None = None
+        self._running: T | None = None
 
-    def get(self) -> RunningServer:
+    def get(self) -> T:
         if self._running is None:
             self._running = self._stack.enter_context(self.start())
         return self._running
@@ -178,7 +184,16 @@ _TIGHT = _Shared(
         asr=replace(ASRConfig(), max_requests=1, max_queue=0, workers=1),
     )),
 )
-_SHARED = (_KEYED, _TIGHT)
+
+
+def _ray_cluster() -> contextlib.AbstractContextManager[RayDeployment]:
+    from tests.ray_support import running_deployment  # imports Ray: only where it is used
+
+    return running_deployment()
+
+
+_RAY = _Shared("ray_deployment", _ray_cluster)
+_SHARED: tuple[_Shared[Any], ...] = (_KEYED, _TIGHT, _RAY)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -211,6 +226,14 @@ def tight_server() -> RunningServer:
     queue for either: the next request gets 429. Shared by tests/test_asr_api.py and
     tests/test_bench.py."""
     return _TIGHT.get()
+
+
+@pytest.fixture()
+def ray_deployment() -> RayDeployment:
+    """The two-node Ray cluster with voxserve deployed (tests/ray_support.py). Shared by
+    tests/test_ray.py and tests/test_ray_ws.py: starting it costs half a minute of the
+    machine."""
+    return _RAY.get()
 
 
 @pytest.fixture(scope="session")

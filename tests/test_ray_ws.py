@@ -1,6 +1,7 @@
 """Both WebSocket channels on Ray Serve, through the real stack: the speech WebSocket and
-`/v1/realtime` on the two-node cluster of `tests/test_ray.py` (two TTS replicas, one ASR
-replica, two front ends behind HAProxy, and the keeper of their shared session cap).
+`/v1/realtime` on the shared two-node cluster of `tests/ray_support.py` (two TTS
+replicas, one ASR replica, two front ends behind HAProxy, and the keeper of their shared
+session cap). The last test tears the cluster down and checks that no Ray process is left.
 
 A speech session is pinned to one TTS replica; a live session runs on the ASR replica.
 Killing a replica ends the sessions it held with a `replica_lost` error event and close
@@ -19,7 +20,8 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -29,23 +31,18 @@ from openai import AsyncOpenAI
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests import test_ray
 from tests.asr_support import LONG, SHORT, speak_pcm, wer
-from tests.test_ray import STORY, RayDeployment, _ray_processes, _tts_replicas, running_deployment
-from voxserve.config import WSConfig
+from tests.ray_support import RAY_MARKS, STORY, WS_CAP, RayDeployment, ray_processes, tts_replicas
 from voxserve.serving.leases import LEASE_TTL_S
 
-pytestmark = test_ray.pytestmark
+pytestmark = RAY_MARKS
+CAP = WS_CAP
 
 
-CAP = 3
-"""`--ws-max-sessions` for the cluster: the most any test here holds at once."""
+@pytest.fixture()
+def deployment(ray_deployment: RayDeployment) -> RayDeployment:
+    return ray_deployment
 
-
-@pytest.fixture(scope="module")
-def deployment() -> Iterator[RayDeployment]:
-    with running_deployment(frontends=2, ws=WSConfig(max_sessions=CAP)) as running:
-        yield running
 
 APP = "voxserve"
 
@@ -88,7 +85,7 @@ def _until(check: Callable[[], bool], timeout: float, what: str) -> float:
 
 def _holding() -> dict[str, int]:
     """TTS replica -> speech sessions whose slot it holds."""
-    return {name: info["sessions"] for name, info in _tts_replicas().items()}
+    return {name: info["sessions"] for name, info in tts_replicas().items()}
 
 
 def _speak_session(ws: ClientConnection, until: str, timeout: float = 60) -> tuple[list[dict[str, Any]], int]:
@@ -119,9 +116,10 @@ def test_speech_session_through_ray_keeps_to_one_replica(deployment: RayDeployme
         assert len(starts) >= 3 and " ".join(e["text"] for e in starts) == text
         assert not [e for e in events if e["type"] == "error"], events
         assert size / 2 / 24000 > 4.0
-        # One replica holds the session's slot between the clauses of the reply.
+        # One replica speaks every segment, and holds the session's slot between them.
+        (replica,) = {e["replica"] for e in starts}
         holding = _holding()
-        assert sorted(holding.values()) == [0, 1], holding
+        assert holding[replica] == 1 and sorted(holding.values()) == [0, 1], holding
         # Errors from the replica keep their shape; the session stays usable.
         _send(ws, type="session.config", voice="nobody")
         error = json.loads(ws.recv(timeout=10))
@@ -275,7 +273,7 @@ def _samples(text: str, name: str) -> dict[str, float]:
 
 def test_engine_gauges_come_from_the_replicas(deployment: RayDeployment) -> None:
     _ready(deployment)
-    tts = _tts_replicas()
+    tts = tts_replicas()
     asr = _asr_replica()["replica"]
 
     def scrape() -> str:
@@ -323,10 +321,10 @@ def test_vanished_clients_free_their_replica_work(deployment: RayDeployment) -> 
     _send(ws, type="input.text", text=" ".join(LONG))
     assert json.loads(ws.recv(timeout=20))["type"] == "audio.start"
     assert isinstance(ws.recv(timeout=20), bytes)
-    assert any(info["active"] for info in _tts_replicas().values())
+    assert any(info["active"] for info in tts_replicas().values())
     ws.socket.close()  # no close frame: the TCP connection just goes
     took = _until(
-        lambda: not any(info["active"] for info in _tts_replicas().values()),
+        lambda: not any(info["active"] for info in tts_replicas().values()),
         5.0, "a vanished speech client's stream outlived it",
     )
     # Its slot goes back at once too: the front end ends the session on its replica.
@@ -381,52 +379,73 @@ def _long_session(deployment: RayDeployment, out: dict[str, Any], started: threa
         started.set()
 
 
+@dataclass
+class _Session:
+    """A `_long_session` running in its thread; `finish` lets it end."""
+
+    out: dict[str, Any]
+    thread: threading.Thread
+    end: threading.Event
+
+    @property
+    def replica(self) -> str:
+        return str(self.out["replica"])
+
+    def finish(self) -> None:
+        self.end.set()
+        self.thread.join(120)
+
+
 def test_killing_the_replica_holding_a_session_ends_only_that_session(deployment: RayDeployment) -> None:
     _ready(deployment)
     _until(lambda: not any(_holding().values()), 10.0, "sessions of earlier tests still held")
-    sessions: list[tuple[dict[str, Any], threading.Thread]] = []
-    end = threading.Event()
 
-    def start() -> str:
-        """Start a long session; returns the replica its first `audio.start` names."""
+    def start() -> _Session:
+        """A long session, once its first `audio.start` has named its replica."""
         out: dict[str, Any] = {}
-        started = threading.Event()
-        thread = threading.Thread(target=_long_session, args=(deployment, out, started, end))
-        thread.start()
-        sessions.append((out, thread))
+        started, end = threading.Event(), threading.Event()
+        session = _Session(out, threading.Thread(target=_long_session, args=(deployment, out, started, end)), end)
+        session.thread.start()
         assert started.wait(30) and out["replica"], out
-        return str(out["replica"])
+        return session
 
+    victim = start()
+    other: _Session | None = None
     try:
-        victim = start()
         # Replicas within a tenth of their capacity rank as equal, so a session may go to
-        # the victim too: start sessions until one is on the other replica.
-        while start() == victim:
-            assert len(sessions) < 8, "every session went to one replica"
-        assert victim in _tts_replicas()
-        os.kill(_tts_replicas()[victim]["pid"], signal.SIGKILL)
+        # the victim too: such a one ends at once, and another starts, until one is on
+        # the other replica.
+        for _ in range(10):
+            other = start()
+            if other.replica != victim.replica:
+                break
+            other.finish()
+        else:
+            raise AssertionError("every session went to one replica")
+        os.kill(tts_replicas()[victim.replica]["pid"], signal.SIGKILL)
     finally:
-        end.set()
-        for _, thread in sessions:
-            thread.join(120)
+        victim.finish()
+        if other is not None:
+            other.finish()
 
-    for out, _ in sessions:
-        kinds = [e["type"] for e in out["events"]]
-        if out["replica"] == victim:  # mid-story, or at its next segment
-            errors = [e for e in out["events"] if e["type"] == "error"]
-            assert out["code"] == 1012, out
-            assert errors and errors[-1]["code"] == "replica_lost" and errors[-1]["error"]["type"] == "server_error"
-            assert "session.done" not in kinds
-        else:  # on the other replica: it spoke all of its text
-            assert out["code"] == 1000 and "session.done" in kinds and "error" not in kinds, out
-            assert out["bytes"] / 2 / 24000 > 25
-            assert {e.get("replica") for e in out["events"] if e["type"] == "audio.start"} == {out["replica"]}
+    # The victim's session ends mid-story, or at its next segment.
+    kinds = [e["type"] for e in victim.out["events"]]
+    errors = [e for e in victim.out["events"] if e["type"] == "error"]
+    assert victim.out["code"] == 1012, victim.out
+    assert errors and errors[-1]["code"] == "replica_lost" and errors[-1]["error"]["type"] == "server_error"
+    assert "session.done" not in kinds
+    assert other is not None
+    # The other one spoke all of its text, every segment on its own replica.
+    kinds = [e["type"] for e in other.out["events"]]
+    assert other.out["code"] == 1000 and "session.done" in kinds and "error" not in kinds, other.out
+    assert other.out["bytes"] / 2 / 24000 > 25
+    assert {e.get("replica") for e in other.out["events"] if e["type"] == "audio.start"} == {other.replica}
 
     # Serve replaces the replica; a new session works.
     deadline = time.monotonic() + 90
     while True:
-        now = _tts_replicas(deadline_s=5)
-        if len(now) == 2 and victim not in now:
+        now = tts_replicas(deadline_s=5)
+        if len(now) == 2 and victim.replica not in now:
             break
         assert time.monotonic() < deadline, f"the TTS replica was not replaced: {now}"
         time.sleep(0.5)
@@ -459,6 +478,6 @@ def test_killing_the_asr_replica_ends_its_live_session(deployment: RayDeployment
 def test_teardown_leaves_no_ray_process(deployment: RayDeployment) -> None:
     deployment.shutdown()
     deadline = time.monotonic() + 30
-    while _ray_processes():
-        assert time.monotonic() < deadline, _ray_processes()
+    while ray_processes():
+        assert time.monotonic() < deadline, ray_processes()
         time.sleep(0.5)

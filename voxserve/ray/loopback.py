@@ -9,7 +9,7 @@ reach any Ray port, so each voxserve replica calls `bind_replica_grpc_to_node` i
 constructor, which Serve runs before it starts that server.
 
 This touches one private name of the pinned Ray version
-(`ray.serve._private.replica.add_port_to_grpc_server`); `tests/test_ray.py` lists every
+(`ray.serve._private.replica.add_port_to_grpc_server`); `tests/test_serve_ray.py` lists every
 listening socket of a local instance and fails if the rebinding stops working. On any
 other node it changes nothing.
 """

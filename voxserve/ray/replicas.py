@@ -52,6 +52,7 @@ from voxserve.serving.jobs import (
     LiveOpen,
     LiveReply,
     Opened,
+    ReplicaRef,
     SegmentJob,
     SessionRef,
     SpeechJob,
@@ -181,8 +182,9 @@ class TTSReplica:
         engine = self.state.engine
         return TTSCatalog(speech_model_ids(engine), voice_list(engine))
 
-    def describe(self) -> dict[str, Any]:
-        """Name, process and node, and the routing stats (for tests and operators)."""
+    def describe(self, at: ReplicaRef | None = None) -> dict[str, Any]:
+        """Name, process and node, and the routing stats (for tests and operators); `at`
+        only routes the call to one replica."""
         return {**_describe(self.name), **self.record_routing_stats()}
 
     def record_routing_stats(self) -> dict[str, Any]:
@@ -308,7 +310,8 @@ class ASRReplica:
     def model_name(self) -> str:
         return self.engine.name
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, at: ReplicaRef | None = None) -> dict[str, Any]:
+        """As `TTSReplica.describe`, with this replica's live sessions."""
         snapshot = self.engine.snapshot()
         return {
             **_describe(self.name),

@@ -30,6 +30,7 @@ __all__ = [
     "LiveOpen",
     "LiveReply",
     "Opened",
+    "ReplicaRef",
     "SegmentJob",
     "SessionRef",
     "SpeechJob",
@@ -84,6 +85,14 @@ class SegmentJob:
     session: str
     replica: str | None
     """The replica the session is pinned to; None until a segment has started on one."""
+
+
+@dataclass(frozen=True)
+class ReplicaRef:
+    """One replica by name: a call whose first argument it is goes to that replica, or,
+    if it is gone, to whichever the router picks (the answer names who answered)."""
+
+    replica: str
 
 
 @dataclass(frozen=True)
