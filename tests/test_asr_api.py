@@ -28,9 +28,11 @@ URL = "/v1/audio/transcriptions"
 
 
 @pytest.fixture(scope="module", params=["ct2", "torch"])
-def server(request: pytest.FixtureRequest, server: RunningServer) -> Iterator[RunningServer]:
-    """Every test here runs against both runtimes: the session's server (CTranslate2),
-    then one whose transcriptions run on the torch runner (`--runtime torch`)."""
+def runtime_server(request: pytest.FixtureRequest, server: RunningServer) -> Iterator[RunningServer]:
+    """For the tests of what the runtime decides (text, timestamps, words, streaming,
+    batching): the session's server (CTranslate2), then one whose transcriptions run on
+    the torch runner (`--runtime torch`). Containers, validation and limits come before
+    the runtime, and are tested on the session's server alone."""
     if request.param == "ct2":
         yield server
         return
@@ -40,9 +42,10 @@ def server(request: pytest.FixtureRequest, server: RunningServer) -> Iterator[Ru
         yield running
 
 
-@pytest.fixture(scope="module")
-def base_url(server: RunningServer) -> str:
-    return server.base_url
+@pytest.fixture()
+def runtime_client(runtime_server: RunningServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=runtime_server.base_url, timeout=60) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +79,10 @@ def test_every_container_transcribes(client: httpx.Client, clip: dict[str, Any],
     assert 4 < body["usage"]["seconds"] < 15
 
 
-def test_short_sentences_wer(client: httpx.Client) -> None:
+def test_short_sentences_wer(runtime_client: httpx.Client) -> None:
     words = errors = 0.0
     for text in SHORT:
-        r = _post(client, speak(client, text, "mp3"), name="s.mp3", model="whisper-tiny.en")
+        r = _post(runtime_client, speak(runtime_client, text, "mp3"), name="s.mp3", model="whisper-tiny.en")
         assert r.status_code == 200, r.text
         n = len(text.split())
         errors += wer(text, r.json()["text"]) * n
@@ -87,13 +90,13 @@ def test_short_sentences_wer(client: httpx.Client) -> None:
     assert errors / words < 0.2
 
 
-def test_text_srt_and_vtt(client: httpx.Client, clip: dict[str, Any]) -> None:
+def test_text_srt_and_vtt(runtime_client: httpx.Client, clip: dict[str, Any]) -> None:
     wav = clip["files"]["wav"]
-    text = _post(client, wav, response_format="text")
+    text = _post(runtime_client, wav, response_format="text")
     assert text.status_code == 200 and text.headers["content-type"].startswith("text/plain")
     assert wer(clip["text"], text.text) < 0.2
 
-    srt = _post(client, wav, response_format="srt")
+    srt = _post(runtime_client, wav, response_format="srt")
     assert srt.status_code == 200 and "subrip" in srt.headers["content-type"]
     cues = srt.text.strip().split("\n\n")
     assert cues
@@ -109,7 +112,7 @@ def test_text_srt_and_vtt(client: httpx.Client, clip: dict[str, Any]) -> None:
     assert all(a <= b for a, b in times) and all(times[i][1] <= times[i + 1][0] for i in range(len(times) - 1))
     assert wer(clip["text"], " ".join(c.split("\n")[2] for c in cues)) < 0.2
 
-    vtt = _post(client, wav, response_format="vtt")
+    vtt = _post(runtime_client, wav, response_format="vtt")
     assert vtt.status_code == 200 and vtt.headers["content-type"].startswith("text/vtt")
     blocks = vtt.text.strip().split("\n\n")
     assert blocks[0] == "WEBVTT"
@@ -119,9 +122,9 @@ def test_text_srt_and_vtt(client: httpx.Client, clip: dict[str, Any]) -> None:
         assert line.strip()
 
 
-def test_verbose_json_with_words(client: httpx.Client, clip: dict[str, Any]) -> None:
+def test_verbose_json_with_words(runtime_client: httpx.Client, clip: dict[str, Any]) -> None:
     r = _post(
-        client,
+        runtime_client,
         clip["files"]["flac"],
         name="a.flac",
         response_format="verbose_json",
@@ -145,17 +148,17 @@ def test_verbose_json_with_words(client: httpx.Client, clip: dict[str, Any]) -> 
     assert 2.0 < please["start"] < 5.0
 
 
-def test_word_only_granularity_leaves_out_segments(client: httpx.Client, clip: dict[str, Any]) -> None:
+def test_word_only_granularity_leaves_out_segments(runtime_client: httpx.Client, clip: dict[str, Any]) -> None:
     r = _post(
-        client, clip["files"]["wav"], response_format="verbose_json", **{"timestamp_granularities[]": "word"}
+        runtime_client, clip["files"]["wav"], response_format="verbose_json", **{"timestamp_granularities[]": "word"}
     )
     assert r.status_code == 200, r.text
     assert "segments" not in r.json() and r.json()["words"]
 
 
-def test_sse_stream_raw(client: httpx.Client, server: RunningServer, clip: dict[str, Any]) -> None:
+def test_sse_stream_raw(runtime_client: httpx.Client, runtime_server: RunningServer, clip: dict[str, Any]) -> None:
     events = []
-    with client.stream(
+    with runtime_client.stream(
         "POST", URL, files={"file": ("a.wav", clip["files"]["wav"])}, data={"model": "whisper-1", "stream": "true"}
     ) as r:
         assert r.status_code == 200
@@ -168,7 +171,7 @@ def test_sse_stream_raw(client: httpx.Client, server: RunningServer, clip: dict[
     assert "".join(e["delta"] for e in events[:-1]) == events[-1]["text"]
     assert wer(clip["text"], events[-1]["text"]) < 0.2
     deadline = time.monotonic() + 5
-    while server.asr_admission.active:  # the stream gave its slot back
+    while runtime_server.asr_admission.active:  # the stream gave its slot back
         assert time.monotonic() < deadline
         time.sleep(0.01)
 
@@ -206,9 +209,9 @@ def test_openai_sdk(base_url: str, clip: dict[str, Any]) -> None:
         sdk.close()
 
 
-def test_language(client: httpx.Client, clip: dict[str, Any]) -> None:
-    assert _post(client, clip["files"]["wav"], language="en").status_code == 200
-    body = _error(_post(client, clip["files"]["wav"], language="fr"), 400)
+def test_language(runtime_client: httpx.Client, clip: dict[str, Any]) -> None:
+    assert _post(runtime_client, clip["files"]["wav"], language="en").status_code == 200
+    body = _error(_post(runtime_client, clip["files"]["wav"], language="fr"), 400)
     assert body["param"] == "language" and "English-only" in body["message"]
 
 
@@ -243,8 +246,8 @@ def test_truncated_file_keeps_what_decodes(client: httpx.Client, clip: dict[str,
     assert r.json()["text"].lower().startswith("the quick brown fox")
 
 
-def test_silence_gives_an_empty_transcript(client: httpx.Client) -> None:
-    r = _post(client, wav_bytes(np.zeros(16000 * 4, np.int16), 16000), response_format="verbose_json")
+def test_silence_gives_an_empty_transcript(runtime_client: httpx.Client) -> None:
+    r = _post(runtime_client, wav_bytes(np.zeros(16000 * 4, np.int16), 16000), response_format="verbose_json")
     assert r.status_code == 200, r.text
     assert r.json()["text"] == "" and r.json()["segments"] == []
     assert r.json()["duration"] == pytest.approx(4.0)
@@ -306,7 +309,8 @@ def test_upload_limit_while_streaming(base_url: str) -> None:
     assert 25 << 20 <= sent < 35 << 20
 
 
-def test_concurrent_requests_are_batched(base_url: str, server: RunningServer) -> None:
+def test_concurrent_requests_are_batched(runtime_server: RunningServer) -> None:
+    base_url = runtime_server.base_url
     with httpx.Client(base_url=base_url, timeout=60) as c:
         clips = [wav_bytes(speak_pcm(c, text)) for text in SHORT]
         before = _batch_histogram(c.get("/metrics").text)

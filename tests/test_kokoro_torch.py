@@ -223,13 +223,14 @@ def _transcribe(whisper: WhisperRunner, pcm: np.ndarray) -> str:
 def test_whisper_hears_the_torch_path_no_worse_than_the_onnx_path(
     torch_model: TorchKokoroModel, items: list[KokoroInput]
 ) -> None:
-    prompts = items[: len(PROMPTS)]
+    texts = PROMPTS[:2]  # in the first voice
+    prompts = items[: len(texts)]
     torch_pcm = [torch_model.decoder.run([f.decoder_input])[0] for f in torch_model.acoustic.run(prompts)]
     onnx = KokoroModel()
     onnx_pcm = [onnx.decoder.run([f.decoder_input])[0] for f in onnx.acoustic.run(prompts)]
     whisper = WhisperRunner()
-    torch_wer = np.mean([wer(t, _transcribe(whisper, p)) for t, p in zip(PROMPTS, torch_pcm, strict=True)])
-    onnx_wer = np.mean([wer(t, _transcribe(whisper, p)) for t, p in zip(PROMPTS, onnx_pcm, strict=True)])
+    torch_wer = np.mean([wer(t, _transcribe(whisper, p)) for t, p in zip(texts, torch_pcm, strict=True)])
+    onnx_wer = np.mean([wer(t, _transcribe(whisper, p)) for t, p in zip(texts, onnx_pcm, strict=True)])
     assert torch_wer <= onnx_wer, (torch_wer, onnx_wer)
 
 

@@ -39,8 +39,8 @@ def test_overload_sheds_with_429_and_stays_bounded(tmp_path: Path) -> None:
         rss_limit = _rss_mb() + 1024
         run = subprocess.run(
             [sys.executable, "-m", "voxserve.cli", "bench", "overload", "--base-url", srv.base_url,
-             "--duration", "12", "--tts-concurrency", "32", "--asr-concurrency", "8",
-             "--warmup-s", "5", "--window-s", "5", "--rss-limit-mb", f"{rss_limit:.0f}", "--no-progress",
+             "--duration", "8", "--tts-concurrency", "32", "--asr-concurrency", "8",
+             "--warmup-s", "3", "--window-s", "3", "--rss-limit-mb", f"{rss_limit:.0f}", "--no-progress",
              "-o", str(out)],
             check=False, capture_output=True, text=True, timeout=150,
         )
@@ -78,8 +78,8 @@ def test_soak_with_hostile_clients_costs_them_only_their_connections(tmp_path: P
     with run_server(config, asr_nice=True) as srv:
         run = subprocess.run(
             [sys.executable, "-m", "voxserve.cli", "bench", "soak", "--base-url", srv.base_url,
-             "--duration", "15", "--tts-concurrency", "2", "--asr-concurrency", "1",
-             "--hostile", "1", "--hostile-hold", "20", "--warmup-s", "5", "--window-s", "5",
+             "--duration", "10", "--tts-concurrency", "2", "--asr-concurrency", "1",
+             "--hostile", "1", "--hostile-hold", "20", "--warmup-s", "3", "--window-s", "3",
              "--max-rss-growth", "0.25", "--min-continuity", "0.9", "--no-progress", "-o", str(out)],
             check=False, capture_output=True, text=True, timeout=150,
         )

@@ -37,8 +37,8 @@ from voxserve.runners.whisper_weights import (
 
 pytestmark = pytest.mark.timeout(300)
 
-TEXTS = LONG
-"""20 sentences of 5-8 s: 95 % identical allows one clip to differ."""
+TEXTS = LONG[:10]
+"""10 sentences of 5-8 s: 90 % identical allows one clip to differ."""
 BATCH = 8
 TIME_TOLERANCE_S = 0.1
 
@@ -107,7 +107,7 @@ def test_same_text_and_times_as_ctranslate2_float32(
     ct2 = WhisperRunner(compute_type="float32")
     reference = _run(ct2, clips)
     same = [a.tokens == b.tokens for a, b in zip(reference, torch_out, strict=True)]
-    assert sum(same) >= 0.95 * len(clips), [
+    assert sum(same) >= 0.9 * len(clips), [
         (ct2.tokenizer("transcribe", "en").decode(a.tokens), torch_runner.tokenizer("transcribe", "en").decode(b.tokens))
         for a, b, s in zip(reference, torch_out, same, strict=True)
         if not s
@@ -137,7 +137,8 @@ def test_wer_as_the_int8_default(
         words = sum(len(c.text.split()) for c in clips)
         return sum(wer(c.text, tok.decode(o.tokens)) * len(c.text.split()) for c, o in zip(clips, outs, strict=True)) / words
 
-    assert abs(corpus_wer(torch_runner, torch_out) - corpus_wer(default, int8_out)) <= 0.005
+    # Within one word of the ~150.
+    assert abs(corpus_wer(torch_runner, torch_out) - corpus_wer(default, int8_out)) <= 0.01
 
 
 def test_greedy_and_prompted_decoding_match(clips: list[Clip], torch_runner: TorchWhisperRunner) -> None:
