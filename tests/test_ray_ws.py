@@ -34,6 +34,7 @@ from websockets.sync.client import ClientConnection, connect
 from tests.asr_support import LONG, SHORT, speak_pcm, wer
 from tests.ray_support import RAY_MARKS, STORY, WS_CAP, RayDeployment, ray_processes, tts_replicas
 from voxserve.serving.leases import LEASE_TTL_S
+from voxserve.serving.speech_session import HOLD_SLOT_S
 
 pytestmark = RAY_MARKS
 CAP = WS_CAP
@@ -106,20 +107,35 @@ def _speak_session(ws: ClientConnection, until: str, timeout: float = 60) -> tup
 def test_speech_session_through_ray_keeps_to_one_replica(deployment: RayDeployment) -> None:
     _ready(deployment)
     text = "Well, the quick brown fox jumps over the lazy dog, and then it runs away. The museum opens early."
+    held: dict[str, int] = {}
+    """The most slots each replica was seen holding while the reply was spoken."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for name, n in _holding().items():
+                held[name] = max(held.get(name, 0), n)
+
+    watcher = threading.Thread(target=watch, daemon=True)
     with connect(_ws(deployment, "/v1/audio/speech/stream")) as ws:
         _send(ws, type="session.config", voice="alloy", response_format="pcm")
-        for i in range(0, len(text), 3):
-            _send(ws, type="input.text", text=text[i : i + 3])
-        _send(ws, type="input.done")
-        events, size = _speak_session(ws, "input.flushed")
+        watcher.start()
+        try:
+            for i in range(0, len(text), 3):
+                _send(ws, type="input.text", text=text[i : i + 3])
+            _send(ws, type="input.done")
+            events, size = _speak_session(ws, "input.flushed")
+        finally:
+            stop.set()
+            watcher.join(30)
         starts = [e for e in events if e["type"] == "audio.start"]
         assert len(starts) >= 3 and " ".join(e["text"] for e in starts) == text
         assert not [e for e in events if e["type"] == "error"], events
         assert size / 2 / 24000 > 4.0
-        # One replica speaks every segment, and holds the session's slot between them.
+        # One replica speaks every segment, and holds the session's one slot (between
+        # the segments too: the local tests/test_ws.py times the hold itself).
         (replica,) = {e["replica"] for e in starts}
-        holding = _holding()
-        assert holding[replica] == 1 and sorted(holding.values()) == [0, 1], holding
+        assert held.pop(replica) == 1 and not any(held.values()), (replica, held)
         # Errors from the replica keep their shape; the session stays usable.
         _send(ws, type="session.config", voice="nobody")
         error = json.loads(ws.recv(timeout=10))
@@ -329,8 +345,11 @@ def test_vanished_clients_free_their_replica_work(deployment: RayDeployment) -> 
         lambda: not any(info["active"] for info in tts_replicas().values()),
         5.0, "a vanished speech client's stream outlived it",
     )
-    # Its slot goes back at once too: the front end ends the session on its replica.
-    freed = _until(lambda: not any(_holding().values()), 1.0, "a vanished speech client's slot outlived it")
+    # Its slot goes back at once too, well before the hold would give it back: the front
+    # end ends the session on its replica.
+    freed = _until(
+        lambda: not any(_holding().values()), 0.75 * HOLD_SLOT_S, "a vanished speech client's slot outlived it"
+    )
     print(f"speech session: stream stopped {took:.2f} s, slot back {took + freed:.2f} s after its client vanished")
 
     with httpx.Client(base_url=deployment.base_url, timeout=60) as c:
