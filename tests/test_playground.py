@@ -569,12 +569,13 @@ def test_api_key_field_unlocks_a_keyed_server(browser: Browser, keyed_server: Ru
         page.wait_for_function("() => document.querySelector('#voice').options.length > 1")
         assert page.locator("#speak-message").is_hidden()
         # The Live card offers the key as a subprotocol: the server lets the session in,
-        # then ends it because this server runs no speech-to-text, and the card says so.
+        # then ends it because this server runs no speech-to-text, and the card says so
+        # (the error event's message first, the error state once the socket closes).
         page.click("#live-button")
         page.wait_for_function(
-            "() => document.querySelector('#live-message').textContent.includes('(asr_disabled)')"
+            "() => window.voxPlayground.live.state === 'error'"
+            " && document.querySelector('#live-message').textContent.includes('(asr_disabled)')"
         )
-        assert page.evaluate("() => window.voxPlayground.live.state") == "error"
         page.wait_for_function(
             "() => window.voxPlayground.metrics.status === 'live'", timeout=6_000
         )
