@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
+from typing import Any
+
 import httpx
 import numpy as np
+from openai import AsyncOpenAI
 
 from voxserve.audio.encode import wav_file
 from voxserve.bench.asr_offline import LONG
 from voxserve.bench.metrics import normalize_text as normalize
 from voxserve.bench.metrics import word_errors
 
-__all__ = ["LONG", "RATE", "SHORT", "normalize", "speak", "speak_pcm", "wav_bytes", "wer", "with_gaps"]
+__all__ = [
+    "LONG", "RATE", "SHORT", "normalize", "sdk_live_turn", "speak", "speak_pcm", "wav_bytes", "wer", "with_gaps",
+]
 
 SHORT = [
     "The quick brown fox jumps over the lazy dog.",
@@ -60,3 +67,38 @@ def with_gaps(pieces: list[np.ndarray], gap_s: float = 1.0, rate: int = RATE) ->
 def wer(reference: str, hypothesis: str) -> float:
     """WER as `voxserve bench` defines it (`voxserve/bench/metrics.py`)."""
     return word_errors(reference, hypothesis).wer
+
+
+def sdk_live_turn(base_url: str, speech: np.ndarray, timeout_s: float) -> list[Any]:
+    """`speech` (16-bit at `RATE`) after 0.3 s of silence and before 1 s of it, sent to
+    `/v1/realtime` through the official SDK's realtime client, in 0.1 s appends with
+    server VAD: the events until the turn's transcript is complete, that one last."""
+
+    async def run() -> list[Any]:
+        client = AsyncOpenAI(
+            api_key="unused", base_url=base_url + "/v1", websocket_base_url=base_url.replace("http", "ws") + "/v1"
+        )
+        seen: list[Any] = []
+        async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+            await conn.session.update(session={
+                "type": "transcription",
+                "audio": {"input": {
+                    "format": {"type": "audio/pcm", "rate": 24000},  # RATE; the SDK types it as a literal
+                    "transcription": {"model": "whisper-1", "language": "en"},
+                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+                }},
+            })
+            silence = np.zeros(RATE, dtype=np.int16)
+            audio = np.concatenate([silence[: RATE * 3 // 10], speech, silence])
+            step = RATE // 10
+            for i in range(0, len(audio), step):
+                await conn.input_audio_buffer.append(audio=base64.b64encode(audio[i : i + step].tobytes()).decode())
+            async with asyncio.timeout(timeout_s):
+                async for event in conn:
+                    seen.append(event)
+                    if event.type == "conversation.item.input_audio_transcription.completed":
+                        break
+        await client.close()
+        return seen
+
+    return asyncio.run(run())

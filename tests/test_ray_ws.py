@@ -12,7 +12,6 @@ within seconds. `--ws-max-sessions` holds across both front ends, and a front en
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -27,11 +26,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from openai import AsyncOpenAI
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.asr_support import LONG, SHORT, speak_pcm, wer
+from tests.asr_support import LONG, SHORT, sdk_live_turn, speak_pcm, wer
 from tests.ray_support import RAY_MARKS, STORY, WS_CAP, RayDeployment, ray_processes, tts_replicas
 from voxserve.serving.leases import LEASE_TTL_S
 from voxserve.serving.speech_session import HOLD_SLOT_S
@@ -153,33 +151,8 @@ def test_realtime_session_through_ray_with_the_openai_sdk(deployment: RayDeploym
     with httpx.Client(base_url=deployment.base_url, timeout=60) as c:
         speech = speak_pcm(c, SHORT[0])
 
-    async def run() -> list[Any]:
-        base = deployment.base_url
-        client = AsyncOpenAI(api_key="unused", base_url=base + "/v1", websocket_base_url=base.replace("http", "ws") + "/v1")
-        seen: list[Any] = []
-        async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
-            await conn.session.update(session={
-                "type": "transcription",
-                "audio": {"input": {
-                    "format": {"type": "audio/pcm", "rate": 24000},
-                    "transcription": {"model": "whisper-1", "language": "en"},
-                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
-                }},
-            })
-            silence = np.zeros(24000, dtype=np.int16)
-            audio = np.concatenate([silence[:7200], speech, silence])
-            for i in range(0, len(audio), 2400):
-                await conn.input_audio_buffer.append(audio=base64.b64encode(audio[i : i + 2400].tobytes()).decode())
-            async with asyncio.timeout(60):
-                async for event in conn:
-                    seen.append(event)
-                    if event.type == "conversation.item.input_audio_transcription.completed":
-                        break
-        await client.close()
-        return seen
-
     started = time.perf_counter()
-    events = asyncio.run(run())
+    events = sdk_live_turn(deployment.base_url, speech, timeout_s=60)
     print(f"realtime session on Ray: {time.perf_counter() - started:.2f} s")
     kinds = [e.type for e in events]
     assert kinds[0] == "session.created"

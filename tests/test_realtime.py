@@ -7,7 +7,6 @@ detection counts samples, not wall time, so most tests stream faster than real t
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -20,11 +19,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from openai import AsyncOpenAI
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.asr_support import SHORT, speak_pcm, wav_bytes, wer
+from tests.asr_support import SHORT, sdk_live_turn, speak_pcm, wav_bytes, wer
 from tests.conftest import RunningServer, run_server, wait_for
 from tests.test_ws_limits import served_meanwhile
 from voxserve.config import RealtimeConfig, ServerConfig, TTSConfig
@@ -237,31 +235,7 @@ def test_bad_events_get_an_error_and_the_session_goes_on(rt: Session, event: dic
 
 
 def test_openai_sdk_realtime_client(server: RunningServer, speech: list[np.ndarray]) -> None:
-    async def run() -> list[Any]:
-        base = server.base_url
-        client = AsyncOpenAI(api_key="unused", base_url=base + "/v1", websocket_base_url=base.replace("http", "ws") + "/v1")
-        seen: list[Any] = []
-        async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
-            await conn.session.update(session={
-                "type": "transcription",
-                "audio": {"input": {
-                    "format": {"type": "audio/pcm", "rate": 24000},
-                    "transcription": {"model": "whisper-1", "language": "en"},
-                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
-                }},
-            })
-            audio = np.concatenate([_silence(0.3), speech[0], _silence(1.0)])
-            for i in range(0, len(audio), 2400):
-                await conn.input_audio_buffer.append(audio=base64.b64encode(audio[i : i + 2400].tobytes()).decode())
-            async with asyncio.timeout(30):
-                async for event in conn:
-                    seen.append(event)
-                    if event.type == "conversation.item.input_audio_transcription.completed":
-                        break
-        await client.close()
-        return seen
-
-    events = asyncio.run(run())
+    events = sdk_live_turn(server.base_url, speech[0], timeout_s=30)
     kinds = [e.type for e in events]
     assert kinds[0] == "session.created"
     assert "session.updated" in kinds and "input_audio_buffer.speech_started" in kinds
