@@ -33,12 +33,11 @@ from dataclasses import dataclass
 
 from voxserve.engine.admission import Admission
 from voxserve.engine.words import WordTime
-from voxserve.errors import ClientError, InvalidRequest, ReplicaLost, VoxError
+from voxserve.errors import ClientError, ReplicaLost, VoxError
 from voxserve.serving.catalog import speech_voice
 from voxserve.serving.service import Speech, SpeechLane
 from voxserve.serving.speech import SpeechParams, SpeechResources, open_speech
 from voxserve.text.incremental import SplitMode, TextSegmenter
-from voxserve.text.split import speakable
 
 __all__ = [
     "HOLD_SLOT_S",
@@ -337,12 +336,8 @@ class SpeechSession:
 
 
 def _params(s: SpeechSettings, text: str) -> SpeechParams:
-    """A segment's speech request; 400 for a segment with nothing to speak."""
-    if not text.strip() or not speakable(text):
-        raise InvalidRequest(
-            "input has nothing that can be spoken, only punctuation or control characters; send words or numbers",
-            param="input",
-        )
+    """A segment's speech request. `TextSegmenter` emits only text with something to say,
+    and the engine answers any other with 400."""
     return SpeechParams(
         model=s.model,
         text=text,
