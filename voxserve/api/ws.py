@@ -115,7 +115,11 @@ from voxserve.serving.speech_session import (
     SpeechSettings,
 )
 
-__all__ = ["HOLD_SLOT_S", "SessionConfig", "speech_stream"]
+__all__ = ["HOLD_SLOT_S", "MAX_CONTEXT_ID_CHARS", "SessionConfig", "speech_stream"]
+
+MAX_CONTEXT_ID_CHARS = 64
+"""Longest `context_id`: room for a UUID or a framework's own ids, and no more, since each
+one is kept, compared and sent back with every event of its context."""
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +160,11 @@ class _Channel:
         self.id = f"ws_{uuid.uuid4().hex[:16]}"
         self.config = SessionConfig.model_validate({})
         self.session = SpeechSession(
-            state.speech_lane(), self.id, state.config.tts.max_segment_chars, self.limits.max_pending_chars
+            state.speech_lane(),
+            self.id,
+            state.config.tts.max_segment_chars,
+            self.limits.max_pending_chars,
+            self.limits.max_contexts,
         )
         self.ended = "the client left"
         self._loop = asyncio.get_running_loop()
@@ -334,7 +342,10 @@ class _Channel:
             waiting: set[asyncio.Future[Any]] = {recv, self._speaker}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if recv.done():
-                self._check(self._take_received())
+                message = self._take_received()
+                self._check(message)
+                if _is_cancel(message):  # barge-in while the last reply is spoken
+                    await self._handle_now(message)
         self._speaker.result()
 
     async def _handle(self, raw: str) -> bool:
@@ -348,6 +359,7 @@ class _Channel:
             await self.send_error('send a JSON object with a "type" field', "invalid_message")
             return False
         kind = message["type"]
+        context_id = _context_id(message) if kind in ("input.text", "input.done", "input.cancel") else None
         if kind == "input.text":
             text = message.get("text")
             if not isinstance(text, str):
@@ -357,9 +369,12 @@ class _Channel:
             if len(text) > limit:
                 await self.send_error(f"a fragment may hold at most {limit} characters", "input_too_long", param="text")
                 return False
-            await self._while_connected(self.session.feed(text))
+            await self._while_connected(self.session.feed(text, context_id))
         elif kind == "input.done":
-            await self._while_connected(self.session.flush())
+            await self._while_connected(self.session.flush(context_id))
+        elif kind == "input.cancel":
+            self.session.cancel(context_id, everything=context_id is None)
+            await self.send_event(_tagged({"type": "audio.cancelled"}, context_id))
         elif kind == "session.config":
             await self._configure(message)
         elif kind == "session.close":
@@ -367,7 +382,8 @@ class _Channel:
             return True
         else:
             await self.send_error(
-                f"unknown message type {kind[:100]!r}; use session.config, input.text, input.done or session.close",
+                f"unknown message type {kind[:100]!r}; use session.config, input.text, input.done, "
+                "input.cancel or session.close",
                 "unknown_type",
             )
         return False
@@ -408,6 +424,11 @@ class _Channel:
                     break
                 if recv.done() and recv.result()["type"] == "websocket.disconnect":
                     raise ClientGone("the client left")
+                if recv.done() and _is_cancel(recv.result()):
+                    # A cancel cannot wait for room in the queue it is there to empty.
+                    message = self._take_received()
+                    self._check(message)
+                    await self._handle_now(message)
                 if self._speaker.done():
                     self._speaker_failed()
         finally:
@@ -422,22 +443,67 @@ class _Channel:
                 await self._send_item(item)
 
     async def _send_item(self, item: SessionItem) -> None:
+        context = item.context
+        if context.cancelled:  # its audio.cancelled is sent, or about to be: nothing more of it
+            return
         match item:
-            case SegmentAudio(_, data):
+            case SegmentAudio(_, _, data):
                 await self.send_audio(data)
-            case SegmentStarted(index, text, rate, replica):
+            case SegmentStarted(_, index, text, rate, replica):
                 event: dict[str, Any] = {"type": "audio.start", "segment": index, "text": text, "sample_rate": rate}
                 if replica is not None:
                     event["replica"] = replica
-                await self.send_event(event)
-            case SegmentWords(index, words):
-                await self.send_event({"type": "speech.words", "segment": index, "words": words_json(words)})
-            case SegmentDone(index):
-                await self.send_event({"type": "audio.done", "segment": index})
-            case SegmentFailed(index, exc):
-                await self.send_error(exc.message, exc.code or "error", exc, segment=index, status=exc.status)
+                await self.send_event(_tagged(event, context.id))
+            case SegmentWords(_, index, words):
+                event = {"type": "speech.words", "segment": index, "words": words_json(words)}
+                await self.send_event(_tagged(event, context.id))
+            case SegmentDone(_, index):
+                await self.send_event(_tagged({"type": "audio.done", "segment": index}, context.id))
+            case SegmentFailed(_, index, exc):
+                extra = {"segment": index, "status": exc.status}
+                await self.send_error(exc.message, exc.code or "error", exc, **_tagged(extra, context.id))
             case Flushed():
-                await self.send_event({"type": "input.flushed"})
+                await self.send_event(_tagged({"type": "input.flushed"}, context.id))
+
+    async def _handle_now(self, message: Message) -> None:
+        """A message read ahead of its turn (a cancel): act on it as `_read_all` would."""
+        try:
+            await self._handle(message.get("text") or "")
+        except VoxError as exc:
+            await self.send_error(exc.message, exc.code or "error", exc, param=exc.param)
+
+
+def _is_cancel(message: Message) -> bool:
+    """Whether a received frame is an `input.cancel` (parsed again when handled)."""
+    text = message.get("text")
+    if not text or "input.cancel" not in text:
+        return False
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(parsed, dict) and parsed.get("type") == "input.cancel"
+
+
+def _context_id(message: dict[str, Any]) -> str | None:
+    """A message's `context_id`: absent (None), or 1 to `MAX_CONTEXT_ID_CHARS` printable characters."""
+    value = message.get("context_id")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_CONTEXT_ID_CHARS or not value.isprintable():
+        raise ClientError(
+            f'"context_id" must be a string of 1 to {MAX_CONTEXT_ID_CHARS} printable characters',
+            param="context_id",
+            code="invalid_value",
+        )
+    return value
+
+
+def _tagged(event: dict[str, Any], context_id: str | None) -> dict[str, Any]:
+    """The event with its context's id, where the context has one."""
+    if context_id is not None:
+        event["context_id"] = context_id
+    return event
 
 
 async def speech_stream(ws: WebSocket) -> None:
