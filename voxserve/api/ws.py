@@ -80,6 +80,7 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable
 from typing import Any, Literal, TypeVar
 
@@ -116,6 +117,10 @@ from voxserve.serving.speech_session import (
 )
 
 __all__ = ["HOLD_SLOT_S", "MAX_CONTEXT_ID_CHARS", "SessionConfig", "speech_stream"]
+
+MAX_READ_AHEAD = 64
+"""Messages read and kept while the session's queue is full, so that a cancel behind
+them is still heard; past it the server stops reading."""
 
 MAX_CONTEXT_ID_CHARS = 64
 """Longest `context_id`: room for a UUID or a framework's own ids, and no more, since each
@@ -172,6 +177,9 @@ class _Channel:
         self._send_lock = asyncio.Lock()
         self._quiet_since = self._loop.time()
         self._recv: asyncio.Future[Message] | None = None
+        self._ahead: deque[Message] = deque()
+        """Messages read while the session's queue was full, checked, not yet acted on."""
+        self._ahead_chars = 0
         self._speaker: asyncio.Task[None] | None = None
 
     @property
@@ -276,6 +284,10 @@ class _Channel:
         """The next message; ends the session when the client leaves, when the speaker
         fails, or after `idle_timeout_s` with no message and nothing to speak."""
         assert self._speaker is not None
+        if self._ahead:
+            message = self._ahead.popleft()
+            self._ahead_chars -= len(message.get("text") or "")
+            return message
         idle = self.limits.idle_timeout_s
         while True:
             recv = self._receiving()
@@ -407,10 +419,12 @@ class _Channel:
         self.config = config
 
     async def _while_connected(self, work: Awaitable[T]) -> T:
-        """Await the session's `work`, which waits while its queue of segments is full (the
-        server reads no more then, and TCP pushes back on the client). Meanwhile one
-        receive stays pending, so a client that leaves is noticed; a message that
-        arrives is kept for later."""
+        """Await the session's `work`, which waits while its queue of segments is full.
+        Meanwhile one receive stays pending, so a client that leaves is noticed, and up to
+        `MAX_READ_AHEAD` messages (and `max_pending_chars` of them) are read and kept for
+        later; past that the server reads no more, and TCP pushes back on the client. An
+        `input.cancel` among them is acted on at once, since it cannot wait for room in
+        the queue it is there to empty: it also drops the text kept ahead of it."""
         assert self._speaker is not None
         task = asyncio.ensure_future(work)
         try:
@@ -424,11 +438,16 @@ class _Channel:
                     break
                 if recv.done() and recv.result()["type"] == "websocket.disconnect":
                     raise ClientGone("the client left")
-                if recv.done() and _is_cancel(recv.result()):
-                    # A cancel cannot wait for room in the queue it is there to empty.
+                room = len(self._ahead) < MAX_READ_AHEAD and self._ahead_chars < self.limits.max_pending_chars
+                if recv.done() and room:
                     message = self._take_received()
                     self._check(message)
-                    await self._handle_now(message)
+                    if _is_cancel(message):
+                        self._drop_ahead(message)
+                        await self._handle_now(message)
+                    else:
+                        self._ahead.append(message)
+                        self._ahead_chars += len(message.get("text") or "")
                 if self._speaker.done():
                     self._speaker_failed()
         finally:
@@ -465,6 +484,22 @@ class _Channel:
             case Flushed():
                 await self.send_event(_tagged({"type": "input.flushed"}, context.id))
 
+    def _drop_ahead(self, cancel: Message) -> None:
+        """Drop the text and flushes kept ahead for the contexts `cancel` stops (all of them
+        when it names none); other messages stay, in order."""
+        try:
+            target = _context_id(json.loads(cancel.get("text") or ""))
+        except ClientError:
+            return  # the cancel itself is refused
+        kept: deque[Message] = deque()
+        for message in self._ahead:
+            kind, context_id = _kind_and_context(message)
+            if kind in ("input.text", "input.done") and (target is None or context_id == target):
+                self._ahead_chars -= len(message.get("text") or "")
+            else:
+                kept.append(message)
+        self._ahead = kept
+
     async def _handle_now(self, message: Message) -> None:
         """A message read ahead of its turn (a cancel): act on it as `_read_all` would."""
         try:
@@ -483,6 +518,18 @@ def _is_cancel(message: Message) -> bool:
     except (ValueError, RecursionError):
         return False
     return isinstance(parsed, dict) and parsed.get("type") == "input.cancel"
+
+
+def _kind_and_context(message: Message) -> tuple[str | None, object]:
+    """A kept message's type and raw `context_id`, or (None, None) when it is not a JSON object."""
+    try:
+        parsed = json.loads(message.get("text") or "")
+    except (ValueError, RecursionError):
+        return None, None
+    if not isinstance(parsed, dict):
+        return None, None
+    kind = parsed.get("type")
+    return (kind if isinstance(kind, str) else None), parsed.get("context_id")
 
 
 def _context_id(message: dict[str, Any]) -> str | None:
