@@ -42,7 +42,7 @@ from voxserve.engine.tts import TTSEngine
 from voxserve.engine.vad import VADEngine
 from voxserve.errors import ReplicaLost, ServerError, VoxError
 from voxserve.ray.loopback import bind_replica_grpc_to_node
-from voxserve.serving.catalog import speech_model_ids, speech_voice, voice_list
+from voxserve.serving.catalog import speech_models, speech_voice, voice_list
 from voxserve.serving.jobs import (
     Append,
     Clear,
@@ -180,7 +180,7 @@ class TTSReplica:
 
     def catalog(self) -> TTSCatalog:
         engine = self.state.engine
-        return TTSCatalog(speech_model_ids(engine), voice_list(engine))
+        return TTSCatalog(speech_models(engine), voice_list(engine))
 
     def describe(self, at: ReplicaRef | None = None) -> dict[str, Any]:
         """Name, process and node, and the routing stats (for tests and operators); `at`

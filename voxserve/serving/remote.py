@@ -44,7 +44,7 @@ from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.errors import ReplicaLost, VoxError
-from voxserve.serving.catalog import Health, model_ids
+from voxserve.serving.catalog import Health, served_models
 from voxserve.serving.engine_metrics import Row
 from voxserve.serving.jobs import (
     Append,
@@ -198,8 +198,8 @@ class RemoteState:
         # Ray Serve checks each replica (`check_health`) and replaces one whose workers died.
         return Health(True, [])
 
-    def model_ids(self) -> list[str]:
-        return model_ids(self.catalog.models, self.asr_name)
+    def models(self) -> dict[str, str]:
+        return served_models(self.catalog.models, self.asr_name)
 
     def voices(self) -> list[dict[str, str | None]]:
         return self.catalog.voices
