@@ -6,8 +6,12 @@ sends JSON text messages:
   sample_rate, model, language, `split` (`clause`, the default, or `sentence`) and
   `timestamps` (word timings, default false); it applies to the segments that start
   after it;
-- `{"type": "input.text", "text": "..."}`: a fragment of any size, even one character;
-- `{"type": "input.done"}`: speak what is pending now; the session stays open;
+- `{"type": "input.text", "text": "...", "context_id": ...}`: a fragment of any size, even
+  one character; the optional `context_id` names the reply it belongs to;
+- `{"type": "input.done", "context_id": ...}`: speak what is pending in the context now
+  and end it; the session stays open;
+- `{"type": "input.cancel", "context_id": ...}`: barge-in: stop the context (without an
+  id, every context) now, speaking or waiting, and drop what is left of it;
 - `{"type": "session.close"}`: finish what was sent, then end the session.
 
 The server sends, per segment, `{"type": "audio.start", "segment", "text", "sample_rate"}`
@@ -19,7 +23,11 @@ event comes before the audio it times (one per part the engine speaks the segmen
 long segment may come in several), its times in seconds from the segment's start, where
 the model times words. After `input.done` it sends
 `{"type": "input.flushed"}` once the flushed text is spoken, and `{"type": "session.done"}`
-before it closes. A mistake gets `{"type": "error", "error", "message", "code", ...}`
+before it closes. It answers `input.cancel` with `{"type": "audio.cancelled"}`, after
+which nothing of the cancelled context is sent (the channel checks each item's context
+before it sends it, and a cancel is marked before its answer takes the send lock). Every
+event of a named context carries its `context_id`; binary frames belong to the context of
+the latest `audio.start`. A mistake gets `{"type": "error", "error", "message", "code", ...}`
 (`error` is the object of an HTTP error body) and the session stays usable.
 
 This module is the channel: it reads messages under the limits below, parses and checks
@@ -47,6 +55,8 @@ event with the code below first, then closes with the close code:
 | messages per second (`messages_per_s`, bursts of `message_burst`) | 100, 400 | `rate_limited` | 1008 |
 | text waiting to be spoken (`max_pending_chars`) | 16 Ki chars | `pending_text_too_long` | 1008 |
 | no message and nothing to speak (`idle_timeout_s`) | 60 s | `idle_timeout` | 1000 |
+| contexts open at once (`max_contexts`) | 8 | `too_many_contexts` (the session goes on) | - |
+| a `context_id` (`MAX_CONTEXT_ID_CHARS`) | 64 chars | `invalid_value` (the session goes on) | - |
 | a client that takes nothing sent to it (`send_timeout_s`) | 15 s | (none: it is gone) | - |
 | the replica holding the session died (Ray) | | `replica_lost` | 1012 |
 | any failure that is not a `VoxError` (logged with its traceback) | | `internal_error` | 1011 |
@@ -58,6 +68,11 @@ event with the code below first, then closes with the close code:
   spoken. With the default limits a client cannot reach it (the reader stops at
   `MAX_PENDING_SEGMENTS` queued segments of at most `tts.max_segment_chars`), so it
   guards configurations with larger segments or fragments.
+- A cancel is acted on as soon as it is read, even while the server waits for room in
+  the session's queue: then it reads up to `MAX_READ_AHEAD` messages ahead (and
+  `max_pending_chars` of text), and a cancel among them also drops the text kept ahead
+  of it. A flood of cancels is a flood of messages: the rate limit ends it, and each
+  answer waits for the client to take the one before.
 - The server's own uvicorn refuses an oversized message itself (`ws_max_size`); the
   handler checks again, so the limit holds under any ASGI server.
 - Splitting runs on the event loop: it is linear in the text (`voxserve.text.incremental`)
