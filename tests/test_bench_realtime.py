@@ -128,6 +128,7 @@ def test_voice_loop_bench_barges_in(server: RunningServer, tmp_path: Path) -> No
     assert 0 < barge["answer_s"]["max"] < 2 and barge["audio_after_cancel_s"]["max"] < 1
     assert 0 < barge["detect_s"]["p50"] < 2
     assert s["voice_to_voice_after_barge_in_s"]["n"] == 1 and s["voice_to_voice_first_turn_s"]["n"] == 1
+    assert 0 < s["reply_first_audio_after_barge_in_s"]["p50"] < s["voice_to_voice_after_barge_in_s"]["p50"]
     first, second = level["records"][0]["turns"]
     assert first["barge_in"] is not None and second["after_barge_in"]
     # The user spoke over the first reply (cancelled before its input.flushed came).

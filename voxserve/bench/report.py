@@ -97,6 +97,8 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("cancelled max ms", ("summary", "barge_in", "answer_s", "max"), 1e3, ".0f"),
         Metric("audio after cancel max ms", ("summary", "barge_in", "audio_after_cancel_s", "max"), 1e3, ".0f"),
         Metric("v2v after barge-in p50 ms", ("summary", "voice_to_voice_after_barge_in_s", "p50"), 1e3, ".0f"),
+        Metric("reply audio after barge-in p50 ms", ("summary", "reply_first_audio_after_barge_in_s", "p50"), 1e3, ".0f"),
+        Metric("reply audio first turn p50 ms", ("summary", "reply_first_audio_first_turn_s", "p50"), 1e3, ".0f"),
     ),
 }
 

@@ -516,7 +516,17 @@ def _barge_in_summary(turns: list[TurnRecord], ok: list[TurnRecord]) -> dict[str
         },
         "voice_to_voice_after_barge_in_s": summary([t.voice_to_voice_s for t in ok if t.after_barge_in]),
         "voice_to_voice_first_turn_s": summary([t.voice_to_voice_s for t in ok if t.turn == 0]),
+        # The reply's own part, its first token to its first audio, without the
+        # transcription before it: after a barge-in, and on a fresh session's first turn.
+        "reply_first_audio_after_barge_in_s": summary([_reply_first_audio(t) for t in ok if t.after_barge_in]),
+        "reply_first_audio_first_turn_s": summary([_reply_first_audio(t) for t in ok if t.turn == 0]),
     }
+
+
+def _reply_first_audio(turn: TurnRecord) -> float | None:
+    if turn.first_audio_at_s is None or turn.reply_started_at_s is None:
+        return None
+    return turn.first_audio_at_s - turn.reply_started_at_s
 
 
 async def bench_voice_loop(options: LiveOptions, loop: LoopSettings, clips: list[LiveClip],
