@@ -194,7 +194,8 @@ class _Channel:
         self._recv: asyncio.Future[Message] | None = None
         self._ahead: deque[Message] = deque()
         """Messages read while the session's queue was full, checked, not yet acted on."""
-        self._ahead_chars = 0
+        self._ahead_size = 0
+        """Their payloads' length, characters of text or bytes of a binary frame."""
         self._speaker: asyncio.Task[None] | None = None
 
     @property
@@ -301,7 +302,7 @@ class _Channel:
         assert self._speaker is not None
         if self._ahead:
             message = self._ahead.popleft()
-            self._ahead_chars -= len(message.get("text") or "")
+            self._ahead_size -= _payload_size(message)
             return message
         idle = self.limits.idle_timeout_s
         while True:
@@ -436,8 +437,9 @@ class _Channel:
     async def _while_connected(self, work: Awaitable[T]) -> T:
         """Await the session's `work`, which waits while its queue of segments is full.
         Meanwhile one receive stays pending, so a client that leaves is noticed, and up to
-        `MAX_READ_AHEAD` messages (and `max_pending_chars` of them) are read and kept for
-        later; past that the server reads no more, and TCP pushes back on the client. An
+        `MAX_READ_AHEAD` messages (and `max_pending_chars` characters or bytes of them) are
+        read and kept for later; past that the server reads no more, and TCP pushes back
+        on the client. An
         `input.cancel` among them is acted on at once, since it cannot wait for room in
         the queue it is there to empty: it also drops the text kept ahead of it."""
         assert self._speaker is not None
@@ -453,7 +455,7 @@ class _Channel:
                     break
                 if recv.done() and recv.result()["type"] == "websocket.disconnect":
                     raise ClientGone("the client left")
-                room = len(self._ahead) < MAX_READ_AHEAD and self._ahead_chars < self.limits.max_pending_chars
+                room = len(self._ahead) < MAX_READ_AHEAD and self._ahead_size < self.limits.max_pending_chars
                 if recv.done() and room:
                     message = self._take_received()
                     self._check(message)
@@ -462,7 +464,7 @@ class _Channel:
                         await self._handle_now(message)
                     else:
                         self._ahead.append(message)
-                        self._ahead_chars += len(message.get("text") or "")
+                        self._ahead_size += _payload_size(message)
                 if self._speaker.done():
                     self._speaker_failed()
         finally:
@@ -510,7 +512,7 @@ class _Channel:
         for message in self._ahead:
             kind, context_id = _kind_and_context(message)
             if kind in ("input.text", "input.done") and (target is None or context_id == target):
-                self._ahead_chars -= len(message.get("text") or "")
+                self._ahead_size -= _payload_size(message)
             else:
                 kept.append(message)
         self._ahead = kept
@@ -521,6 +523,10 @@ class _Channel:
             await self._handle(message.get("text") or "")
         except VoxError as exc:
             await self.send_error(exc.message, exc.code or "error", exc, param=exc.param)
+
+
+def _payload_size(message: Message) -> int:
+    return len(message.get("text") or message.get("bytes") or "")
 
 
 def _is_cancel(message: Message) -> bool:
