@@ -168,7 +168,8 @@ def test_a_cancel_is_heard_while_the_server_has_stopped_reading(server: RunningS
 @pytest.fixture()
 def contexts_limited(make_server: MakeServer) -> Iterator[RunningServer]:
     ws = WSConfig(max_contexts=3, messages_per_s=50.0, message_burst=300)
-    config = ServerConfig(tts=TTSConfig(noise_w=0.0, noise_scale=0.0), asr=ASRConfig(enabled=False), ws=ws)
+    tts = TTSConfig(noise_w=0.0, noise_scale=0.0, max_streams=1)
+    config = ServerConfig(tts=tts, asr=ASRConfig(enabled=False), ws=ws)
     with make_server(config) as srv:
         yield srv
 
@@ -217,3 +218,27 @@ def test_attacks_cancel_floods_unknown_and_too_many_contexts(contexts_limited: R
         _send(ws, type="input.done", context_id="after")
         seen = _until(ws, "input.flushed")
         assert [e["type"] for e, _ in seen] == ["audio.start", "audio.done", "input.flushed"]
+
+
+def test_a_reply_waiting_for_a_slot_leaves_the_queue_when_cancelled(contexts_limited: RunningServer) -> None:
+    srv = contexts_limited  # one stream at a time
+    admission = srv.state.admission
+    with connect(_url(srv)) as speaking, connect(_url(srv)) as waiting:
+        _send(speaking, type="session.config", split="sentence")
+        _send(speaking, type="input.text", text=LONG)
+        _first_audio(speaking)
+        _send(waiting, type="input.text", text="I wait for the slot.", context_id="w")
+        wait_for(lambda: admission.queued == 1, timeout=10)
+        _send(waiting, type="input.cancel", context_id="w")
+        assert _next_event(waiting)[0] == {"type": "audio.cancelled", "context_id": "w"}
+        wait_for(lambda: not admission.queued, timeout=2)
+        assert admission.active == 1  # the first session still speaks
+        # The slot passes on at once when the speaking reply is cancelled in turn.
+        _send(speaking, type="input.cancel")
+        assert _until(speaking, "audio.cancelled")[-1][0] == {"type": "audio.cancelled"}
+        _send(waiting, type="input.text", text="Now it is my turn.", context_id="w")
+        _send(waiting, type="input.done", context_id="w")
+        seen = _until(waiting, "input.flushed")
+        assert [(e["type"], e.get("context_id")) for e, _ in seen] == [
+            ("audio.start", "w"), ("audio.done", "w"), ("input.flushed", "w"),
+        ]
