@@ -139,7 +139,9 @@ class TTSReplica:
 
     async def segment(self, job: SegmentJob) -> AsyncIterator[str | Opened | AudioChunk]:
         """One segment of a speech session, as `speech`, in the session's slot: taken for
-        its first segment (or after the slot went back), kept between segments."""
+        its first segment (or after the slot went back), kept between segments. A segment
+        the front end cancels (a barge-in, a client gone) gives the slot back at once:
+        the session's `end_session` may have come before the slot was taken."""
         yield self.name
         if job.replica is not None and job.replica != self.name:
             raise _not_held(self.name)
@@ -150,17 +152,25 @@ class TTSReplica:
         try:
             await slot.take()  # 429 when full
             stream = await open_speech(self.state, job.params, job.request_id, started, admitted=True)
-        except BaseException:
-            slot.idle()
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+                slot.release()
+            else:
+                slot.idle()
             if not slot.held:
                 self.slots.pop(job.session, None)
             raise
+        spoken = False
         try:
             async with contextlib.aclosing(_relay(stream)) as items:
                 async for item in items:
                     yield item
+            spoken = True
         finally:
-            slot.idle()
+            if spoken:
+                slot.idle()
+            else:
+                slot.release()
 
     def _forget(self, session: str) -> Callable[[], None]:
         def forget() -> None:
