@@ -111,11 +111,12 @@ from voxserve.api.ws_limits import (
     SessionEnd,
     TokenBucket,
     check_message,
+    parse_event,
     send_within,
     session_slot,
 )
 from voxserve.config import WSConfig
-from voxserve.errors import ClientError, ReplicaLost, ServerError, VoxError
+from voxserve.errors import ClientError, InvalidRequest, ReplicaLost, ServerError, VoxError
 from voxserve.serving.service import Service
 from voxserve.serving.speech_session import (
     HOLD_SLOT_S,
@@ -379,9 +380,9 @@ class _Channel:
     async def _handle(self, raw: str) -> bool:
         """Act on one text message; True when it closes the session."""
         try:
-            message = json.loads(raw)
-        except (ValueError, RecursionError):
-            await self.send_error("the message is not valid JSON; send one JSON object per message", "invalid_json")
+            message = parse_event(raw)
+        except InvalidRequest as exc:
+            await self.send_error(exc.message, "invalid_json")
             return False
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):
             await self.send_error('send a JSON object with a "type" field', "invalid_message")
@@ -505,7 +506,7 @@ class _Channel:
         """Drop the text and flushes kept ahead for the contexts `cancel` stops (all of them
         when it names none); other messages stay, in order."""
         try:
-            target = _context_id(json.loads(cancel.get("text") or ""))
+            target = _context_id(parse_event(cancel.get("text") or ""))
         except ClientError:
             return  # the cancel itself is refused
         kept: deque[Message] = deque()
@@ -535,8 +536,8 @@ def _is_cancel(message: Message) -> bool:
     if not text or "input.cancel" not in text:
         return False
     try:
-        parsed = json.loads(text)
-    except (ValueError, RecursionError):
+        parsed = parse_event(text)
+    except InvalidRequest:
         return False
     return isinstance(parsed, dict) and parsed.get("type") == "input.cancel"
 
@@ -544,8 +545,8 @@ def _is_cancel(message: Message) -> bool:
 def _kind_and_context(message: Message) -> tuple[str | None, object]:
     """A kept message's type and raw `context_id`, or (None, None) when it is not a JSON object."""
     try:
-        parsed = json.loads(message.get("text") or "")
-    except (ValueError, RecursionError):
+        parsed = parse_event(message.get("text") or "")
+    except InvalidRequest:
         return None, None
     if not isinstance(parsed, dict):
         return None, None
