@@ -15,7 +15,7 @@ import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from tests.conftest import MakeServer, RunningServer, wait_for
+from tests.conftest import RunningServer, run_server, wait_for
 from voxserve.api.ws import HOLD_SLOT_S, MAX_CONTEXT_ID_CHARS
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig, WSConfig
 
@@ -165,12 +165,12 @@ def test_a_cancel_is_heard_while_the_server_has_stopped_reading(server: RunningS
         assert [e["type"] for e, _ in _until(ws, "input.flushed")] == ["audio.start", "audio.done", "input.flushed"]
 
 
-@pytest.fixture()
-def contexts_limited(make_server: MakeServer) -> Iterator[RunningServer]:
+@pytest.fixture(scope="module")
+def contexts_limited() -> Iterator[RunningServer]:
     ws = WSConfig(max_contexts=3, messages_per_s=50.0, message_burst=300)
     tts = TTSConfig(noise_w=0.0, noise_scale=0.0, max_streams=1)
     config = ServerConfig(tts=tts, asr=ASRConfig(enabled=False), ws=ws)
-    with make_server(config) as srv:
+    with run_server(config) as srv:
         yield srv
 
 
