@@ -36,10 +36,10 @@ from voxserve.text.split import period_is_not_an_end
 
 __all__ = [
     "KOKORO_LANGUAGES",
+    "READERS",
     "KokoroG2P",
     "KokoroLanguage",
     "KokoroPhonemes",
-    "READERS",
     "UnsupportedLanguage",
     "WordPhonemes",
     "kokoro_language",

@@ -26,7 +26,7 @@ read digit by digit, where misaki's converter gives an English error message; no
 decimal digits are read as ASCII ones; an iteration mark (ゝ) repeats nothing, as Kokoro
 then drops the kana cutlet writes for it.
 
-The work is linear in the text: MeCab's lattice is, a run of words is joined into a
+The work is linear in the text: MeCab reads at most `MECAB_CHARS` at once, a run of words is joined into a
 listed word only up to the list's longest entry (24 characters), and each kana is mapped
 by looking at its two neighbours.
 """
@@ -42,7 +42,7 @@ from typing import Any
 
 from voxserve.text.kokoro_cjk import Char, Latin, Piece, Traced, Unit, traced_chars, traced_sub
 
-__all__ = ["SYMBOLS", "JapaneseReader", "number_kana"]
+__all__ = ["MECAB_CHARS", "SYMBOLS", "JapaneseReader", "number_kana"]
 
 # --- Numbers (num2kana's rules) -----------------------------------------------------------
 _DIGIT = ("ゼロ", "いち", "に", "さん", "よん", "ご", "ろく", "なな", "はち", "きゅう")
@@ -79,7 +79,7 @@ def _four(n: str, alone: bool) -> str:
     larger number, "せん" alone."""
     n = n.lstrip("0")
     if len(n) < 4:
-        return {0: lambda: "", 1: lambda: _d(n), 2: lambda: _two(n), 3: lambda: _three(n)}[len(n)]()
+        return _short(n)
     if n[0] == "1":
         head = "せん" if alone else "いっせん"
     else:
@@ -89,23 +89,30 @@ def _four(n: str, alone: bool) -> str:
     return head + (_two(n[2:]) if n[1] == "0" else _three(n[1:]))
 
 
+def _short(n: str) -> str:
+    """Up to three digits with no leading zero ("" for none)."""
+    if len(n) == 3:
+        return _three(n)
+    if len(n) == 2:
+        return _two(n)
+    return _d(n) if n else ""
+
+
 def number_kana(digits: str) -> str:
     """ASCII digits -> their reading in kana, as misaki's converter gives it (up to 9
     digits, "man" and "oku" counted in groups of four); a longer run digit by digit."""
     if len(digits) > _MAX_DIGITS:
         return "".join(_d(c) for c in digits)
     n = digits.lstrip("0") or "0"
-    if len(n) == 1:
-        return _d(n)
     if len(n) <= 3:
-        return _two(n) if len(n) == 2 else _three(n)
+        return _short(n)
     if len(n) == 4:
         return _four(n, True)
     upper, lower = n[:-4], n[-4:]
     if len(upper) == 5:
         head = _d(upper[0]) + "おく" + _four(upper[1:], False) + ("" if upper[1:] == "0000" else "まん")
     else:
-        head = {1: _d, 2: _two, 3: _three, 4: lambda u: _four(u, False)}[len(upper)](upper) + "まん"
+        head = (_short(upper) if len(upper) < 4 else _four(upper, False)) + "まん"
     return head + _four(lower, False)
 
 
@@ -257,20 +264,21 @@ class JapaneseReader:
 
     def _tag(self, text: str) -> list[_Word]:
         words: list[_Word] = []
-        at = 0
-        for node in self._tagger(text):
-            surface = node.surface
-            at += len(node.white_space)
-            if text.startswith(surface, at):
-                start = at
-            else:  # not expected: MeCab returns the text it read
-                start = text.find(surface, at)
-                start = at if start < 0 else start
-            at = start + len(surface)
-            feature = node.feature
-            reading = getattr(feature, "pron", None) or getattr(feature, "kana", None) or surface
-            kind = _WORD_CLASS if node.char_type == 7 or not node.is_unk else node.char_type
-            words.append(_Word(surface, _hiragana(reading), kind, start, at))
+        for lo, hi in _chunks(text):
+            at = lo
+            for node in self._tagger(text[lo:hi]):
+                surface = node.surface
+                at += len(node.white_space)
+                if text.startswith(surface, at):
+                    start = at
+                else:  # not expected: MeCab returns the text it read
+                    start = text.find(surface, at, hi)
+                    start = at if start < 0 else start
+                at = start + len(surface)
+                feature = node.feature
+                reading = getattr(feature, "pron", None) or getattr(feature, "kana", None) or surface
+                kind = _WORD_CLASS if node.char_type == 7 or not node.is_unk else node.char_type
+                words.append(_Word(surface, _hiragana(reading), kind, start, at))
         return words
 
     def _group(self, words: list[_Word]) -> list[_Word]:
@@ -337,6 +345,25 @@ class JapaneseReader:
         elif roma != " ":
             token.space = True
         out.append(token)
+
+
+MECAB_CHARS = 512
+"""The most characters MeCab reads at once: its time grows faster than the text beyond
+about a thousand. A longer text is cut after a mark or a space in the second half of
+each span, or at its end where there is none; a sentence is shorter."""
+_CUT_AFTER = frozenset("。、！？!?,. \n")
+
+
+def _chunks(text: str) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    lo = 0
+    while len(text) - lo > MECAB_CHARS:
+        hi = lo + MECAB_CHARS
+        cut = next((k + 1 for k in range(hi - 1, lo + MECAB_CHARS // 2, -1) if text[k] in _CUT_AFTER), hi)
+        out.append((lo, cut))
+        lo = cut
+    out.append((lo, len(text)))
+    return out
 
 
 def _word_ipa(word: _Word) -> str:

@@ -33,7 +33,16 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from voxserve.text.kokoro_cjk import Char, Latin, Piece, Traced, Unit, shift, traced_chars, traced_sub
+from voxserve.text.kokoro_cjk import (
+    Char,
+    Latin,
+    Piece,
+    Traced,
+    Unit,
+    shift,
+    traced_chars,
+    traced_sub,
+)
 
 __all__ = ["MAX_RUN", "SYMBOLS", "MandarinReader", "syllable_ipa"]
 
