@@ -372,3 +372,37 @@ def test_espeak_reads_the_same_whatever_voice_read_before() -> None:
     random.Random(7).shuffle(pairs)
     for voice, text in pairs:
         assert espeak_clauses(voice, [text])[0] == in_a_row[voice, text], (voice, text)
+
+
+_WITHOUT_JIEBA = """
+import importlib.abc, sys
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "jieba":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Hide())
+from voxserve.text.kokoro_g2p import KokoroG2P, UnsupportedLanguage, load_readers
+from voxserve.text.kokoro_vocab import KOKORO_VOCAB
+print(sorted(load_readers()))
+g2p = KokoroG2P(KOKORO_VOCAB)
+print(g2p("こんにちは。", "ja").phonemes)
+try:
+    g2p("你好。", "zh")
+except UnsupportedLanguage as e:
+    print(e.status, e.param, e.message)
+"""
+
+
+def test_a_reader_whose_packages_are_missing_refuses_only_its_language() -> None:
+    """In a process whose environment lacks jieba: Mandarin is a 400 naming the packages
+    to install, and Japanese still reads."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_JIEBA], capture_output=True, text=True, timeout=60, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "['zh']"
+    assert lines[1] == "koɲɲiʨiβa."
+    assert lines[2].startswith("400 language Mandarin cannot be read here")
+    assert "jieba, pypinyin and cn2an" in lines[2]

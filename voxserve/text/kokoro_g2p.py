@@ -236,7 +236,8 @@ _ALIASES = {
     "en-gb": "b", "en_gb": "b",
     "es": "e", "fr": "f", "fr-fr": "f", "hi": "h", "it": "i",
     "pt": "p", "pt-br": "p", "pt_br": "p",
-    "ja": "j", "zh": "z", "cmn": "z",
+    "ja": "j", "ja-jp": "j", "ja_jp": "j",
+    "zh": "z", "zh-cn": "z", "zh_cn": "z", "zh-hans": "z", "cmn": "z",
 }  # fmt: skip
 
 
