@@ -215,7 +215,7 @@ class KokoroVoice:
         self.model = model
         self._g2p = KokoroG2P(KOKORO_VOCAB)
         # The Mandarin and Japanese dictionaries load now, not in a first request: about
-        # 2 s and 160 MB (docs/KOKORO.md). A reader that cannot load refuses its language.
+        # 2 s and 145 MB (docs/KOKORO.md). A reader that cannot load refuses its language.
         load_readers()
         self._profile = ModelProfile(
             NAME,
