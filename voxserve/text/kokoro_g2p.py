@@ -4,12 +4,15 @@ Kokoro reads symbols from its own vocabulary: IPA plus misaki's letters for Engl
 diphthongs (`A I O Q W Y`) and affricates (`ʤ ʧ ʦ ʣ`). This module gets IPA from the
 espeak-ng bundled with piper-tts, through `voxserve.text.phonemize.espeak_clauses` (one
 lock, one espeak state in the process), and maps it with one documented table per
-language. It keeps the punctuation Kokoro has tokens for and drops the rest.
+language. It keeps the punctuation Kokoro has tokens for and drops the rest. Mandarin and
+Japanese, which espeak does not read as Kokoro's voices were trained, go to their own
+readers (`kokoro_zh.py`, `kokoro_ja.py`), loaded once per process by `load_readers`; their
+Latin words come back here, read as US English.
 
 It owns: splitting text into words and punctuation marks, asking espeak for each run of
-words, the per-language tables, and the word -> id ranges that word timings are built
-from. It must not: load models, read files, or cut text to Kokoro's context (510 ids);
-the runner does that, at word boundaries, with the ranges given here.
+words, the per-language tables, the readers' registry, and the word -> id ranges that
+word timings are built from. It must not: load models, or cut text to Kokoro's context
+(510 ids); the runner does that, at word boundaries, with the ranges given here.
 
 The work is linear in the text: one scan over the characters (no regex that can
 backtrack), each word goes to espeak at most twice, and the tables are applied by one
