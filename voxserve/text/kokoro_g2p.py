@@ -234,6 +234,8 @@ def _reader(lang: KokoroLanguage) -> Reader:
                 param="language",
             )
     return found
+
+
 _ALIASES = {
     "en": "a", "en-us": "a", "en_us": "a",
     "en-gb": "b", "en_gb": "b",
