@@ -25,6 +25,7 @@ import importlib.metadata
 import re
 import threading
 import unicodedata
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -216,7 +217,12 @@ def load_readers() -> dict[str, str]:
             if name in _loaded or name in _missing:
                 continue
             try:
-                _loaded[name] = make()
+                # Once, at start-up, under the lock: jieba imports the deprecated
+                # pkg_resources where setuptools still has it, which warns.
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    warnings.simplefilter("ignore", UserWarning)
+                    _loaded[name] = make()
             except (ImportError, importlib.metadata.PackageNotFoundError) as e:
                 _missing[name] = f"it needs {packages}, which this server lacks ({e})"
         return dict(_missing)
