@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import threading
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -241,6 +242,9 @@ class JapaneseReader:
         with open(str(words), encoding="utf-8") as f:
             self._words = frozenset(line.strip() for line in f)
         self._longest = max(len(w) for w in self._words)
+        self._mecab = threading.Lock()
+        """MeCab's tagger keeps its lattice between calls: one call at a time, from any
+        text-pool thread."""
         self._tagger("日本語")
 
     def __call__(self, text: str, latin: Latin) -> list[Unit]:
@@ -266,19 +270,21 @@ class JapaneseReader:
         words: list[_Word] = []
         for lo, hi in _chunks(text):
             at = lo
-            for node in self._tagger(text[lo:hi]):
-                surface = node.surface
-                at += len(node.white_space)
+            with self._mecab:  # a node's fields point into the tagger's lattice: read them now
+                nodes = [
+                    (n.surface, len(n.white_space), getattr(n.feature, "pron", None) or getattr(n.feature, "kana", None),
+                     _WORD_CLASS if n.char_type == 7 or not n.is_unk else n.char_type)
+                    for n in self._tagger(text[lo:hi])
+                ]  # fmt: skip
+            for surface, space, reading, kind in nodes:
+                at += space
                 if text.startswith(surface, at):
                     start = at
                 else:  # not expected: MeCab returns the text it read
                     start = text.find(surface, at, hi)
                     start = at if start < 0 else start
                 at = start + len(surface)
-                feature = node.feature
-                reading = getattr(feature, "pron", None) or getattr(feature, "kana", None) or surface
-                kind = _WORD_CLASS if node.char_type == 7 or not node.is_unk else node.char_type
-                words.append(_Word(surface, _hiragana(reading), kind, start, at))
+                words.append(_Word(surface, _hiragana(reading or surface), kind, start, at))
         return words
 
     def _group(self, words: list[_Word]) -> list[_Word]:
