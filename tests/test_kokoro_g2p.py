@@ -406,3 +406,15 @@ def test_a_reader_whose_packages_are_missing_refuses_only_its_language() -> None
     assert lines[1] == "koɲɲiʨiβa."
     assert lines[2].startswith("400 language Mandarin cannot be read here")
     assert "jieba, pypinyin and cn2an" in lines[2]
+
+
+@pytest.mark.parametrize("language", ["z", "j"])
+def test_readers_give_the_same_from_several_threads(g2p: KokoroG2P, language: str) -> None:
+    """The text pool reads from several threads at once; MeCab's tagger is shared."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [text for text in SENTENCES[language] for _ in range(8)]
+    alone = [g2p(text, language).phonemes for text in texts]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda text: g2p(text, language).phonemes, texts))
+    assert together == alone
