@@ -226,7 +226,7 @@ class _Channel:
         with contextlib.suppress(ClientGone):
             if end.code is not None:
                 await self.send_error(end.message, end.code)
-            await self._close(end.close_code, end.code or "")
+            await self._close(end.close_code, end.reason)
 
     async def _stop_speaker(self) -> None:
         speaker = self._speaker
@@ -287,7 +287,7 @@ class _Channel:
                 raise SessionEnd(
                     1000,
                     f"no message for {idle:g} s and nothing to speak; open a new session when there is more",
-                    "idle_timeout",
+                    reason="idle_timeout",
                 )
 
     def _check(self, message: Message) -> None:
