@@ -56,7 +56,7 @@ many live decodes: less says more about one turn than about a session."""
 MEASURE_HALF_LIFE_S = 20.0
 """The measurement's weight against the estimate halves every this many seconds without
 a live decode: a server left idle comes back to the estimate within a minute."""
-FALL_STEP_S = 5.0
+FALL_STEP_S = 10.0
 """The capacity falls by one session at most this often; it rises at once."""
 TALK_SHARE = 0.5
 """The estimate's user talks half the time..."""
@@ -302,14 +302,20 @@ class LivePolicy:
         with self._lock:
             self.meter.add_other(busy_s, self._clock())
 
-    def capacity(self, target_s: float) -> int:
+    def capacity(self, target_s: float, most: int = 1 << 30) -> int:
         """Sessions to admit for finals due `target_s` after the end of speech:
-        `live_capacity` at the cost and decode length `figures` gives, through the damper."""
+        `live_capacity` at the cost and decode length `figures` gives, at most `most`
+        (the hard cap), through the damper."""
         with self._lock:
             now = self._clock()
             figures = self.figures(now)
             target = self.slots if figures is None else live_capacity(*figures, self.workers, target_s)
-            return self._damper(target, now)
+            return self._damper(min(most, target), now)
+
+    def reset_damper(self) -> None:
+        """Show the next capacity as it is, undamped (a new meter was put in)."""
+        with self._lock:
+            self._damper = Damper()
 
     def figures(self, now: float) -> tuple[float, float] | None:
         """(cost, decode_s) to admit by: the estimate's until the meter has measured;

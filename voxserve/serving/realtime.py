@@ -223,8 +223,7 @@ class LiveTranscriber:
     def capacity(self) -> int:
         """Sessions admitted now: the ASR engine's measured live capacity, within `max_sessions`."""
         self.engine.live_policy.turn_call_s = self.vad.turn_call_s
-        measured = self.engine.live_policy.capacity(self.config.final_target_ms / 1000)
-        return min(self.config.max_sessions, measured)
+        return self.engine.live_policy.capacity(self.config.final_target_ms / 1000, self.config.max_sessions)
 
     def active_sessions(self) -> int:
         """Sessions active now (`RealtimeConfig.active_s`): they count against the live
