@@ -244,6 +244,8 @@ class ASREngine(WorkerEngine):
         self._file_batches = 0
         """Workers decoding file pieces now (the rest are free or decoding live ones)."""
         self._live_sessions = 0
+        self._live_decode_s = math.inf
+        """The fastest live decode `estimate_live` has timed."""
         self.live_policy = LivePolicy(
             self._live_view,
             clock,
@@ -275,22 +277,28 @@ class ASREngine(WorkerEngine):
         opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0)
         inputs = [DecodeInput(features, frames, align=True)]
         self.runner.run(inputs, opts)
-        # Timed again, warm, on one thread as a live decode runs beside others: the live
-        # capacity's estimate until sessions are measured (`engine/live.py`). The fastest
-        # of three: the warm-up shares the cores with the TTS engine's.
+        if self.config.solo_threads > 1:
+            # Loads the solo replica; its threads inherit the lowered priority.
+            run_lowered(self.config.nice, self.runner.run, inputs, opts, self.config.solo_threads)
+        self.estimate_live()
+
+    def estimate_live(self) -> None:
+        """Time a live decode, warm, on one thread as it runs beside others: the live
+        capacity's estimate until sessions are measured (`engine/live.py`). The fastest
+        of three. The warm-up calls it; the server calls it again once every engine has
+        warmed up, when no other warm-up shares the cores."""
+        opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0)
         turn = np.zeros(int(TURN_ESTIMATE_S * SAMPLE_RATE), dtype=np.float32)
         features, frames = self.mel(turn)
         live = [DecodeInput(np.ascontiguousarray(features[:, : fitted_window(len(turn))]), frames)]
-        took = math.inf
+        took = self._live_decode_s
         for _ in range(3):
             started = time.perf_counter()
             self.runner.run(live, opts)
             took = min(took, time.perf_counter() - started)
+        self._live_decode_s = took
         self.live_policy.estimate = LiveEstimate.from_warmup(took)
         log.info("ASR warm-up: a live decode takes ~%.0f ms; live capacity estimated from it", took * 1e3)
-        if self.config.solo_threads > 1:
-            # Loads the solo replica; its threads inherit the lowered priority.
-            run_lowered(self.config.nice, self.runner.run, inputs, opts, self.config.solo_threads)
 
     @property
     def name(self) -> str:
