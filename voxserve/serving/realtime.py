@@ -318,20 +318,22 @@ class _Audio:
             self.held -= len(self._chunks.popleft()[1])
 
     def cut(self, a: int, b: int) -> int:
-        """Forget the samples in [a, b); returns how many were held."""
-        kept: deque[tuple[int, np.ndarray]] = deque()
+        """Forget the samples in [a, b); returns how many were held. Touches only the
+        chunks up to `b` (what is cut is the oldest audio, near the front)."""
+        before: list[tuple[int, np.ndarray]] = []
         gone = 0
-        for at, chunk in self._chunks:
+        while self._chunks and self._chunks[0][0] < b:
+            at, chunk = self._chunks.popleft()
             lo, hi = max(a - at, 0), min(b - at, len(chunk))
             if lo >= hi:
-                kept.append((at, chunk))
+                before.append((at, chunk))
                 continue
             gone += hi - lo
             if lo > 0:
-                kept.append((at, chunk[:lo]))
+                before.append((at, chunk[:lo]))
             if hi < len(chunk):
-                kept.append((at + hi, chunk[hi:]))
-        self._chunks = kept
+                before.append((at + hi, chunk[hi:]))
+        self._chunks.extendleft(reversed(before))
         self.held -= gone
         return gone
 
@@ -496,9 +498,12 @@ class LiveSession:
         """Keep the uncommitted audio within `max_buffer_s`: drop the oldest silence
         first (what lies further than the prefix padding from any speech, the newest
         padding's worth kept for speech yet to come), then the oldest audio."""
-        over = len(self._audio) - int(self._config.max_buffer_s * RATE)
-        if over <= 0:
+        limit = int(self._config.max_buffer_s * RATE)
+        if len(self._audio) <= limit:
             return
+        # Silence goes down to a second below the limit, so that a long listener sheds
+        # once a second rather than at every append; speech only down to the limit.
+        over = len(self._audio) - max(limit // 2, limit - RATE)
         pad = int(PREFIX_S * RATE)
         at = max(self._audio.start, self._floor)
         quiet: list[tuple[int, int]] = []
@@ -512,8 +517,9 @@ class LiveSession:
             if over <= 0:
                 break
             over -= self._audio.cut(a, min(b, a + over))
-        if over > 0:
-            self._audio.cut(self._audio.start, self._audio.start + over)
+        over = len(self._audio) - limit
+        while over > 0:  # the oldest audio, holes skipped
+            over -= self._audio.cut(self._audio.start, self._audio.start + over)
         start = self._audio.start
         while self._speech and self._speech[0][1] <= start:
             self._speech.popleft()
