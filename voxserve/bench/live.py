@@ -86,6 +86,8 @@ class LiveSession:
         session ended); the record's failure says which.
         """
         assert utterance.end_of_speech_at_s is not None
+        if self._done[id(utterance)].is_set():
+            return True  # finished already: a late wait (after others) must not time out
         deadline = self.client.origin + utterance.end_of_speech_at_s + self.client.timeout_s
         try:
             await asyncio.wait_for(self._done[id(utterance)].wait(),
