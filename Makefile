@@ -1,6 +1,8 @@
 # voxserve: two entry points for a fresh machine.
 #   make serve  -> .venv with the runtime dependencies, then the server on the bundled models
-#   make test   -> .venv with the test extras too, then lint, types and the whole test suite
+#   make test   -> .venv with the test extras too, then lint, types, what `make serve`
+#                  installs (checked on its own venv), and the whole suite on an empty
+#                  model cache
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -14,11 +16,21 @@ SMART_TURN_DIR := $(VENV)/share/voxserve/smart-turn
 SMART_TURN_STAMP := $(SMART_TURN_DIR)/.verified
 SMART_TURN_SUMS := voxserve/runners/smart_turn.sha256
 SMART_TURN_WHEEL := $(VENV)/pipecat-wheel
+AGENTS := .venv-agents
+AGENTS_STAMP := $(AGENTS)/.installed
+AGENTS_REQUIREMENTS := tests/agents-requirements.txt
 CHROMIUM := /usr/bin/chromium
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The runtime-only venv that `make test` builds by `make install`'s own rules and serves
+# from (scripts/serve_check.py): what a user's `make serve` gets, with no test extras.
+SERVE_CHECK_VENV := .venv-serve-check
+# The model cache the suite runs on. Empty (the default): a new, empty folder for each
+# run, removed afterwards, so that every join, split and conversion a new machine makes is
+# tested. `make test TEST_CACHE=~/.cache` runs on a warm one.
+TEST_CACHE ?=
 
-.PHONY: serve test install lint clean
+.PHONY: serve test install lint clean serve-check agents
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +86,20 @@ $(CHROMIUM):
 	else echo "$(CHROMIUM) is missing: install the Debian packages chromium and chromium-driver as root" >&2; exit 1; fi; \
 	set -x; $$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver
 
+# tests/test_agent_framework.py drives voxserve with Pipecat's own OpenAI services. Pipecat
+# pins soxr~=1.0.0 against the server's soxr 1.1.0, so it gets a venv of its own, built from
+# the pinned list: every package its OpenAI services import, with --no-deps, which leaves
+# out what its local VAD and audio filters need and the client never imports (onnxruntime,
+# numba and llvmlite: ~300 MB of the 443 MB a full install takes).
+$(AGENTS_STAMP): $(AGENTS_REQUIREMENTS)
+	rm -rf $(AGENTS)
+	$(PYTHON) -m venv $(AGENTS)
+	$(AGENTS)/bin/python -m pip install --quiet --upgrade pip==26.3
+	$(AGENTS)/bin/python -m pip install --quiet --no-compile --no-deps -r $(AGENTS_REQUIREMENTS)
+	touch $@
+
+agents: $(AGENTS_STAMP)
+
 install: $(RUNTIME_STAMP) $(KOKORO_STAMP) $(SMART_TURN_STAMP)
 
 serve: $(RUNTIME_STAMP) $(KOKORO_STAMP) $(SMART_TURN_STAMP)
@@ -86,8 +112,17 @@ lint: $(TEST_STAMP)
 	$(BIN)/mypy voxserve tests
 	$(BIN)/python scripts/check_history.py
 
-test: lint $(KOKORO_STAMP) $(SMART_TURN_STAMP)
-	$(BIN)/python -m pytest
+serve-check:
+	$(MAKE) --no-print-directory VENV=$(SERVE_CHECK_VENV) install
+	$(SERVE_CHECK_VENV)/bin/python scripts/serve_check.py
+
+# Only pytest sees the fresh XDG_CACHE_HOME: pip keeps its own cache there too, and the
+# installs above stay on the usual one.
+test: lint $(KOKORO_STAMP) $(SMART_TURN_STAMP) serve-check $(AGENTS_STAMP)
+	@cache="$(TEST_CACHE)"; \
+	if [ -z "$$cache" ]; then cache=$$(mktemp -d "$${TMPDIR:-/tmp}/voxserve-test-cache.XXXXXX"); trap 'rm -rf "$$cache"' EXIT; fi; \
+	echo "model cache for the tests: $$cache"; \
+	XDG_CACHE_HOME="$$cache" $(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(SERVE_CHECK_VENV) $(AGENTS) build *.egg-info

@@ -69,10 +69,11 @@ def wer(reference: str, hypothesis: str) -> float:
     return word_errors(reference, hypothesis).wer
 
 
-def sdk_live_turn(base_url: str, speech: np.ndarray, timeout_s: float) -> list[Any]:
+def sdk_live_turn(base_url: str, speech: np.ndarray, timeout_s: float, model: str = "whisper-1") -> list[Any]:
     """`speech` (16-bit at `RATE`) after 0.3 s of silence and before 1 s of it, sent to
     `/v1/realtime` through the official SDK's realtime client, in 0.1 s appends with
-    server VAD: the events until the turn's transcript is complete, that one last."""
+    server VAD, transcribed by `model`: the events until the turn's transcript is
+    complete, that one last."""
 
     async def run() -> list[Any]:
         client = AsyncOpenAI(
@@ -84,7 +85,7 @@ def sdk_live_turn(base_url: str, speech: np.ndarray, timeout_s: float) -> list[A
                 "type": "transcription",
                 "audio": {"input": {
                     "format": {"type": "audio/pcm", "rate": 24000},  # RATE; the SDK types it as a literal
-                    "transcription": {"model": "whisper-1", "language": "en"},
+                    "transcription": {"model": model, "language": "en"},
                     "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
                 }},
             })
