@@ -7,6 +7,7 @@ tests/ray_support.py is gone, since one machine runs one Ray instance at a time.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import signal
@@ -61,6 +62,20 @@ def _tree(root: int) -> list[Proc]:
             found.append(Proc(pid, procs[pid][0], int(procs[pid][20])))
         todo.extend(child for child, fields in procs.items() if int(fields[2]) == pid)
     return found
+
+
+def _haproxy_args(root: int, port: int) -> list[bytes]:
+    """The command line of the HAProxy below `root` that listens on `port`. HAProxy is
+    reloaded when the replicas change, and the old process exits: one that is gone by
+    the time it is read is looked for again."""
+    for _ in range(50):
+        tree = _tree(root)
+        serving = [proc for proc, address, p in _listeners(tree) if proc.name == "haproxy" and p == port]
+        for proc in serving:
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                return Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        time.sleep(0.1)
+    raise AssertionError(f"no live HAProxy listens on port {port}")
 
 
 def _running(proc: Proc) -> bool:
@@ -168,8 +183,7 @@ def test_local_serve_ray_is_private_and_stops_on_sigterm(tmp_path: Path) -> None
         assert ("127.0.0.1", port) in {(address, p) for proc, address, p in listeners if proc.name == "haproxy"}
 
         # HAProxy's admin socket: mode 0600, in a directory only this user can enter.
-        haproxy = next(proc for proc in tree if proc.name == "haproxy")
-        args = Path(f"/proc/{haproxy.pid}/cmdline").read_bytes().split(b"\0")
+        args = _haproxy_args(server.pid, port)
         config = Path(args[args.index(b"-f") + 1].decode())
         admin = config.with_name("admin.sock")
         assert stat.S_ISSOCK(admin.stat().st_mode) and stat.S_IMODE(admin.stat().st_mode) == 0o600
