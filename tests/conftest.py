@@ -22,12 +22,12 @@ from starlette.applications import Starlette
 from voxserve.api.app import create_app
 from voxserve.api.server import uvicorn_config
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig
+from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
-from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget
-from voxserve.runners.piper import PiperModel
+from voxserve.runners.piper.onnx_runner import PiperModel
 from voxserve.serving.remote import Remote, RemoteState
 from voxserve.serving.state import AppState
 

@@ -14,7 +14,7 @@ from voxserve.cli import main
 from voxserve.config import ASRConfig
 from voxserve.engine.asr import ASREngine, _best
 from voxserve.engine.segments import is_silence, needs_fallback, window_segments
-from voxserve.runners.whisper import DecodeInput, DecodeOutput, WhisperRunner
+from voxserve.runners.whisper.ct2_runner import DecodeInput, DecodeOutput, WhisperRunner
 
 pytestmark = pytest.mark.timeout(120)
 

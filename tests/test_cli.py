@@ -47,7 +47,7 @@ def test_voices_lists_the_bundled_voice_and_aliases(capsys: pytest.CaptureFixtur
 def test_voice_dir_serves_any_piper_voice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import shutil
 
-    from voxserve.runners.piper import bundled_voice
+    from voxserve.runners.piper.onnx_runner import bundled_voice
 
     files = bundled_voice()
     voice_dir = tmp_path / "voices"
@@ -63,7 +63,7 @@ def test_voice_dir_serves_any_piper_voice(tmp_path: Path, capsys: pytest.Capture
 def test_voice_dir_without_a_voice_is_a_clear_error(tmp_path: Path) -> None:
     import pytest
 
-    from voxserve.runners.piper import find_voice
+    from voxserve.runners.piper.onnx_runner import find_voice
 
     with pytest.raises(ValueError, match="exactly one Piper voice"):
         find_voice(tmp_path)

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from voxserve.config import VocoderChunking
+from voxserve.engine.adapters.kokoro import CHUNKING, GROWTH, SENTENCE_CHARS
 from voxserve.engine.admission import room_for
-from voxserve.engine.kokoro_voice import CHUNKING, GROWTH, SENTENCE_CHARS
 from voxserve.engine.scheduler import (
     AcousticWork,
     Budget,

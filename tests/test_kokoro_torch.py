@@ -32,20 +32,20 @@ from onnx import TensorProto, helper, numpy_helper
 from tests.asr_support import SHORT, wer
 from voxserve.audio.mel import LogMel
 from voxserve.config import TTSConfig
+from voxserve.engine.adapters.kokoro import KokoroItem, KokoroVoice
 from voxserve.engine.asr import fitted_window
-from voxserve.engine.kokoro_voice import KokoroItem, KokoroVoice
 from voxserve.engine.tts import TTSEngine
-from voxserve.runners.kokoro import (
+from voxserve.runners.kokoro.onnx_runner import (
     SAMPLE_RATE,
     DecoderInput,
     KokoroFrames,
     KokoroInput,
     KokoroModel,
 )
-from voxserve.runners.kokoro_torch import TorchKokoroModel
-from voxserve.runners.kokoro_weights import convert, read_weights, weights_files
-from voxserve.runners.whisper import WhisperRunner
-from voxserve.runners.whisper_types import DecodeInput
+from voxserve.runners.kokoro.torch_runner import TorchKokoroModel
+from voxserve.runners.kokoro.weights import convert, read_weights, weights_files
+from voxserve.runners.whisper.ct2_runner import WhisperRunner
+from voxserve.runners.whisper.interface import DecodeInput
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -265,7 +265,7 @@ def test_speak_renders_tts_1_hd_on_torch(tmp_path: Path) -> None:
 
 def test_the_onnx_path_does_not_import_torch() -> None:
     code = (
-        "import sys; from voxserve.engine.kokoro_voice import KokoroVoice; "
+        "import sys; from voxserve.engine.adapters.kokoro import KokoroVoice; "
         "from voxserve.config import TTSConfig; KokoroVoice.load(TTSConfig(models=('kokoro',), runtime='onnx')); "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )

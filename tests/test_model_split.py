@@ -14,12 +14,12 @@ import onnxruntime as ort
 import pytest
 
 from voxserve.config import TTSConfig, VocoderChunking
-from voxserve.engine.piper_voice import PiperVoice
+from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.scheduler import AcousticWork, Latent, Scheduler, VocoderWork
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.tts import TTSEngine, decode_chunk
 from voxserve.engine.voices import Span
-from voxserve.runners.piper import (
+from voxserve.runners.piper.onnx_runner import (
     SPLIT_LAYOUT,
     AcousticInput,
     AcousticRunner,
@@ -27,7 +27,12 @@ from voxserve.runners.piper import (
     bundled_voice,
     split_model,
 )
-from voxserve.runners.prior_graph import FIXED_LAYOUT, MAX_PRIOR_DIFF, PRIOR_LENGTHS, fixed_priors
+from voxserve.runners.piper.prior_graph import (
+    FIXED_LAYOUT,
+    MAX_PRIOR_DIFF,
+    PRIOR_LENGTHS,
+    fixed_priors,
+)
 from voxserve.text.phonemize import Phonemizer
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the woods."

@@ -24,8 +24,8 @@ import httpx
 import pytest
 
 from tests.asr_support import LONG, SHORT, speak
-from voxserve.runners.piper import bundled_voice, split_model
-from voxserve.runners.prior_graph import FIXED_LAYOUT, PRIOR_LENGTHS
+from voxserve.runners.piper.onnx_runner import bundled_voice, split_model
+from voxserve.runners.piper.prior_graph import FIXED_LAYOUT, PRIOR_LENGTHS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]  # the first test includes both starts
 

@@ -21,8 +21,8 @@ import pytest
 
 from tests.conftest import RunningServer, run_server, tts_config
 from voxserve.config import ASRConfig
+from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.admission import TARGET_UTILIZATION
-from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.stream import StreamItem
 from voxserve.engine.tts import TTSEngine, load_models
 from voxserve.engine.voices import VoiceModel

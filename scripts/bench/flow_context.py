@@ -19,9 +19,9 @@ import numpy as np
 
 from voxserve.bench.prompts import BUILTIN_PROMPTS
 from voxserve.config import TTSConfig
-from voxserve.engine.piper_voice import PiperVoice
+from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.scheduler import plan_chunk
-from voxserve.runners import piper
+from voxserve.runners.piper import onnx_runner as piper
 from voxserve.text.split import normalize, segment
 
 

@@ -22,8 +22,13 @@ import time
 import numpy as np
 
 from voxserve.bench.prompts import BUILTIN_PROMPTS
-from voxserve.runners.piper import AcousticInput, AcousticRunner, PiperModel, bundled_voice
-from voxserve.runners.prior_graph import PRIOR_LENGTHS, fixed_priors
+from voxserve.runners.piper.onnx_runner import (
+    AcousticInput,
+    AcousticRunner,
+    PiperModel,
+    bundled_voice,
+)
+from voxserve.runners.piper.prior_graph import PRIOR_LENGTHS, fixed_priors
 from voxserve.text.phonemize import Phonemizer
 
 

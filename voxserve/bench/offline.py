@@ -25,7 +25,7 @@ import numpy as np
 
 from voxserve.config import TTSConfig, VocoderChunking
 from voxserve.engine.scheduler import plan_chunk
-from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice
+from voxserve.runners.piper.onnx_runner import AcousticInput, PiperModel, bundled_voice
 from voxserve.text.phonemize import Phonemizer
 from voxserve.text.split import normalize, segment
 

@@ -63,7 +63,12 @@ from voxserve.engine.segments import (
 )
 from voxserve.engine.threads import lower_priority, prestart, run_lowered
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
-from voxserve.runners.whisper_types import DecodeInput, DecodeOptions, DecodeOutput, WhisperModel
+from voxserve.runners.whisper.interface import (
+    DecodeInput,
+    DecodeOptions,
+    DecodeOutput,
+    WhisperModel,
+)
 
 __all__ = [
     "ASREngine",
@@ -646,10 +651,10 @@ def load_runner(config: ASRConfig, device: str, runtime: str) -> WhisperModel:
     """The Whisper runner for this runtime; only the chosen runtime's module is imported
     (the torch path never loads ctranslate2, the CTranslate2 path never loads torch)."""
     if runtime == "torch":
-        from voxserve.runners.whisper_torch import TorchWhisperRunner
+        from voxserve.runners.whisper.torch_runner import TorchWhisperRunner
 
         return TorchWhisperRunner(config.model_dir, device=device, workers=config.workers)
-    from voxserve.runners.whisper import WhisperRunner
+    from voxserve.runners.whisper.ct2_runner import WhisperRunner
 
     return WhisperRunner(config.model_dir, config.compute_type, config.workers)
 

@@ -20,7 +20,7 @@ import numpy as np
 from voxserve.engine.asr import ASREngine, ASRHandle, PreparedAudio, TranscribeOptions, WindowResult
 from voxserve.engine.segments import TimedSegment
 from voxserve.errors import ServerError
-from voxserve.runners.whisper_types import DecodeInput
+from voxserve.runners.whisper.interface import DecodeInput
 
 __all__ = ["Transcript", "Transcription", "build_transcript", "start_live", "start_transcription"]
 

@@ -26,12 +26,12 @@ import numpy as np
 import soxr
 
 from voxserve.config import TTSConfig
+from voxserve.engine.adapters.kokoro import KokoroVoice
+from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.admission import TARGET_UTILIZATION, LoadView, hold_reason, stream_capacity
 from voxserve.engine.cost import CostMeter
 from voxserve.engine.devices import resolve_device
-from voxserve.engine.kokoro_voice import KokoroVoice
 from voxserve.engine.lifecycle import WorkerEngine
-from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.scheduler import AcousticWork, Budget, Scheduler, StageInput, VocoderWork, Work
 from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel

@@ -13,7 +13,7 @@ The engine, the scheduler, credits and admission see only this protocol and each
 `ModelProfile`. A model whose decoder cannot stream chunks says so with
 `profile.chunking = None`: it is then given whole segments. Everything particular to a
 model (its files, phonemes, voices, scales) stays behind it; no code above it asks which
-model it is. Implementations: `voxserve.engine.piper_voice`.
+model it is. Implementations: `voxserve.engine.adapters.piper`.
 """
 
 from __future__ import annotations

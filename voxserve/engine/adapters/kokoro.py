@@ -31,7 +31,7 @@ from voxserve.engine.scheduler import Latent, ModelProfile
 from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice
 from voxserve.engine.words import word_frames
 from voxserve.errors import InvalidRequest, NotFound
-from voxserve.runners.kokoro import (
+from voxserve.runners.kokoro.onnx_runner import (
     HOP,
     SAMPLE_RATE,
     DecoderInput,
@@ -243,7 +243,7 @@ class KokoroVoice:
         to torch (`--runtime torch`, or a GPU with `auto`); torch is imported only then."""
         device, runtime = resolve_device(config.device, config.runtime, "onnx")
         if runtime == "torch":
-            from voxserve.runners.kokoro_torch import TorchKokoroModel
+            from voxserve.runners.kokoro.torch_runner import TorchKokoroModel
 
             return cls(TorchKokoroModel(device=device, cache_dir=config.cache_dir))
         return cls(KokoroModel(cache_dir=config.cache_dir))

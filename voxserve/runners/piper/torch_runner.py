@@ -33,7 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from voxserve.runners.piper import (
+from voxserve.runners.piper.model import PiperVits, build
+from voxserve.runners.piper.onnx_runner import (
     FLOW_CONTEXT,
     AcousticInput,
     FaultHook,
@@ -41,8 +42,7 @@ from voxserve.runners.piper import (
     Prior,
     VoiceFiles,
 )
-from voxserve.runners.piper_model import PiperVits, build
-from voxserve.runners.piper_weights import load_weights
+from voxserve.runners.piper.weights import load_weights
 from voxserve.runners.torch_graphs import BatchGraphs
 
 __all__ = ["Noise", "TorchAcousticRunner", "TorchPiperModel", "TorchVocoderRunner"]

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from voxserve.runners.whisper_weights import Dims
+from voxserve.runners.whisper.weights import Dims
 
 __all__ = ["Cache", "Decoder", "Encoder", "Whisper"]
 

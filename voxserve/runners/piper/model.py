@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from voxserve.runners.piper_layers import conv_from, count, indices
-from voxserve.runners.piper_prior import DurationPredictor, TextEncoder
-from voxserve.runners.piper_weights import PiperWeights
+from voxserve.runners.piper.layers import conv_from, count, indices
+from voxserve.runners.piper.prior import DurationPredictor, TextEncoder
+from voxserve.runners.piper.weights import PiperWeights
 
 __all__ = ["Flow", "Generator", "PiperVits", "build"]
 

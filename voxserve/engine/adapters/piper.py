@@ -32,7 +32,7 @@ from voxserve.engine.threads import in_native_background
 from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice, find_voice
 from voxserve.engine.words import word_frames
 from voxserve.errors import InvalidRequest
-from voxserve.runners.piper import (
+from voxserve.runners.piper.onnx_runner import (
     FLOW_CONTEXT,
     AcousticInput,
     AcousticRunner,
@@ -40,12 +40,12 @@ from voxserve.runners.piper import (
     Prior,
     bundled_voice,
 )
-from voxserve.runners.piper import find_voice as find_voice_files
-from voxserve.runners.prior_graph import PRIOR_LENGTHS
+from voxserve.runners.piper.onnx_runner import find_voice as find_voice_files
+from voxserve.runners.piper.prior_graph import PRIOR_LENGTHS
 from voxserve.text.phonemize import Phonemizer
 
 if TYPE_CHECKING:
-    from voxserve.runners.piper_torch import TorchAcousticRunner, TorchPiperModel
+    from voxserve.runners.piper.torch_runner import TorchAcousticRunner, TorchPiperModel
 
 __all__ = ["PiperItem", "PiperVoice"]
 
@@ -140,7 +140,7 @@ class PiperVoice:
         device, runtime = resolve_device(config.device, config.runtime, "onnx")
         model: PiperModel | TorchPiperModel
         if runtime == "torch":
-            from voxserve.runners.piper_torch import TorchPiperModel
+            from voxserve.runners.piper.torch_runner import TorchPiperModel
 
             model = TorchPiperModel(files, device, config.cache_dir)
         else:

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from voxserve.runners.kokoro import (
+from voxserve.runners.kokoro.model import Acoustic, Decoder, linear_modules
+from voxserve.runners.kokoro.onnx_runner import (
     HARMONICS,
     HOP,
     SAMPLE_RATE,
@@ -45,8 +46,7 @@ from voxserve.runners.kokoro import (
     load_voice,
     model_file,
 )
-from voxserve.runners.kokoro_model import Acoustic, Decoder, linear_modules
-from voxserve.runners.kokoro_weights import load_weights, torch_state
+from voxserve.runners.kokoro.weights import load_weights, torch_state
 from voxserve.runners.torch_graphs import BatchGraphs
 from voxserve.text.kokoro_vocab import MAX_PHONEMES, PAD_ID
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from voxserve.runners.piper_weights import PiperWeights
+from voxserve.runners.piper.weights import PiperWeights
 
 __all__ = ["LAYER_NORM_EPS", "ChannelNorm", "conv_from", "count", "indices", "parameter"]
 

@@ -30,13 +30,9 @@ import tokenizers
 import torch
 from torch import Tensor
 
-from voxserve.runners.whisper_align import alignment_matrix, negative_dtw
-from voxserve.runners.whisper_graphs import StepGraphs
-from voxserve.runners.whisper_mel import TorchLogMel
-from voxserve.runners.whisper_model import Cache, Whisper
-from voxserve.runners.whisper_search import Hypothesis, TokenRules, beam_search, greedy, sample
-from voxserve.runners.whisper_tokens import WhisperTokens
-from voxserve.runners.whisper_types import (
+from voxserve.runners.whisper.align import alignment_matrix, negative_dtw
+from voxserve.runners.whisper.graphs import StepGraphs
+from voxserve.runners.whisper.interface import (
     MAX_LENGTH,
     TIME_PRECISION,
     Alignment,
@@ -46,7 +42,11 @@ from voxserve.runners.whisper_types import (
     bundled_model,
     decode_options,
 )
-from voxserve.runners.whisper_weights import Weights, load_weights
+from voxserve.runners.whisper.mel import TorchLogMel
+from voxserve.runners.whisper.model import Cache, Whisper
+from voxserve.runners.whisper.search import Hypothesis, TokenRules, beam_search, greedy, sample
+from voxserve.runners.whisper.tokens import WhisperTokens
+from voxserve.runners.whisper.weights import Weights, load_weights
 
 __all__ = ["TorchWhisperRunner"]
 
@@ -242,7 +242,7 @@ class TorchWhisperRunner:
         step that reads only the positions written so far."""
         decoder = self.model.decoder
         if graph is not None:
-            from voxserve.runners.whisper_graphs import StepGraph
+            from voxserve.runners.whisper.graphs import StepGraph
 
             assert isinstance(graph, StepGraph)
             return lambda tokens, i: graph.step(tokens, length + i)

@@ -25,7 +25,7 @@ import numpy as np
 import onnxruntime as ort
 
 from voxserve.runners.options import cpu_options
-from voxserve.runners.prior_graph import fixed_priors, prior_feeds, shared_weights
+from voxserve.runners.piper.prior_graph import fixed_priors, prior_feeds, shared_weights
 
 __all__ = [
     "FLOW_CONTEXT",
@@ -156,7 +156,7 @@ def split_model(model: Path, cache_dir: Path | None = None) -> SplitGraphs:
     import onnx
     from onnx.utils import extract_model
 
-    from voxserve.runners.conv2d import convs_as_2d, upsamplers_as_convs
+    from voxserve.runners.piper.conv2d import convs_as_2d, upsamplers_as_convs
 
     folder = (cache_dir or default_cache_dir()) / "piper-split" / f"{file_sha256(model)[:32]}-{SPLIT_LAYOUT}"
     graphs = SplitGraphs(

@@ -97,7 +97,7 @@ def convert(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     The ALBERT layer is applied 12 times in the graph: its weights are taken once."""
     from onnx import numpy_helper
 
-    from voxserve.runners.dequantize import quantized_weights
+    from voxserve.runners.kokoro.dequantize import quantized_weights
 
     inits = {t.name: t for t in model.graph.initializer}
     quantized = quantized_weights(model)
