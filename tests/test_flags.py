@@ -238,8 +238,8 @@ def test_environment_read() -> None:
 
 ENVIRONMENT_WRITERS = {
     "voxserve/env.py": "reads VOXSERVE_*",
-    "voxserve/runners/piper.py": "XDG_CACHE_HOME, the user's cache folder convention",
-    "voxserve/runners/whisper_weights.py": "XDG_CACHE_HOME, the user's cache folder convention",
+    "voxserve/runners/piper/onnx_runner.py": "XDG_CACHE_HOME, the user's cache folder convention",
+    "voxserve/runners/whisper/weights.py": "XDG_CACHE_HOME, the user's cache folder convention",
     "voxserve/ray/environment.py": "sets Ray's and glibc's variables for a local Ray instance",
     "voxserve/bench/asr_offline.py": "sets HF_HUB_OFFLINE for faster-whisper",
     "voxserve/__init__.py": "sets GOMP_SPINCOUNT before CTranslate2 loads GNU OpenMP",

@@ -1,4 +1,4 @@
-"""How many frames of context a window of Piper's flow needs (`runners.piper.FLOW_CONTEXT`).
+"""How many frames of context a window of Piper's flow needs (`runners.piper.onnx_runner.FLOW_CONTEXT`).
 
 A lone stream's stage A leaves the flow to the chunks of its head: each of the first three
 chunks runs the flow over its own vocoder window plus some frames of z_p on each side.

@@ -1,6 +1,6 @@
 """Piper's prior: time and durations of the fixed-length copies against the dynamic graph.
 
-The dynamic graph against its fixed-length copies (`voxserve/runners/prior_graph.py`), one
+The dynamic graph against its fixed-length copies (`voxserve/runners/piper/prior_graph.py`), one
 item at a time, in one process.
 
 Per length of ids, the four calls alternate within each round: the dynamic graph and

@@ -119,7 +119,7 @@ class _StageB(Protocol):
 
 class KokoroRuntime(Protocol):
     """A loaded Kokoro model: `runners.kokoro.KokoroModel` (ONNX Runtime) or
-    `runners.kokoro_torch.TorchKokoroModel` (torch, on a CPU or a GPU). Each runner runs
+    `runners.kokoro.torch_runner.TorchKokoroModel` (torch, on a CPU or a GPU). Each runner runs
     its whole batch in one call."""
 
     @property

@@ -1,7 +1,7 @@
 """Piper behind the voice-model seam (`voxserve.engine.voices.VoiceModel`).
 
 It wraps a loaded voice, `runners.piper.PiperModel` (ONNX Runtime, the CPU default) or
-`runners.piper_torch.TorchPiperModel` (torch, on a CPU or a GPU: the TTS runtime
+`runners.piper.torch_runner.TorchPiperModel` (torch, on a CPU or a GPU: the TTS runtime
 resolved to torch, `engine.devices.resolve_device`), and `text.phonemize.Phonemizer`.
 Both give the same stage runners; only the chosen runtime is imported, so the ONNX path
 never loads torch. Piper's particulars live here: its noise and
@@ -135,7 +135,7 @@ class PiperVoice:
     def load(cls, config: TTSConfig) -> PiperVoice:
         """The voice in `config.voice_dir`, or the bundled joe voice, as configured: on
         torch when the TTS runtime resolves to it (its weights converted from the voice's
-        graph on first use, `runners.piper_weights`), else on ONNX Runtime."""
+        graph on first use, `runners.piper.weights`), else on ONNX Runtime."""
         files = find_voice_files(config.voice_dir) if config.voice_dir else bundled_voice()
         device, runtime = resolve_device(config.device, config.runtime, "onnx")
         model: PiperModel | TorchPiperModel

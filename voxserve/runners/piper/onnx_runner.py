@@ -284,7 +284,7 @@ class AcousticRunner:
     """Stage A: phoneme ids -> latent frames. Takes a batch, returns one z [192, T] each;
     or the prior alone, whose flow runs later on windows (`flow`).
 
-    `fixed`: fixed-length copies of the prior by length (`runners.prior_graph`); a group
+    `fixed`: fixed-length copies of the prior by length (`runners.piper.prior_graph`); a group
     of one item runs on the shortest that holds its ids, padded, instead of the dynamic
     graph."""
 
@@ -444,7 +444,7 @@ class SpeakerInfo:
 
 class PiperConfig:
     """A Piper voice's JSON config, read: sample rate, hop, synthesis scales, speakers.
-    What every runtime's loaded voice shares (`PiperModel`, `piper_torch.TorchPiperModel`)."""
+    What every runtime's loaded voice shares (`PiperModel`, `torch_runner.TorchPiperModel`)."""
 
     def __init__(self, files: VoiceFiles):
         self.files = files

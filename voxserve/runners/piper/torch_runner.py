@@ -1,10 +1,10 @@
-"""Piper voices on torch: the same stage runners as `runners/piper.py`, on a CPU or a GPU.
+"""Piper voices on torch: the same stage runners as `runners/piper/onnx_runner.py`, on a CPU or a GPU.
 Batch in, batch out.
 
 It serves where ONNX Runtime's GPU build cannot (a GPU machine without CUDA 12's
 libraries) and lets a CPU check the GPU path: `--runtime torch`. The weights come from
-the voice's own ONNX graph, converted once and cached (`runners/piper_weights.py`); the
-modules are `runners/piper_model.py`. Stage A is the ONNX split's: the prior (text
+the voice's own ONNX graph, converted once and cached (`runners/piper/weights.py`); the
+modules are `runners/piper/model.py`. Stage A is the ONNX split's: the prior (text
 encoder, durations, the noise drawn: z_p) and the flow (z_p to z), which can run later
 on a window with `FLOW_CONTEXT` frames each side; stage B is the vocoder on windows of z.
 
@@ -170,7 +170,7 @@ class TorchVocoderRunner:
 
 class TorchPiperModel(PiperConfig):
     """A loaded Piper voice on torch: the same surface as `runners.piper.PiperModel`
-    (config, speakers, `acoustic` and `vocoder` runners) for `engine/piper_voice.py`."""
+    (config, speakers, `acoustic` and `vocoder` runners) for `engine/adapters/piper.py`."""
 
     def __init__(self, files: VoiceFiles, device: str = "cpu", cache_dir: Path | None = None):
         super().__init__(files)

@@ -64,7 +64,7 @@ class ConvSpec:
 @dataclass
 class PiperWeights:
     """A converted voice: tensors named as the torch modules' state dict
-    (`runners/piper_model.py`), each convolution's `ConvSpec`, and the spline flows' tail
+    (`runners/piper/model.py`), each convolution's `ConvSpec`, and the spline flows' tail
     bound."""
 
     tensors: dict[str, np.ndarray]

@@ -1,16 +1,16 @@
-"""The Whisper runner on torch: the same interface as `runners/whisper.py`, on a CPU or a
+"""The Whisper runner on torch: the same interface as `runners/whisper/ct2_runner.py`, on a CPU or a
 GPU. Batch in, batch out.
 
 It serves where CTranslate2 cannot (a GPU machine without CUDA 12's libraries) and lets a
 CPU check the GPU path: `--runtime torch`. Weights come from the same folders as the
 CTranslate2 runner's (or a Hugging Face Whisper folder), converted once and cached
-(`runners/whisper_weights.py`). Decoding follows CTranslate2's (`runners/whisper_search.py`)
-and so does alignment (`runners/whisper_align.py`), so both runners give the same text
+(`runners/whisper/weights.py`). Decoding follows CTranslate2's (`runners/whisper/search.py`)
+and so does alignment (`runners/whisper/align.py`), so both runners give the same text
 and times on the same weights.
 
 On a CPU it computes in float32, eagerly. On CUDA it computes in float16, makes the
-log-mel on the device (`runners/whisper_mel.py`) and replays a CUDA graph of the decoder
-step per batch shape (`runners/whisper_graphs.py`); calls are serialized, because the
+log-mel on the device (`runners/whisper/mel.py`) and replays a CUDA graph of the decoder
+step per batch shape (`runners/whisper/graphs.py`); calls are serialized, because the
 graphs own their buffers and the GPU runs one batch at a time anyway.
 
 This module and its helpers are the only ones that import torch. It knows nothing of
