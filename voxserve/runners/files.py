@@ -1,4 +1,5 @@
-"""Writing the runners' cached files so that a reader never sees half of one."""
+"""The runners' cache of converted model files: where it is, and writing into it so that a
+reader never sees half of a file."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["write_atomically"]
+__all__ = ["default_cache_dir", "write_atomically"]
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/voxserve`, or `~/.cache/voxserve`: every family's converted files."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "voxserve"
 
 
 def write_atomically(target: Path, write: Callable[[str], None], suffix: str = ".tmp") -> None:

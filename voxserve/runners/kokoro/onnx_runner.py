@@ -45,9 +45,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import onnxruntime as ort
 
-from voxserve.runners.files import write_atomically
+from voxserve.runners.files import default_cache_dir, write_atomically
 from voxserve.runners.options import cpu_options
-from voxserve.runners.piper.onnx_runner import default_cache_dir
 from voxserve.text.kokoro_vocab import MAX_PHONEMES, PAD_ID
 
 if TYPE_CHECKING:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from voxserve.runners.files import default_cache_dir
 from voxserve.runners.options import cpu_options
 from voxserve.runners.piper.prior_graph import fixed_priors, prior_feeds, shared_weights
 
@@ -40,7 +41,6 @@ __all__ = [
     "VocoderRunner",
     "VoiceFiles",
     "bundled_voice",
-    "default_cache_dir",
     "file_sha256",
     "find_voice",
     "split_model",
@@ -118,11 +118,6 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "voxserve"
 
 
 @dataclass(frozen=True)

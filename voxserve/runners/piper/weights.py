@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from voxserve.runners.files import write_atomically
-from voxserve.runners.piper.onnx_runner import default_cache_dir, file_sha256
+from voxserve.runners.files import default_cache_dir, write_atomically
+from voxserve.runners.piper.onnx_runner import file_sha256
 
 __all__ = ["TORCH_LAYOUT", "ConvSpec", "PiperWeights", "convert", "load_weights", "read_weights", "write_weights"]
 
