@@ -29,7 +29,7 @@ from voxserve.config import TTSConfig, VocoderChunking
 from voxserve.engine.devices import resolve_device
 from voxserve.engine.scheduler import IDLE_THREADS, Latent, ModelProfile, plan_chunk
 from voxserve.engine.threads import in_native_background
-from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice, find_voice
+from voxserve.engine.voices import OPENAI_VOICES, Span, Voice, find_voice
 from voxserve.engine.words import word_frames
 from voxserve.errors import InvalidRequest
 from voxserve.runners.piper.onnx_runner import (
@@ -230,6 +230,3 @@ class PiperVoice:
         if isinstance(features, _DeferredFlow):
             return features.frames(span.lo, span.hi, threads)
         return np.asarray(features[:, span.lo : span.hi])
-
-    def set_fault_hook(self, hook: FaultHook | None) -> None:
-        self.model.set_fault_hook(hook)

@@ -16,7 +16,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,6 @@ __all__ = [
     "FLOW_CONTEXT",
     "AcousticInput",
     "AcousticRunner",
-    "FaultHook",
     "PiperConfig",
     "PiperModel",
     "Prior",
@@ -78,10 +77,6 @@ thread the vocoder takes 0.83-0.85x its time and the flow 0.89-0.93x. The prior'
 convolutions would gain 6-13 % on one thread but lose 3-5 % on two, and its durations are
 rounded up from its float output, so that a last-bit change could move a frame: it is
 left as exported."""
-
-FaultHook = Callable[[str, int], None]
-"""Called as hook(stage, batch_size) before each inference; raising fails that batch."""
-
 
 @dataclass(frozen=True)
 class VoiceFiles:
@@ -288,7 +283,6 @@ class AcousticRunner:
         prior: Path | str,
         flow: Path | str,
         multi_speaker: bool,
-        hook: FaultHook | None = None,
         fixed: Mapping[int, Path] | None = None,
     ):
         self._prior = Sessions(prior)
@@ -298,7 +292,6 @@ class AcousticRunner:
         self._flow = Sessions(flow)
         self._multi_speaker = multi_speaker
         self._flow_takes_sid = "sid" in [i.name for i in self._flow.get(1).get_inputs()]
-        self.hook = hook
         if fixed:
             self.add_fixed(fixed)
 
@@ -349,8 +342,6 @@ class AcousticRunner:
         """The prior per group of items that can share a call (equal scales and speaker;
         ids padded with 0, the pad id): the group's (z_p, mask, speakers) and, per member,
         (its index in `batch`, its frames, its durations)."""
-        if self.hook is not None:
-            self.hook("acoustic", len(batch))
         groups: dict[tuple[float, float, float, int | None], list[int]] = {}
         for i, item in enumerate(batch):
             key = (item.noise_scale, item.length_scale, item.noise_w, item.speaker_id)
@@ -403,18 +394,15 @@ class VocoderRunner:
     """Stage B: latent frames -> float PCM. Equal-length items share one call."""
 
     def __init__(
-        self, path: Path | str, hop: int, hook: FaultHook | None = None, pooled: Path | str | None = None
+        self, path: Path | str, hop: int, pooled: Path | str | None = None
     ):
         """`pooled`: the graph for calls on several threads (`SplitGraphs.pooled_vocoder`);
         None: `path` serves every call."""
         self._sessions = Sessions(path, pooled=pooled)
         self.hop = hop
-        self.hook = hook
 
     def run(self, batch: Sequence[np.ndarray], threads: int = 1) -> list[np.ndarray]:
         """PCM per item; `threads`: intra-op threads of the call."""
-        if self.hook is not None:
-            self.hook("vocoder", len(batch))
         session = self._sessions.get(threads)
         if len(batch) == 1:
             z = batch[0][np.newaxis]
@@ -502,8 +490,3 @@ class PiperModel(PiperConfig):
         thread = threading.Thread(target=run, name="fixed-prior", daemon=True)
         thread.start()
         return thread
-
-    def set_fault_hook(self, hook: FaultHook | None) -> None:
-        """Install a hook called before every inference (tests inject failures with it)."""
-        self.acoustic.hook = hook
-        self.vocoder.hook = hook
