@@ -50,6 +50,7 @@ from voxserve.config import ASRConfig
 from voxserve.engine import devices
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
+from voxserve.engine.cores import SharedCores
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.live import LivePolicy, LiveView
 from voxserve.engine.results import ResultStream
@@ -255,9 +256,9 @@ class ASREngine(WorkerEngine):
         )
         """When live sessions decode, and how many the workers sustain (`engine/live.py`)."""
         self.stats = ASRStats()
-        self.busy_elsewhere: Callable[[], bool] = lambda: False
-        """True while other work (speech) uses the cores; the server sets it. No batch runs
-        solo then. Called under the engine's lock: it must be quick and must not call back."""
+        self.cores = SharedCores()
+        """What the speech engine does on the same cores; the server sets it. No batch runs
+        solo while speech runs. Asked under this engine's lock (`engine/cores.py`)."""
 
     # -- lifecycle (start, healthy and stop come from WorkerEngine) --------------------
     def drain(self) -> None:
@@ -534,7 +535,7 @@ class ASREngine(WorkerEngine):
                     running=self._busy_workers,
                     waiting=len(self._batcher) + self._still_to_come(batch),
                     live_sessions=self._live_sessions,
-                    busy_elsewhere=self.busy_elsewhere(),
+                    busy_elsewhere=self.cores.speech_running(),
                 )
                 self._busy_workers += 1
                 self._busy_cores += threads

@@ -29,6 +29,7 @@ from voxserve.config import TTSConfig
 from voxserve.engine.adapters.kokoro import KokoroVoice
 from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.admission import TARGET_UTILIZATION, LoadView, hold_reason, stream_capacity
+from voxserve.engine.cores import SharedCores
 from voxserve.engine.cost import CostMeter
 from voxserve.engine.devices import resolve_device
 from voxserve.engine.lifecycle import WorkerEngine
@@ -285,10 +286,10 @@ class TTSEngine(WorkerEngine):
         self._stopping = False
         self._in_hand: dict[int, list[Work]] = {}
         """What each worker is running, by worker index; failed if the worker dies."""
-        self.busy_elsewhere: Callable[[], bool] = lambda: False
-        """True while other work (transcription) uses the cores; the server sets it. While
-        it is, no unit spreads onto the idle core (`Scheduler.next_work`). Never called
-        under this engine's lock (the other engine asks this one under its own)."""
+        self.cores = SharedCores()
+        """What the transcription engine does on the same cores; the server sets it. While
+        it runs, no unit spreads onto the idle core (`Scheduler.next_work`). Asked with
+        this engine's lock let go (the other engine asks this one under its own)."""
         self.stats = EngineStats(costs={name: CostMeter() for name in self.models})
         self.max_streams = config.stream_limit(budget.stepped)
         """Streams decoded at once (`--max-streams`, or the device's default)."""
@@ -573,7 +574,7 @@ class TTSEngine(WorkerEngine):
     # -- workers ---------------------------------------------------------------------
     def _worker(self, index: int) -> None:
         while True:
-            elsewhere = self.busy_elsewhere()
+            elsewhere = self.cores.transcription_running()
             with self._cond:
                 self._in_hand.pop(index, None)
                 step: list[Work] = []
@@ -585,7 +586,7 @@ class TTSEngine(WorkerEngine):
                     # Ask again after the wait, with this engine's lock let go.
                     self._cond.release()
                     try:
-                        elsewhere = self.busy_elsewhere()
+                        elsewhere = self.cores.transcription_running()
                     finally:
                         self._cond.acquire()
                 if not step:

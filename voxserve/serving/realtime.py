@@ -44,6 +44,7 @@ import numpy as np
 from voxserve.audio.pcm import InputDecoder
 from voxserve.config import RealtimeConfig
 from voxserve.engine.asr import ASREngine, TranscribeOptions
+from voxserve.engine.cores import SharedCores
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.transcribe import start_live
 from voxserve.engine.turns import Pause, Resume, Start, Stop, TurnDetector
@@ -181,8 +182,8 @@ class LiveTranscriber:
     pool: Executor
     config: RealtimeConfig
     metrics: Metrics
-    busy_elsewhere: Callable[[], bool] = lambda: False
-    """True while other work (speech) keeps the cores busy: deltas wait then."""
+    cores: SharedCores = field(default_factory=SharedCores)
+    """What speech does on the same cores: deltas wait while it holds every TTS worker."""
     open_sessions: int = 0
 
     def __post_init__(self) -> None:
@@ -507,7 +508,7 @@ class LiveSession:
             return
         if turn.delta is not None or self._audio.end - turn.start < DELTA_MIN_S * RATE:
             return
-        deadline = self._live.engine.live_policy.delta_deadline(self._live.busy_elsewhere())
+        deadline = self._live.engine.live_policy.delta_deadline(self._live.cores.speech_on_every_worker())
         if deadline is None:
             return
         turn.delta_at = now
