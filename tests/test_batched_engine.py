@@ -26,7 +26,7 @@ TEXTS = (
     "Numbers like twelve and forty two are read out in words.",
     "The last stream asks for two sentences. Here is the second.",
 )
-CONFIG = replace(TTSConfig(), models=("piper",), noise_scale=0.0, noise_w=0.0, workers=2, output_gain=1.0)
+CONFIG = replace(TTSConfig(), models=("piper",), noise_scale=0.0, noise_w=0.0, workers=2)
 
 
 def snr_db(reference: np.ndarray, other: np.ndarray) -> float:

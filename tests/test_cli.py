@@ -55,7 +55,7 @@ def test_voice_dir_serves_any_piper_voice(tmp_path: Path, capsys: pytest.Capture
     shutil.copy(files.model, voice_dir / "en_US-test-medium.onnx")
     shutil.copy(files.config, voice_dir / "en_US-test-medium.onnx.json")
     out = tmp_path / "v.wav"
-    assert main(["speak", "A voice from a folder.", "-o", str(out), "--voice-dir", str(voice_dir)]) == 0
+    assert main(["speak", "A voice from a folder.", "-o", str(out), "--tts-voice-dir", str(voice_dir)]) == 0
     assert main(["voices", "--voice-dir", str(voice_dir)]) == 0
     assert "en_US-test-medium" in capsys.readouterr().out
 
@@ -86,7 +86,7 @@ def test_serve_takes_the_key_from_a_file_and_keeps_it_out_of_ps(tmp_path: Path) 
     key_file.chmod(0o600)
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOXSERVE_")}
-    cmd = [sys.executable, "-m", "voxserve.cli", "serve", "--no-asr", "--tts-models", "piper", "--workers", "1",
+    cmd = [sys.executable, "-m", "voxserve.cli", "serve", "--no-asr", "--tts-models", "piper", "--tts-workers", "1",
            "--port", str(port), "--api-key-file", str(key_file)]  # fmt: skip
     log = tmp_path / "stderr.txt"
     with log.open("wb") as err:

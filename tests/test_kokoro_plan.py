@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from voxserve.config import VocoderChunking
 from voxserve.engine.adapters.kokoro import CHUNKING, GROWTH, SENTENCE_CHARS
 from voxserve.engine.admission import room_for
 from voxserve.engine.scheduler import (
@@ -24,6 +23,7 @@ from voxserve.engine.scheduler import (
     Latent,
     ModelProfile,
     Scheduler,
+    VocoderChunking,
     VocoderWork,
     Work,
 )

@@ -12,7 +12,7 @@ the int8 graph the server runs for the words.
 - Windows with a carried source phase and left-out frames, and a padded batch of
   windows of different lengths, each as alone.
 - Whisper hears the torch path's audio no worse than the ONNX path's; the engine serves
-  a stream with `--runtime torch`.
+  a stream with `--tts-runtime torch`.
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ def test_the_weight_files_are_compact_and_hold_the_graphs_weights(torch_model: T
 
 def test_speak_renders_tts_1_hd_on_torch(tmp_path: Path) -> None:
     out = tmp_path / "hello.wav"
-    cli = [sys.executable, "-m", "voxserve.cli", "speak", "--model", "tts-1-hd", "--runtime", "torch", "Hello.", "-o", str(out)]
+    cli = [sys.executable, "-m", "voxserve.cli", "speak", "--model", "tts-1-hd", "--tts-runtime", "torch", "Hello.", "-o", str(out)]
     done = subprocess.run(cli, check=True, capture_output=True, text=True)
     assert "at 24000 Hz" in done.stdout and out.stat().st_size > 24000
 

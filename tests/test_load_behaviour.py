@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import RunningServer, run_server, silent_speech_reader, tts_config, wait_for
+from voxserve.engine.scheduler import CREDITS
 
 LONG = " ".join(
     f"This is sentence number {i} of a long story that keeps the engine busy for a while."
@@ -145,7 +146,7 @@ def test_client_leaving_the_queue_frees_its_place(one_stream: RunningServer) -> 
 
 def test_slow_reader_holds_at_most_its_credits(server: RunningServer) -> None:
     engine = server.state.engine
-    credits = engine.config.credits
+    credits = CREDITS
     before = set(engine.stream_ids())
     sock = silent_speech_reader(server, LONG)
     try:

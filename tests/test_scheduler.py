@@ -7,7 +7,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-from voxserve.config import VocoderChunking
 from voxserve.engine.admission import lagging
 from voxserve.engine.scheduler import (
     AcousticWork,
@@ -15,6 +14,7 @@ from voxserve.engine.scheduler import (
     Latent,
     ModelProfile,
     Scheduler,
+    VocoderChunking,
     VocoderWork,
     plan_chunk,
 )

@@ -223,7 +223,7 @@ def test_a_stop_during_the_background_prior_build_exits_cleanly(tmp_path: Path) 
     folder.mkdir(parents=True)
     for graph in graphs.files():  # the split, not the copies
         shutil.copyfile(graph, folder / graph.name)
-    server = _serve(tmp_path / "server.log", "--no-asr", "--tts-models", "piper", "--cache-dir", str(cache))
+    server = _serve(tmp_path / "server.log", "--no-asr", "--tts-models", "piper", "--tts-cache-dir", str(cache))
     proc, log = server.proc, server.log
     try:
         _wait_healthy(server.base, proc, log)

@@ -41,8 +41,7 @@ def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
 
 @pytest.fixture(scope="module")
 def two_models() -> Iterator[RunningServer]:
-    # Short segments keep the warm-up of two models short.
-    tts = tts_config(noise_scale=0.0, noise_w=0.0, workers=2, max_segment_chars=100, models=("piper",))
+    tts = tts_config(noise_scale=0.0, noise_w=0.0, workers=2, models=("piper",))
     config = replace(tts, asr=ASRConfig(enabled=False))
     (piper,) = load_models(config.tts)
     assert isinstance(piper, PiperVoice)

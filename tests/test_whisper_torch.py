@@ -234,6 +234,6 @@ def test_each_runtime_loads_only_when_chosen() -> None:
 
 
 def test_speech_refuses_cuda_on_onnx_runtime_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["speak", "Hello.", "--device", "cuda", "--runtime", "onnx"]) == 2
+    assert main(["speak", "Hello.", "--device", "cuda", "--tts-runtime", "onnx"]) == 2
     assert "CPU only" in capsys.readouterr().err
 

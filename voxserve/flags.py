@@ -1,8 +1,8 @@
 """Command-line flags generated from the config dataclasses, so that every field has one.
 
-A flag's name is its field's name (`max_streams` -> `--max-streams`, after an optional
-prefix such as `asr-`; a trailing `_s`, seconds, is dropped: `queue_timeout_s` ->
-`--queue-timeout`); its type comes from the field's annotation and its help from the
+A flag's name is its field's name (`max_streams` -> `--tts-max-streams`, after a
+prefix such as `tts-`; a trailing `_s`, seconds, is dropped: `queue_timeout_s` ->
+`--tts-queue-timeout`); its type comes from the field's annotation and its help from the
 docstring under the field. A nested config dataclass gives flags for its own fields.
 
 - `int`, `float`, `str`, `Path`: one value; `X | None`: the same, absent means the default.
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, get_args, get_or
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["ConfigFlags", "Flag", "Shared", "comma_list", "field_docs", "flag_name"]
+__all__ = ["ConfigFlags", "Flag", "Shared", "add_old_spellings", "comma_list", "field_docs", "flag_name"]
 
 C = TypeVar("C", bound="DataclassInstance")
 
@@ -78,7 +78,7 @@ class Flag:
     """One generated flag and the field it sets."""
 
     option: str
-    """`--max-streams`."""
+    """`--tts-max-streams`."""
     dest: str
     """Attribute on the parsed namespace."""
     path: tuple[str, ...]
@@ -94,7 +94,7 @@ class Flag:
 @dataclass(frozen=True)
 class Shared:
     """A flag that sets several fields to one value, unless their own flags are given
-    (`--context-frames` sets both context sides)."""
+    (`--context-frames` once set both vocoder context sides)."""
 
     option: str
     paths: tuple[tuple[str, ...], ...]
@@ -223,6 +223,56 @@ def _replace(obj: C, values: Mapping[tuple[str, ...], Any]) -> C:
     for name, inner in nested.items():
         direct[name] = _replace(direct.get(name, getattr(obj, name)), inner)
     return dataclasses.replace(obj, **direct)
+
+
+class _Renamed(argparse.Action):
+    """An old spelling of a flag whose meaning is unchanged: it sets the new flag's field,
+    and says that it is deprecated."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        print(f"warning: {option} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+class _Refused(argparse.Action):
+    """An old spelling whose meaning changed, or a flag that became a constant: refused,
+    with a message that says what to write instead."""
+
+    def __init__(self, option_strings: list[str], dest: str, message: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.message = message
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        parser.error(f"{option}: {self.message}")
+
+
+def add_old_spellings(
+    parser: argparse.ArgumentParser, renamed: Mapping[str, str], refused: Mapping[str, str]
+) -> None:
+    """Accept the old spellings in `renamed` (old option -> the new option, which `parser`
+    already has) with a deprecation warning, and refuse those in `refused` (old option ->
+    the message). Neither shows in `--help`. A boolean's `--no-` form follows its flag."""
+    actions = parser._option_string_actions
+    for old, new in renamed.items():
+        target = actions[new]
+        if isinstance(target, argparse.BooleanOptionalAction):
+            for prefix, value in (("--", True), ("--no-", False)):
+                parser.add_argument(prefix + old[2:], dest=target.dest, action=_Renamed, nargs=0, const=value,
+                                    new=prefix + new[2:], help=argparse.SUPPRESS)  # fmt: skip
+            continue
+        parser.add_argument(old, dest=target.dest, action=_Renamed, type=target.type or str,
+                            metavar=target.metavar, new=new, help=argparse.SUPPRESS)  # fmt: skip
+    for old, message in refused.items():
+        parser.add_argument(old, dest=argparse.SUPPRESS, action=_Refused, nargs="?", message=message,
+                            help=argparse.SUPPRESS)  # fmt: skip
 
 
 def _kind(hint: Any, where: str) -> tuple[str, Callable[[str], Any]]:

@@ -56,7 +56,7 @@ event with the code below first, then closes with the close code:
   per token stays far below 100 a second.
 - The pending text counts the segmenter's buffer plus every segment queued or being
   spoken. With the default limits a client cannot reach it (the reader stops at
-  `MAX_PENDING_SEGMENTS` queued segments of at most `tts.max_segment_chars`), so it
+  `MAX_PENDING_SEGMENTS` queued segments of at most `MAX_SEGMENT_CHARS`), so it
   guards configurations with larger segments or fragments.
 - The server's own uvicorn refuses an oversized message itself (`ws_max_size`); the
   handler checks again, so the limit holds under any ASGI server.
@@ -99,6 +99,7 @@ from voxserve.api.ws_limits import (
     session_slot,
 )
 from voxserve.config import WSConfig
+from voxserve.engine.tts import MAX_SEGMENT_CHARS
 from voxserve.errors import ClientError, ReplicaLost, ServerError, VoxError
 from voxserve.serving.service import Service
 from voxserve.serving.speech_session import (
@@ -156,7 +157,7 @@ class _Channel:
         self.id = f"ws_{uuid.uuid4().hex[:16]}"
         self.config = SessionConfig.model_validate({})
         self.session = SpeechSession(
-            state.speech_lane(), self.id, state.config.tts.max_segment_chars, self.limits.max_pending_chars
+            state.speech_lane(), self.id, MAX_SEGMENT_CHARS, self.limits.max_pending_chars
         )
         self.ended = "the client left"
         self._loop = asyncio.get_running_loop()

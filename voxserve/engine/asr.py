@@ -87,10 +87,23 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+CPU_MAX_BATCH = 8
+"""Most pieces one CPU decoding call takes: past it a batch's pieces wait for its longest
+one, and the workers already decode in parallel. (A GPU takes `--asr-gpu-batch`.)"""
+SEGMENTS_AHEAD = 16
+"""Pieces of one request whose features may wait in the engine: bounds a long file's
+memory while keeping every worker fed."""
+EVEN_PIECE_S = 14.0
+"""A file of a few 30 s pieces is cut again into even pieces of at most this many
+seconds, in one shorter window, so the workers finish together and the encoder does less
+work (docs/ASR.md). 0: 30 s pieces."""
+FITTED_WINDOWS = True
+"""Encode a file piece shorter than 30 s in a window fitted to it (below), not Whisper's
+30 s: about a third of the decode time at the same WER. Live turns always use them."""
 LIVE_WINDOW_MIN_S = 10.0
 LIVE_WINDOW_STEP_S = 5.0
 LIVE_WINDOW_MARGIN_S = 1.0
-"""A piece under 30 s (a live turn; a short file, unless `fitted_windows` is off) is
+"""A piece under 30 s (a live turn; a short file, with `FITTED_WINDOWS`) is
 encoded in a window sized to it, not Whisper's full 30 s: its audio plus 1 s, rounded up
 to 5 s steps, at least 10 s. On 48 live-sized turns (1-12 s, tiny.en) and on the bench's
 file clips that gave the same WER as 30 s windows at about a third of the decode time
@@ -132,8 +145,7 @@ class PreparedAudio:
     lease: Lease | None = None
     """This audio's share of the engine's buffered-audio budget."""
     fitted: bool = False
-    """Encode each piece in a window fitted to it even when `ASRConfig.fitted_windows` is
-    off (live turns)."""
+    """Encode each piece in a window fitted to it even without `FITTED_WINDOWS` (live turns)."""
     window: int | None = None
     """Encode every piece in this many feature frames (pieces cut evenly by `even_spans`:
     one width, so they share batches); None: each piece's own window."""
@@ -216,9 +228,13 @@ class ASREngine(WorkerEngine):
         if device == "cuda":
             # A GPU decodes one batch at a time, so one thread feeds it batches as large
             # as it takes well; several threads would only split them.
-            config = replace(config, workers=1, max_batch=config.gpu_batch, solo_threads=1)
+            config = replace(config, workers=1, solo_threads=1)
         super().__init__(config.workers)
         self.config = config
+        self.max_batch = config.gpu_batch if device == "cuda" else CPU_MAX_BATCH
+        """Most pieces one decoding call takes."""
+        self.even_piece_s = EVEN_PIECE_S
+        """`EVEN_PIECE_S`; a probe that compares cut limits sets its own."""
         self.device = device
         self.runtime = runtime
         # CTranslate2 starts its decoding threads as the model loads; they inherit the
@@ -236,7 +252,7 @@ class ASREngine(WorkerEngine):
         self._clock = clock
         self._cond = threading.Condition()
         self._batcher: Batcher[_Piece] = Batcher(
-            config.max_batch, config.batch_wait_ms / 1000, workers=config.workers
+            self.max_batch, config.batch_wait_ms / 1000, workers=config.workers
         )
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
@@ -251,7 +267,7 @@ class ASREngine(WorkerEngine):
         self.live_policy = LivePolicy(
             self._live_view,
             clock,
-            slots=config.workers if device == "cpu" else config.max_batch,
+            slots=config.workers if device == "cpu" else self.max_batch,
             workers=config.workers,
         )
         """When live sessions decode, and how many the workers sustain (`engine/live.py`)."""
@@ -356,7 +372,7 @@ class ASREngine(WorkerEngine):
             audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
             spans = plan_spans(audio, SAMPLE_RATE)
             c = self.config
-            recut = even_spans(audio, spans, c.workers, c.segments_ahead, c.even_piece_s) if even else spans
+            recut = even_spans(audio, spans, c.workers, SEGMENTS_AHEAD, self.even_piece_s) if even else spans
             if recut is spans:
                 return PreparedAudio(audio, spans, lease)
             return PreparedAudio(audio, recut, lease, window=fitted_window(max(len(s) for s in recut)))
@@ -417,7 +433,7 @@ class ASREngine(WorkerEngine):
         features, frames = self.mel(samples)
         if prepared.window is not None:
             window = prepared.window
-        elif prepared.fitted or self.config.fitted_windows:
+        elif prepared.fitted or FITTED_WINDOWS:
             window = fitted_window(len(samples))
         else:
             window = N_FRAMES

@@ -55,11 +55,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from voxserve.config import VocoderChunking
 from voxserve.engine.words import WordFrames
 
 __all__ = [
     "BURST_WAITING",
+    "CREDITS",
     "IDLE_THREADS",
     "URGENT_SLACK_S",
     "AcousticWork",
@@ -71,11 +71,46 @@ __all__ = [
     "Rank",
     "Scheduler",
     "StageInput",
+    "VocoderChunking",
     "VocoderWork",
     "Work",
     "plan_chunk",
 ]
 
+
+@dataclass(frozen=True)
+class VocoderChunking:
+    """How stage B (the vocoder) cuts a segment's latent frames into streamed chunks: part
+    of a voice model's profile (Piper's: `engine/adapters/piper.py: CHUNKING`)."""
+
+    first_chunk_frames: int = 16
+    """Core frames in a stream's first chunk; small, so the first audio leaves early."""
+    idle_first_chunk_frames: int = 12
+    """Core frames in the first chunk of a stream that arrives alone (every worker free);
+    its later chunks double from there. Smaller leaves sooner but gives the second chunk
+    less audio to arrive in (12 frames: 120 ms); 16 gives the crowded plan's sizes."""
+    chunk_frames: int = 32
+    """Core frames in the second chunk (256 samples each, so 32 frames = 372 ms at 22 kHz)."""
+    max_chunk_frames: int = 128
+    """Later chunks double in size up to this; larger chunks decode fewer context frames
+    per frame kept (1.16x at 128). Set it equal to `chunk_frames` for fixed-size chunks."""
+    left_context: int = 10
+    """Frames decoded before a chunk and cropped away, so joins are seamless."""
+    right_context: int = 10
+    """Frames decoded after a chunk and cropped away."""
+
+    def __post_init__(self) -> None:
+        if min(self.first_chunk_frames, self.idle_first_chunk_frames, self.chunk_frames) < 1:
+            raise ValueError("chunk sizes must be at least 1 frame")
+        if self.max_chunk_frames < self.chunk_frames:
+            raise ValueError("max_chunk_frames must be >= chunk_frames")
+        if self.left_context < 0 or self.right_context < 0:
+            raise ValueError("context frames must be >= 0")
+
+
+CREDITS = 4
+"""Chunks a stream may have decoded but not yet taken by its writer: enough to ride out a
+writer's scheduling delay, few enough that a client that stops reading holds little."""
 
 URGENT_SLACK_S = 0.15
 """A live stream's unit that must start within this much time outranks new streams (a
@@ -185,8 +220,8 @@ class ModelProfile:
     """Stage A seconds per phoneme id before any was measured."""
     sentence_chars: int | None = None
     """How `TTSEngine.prepare` cuts text for this model. None: at sentences, the first one
-    cut short at a clause for an early first packet (`config.first_segment_chars`, and
-    `max_segment_chars`). A number: whole sentences only, cut at clauses only beyond this
+    cut short at a clause for an early first packet (`engine/tts.py: FIRST_SEGMENT_CHARS`,
+    and `MAX_SEGMENT_CHARS`). A number: whole sentences only, cut at clauses only beyond this
     many characters, for a model whose prosody is planned over the whole sentence (cut
     short, each piece is spoken as a sentence of its own: final lengthening, a pause)."""
     chunk_growth: float = 2.0

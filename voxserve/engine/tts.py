@@ -33,7 +33,15 @@ from voxserve.engine.cores import SharedCores
 from voxserve.engine.cost import CostMeter
 from voxserve.engine.devices import resolve_device
 from voxserve.engine.lifecycle import WorkerEngine
-from voxserve.engine.scheduler import AcousticWork, Budget, Scheduler, StageInput, VocoderWork, Work
+from voxserve.engine.scheduler import (
+    CREDITS,
+    AcousticWork,
+    Budget,
+    Scheduler,
+    StageInput,
+    VocoderWork,
+    Work,
+)
 from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
@@ -58,6 +66,14 @@ MODEL_LOADERS: dict[str, Callable[[TTSConfig], VoiceModel[Any]]] = {
 }
 """The voice models `--tts-models` may name, each with what loads it from the config."""
 
+
+FIRST_SEGMENT_CHARS = 60
+"""A first sentence longer than this is cut at a clause so that its stage A, which cannot
+stream, ends early (models without `sentence_chars`: Piper; Kokoro speaks whole sentences)."""
+
+MAX_SEGMENT_CHARS = 200
+"""Longer sentences are cut at clauses (then spaces): a long stage A holds a core for
+hundreds of milliseconds while other streams wait (not for Kokoro, as above)."""
 
 STEPS_IN_FLIGHT = 2
 """Threads that drive a batched device: one step runs while the next is gathered and its
@@ -280,7 +296,7 @@ class TTSEngine(WorkerEngine):
         """The model OpenAI's model names mean when no loaded model claims them."""
         self._clock = clock
         self._cond = threading.Condition()
-        self._sched = Scheduler(credits=config.credits, budget=budget)
+        self._sched = Scheduler(credits=CREDITS, budget=budget)
         self._outputs: dict[int, _Output] = {}
         self._ids = itertools.count(1)
         self._stopping = False
@@ -292,7 +308,7 @@ class TTSEngine(WorkerEngine):
         this engine's lock let go (the other engine asks this one under its own)."""
         self.stats = EngineStats(costs={name: CostMeter() for name in self.models})
         self.max_streams = config.stream_limit(budget.stepped)
-        """Streams decoded at once (`--max-streams`, or the device's default)."""
+        """Streams decoded at once (`--tts-max-streams`, or the device's default)."""
         self._let_in: deque[str | None] = deque(maxlen=self.max_streams + config.max_queue)
         """The model of each stream `keeping_up` let in and `submit` has not yet seen,
         oldest first (None: the newcomer named none), so that admitted streams not yet
@@ -339,7 +355,7 @@ class TTSEngine(WorkerEngine):
         words = ("the quick brown fox jumps over a lazy dog near the quiet river bank " * 8).split()
         longest = ""
         for word in words:
-            if len(longest) + len(word) + 1 >= self.config.max_segment_chars:
+            if len(longest) + len(word) + 1 >= MAX_SEGMENT_CHARS:
                 break
             longest = f"{longest} {word}".strip()
         short = "Warming up the voice: one, two, three, four, five, six, seven."
@@ -388,8 +404,8 @@ class TTSEngine(WorkerEngine):
         whole = model.profile.sentence_chars
         pieces = segment(
             clean,
-            first_max_chars=self.config.first_segment_chars if whole is None else None,
-            max_chars=self.config.max_segment_chars if whole is None else whole,
+            first_max_chars=FIRST_SEGMENT_CHARS if whole is None else None,
+            max_chars=MAX_SEGMENT_CHARS if whole is None else whole,
         )
         rest: tuple[str, ...] = ()
         for at, piece in enumerate(pieces):

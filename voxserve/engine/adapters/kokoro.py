@@ -25,9 +25,9 @@ from typing import Protocol
 
 import numpy as np
 
-from voxserve.config import TTSConfig, VocoderChunking
+from voxserve.config import TTSConfig
 from voxserve.engine.devices import resolve_device
-from voxserve.engine.scheduler import Latent, ModelProfile
+from voxserve.engine.scheduler import Latent, ModelProfile, VocoderChunking
 from voxserve.engine.voices import OPENAI_VOICES, Span, Voice
 from voxserve.engine.words import word_frames
 from voxserve.errors import InvalidRequest, NotFound
@@ -239,7 +239,7 @@ class KokoroVoice:
     @classmethod
     def load(cls, config: TTSConfig) -> KokoroVoice:
         """ONNX Runtime on the CPU, or the torch runners where the TTS runtime resolves
-        to torch (`--runtime torch`, or a GPU with `auto`); torch is imported only then."""
+        to torch (`--tts-runtime torch`, or a GPU with `auto`); torch is imported only then."""
         device, runtime = resolve_device(config.device, config.runtime, "onnx")
         if runtime == "torch":
             from voxserve.runners.kokoro.torch_runner import TorchKokoroModel

@@ -25,9 +25,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from voxserve.config import TTSConfig, VocoderChunking
+from voxserve.config import TTSConfig
 from voxserve.engine.devices import resolve_device
-from voxserve.engine.scheduler import IDLE_THREADS, Latent, ModelProfile, plan_chunk
+from voxserve.engine.scheduler import (
+    IDLE_THREADS,
+    Latent,
+    ModelProfile,
+    VocoderChunking,
+    plan_chunk,
+)
 from voxserve.engine.threads import in_native_background
 from voxserve.engine.voices import OPENAI_VOICES, Span, Voice, find_voice
 from voxserve.engine.words import word_frames
@@ -47,7 +53,25 @@ from voxserve.text.phonemize import Phonemizer
 if TYPE_CHECKING:
     from voxserve.runners.piper.torch_runner import TorchAcousticRunner, TorchPiperModel
 
-__all__ = ["PiperItem", "PiperVoice"]
+__all__ = ["CHUNKING", "OUTPUT_GAIN", "PiperItem", "PiperVoice"]
+
+CHUNKING = VocoderChunking(
+    first_chunk_frames=16,
+    idle_first_chunk_frames=12,
+    chunk_frames=32,
+    max_chunk_frames=128,
+    left_context=10,
+    right_context=10,
+)
+"""Piper's chunk plan. The first chunk is 16 frames (186 ms), so that it leaves before the
+second is due; 12 for a stream that arrives alone, which leaves sooner and still gives
+the second chunk time to arrive on the free cores. Chunks then
+double up to 128 frames, where the context frames cost 1.16x the frames kept; 10 frames of
+context on each side make the joins seamless. Figures: docs/BENCHMARKS.md."""
+
+OUTPUT_GAIN = 1.15
+"""Fixed gain on the raw vocoder output, the same for every sentence so that a chunk can
+leave at once: it keeps the bundled voice's sentence peaks below full scale."""
 
 
 @dataclass(frozen=True)
@@ -151,8 +175,8 @@ class PiperVoice:
             in_native_background(model.fixed_prior_in_background(PRIOR_LENGTHS, {1, IDLE_THREADS}))
         return cls(
             model,
-            config.chunking,
-            config.output_gain,
+            CHUNKING,
+            OUTPUT_GAIN,
             config.noise_scale,
             config.noise_w,
         )

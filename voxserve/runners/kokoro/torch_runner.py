@@ -2,7 +2,7 @@
 a CPU or a GPU, each batch in one call.
 
 It serves where ONNX Runtime's GPU build cannot (a GPU machine without CUDA 12's
-libraries) and lets a CPU check the GPU path: `--runtime torch`. The weights come from
+libraries) and lets a CPU check the GPU path: `--tts-runtime torch`. The weights come from
 the same int8 model, converted once and cached beside it (`runners/kokoro/weights.py`);
 the modules are in `runners/kokoro/model.py`.
 

@@ -2,7 +2,7 @@
 Batch in, batch out.
 
 It serves where ONNX Runtime's GPU build cannot (a GPU machine without CUDA 12's
-libraries) and lets a CPU check the GPU path: `--runtime torch`. The weights come from
+libraries) and lets a CPU check the GPU path: `--tts-runtime torch`. The weights come from
 the voice's own ONNX graph, converted once and cached (`runners/piper/weights.py`); the
 modules are `runners/piper/model.py`. Stage A is the ONNX split's: the prior (text
 encoder, durations, the noise drawn: z_p) and the flow (z_p to z), which can run later
@@ -170,7 +170,7 @@ class TorchPiperModel(PiperConfig):
         if self.num_speakers > 1:
             raise ValueError(
                 f"{self.name} has {self.num_speakers} speakers; the torch runtime serves single-speaker "
-                "Piper voices: use --runtime onnx for it"
+                "Piper voices: use --tts-runtime onnx for it"
             )
         self.device = torch.device(device)
         if self.device.type == "cuda":

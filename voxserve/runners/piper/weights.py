@@ -94,7 +94,7 @@ def convert(model: Path) -> PiperWeights:
     if "sid" in [i.name for i in graph.input]:
         raise ValueError(
             f"{model.name} has several speakers; the torch runtime serves single-speaker Piper "
-            "voices: use --runtime onnx for it"
+            "voices: use --tts-runtime onnx for it"
         )
     values: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     for node in graph.node:

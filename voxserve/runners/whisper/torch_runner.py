@@ -2,7 +2,7 @@
 GPU. Batch in, batch out.
 
 It serves where CTranslate2 cannot (a GPU machine without CUDA 12's libraries) and lets a
-CPU check the GPU path: `--runtime torch`. Weights come from the same folders as the
+CPU check the GPU path: `--asr-runtime torch`. Weights come from the same folders as the
 CTranslate2 runner's (or a Hugging Face Whisper folder), converted once and cached
 (`runners/whisper/weights.py`). Decoding follows CTranslate2's (`runners/whisper/search.py`)
 and so does alignment (`runners/whisper/align.py`), so both runners give the same text
