@@ -153,10 +153,9 @@ class Budget:
     """A device's capacity, in units of work in flight, and how its spare is spent.
 
     One ranking (`Rank`) orders every runnable unit; a device takes units from its head
-    until its `slots` are held. What a CPU used to need separate rules for are the ways
-    capacity that would otherwise idle is spent: on threads for a lone unit, on a second
-    chunk of a stream, on a larger first chunk in a burst. Stage A holds at most
-    `acoustic_slots` while vocoder work waits.
+    until its `slots` are held. The rest are the ways capacity that would otherwise idle
+    is spent: on threads for a lone unit, on a second chunk of a stream, on a larger first
+    chunk in a burst. Stage A holds at most `acoustic_slots` while vocoder work waits.
 
     A CPU (`Budget.cpu`): one slot per worker thread, one unit per step. A batched
     device (`Budget.batched`): a step runs up to `batch` units of one stage, one model
@@ -443,6 +442,23 @@ class _Stream:
         return self.first_packet_at + self.produced / self.profile.sample_rate
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A unit that could run now, ranked: its stream's next stage A (`acoustic`) or next
+    chunk. The ranking is `order`: the best runs first."""
+
+    rank: Rank
+    deadline: float
+    """When the unit must start (a chunk: its player runs dry then, less its decode time)."""
+    stream: _Stream
+    acoustic: bool
+
+    @property
+    def order(self) -> tuple[Rank, float, int]:
+        """Rank, then the earlier deadline, then the older stream."""
+        return (self.rank, self.deadline, self.stream.id)
+
+
 class Scheduler:
     """Deadline scheduler over stage A segments and stage B chunks of all live streams."""
 
@@ -632,23 +648,21 @@ class Scheduler:
         lo, hi, _, _ = self._window(stream, latent)
         return per_frame * (hi - lo)
 
-    def _rank(self, stream: _Stream, acoustic: bool, now: float) -> tuple[Rank, float, int]:
+    def _rank(self, stream: _Stream, acoustic: bool, now: float) -> Candidate:
         deadline = self._deadline(stream, acoustic)
         if stream.first_packet_at is None:
-            return (Rank.NEW, deadline, stream.id)
+            return Candidate(Rank.NEW, deadline, stream, acoustic)
         if not acoustic:
             deadline -= self._decode_time(stream)
         if deadline - now <= self.urgent_slack:
-            return (Rank.URGENT, deadline, stream.id)
-        return (Rank.AHEAD, deadline, stream.id)
+            return Candidate(Rank.URGENT, deadline, stream, acoustic)
+        return Candidate(Rank.AHEAD, deadline, stream, acoustic)
 
-    def _pick(
-        self, now: float, exclude: _Stream | None = None, spread: bool = True
-    ) -> tuple[bool, _Stream] | None:
-        """The best unit to run now, as (stage A?, stream), without claiming it: one unit
-        per stream at a time, else (only when none is left, and `spread`) a further chunk
-        of a stream. `exclude`: a stream not to consider."""
-        best: dict[bool, tuple[Rank, float, int]] = {}  # acoustic? -> (class, key, stream id)
+    def _pick(self, now: float, exclude: _Stream | None = None, spread: bool = True) -> Candidate | None:
+        """The best unit to run now, without claiming it: one unit per stream at a time,
+        else (only when none is left, and `spread`) a further chunk of a stream.
+        `exclude`: a stream not to consider."""
+        best: dict[bool, Candidate] = {}  # the best of each stage
         for stream in self._streams.values():
             if stream is exclude:
                 continue
@@ -656,9 +670,9 @@ class Scheduler:
                 ok = self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(stream, False)
                 if not ok:
                     continue
-                rank = self._rank(stream, acoustic, now)
-                if acoustic not in best or rank < best[acoustic]:
-                    best[acoustic] = rank
+                candidate = self._rank(stream, acoustic, now)
+                if acoustic not in best or candidate.order < best[acoustic].order:
+                    best[acoustic] = candidate
         if (
             True in best
             and False in best
@@ -668,20 +682,17 @@ class Scheduler:
         ):
             del best[True]  # keep a worker for the vocoder
         if best:
-            acoustic = min(best, key=lambda k: best[k])
-            return acoustic, self._streams[best[acoustic][2]]
+            return min(best.values(), key=lambda c: c.order)
         if self.budget.slots is None or self.budget.spare_chunks < 2 or not spread:
             return None
         extra = [
-            (self._rank(stream, False, now), stream)
+            self._rank(stream, False, now)
             for stream in self._streams.values()
             if stream is not exclude and self._vocoder_candidate(stream, True, now)
         ]
-        return (False, min(extra, key=lambda e: e[0])[1]) if extra else None
+        return min(extra, key=lambda c: c.order) if extra else None
 
-    def _may_take_vocoders_worker(
-        self, acoustic: tuple[Rank, float, int], vocoder: tuple[Rank, float, int], now: float
-    ) -> bool:
+    def _may_take_vocoders_worker(self, acoustic: Candidate, vocoder: Candidate, now: float) -> bool:
         """Whether the best stage A (`acoustic`, its rank) may take a worker beyond
         `acoustic_slots` although vocoder work waits (`vocoder`, the best one's rank):
         - a live stream's urgent stage A (its next sentence), while no chunk is urgent;
@@ -691,12 +702,12 @@ class Scheduler:
           worker kept for the vocoder would only run that stream further ahead of its
           player while the newcomer waits, and a burst of newcomers would run its stage
           A's one at a time on one worker."""
-        if acoustic[0] == Rank.URGENT:
-            return vocoder[0] != Rank.URGENT
-        if acoustic[0] != Rank.NEW or vocoder[0] != Rank.AHEAD:
+        if acoustic.rank == Rank.URGENT:
+            return vocoder.rank != Rank.URGENT
+        if acoustic.rank != Rank.NEW or vocoder.rank != Rank.AHEAD:
             return False
-        expected = self._acoustic_time(self._streams[acoustic[2]])
-        return vocoder[1] - now - 2 * expected > self.urgent_slack
+        expected = self._acoustic_time(acoustic.stream)
+        return vocoder.deadline - now - 2 * expected > self.urgent_slack
 
     def next_work(self, now: float, elsewhere: bool = False) -> Work | None:
         """A CPU worker's step: pick and claim the next unit, or None if nothing can run
@@ -712,7 +723,7 @@ class Scheduler:
         pick = self._pick(now, spread=not elsewhere)
         if pick is None:
             return None
-        acoustic, stream = pick
+        acoustic, stream = pick.acoustic, pick.stream
         if not acoustic and stream.in_flight:
             self.spread["chunks"] += 1
         idle = free is not None and free == budget.slots and free > 1 and not elsewhere
@@ -745,22 +756,25 @@ class Scheduler:
         if free <= 0:
             return []
         ranked = sorted(
-            (self._rank(stream, acoustic, now), acoustic, stream)
-            for stream in self._streams.values()
-            for acoustic in (False, True)
-            if (self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(stream, False))
+            (
+                self._rank(stream, acoustic, now)
+                for stream in self._streams.values()
+                for acoustic in (False, True)
+                if (self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(stream, False))
+            ),
+            key=lambda c: (c.order, c.acoustic),
         )
         if not ranked:
             return []
-        _, acoustic, head = ranked[0]
-        kind = self._kind(head, acoustic)
+        acoustic = ranked[0].acoustic
+        kind = self._kind(ranked[0].stream, acoustic)
         step: list[Work] = []
-        for _, unit_acoustic, stream in ranked:
+        for unit in ranked:
             if len(step) == free:
                 break
-            if unit_acoustic != acoustic or self._kind(stream, unit_acoustic) != kind:
+            if unit.acoustic != acoustic or self._kind(unit.stream, unit.acoustic) != kind:
                 continue
-            step.append(self._claim_acoustic(stream) if unit_acoustic else self._claim_vocoder(stream))
+            step.append(self._claim_acoustic(unit.stream) if unit.acoustic else self._claim_vocoder(unit.stream))
         if not acoustic:
             for work in list(step):
                 stream = self._streams[work.stream_id]
@@ -793,8 +807,7 @@ class Scheduler:
         frames decoded, ~5 ms), but holds twice the audio, so its next chunk is not due
         before the waiting streams' stage A has run, on every worker
         (`_may_take_vocoders_worker`); and 0.37 s of audio costs one chunk's context
-        instead of two. At c=16 on two cores the opening burst's first-audio p99 is ~10 %
-        lower with it (docs/BENCHMARKS.md, "TTS on Piper")."""
+        instead of two. The figures: docs/BENCHMARKS.md, "TTS on Piper"."""
         if not self.budget.burst_waiting:
             return False
         waiting = sum(
