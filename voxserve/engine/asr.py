@@ -103,20 +103,19 @@ FITTED_WINDOWS = True
 LIVE_WINDOW_MIN_S = 10.0
 LIVE_WINDOW_STEP_S = 5.0
 LIVE_WINDOW_MARGIN_S = 1.0
-"""A piece under 30 s (a live turn; a short file, with `FITTED_WINDOWS`) is
-encoded in a window sized to it, not Whisper's full 30 s: its audio plus 1 s, rounded up
-to 5 s steps, at least 10 s. On 48 live-sized turns (1-12 s, tiny.en) and on the bench's
-file clips that gave the same WER as 30 s windows at about a third of the decode time
-(scripts/bench/window_probe.py). A fitted piece whose text ends in a loop is decoded again
-in 30 s (`ends_in_a_loop`): in a short window Whisper sometimes repeats the last words."""
+"""A piece under 30 s (a live turn; a short file, with `FITTED_WINDOWS`) is encoded in a
+window sized to it, not Whisper's full 30 s: its audio plus 1 s, rounded up to 5 s steps,
+at least 10 s, which keeps the WER of 30 s windows (docs/BENCHMARKS.md, "Tuning
+constants"). A fitted piece whose text ends in a loop is decoded again in 30 s
+(`ends_in_a_loop`): in a short window Whisper sometimes repeats the last words."""
 EVEN_LIMIT_RANGE_S = 2.0
 EVEN_LIMIT_STEP_S = 1.0
 """`even_spans` tries cut limits from the longest piece down by 2 s, in 1 s steps: three
 `plan_spans` calls, 10-25 ms each for a 3 min file (it runs before the first batch)."""
 ENCODER_30S_AS_SPEECH_S = 27.0
-"""One encoder pass over a 30 s window costs about as much as beam-decoding 27 s of
-speech (tiny.en int8, beam 5, batch of 4, one thread: 0.45 s of CPU per piece for each;
-a window of w seconds costs (w / 30)^2 of it: 0.30 s at 25 s, 0.20 s at 20 s)."""
+"""One encoder pass over a 30 s window costs about as much as beam-decoding 27 s of speech,
+and a window of w seconds (w / 30)^2 of it: what `even_spans` weighs a cut by (the
+timings: docs/BENCHMARKS.md, "Tuning constants")."""
 SILENCE_PEAK = 10 ** (-60 / 20)
 """A piece whose loudest sample stays under -60 dBFS is not decoded: Whisper would only
 hallucinate on it ("you", "Thank you.")."""

@@ -57,26 +57,18 @@ MASK_TENSOR = "/Cast_2_output_0"
 """y_mask [B, 1, T]: 1 within an item's frames."""
 PRIOR_OUTPUTS = (PRIOR_TENSOR, MASK_TENSOR, LENGTHS_TENSOR, DURATIONS_TENSOR)
 FLOW_CONTEXT = 24
-"""Frames of z_p on each side of a window that the flow runs on: 4 coupling layers, each a
-WaveNet of 4 convolutions of kernel 5, so a frame's receptive field reaches +-32 frames,
-but the far ones barely count. Decoded as the chunks of a stream's head are (the first
-three chunks, lone and crowded plans, 89 segments of the built-in prompts), windows with
-24 frames each side gave audio at worst 89 dB from the whole flow's (p50 109-140 dB):
-about the int16 output's own rounding, and the first chunk's window alone is as close
-with 32. With 20 frames the worst was 89-108 dB, with 16 70 dB; a bare 40-frame window
-decoded edges and all (`tests/test_model_split.py`) needs 24 for 96 dB
-(`scripts/bench/flow_context.py`). So a lone stream's first chunk runs the flow on 46 frames."""
+"""Frames of z_p on each side of a window that the flow runs on. A frame's receptive field
+reaches +-32 frames (4 coupling layers of 4 convolutions of kernel 5), but past 24 the
+far frames change the audio by less than the int16 output's own rounding
+(docs/BENCHMARKS.md, "Tuning constants"; `scripts/bench/flow_context.py`)."""
 SPLIT_LAYOUT = "f4"
-"""Names the graphs in the split's cache folder; a cache of another layout is not read:
-"f3" (the vocoder's upsamplers still transposed convolutions), "f2" (its last conv 2-D
-too), "f1" (the flow's and the vocoder's convolutions 1-D), "d1" (stage A in one graph),
-or, before the durations were an output, a folder named by the hash alone."""
+"""Names the layout of the graphs in the split's cache folder: a cache of any other layout
+is not read, and the split is made again."""
 TWO_D_GRAPHS = ("flow", "vocoder")
-"""The graphs rewritten for ONNX Runtime's blocked convolutions (`runners.conv2d`): on one
-thread the vocoder takes 0.83-0.85x its time and the flow 0.89-0.93x. The prior's
-convolutions would gain 6-13 % on one thread but lose 3-5 % on two, and its durations are
-rounded up from its float output, so that a last-bit change could move a frame: it is
-left as exported."""
+"""The graphs rewritten for ONNX Runtime's blocked convolutions (`runners.piper.conv2d`),
+which run them faster on one thread. The prior is left as exported: its durations are
+rounded up from its float output, so a last-bit change could move a frame (the figures:
+docs/BENCHMARKS.md, "Tuning constants")."""
 
 @dataclass(frozen=True)
 class VoiceFiles:
