@@ -15,10 +15,11 @@ import pytest
 
 from voxserve.config import TTSConfig
 from voxserve.engine.adapters.piper import OUTPUT_GAIN, PiperVoice
-from voxserve.engine.scheduler import AcousticWork, Latent, Scheduler, VocoderChunking, VocoderWork
+from voxserve.engine.scheduler import Scheduler
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.tts import TTSEngine, decode_chunk
 from voxserve.engine.voices import Span
+from voxserve.engine.work import AcousticWork, Latent, VocoderChunking, VocoderWork
 from voxserve.runners.piper.onnx_runner import (
     SPLIT_LAYOUT,
     AcousticInput,

@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 
 from voxserve.engine.admission import lagging
-from voxserve.engine.scheduler import (
+from voxserve.engine.scheduler import Budget, Scheduler
+from voxserve.engine.work import (
     AcousticWork,
-    Budget,
     Latent,
     ModelProfile,
-    Scheduler,
     VocoderChunking,
     VocoderWork,
     plan_chunk,

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from voxserve.engine.scheduler import Latent, ModelProfile
 from voxserve.engine.voices import Span, Voice, VoiceModel
+from voxserve.engine.work import Latent, ModelProfile
 
 StageHook = Callable[[str, int], None]
 """Called as hook(stage, batch_size) before each call, stage "acoustic" or "vocoder";

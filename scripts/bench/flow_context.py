@@ -20,8 +20,8 @@ import numpy as np
 from voxserve.bench.prompts import BUILTIN_PROMPTS
 from voxserve.config import TTSConfig
 from voxserve.engine.adapters.piper import CHUNKING, PiperVoice
-from voxserve.engine.scheduler import plan_chunk
 from voxserve.engine.tts import FIRST_SEGMENT_CHARS, MAX_SEGMENT_CHARS
+from voxserve.engine.work import plan_chunk
 from voxserve.runners.piper import onnx_runner as piper
 from voxserve.text.split import normalize, segment
 

@@ -31,9 +31,9 @@ import numpy as np
 from voxserve.bench.metrics import normalize_text, summarize, word_error_rate
 from voxserve.config import TTSConfig
 from voxserve.engine.adapters.kokoro import CHUNKING, GROWTH, LEAD_FRAMES, KokoroVoice
-from voxserve.engine.scheduler import Latent, VocoderChunking, plan_chunk
 from voxserve.engine.tts import TTSEngine, crossfade
 from voxserve.engine.voices import Span
+from voxserve.engine.work import Latent, VocoderChunking, plan_chunk
 from voxserve.runners.kokoro.onnx_runner import HOP, SAMPLE_RATE, KokoroInput, list_voices
 
 __all__ = ["PROSODY_TEXTS", "join_quality", "mid_phrase_pauses", "render_windows", "run_kokoro_prosody"]

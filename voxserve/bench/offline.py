@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from voxserve.engine.scheduler import VocoderChunking, plan_chunk
 from voxserve.engine.tts import FIRST_SEGMENT_CHARS
+from voxserve.engine.work import VocoderChunking, plan_chunk
 from voxserve.runners.piper.onnx_runner import AcousticInput, PiperModel, bundled_voice
 from voxserve.text.phonemize import Phonemizer
 from voxserve.text.split import normalize, segment

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from voxserve.engine.scheduler import Playback
+from voxserve.engine.work import Playback
 from voxserve.errors import Overloaded, Unavailable
 
 __all__ = [

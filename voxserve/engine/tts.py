@@ -33,18 +33,11 @@ from voxserve.engine.cores import SharedCores
 from voxserve.engine.cost import CostMeter
 from voxserve.engine.devices import resolve_device
 from voxserve.engine.lifecycle import WorkerEngine
-from voxserve.engine.scheduler import (
-    CREDITS,
-    AcousticWork,
-    Budget,
-    Scheduler,
-    StageInput,
-    VocoderWork,
-    Work,
-)
+from voxserve.engine.scheduler import CREDITS, Budget, Scheduler
 from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
+from voxserve.engine.work import AcousticWork, StageInput, VocoderWork, Work
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.text.split import normalize, segment
 

@@ -24,7 +24,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from voxserve.engine.scheduler import Latent, ModelProfile, StageInput
+from voxserve.engine.work import Latent, ModelProfile, StageInput
 from voxserve.errors import NotFound
 
 __all__ = ["OPENAI_VOICES", "Span", "Voice", "VoiceModel", "find_voice"]

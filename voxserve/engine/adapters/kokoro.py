@@ -27,9 +27,9 @@ import numpy as np
 
 from voxserve.config import TTSConfig
 from voxserve.engine.devices import resolve_device
-from voxserve.engine.scheduler import Latent, ModelProfile, VocoderChunking
 from voxserve.engine.voices import OPENAI_VOICES, Span, Voice
 from voxserve.engine.words import word_frames
+from voxserve.engine.work import Latent, ModelProfile, VocoderChunking
 from voxserve.errors import InvalidRequest, NotFound
 from voxserve.runners.kokoro.onnx_runner import (
     HOP,

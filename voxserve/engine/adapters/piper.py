@@ -27,16 +27,11 @@ import numpy as np
 
 from voxserve.config import TTSConfig
 from voxserve.engine.devices import resolve_device
-from voxserve.engine.scheduler import (
-    IDLE_THREADS,
-    Latent,
-    ModelProfile,
-    VocoderChunking,
-    plan_chunk,
-)
+from voxserve.engine.scheduler import IDLE_THREADS
 from voxserve.engine.threads import in_native_background
 from voxserve.engine.voices import OPENAI_VOICES, Span, Voice, find_voice
 from voxserve.engine.words import word_frames
+from voxserve.engine.work import Latent, ModelProfile, VocoderChunking, plan_chunk
 from voxserve.errors import InvalidRequest
 from voxserve.runners.piper.onnx_runner import (
     FLOW_CONTEXT,
