@@ -1,6 +1,8 @@
 # voxserve: two entry points for a fresh machine.
 #   make serve  -> .venv with the runtime dependencies, then the server on the bundled models
-#   make test   -> .venv with the test extras too, then lint, types and the whole test suite
+#   make test   -> .venv with the test extras too, then lint, types, what `make serve`
+#                  installs (checked on its own venv), and the whole suite on an empty
+#                  model cache
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -13,8 +15,15 @@ KOKORO_SDIST := $(VENV)/kokoro-sdist
 CHROMIUM := /usr/bin/chromium
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The runtime-only venv that `make test` builds by `make install`'s own rules and serves
+# from (scripts/serve_check.py): what a user's `make serve` gets, with no test extras.
+SERVE_CHECK_VENV := .venv-serve-check
+# The model cache the suite runs on. Empty (the default): a new, empty folder for each
+# run, removed afterwards, so that every join, split and conversion a new machine makes is
+# tested. `make test TEST_CACHE=~/.cache` runs on a warm one.
+TEST_CACHE ?=
 
-.PHONY: serve test install lint clean
+.PHONY: serve test install lint clean serve-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,8 +77,17 @@ lint: $(TEST_STAMP)
 	$(BIN)/mypy voxserve tests
 	$(BIN)/python scripts/check_history.py
 
-test: lint $(KOKORO_STAMP)
-	$(BIN)/python -m pytest
+serve-check:
+	$(MAKE) --no-print-directory VENV=$(SERVE_CHECK_VENV) install
+	$(SERVE_CHECK_VENV)/bin/python scripts/serve_check.py
+
+# Only pytest sees the fresh XDG_CACHE_HOME: pip keeps its own cache there too, and the
+# installs above stay on the usual one.
+test: lint $(KOKORO_STAMP) serve-check
+	@cache="$(TEST_CACHE)"; \
+	if [ -z "$$cache" ]; then cache=$$(mktemp -d "$${TMPDIR:-/tmp}/voxserve-test-cache.XXXXXX"); trap 'rm -rf "$$cache"' EXIT; fi; \
+	echo "model cache for the tests: $$cache"; \
+	XDG_CACHE_HOME="$$cache" $(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(SERVE_CHECK_VENV) build *.egg-info

@@ -10,11 +10,11 @@ are the IPA of each word written with Kokoro's affricate letters.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 
 import pytest
 
+from tests.growth import grows_linearly
 from voxserve.errors import ClientError
 from voxserve.text.kokoro_g2p import (
     KOKORO_LANGUAGES,
@@ -213,49 +213,43 @@ def test_a_vocabulary_without_a_mapped_symbol_fails_at_start() -> None:
 
 
 # Inputs with no words, or one long word: the scan and the tables alone, no espeak work
-# to speak of. Measured at 0.4-5 ms each.
-PATHOLOGICAL = {
-    "marks": "!?.,;:" * 1700,
-    "parentheses": "(" * 10_000,
-    "dots": "." * 10_000,
-    "dashes": "-" * 10_000,
-    "apostrophes": "'" * 10_000,
-    "dotted digits": ".".join(str(i % 10) for i in range(5_000)),
-    "long word": "a" * 10_000,
-    "long consonants": "x" * 10_000,
-    "long digits": "7" * 10_000,
+# to speak of. Each is built at a given size in characters.
+PATHOLOGICAL: dict[str, Callable[[int], str]] = {
+    "marks": lambda n: "!?.,;:" * (n // 6),
+    "parentheses": lambda n: "(" * n,
+    "dots": lambda n: "." * n,
+    "dashes": lambda n: "-" * n,
+    "apostrophes": lambda n: "'" * n,
+    "dotted digits": lambda n: ".".join(str(i % 10) for i in range(n // 2)),
+    "long word": lambda n: "a" * n,
+    "long consonants": lambda n: "x" * n,
+    "long digits": lambda n: "7" * n,
 }
-# 10k characters of thousands of words: espeak reads every one (~2-4 us a character of
-# its own), and numbers make every word of the run be read twice. Measured at 30-60 ms.
-WORDY = {
-    "abbreviations": "Dr. " * 2500,
-    "initials": "a. " * 3300,
-    "symbols and dropped marks": "¿*_~" * 2500,
-    "numbers": "25 " * 3300,
-    "hundred-letter words": ("x" * 100 + " ") * 99,
+# Thousands of words: espeak reads every one, and numbers make every word of the run be
+# read twice.
+WORDY: dict[str, Callable[[int], str]] = {
+    "abbreviations": lambda n: "Dr. " * (n // 4),
+    "initials": lambda n: "a. " * (n // 3),
+    "symbols and dropped marks": lambda n: "¿*_~" * (n // 4),
+    "numbers": lambda n: "25 " * (n // 3),
+    "hundred-letter words": lambda n: ("x" * 100 + " ") * (n // 101),
 }
-
-
-def cpu_seconds(fn: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(3):
-        start = time.thread_time()
-        fn()
-        best = min(best, time.thread_time() - start)
-    return best
+SIZE = 10_000
 
 
 @pytest.mark.parametrize("name", sorted(PATHOLOGICAL))
-def test_pathological_text_is_fast(g2p: KokoroG2P, name: str) -> None:
-    text = PATHOLOGICAL[name]
-    assert cpu_seconds(lambda: g2p(text, "a")) < 0.025
+def test_pathological_text_is_linear(g2p: KokoroG2P, name: str) -> None:
+    linear, times = grows_linearly(lambda n: g2p(PATHOLOGICAL[name](n), "a"), SIZE)
+    assert linear, times
+    text = PATHOLOGICAL[name](SIZE)
     _check(text, g2p(text, "a"))
 
 
 @pytest.mark.parametrize("name", sorted(WORDY))
 def test_thousands_of_words_are_linear(g2p: KokoroG2P, name: str) -> None:
-    text = WORDY[name]
-    assert cpu_seconds(lambda: g2p(text, "a")) < 0.15
+    linear, times = grows_linearly(lambda n: g2p(WORDY[name](n), "a"), SIZE)
+    assert linear, times
+    text = WORDY[name](SIZE)
     _check(text, g2p(text, "a"))
 
 

@@ -4,6 +4,7 @@ budget of transcriptions, and what a client that leaves mid-upload leaves behind
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import threading
@@ -23,6 +24,9 @@ from voxserve.config import ASRConfig, ServerConfig, TTSConfig
 pytestmark = pytest.mark.timeout(120)
 
 TIMEOUT_S = 1.0
+MAX_AUDIO_S = 1800.0
+"""The strict server's longest transcription: room for a file sized to outlast the
+timeout several times on a fast machine."""
 LONG = " ".join(f"Sentence {i} of a story long enough to outlast the request timeout." for i in range(20))
 
 
@@ -41,7 +45,7 @@ def strict() -> Any:
     """A server with small limits: 1000 input characters and a 1 s request timeout."""
     config = ServerConfig(
         tts=replace(TTSConfig(), max_input_chars=1000, noise_w=0.0, noise_scale=0.0),
-        asr=replace(ASRConfig(), max_audio_seconds=400.0, max_buffered_audio_s=400.0),
+        asr=replace(ASRConfig(), max_audio_seconds=MAX_AUDIO_S, max_buffered_audio_s=MAX_AUDIO_S, max_upload_mb=80.0),
         request_timeout_s=TIMEOUT_S,
     )
     with run_server(config) as srv:
@@ -111,12 +115,22 @@ def test_stream_past_the_timeout_is_cut_off_and_freed(strict: RunningServer) -> 
 def test_transcription_past_the_timeout_gets_504_and_frees_its_audio(
     strict: RunningServer, client: httpx.Client
 ) -> None:
-    # About 260 s: a quiet machine transcribes a 43 s file within the 1 s timeout now
-    # (short even pieces, RTFx 55-68), so the file is six times that.
-    speech = np.tile(np.concatenate([speak_pcm(client, text) for text in SHORT]), 18)  # each text spoken once
+    # The file must take several times the timeout to transcribe on whatever machine runs
+    # this: its length follows from this machine's speed, measured first on the server
+    # without a timeout.
+    rate = 16000
+    sentences = np.concatenate([speak_pcm(client, text, rate) for text in SHORT])  # each text spoken once
+    seconds = len(sentences) / rate
+    started = time.perf_counter()
+    assert client.post(
+        "/v1/audio/transcriptions", files={"file": ("a.wav", wav_bytes(sentences, rate))}, data={"model": "whisper-1"}
+    ).status_code == 200
+    real_time_factor = seconds / (time.perf_counter() - started)
+    copies = min(max(6, math.ceil(5 * TIMEOUT_S * real_time_factor / seconds)), int(MAX_AUDIO_S // seconds))
+    speech = np.tile(sentences, copies)
     with httpx.Client(base_url=strict.base_url, timeout=60) as c:
         r = c.post(
-            "/v1/audio/transcriptions", files={"file": ("a.wav", wav_bytes(speech))}, data={"model": "whisper-1"}
+            "/v1/audio/transcriptions", files={"file": ("a.wav", wav_bytes(speech, rate))}, data={"model": "whisper-1"}
         )
     error = _error(r, 504)
     assert error["code"] == "request_timeout" and error["type"] == "server_error"

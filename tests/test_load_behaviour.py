@@ -144,9 +144,17 @@ def test_client_leaving_the_queue_frees_its_place(one_stream: RunningServer) -> 
         wait_for(lambda: srv.state.admission.queued == 0, timeout=1)
 
 
+def _first_packet_s(server: RunningServer, text: str) -> float:
+    started = time.perf_counter()
+    with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=_post(text), timeout=30) as r:
+        assert next(b for b in r.iter_raw() if b)
+        return time.perf_counter() - started
+
+
 def test_slow_reader_holds_at_most_its_credits(server: RunningServer) -> None:
     engine = server.state.engine
     credits = CREDITS
+    alone = min(_first_packet_s(server, "Still fast?") for _ in range(3))  # this machine's speed
     before = set(engine.stream_ids())
     sock = silent_speech_reader(server, LONG)
     try:
@@ -163,12 +171,9 @@ def test_slow_reader_holds_at_most_its_credits(server: RunningServer) -> None:
         assert info["untaken"] <= credits and info["buffered"] <= credits
         assert engine.has_work(stream_id)  # stalled well before the end of the text
 
-        # Meanwhile another client is served promptly.
-        started = time.perf_counter()
-        with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=_post("Still fast?"), timeout=30) as r:
-            first = next(b for b in r.iter_raw() if b)
-            ttfp = time.perf_counter() - started
-        assert first and ttfp < 1.0
+        # Meanwhile another client is served promptly: the stalled stream takes no worker.
+        ttfp = _first_packet_s(server, "Still fast?")
+        assert ttfp < 5 * alone + 0.5, (ttfp, alone)
     finally:
         sock.close()
 

@@ -234,6 +234,25 @@ def test_bad_events_get_an_error_and_the_session_goes_on(rt: Session, event: dic
     rt.until("session.updated")  # still open and served
 
 
+def test_json_nested_past_the_parsers_depth_is_the_clients_error(
+    rt: Session, caplog: pytest.LogCaptureFixture
+) -> None:
+    """100,000 nested arrays (200 kB, within the message limit) make `json.loads` give up
+    with RecursionError: the client gets `invalid_json`, nothing is logged as a server
+    fault, and the session goes on."""
+    depth = 100_000
+    with caplog.at_level("WARNING"):
+        for _ in range(3):
+            rt.ws.send("[" * depth + "]" * depth)
+            error = rt.until("error")["error"]
+            assert error["code"] == "invalid_json" and "nested too deeply" in error["message"], error
+        rt.ws.send('{"n": ' + "9" * 5000 + "}")  # past Python's limit on an integer's digits
+        assert rt.until("error")["error"]["code"] == "invalid_json"
+        rt.send({"type": "session.update", "session": {"type": "transcription"}})
+        rt.until("session.updated")
+    assert not [r for r in caplog.records if r.name.startswith("voxserve")], caplog.text
+
+
 def test_openai_sdk_realtime_client(server: RunningServer, speech: list[np.ndarray]) -> None:
     events = sdk_live_turn(server.base_url, speech[0], timeout_s=30)
     kinds = [e.type for e in events]

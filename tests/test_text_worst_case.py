@@ -1,19 +1,19 @@
 """Worst-case text through every splitter: inputs built to make a backtracking regex or a
-rescanning loop quadratic finish in milliseconds, whole and fed one character at a time.
+rescanning loop quadratic grow linearly, whole and fed one character at a time.
 
 Fragments of "Dr. " runs and numbers ending in a period could make a segmenter that
-rescans its pending text per fragment take seconds, on the event loop. The bound is CPU
-time of this thread (not wall time, which a busy machine inflates), the best of three runs.
+rescans its pending text per fragment take seconds, on the event loop. Each input is
+built at two sizes and timed against itself (tests/growth.py), so the bound does not
+depend on how fast the machine is.
 """
 
 from __future__ import annotations
 
-import functools
-import time
 from collections.abc import Callable
 
 import pytest
 
+from tests.growth import grows_linearly
 from voxserve.text.incremental import SplitMode, TextSegmenter
 from voxserve.text.split import (
     normalize,
@@ -22,29 +22,23 @@ from voxserve.text.split import (
     split_sentences,
 )
 
-BUDGET_S = 0.05
+SIZE = 10_000
+"""Characters of the full-size input (the WebSocket's pending text may hold 16 KiB)."""
 
-WORST = {
-    "bangs": "a" + "!" * 4095,
-    "abbreviations": "Dr. " * 1000,
-    "initials": "a. " * 2000,
-    "dotted digits": ".".join(str(i % 10) for i in range(10_000)),
-    "numbered": " ".join(f"{i % 10}." for i in range(4000)),
-    "spaces": "a" + " " * 10_000 + "b",
-    "spaces before a dash": "a," + " " * 10_000 + "- b",
-    "spaces after a newline": "a\n" + " " * 10_000 + "b.",
-    "closers": "a!" + '"' * 4094,
-    "no marks": "x" * 10_000,
+BUILD: dict[str, Callable[[int], str]] = {
+    "bangs": lambda n: "a" + "!" * (n - 1),
+    "abbreviations": lambda n: "Dr. " * (n // 4),
+    "initials": lambda n: "a. " * (n // 3),
+    "dotted digits": lambda n: ".".join(str(i % 10) for i in range(n // 2)),
+    "numbered": lambda n: " ".join(f"{i % 10}." for i in range(n // 3)),
+    "spaces": lambda n: "a" + " " * n + "b",
+    "spaces before a dash": lambda n: "a," + " " * n + "- b",
+    "spaces after a newline": lambda n: "a\n" + " " * n + "b.",
+    "closers": lambda n: "a!" + '"' * (n - 2),
+    "no marks": lambda n: "x" * n,
 }
-
-
-def cpu_seconds(fn: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(3):
-        start = time.thread_time()
-        fn()
-        best = min(best, time.thread_time() - start)
-    return best
+"""Each worst case at a given size in characters."""
+WORST = {name: build(SIZE) for name, build in BUILD.items()}
 
 
 def fed(text: str, mode: SplitMode, step: int) -> list[str]:
@@ -55,25 +49,32 @@ def fed(text: str, mode: SplitMode, step: int) -> list[str]:
 
 @pytest.mark.parametrize("name", list(WORST))
 def test_pure_splitters_are_linear(name: str) -> None:
-    text = WORST[name]
+    build = BUILD[name]
     for label, fn in [
-        ("normalize", lambda: normalize(text)),
-        ("split_sentences", lambda: split_sentences(text)),
-        ("split_clauses", lambda: split_clauses(text, 20)),
-        ("segment raw", lambda: segment(text)),
-        ("segment normalized", lambda: segment(normalize(text))),
-        ("segment whole sentences", lambda: segment(text, first_max_chars=None, max_chars=300)),
+        ("normalize", normalize),
+        ("split_sentences", split_sentences),
+        ("split_clauses", lambda text: split_clauses(text, 20)),
+        ("segment raw", segment),
+        ("segment normalized", lambda text: segment(normalize(text))),
+        ("segment whole sentences", lambda text: segment(text, first_max_chars=None, max_chars=300)),
     ]:
-        assert cpu_seconds(fn) < BUDGET_S, label
+        linear, times = grows_linearly(lambda n: fn(build(n)), SIZE)  # noqa: B023 (called at once)
+        assert linear, f"{label}: {times}"
 
 
 @pytest.mark.parametrize("mode", ["clause", "sentence"])
 @pytest.mark.parametrize("name", list(WORST))
 def test_segmenter_is_linear_whole_and_per_character(name: str, mode: SplitMode) -> None:
     text = WORST[name]
-    for step in (len(text), 1):
-        assert cpu_seconds(functools.partial(fed, text, mode, step)) < BUDGET_S, f"step {step}"
-        pieces = fed(text, mode, step)
+    for whole in (True, False):
+
+        def feed(n: int) -> list[str]:
+            built = BUILD[name](n)
+            return fed(built, mode, len(built) if whole else 1)  # noqa: B023 (called at once)
+
+        linear, times = grows_linearly(feed, SIZE)
+        assert linear, f"{'whole' if whole else 'per character'}: {times}"
+        pieces = fed(text, mode, len(text) if whole else 1)
         assert all(len(piece) <= 200 for piece in pieces)  # max_chars, whatever the marks say
         kept = "".join(ch for ch in "".join(pieces) if ch.isalnum())
         assert kept == "".join(ch for ch in text if ch.isalnum())  # nothing spoken is lost

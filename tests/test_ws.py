@@ -98,6 +98,25 @@ def test_first_clause_starts_before_the_rest_of_the_text_arrives(server: Running
     assert [e["text"] for e in events if e["type"] == "audio.start"] == ["and more text follows later."]
 
 
+def test_json_nested_past_the_parsers_depth_is_the_clients_error(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """30,000 nested arrays (60 kB, within the message limit) make `json.loads` give up
+    with RecursionError: the client gets `invalid_json`, nothing is logged as a server
+    fault, and the session still speaks."""
+    depth = 30_000
+    with caplog.at_level("WARNING"), connect(_url(server)) as ws:
+        for _ in range(3):
+            ws.send("[" * depth + "]" * depth)
+            error = json.loads(ws.recv(timeout=10))
+            assert error["code"] == "invalid_json" and "nested too deeply" in error["message"], error
+        _send(ws, type="input.text", text="Still here.")
+        _send(ws, type="session.close")
+        events, _ = _events_until(ws, "session.done", current=0)
+    assert [e["text"] for e in events if e["type"] == "audio.start"] == ["Still here."]
+    assert not [r for r in caplog.records if r.name.startswith("voxserve")], caplog.text
+
+
 def test_bad_messages_get_error_events_and_the_session_stays_usable(server: RunningServer) -> None:
     with connect(_url(server)) as ws:
         ws.send("{not json")

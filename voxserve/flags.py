@@ -28,7 +28,7 @@ import re
 import sys
 import textwrap
 import types
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, get_args, get_or
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["ConfigFlags", "Flag", "Shared", "add_old_spellings", "comma_list", "field_docs", "flag_name"]
+__all__ = ["ConfigFlags", "Flag", "add_old_spellings", "comma_list", "field_docs", "flag_name"]
 
 C = TypeVar("C", bound="DataclassInstance")
 
@@ -91,17 +91,6 @@ class Flag:
     """Turns the flag's text into the field's value."""
 
 
-@dataclass(frozen=True)
-class Shared:
-    """A flag that sets several fields to one value, unless their own flags are given
-    (`--context-frames` once set both vocoder context sides)."""
-
-    option: str
-    paths: tuple[tuple[str, ...], ...]
-    help: str
-    type: Callable[[str], Any] = int
-
-
 class ConfigFlags(Generic[C]):
     """The flags of one config dataclass (and of the dataclasses nested in it).
 
@@ -123,13 +112,11 @@ class ConfigFlags(Generic[C]):
         skip: Mapping[str, str] | None = None,
         prefixes: Mapping[str, str] | None = None,
         metavars: Mapping[str, str] | None = None,
-        shared: Collection[Shared] = (),
     ) -> None:
         self.cls = cls
         self.title = title
         self.default: C = cls()
         self.skip: dict[str, str] = dict(skip or {})
-        self.shared = tuple(shared)
         self._rename = dict(rename or {})
         self._prefixes = dict(prefixes or {})
         self._metavars = dict(metavars or {})
@@ -176,20 +163,12 @@ class ConfigFlags(Generic[C]):
             metavar = self._metavars.get(".".join(flag.path)) or _metavar(flag)
             group.add_argument(flag.option, dest=flag.dest, type=flag.convert, default=None,
                                metavar=metavar, help=text)  # fmt: skip
-        for extra in self.shared:
-            dest = extra.option[2:].replace("-", "_")
-            group.add_argument(extra.option, dest=dest, type=extra.type, default=None, metavar="N",
-                               help=extra.help.replace("%", "%%"))  # fmt: skip
         return group
 
     # -- reading them back -------------------------------------------------------------
     def given(self, args: argparse.Namespace) -> dict[tuple[str, ...], Any]:
-        """The fields set on the command line, by path (shared flags included)."""
+        """The fields set on the command line, by path."""
         values: dict[tuple[str, ...], Any] = {}
-        for extra in self.shared:
-            value = getattr(args, extra.option[2:].replace("-", "_"), None)
-            if value is not None:
-                values.update((path, value) for path in extra.paths)
         for flag in self.flags:
             value = getattr(args, flag.dest, None)
             if value is not None:

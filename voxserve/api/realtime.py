@@ -52,6 +52,7 @@ from voxserve.api.ws_limits import (
     SessionEnd,
     TokenBucket,
     check_message,
+    parse_event,
     send_within,
     session_slot,
 )
@@ -471,9 +472,9 @@ class _Connection:
             self._error(InvalidRequest("send JSON events as text messages, not binary", code="invalid_event"))
             return
         try:
-            event = json.loads(text)
-        except ValueError as exc:
-            self._error(InvalidRequest(f"the message is not JSON: {exc}", code="invalid_json"))
+            event = parse_event(text)
+        except InvalidRequest as exc:
+            self._error(exc)
             return
         if not isinstance(event, dict):
             self._error(InvalidRequest("an event must be a JSON object", code="invalid_event"))

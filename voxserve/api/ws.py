@@ -95,12 +95,13 @@ from voxserve.api.ws_limits import (
     SessionEnd,
     TokenBucket,
     check_message,
+    parse_event,
     send_within,
     session_slot,
 )
 from voxserve.config import WSConfig
 from voxserve.engine.tts import MAX_SEGMENT_CHARS
-from voxserve.errors import ClientError, ReplicaLost, ServerError, VoxError
+from voxserve.errors import ClientError, InvalidRequest, ReplicaLost, ServerError, VoxError
 from voxserve.serving.service import Service
 from voxserve.serving.speech_session import (
     HOLD_SLOT_S,
@@ -341,9 +342,9 @@ class _Channel:
     async def _handle(self, raw: str) -> bool:
         """Act on one text message; True when it closes the session."""
         try:
-            message = json.loads(raw)
-        except (ValueError, RecursionError):
-            await self.send_error("the message is not valid JSON; send one JSON object per message", "invalid_json")
+            message = parse_event(raw)
+        except InvalidRequest as exc:
+            await self.send_error(exc.message, "invalid_json")
             return False
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):
             await self.send_error('send a JSON object with a "type" field', "invalid_message")

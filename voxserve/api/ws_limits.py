@@ -23,7 +23,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxserve.api.auth import SUBPROTOCOL_PREFIX
 from voxserve.api.errors import error_event
-from voxserve.errors import ClientError
+from voxserve.errors import ClientError, InvalidRequest
 from voxserve.serving.service import Service
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "TokenBucket",
     "check_message",
     "message_size",
+    "parse_event",
     "send_within",
     "session_slot",
 ]
@@ -41,6 +42,22 @@ log = logging.getLogger(__name__)
 
 Message = MutableMapping[str, Any]
 """An ASGI `websocket.receive` message."""
+
+
+def parse_event(text: str) -> Any:
+    """A client's text message as JSON. Whatever keeps `json.loads` from finishing is the
+    client's `invalid_json` (a 400-class error event), never a server fault: malformed
+    text, a number past Python's digit limit (ValueError), or nesting deeper than the
+    parser's recursion allows (RecursionError). The message size limit bounds the work."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        reason = "it is nested too deeply; send a flat JSON object"
+    except json.JSONDecodeError as exc:
+        reason = f"{exc.msg} at position {exc.pos}"
+    except ValueError:
+        reason = "it has a number with too many digits"
+    raise InvalidRequest(f"the message is not valid JSON: {reason}; send one JSON object per message", code="invalid_json")
 
 
 class TokenBucket:

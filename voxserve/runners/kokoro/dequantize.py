@@ -23,6 +23,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from voxserve.runners.files import initializer_array
+
 __all__ = ["DequantizeError", "dequantize", "quantized_weights"]
 
 
@@ -43,7 +45,7 @@ class _Graph:
     def array(self, name: str) -> np.ndarray:
         if name not in self.inits:
             raise DequantizeError(f"{name} is not an initializer")
-        return numpy_helper.to_array(self.inits[name])
+        return initializer_array(self.inits[name])
 
     def only_consumer(self, name: str, op_type: str) -> onnx.NodeProto:
         users = self.consumers.get(name, [])

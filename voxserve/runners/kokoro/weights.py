@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from voxserve.runners.files import write_atomically
+from voxserve.runners.files import initializer_array, owned_arrays, write_atomically
 
 if TYPE_CHECKING:
     import onnx
@@ -95,8 +95,6 @@ def convert(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Every weight of the int8 graph, by name: float tensors under their name, quantized
     ones as three tensors `name#q`, `name#zero_point` and `name#scale` (see `dequantized`).
     The ALBERT layer is applied 12 times in the graph: its weights are taken once."""
-    from onnx import numpy_helper
-
     from voxserve.runners.kokoro.dequantize import quantized_weights
 
     inits = {t.name: t for t in model.graph.initializer}
@@ -106,7 +104,7 @@ def convert(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     seen: set[str] = set()
 
     def array(name: str) -> np.ndarray:
-        return numpy_helper.to_array(inits[name])
+        return initializer_array(inits[name])
 
     def put_quantized(name: str, parts: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
         for suffix, value in zip(_QUANT, parts, strict=True):
@@ -138,14 +136,14 @@ def convert(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     for name, tensor in inits.items():
         if not name.startswith(("encoder.", "decoder.")) or name.endswith(("_scale", "_zero_point", "_quantized")):
             continue
-        value = numpy_helper.to_array(tensor)
+        value = initializer_array(tensor)
         if value.dtype != np.float32:
             continue
         if name.endswith("stft.window_sum"):
             out["decoder.generator.istft.window_sum"] = value
         elif not name.endswith("inverse_basis"):
             out[_canonical(name)] = value
-    return out
+    return owned_arrays(out)
 
 
 def dequantized(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -234,7 +232,7 @@ def read_weights(files: Mapping[str, Path]) -> dict[str, np.ndarray]:
             if str(data["__layout__"]) != LAYOUT:
                 raise ValueError(f"{path} has layout {data['__layout__']}, not {LAYOUT}")
             out.update({k: data[k] for k in data.files if k != "__layout__"})
-    return out
+    return owned_arrays(out)
 
 
 def load_weights(model_path: Path) -> dict[str, np.ndarray]:

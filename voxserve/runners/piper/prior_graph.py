@@ -39,6 +39,8 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
+from voxserve.runners.files import initializer_array
+
 __all__ = [
     "FIXED_LAYOUT",
     "MAX_PRIOR_DIFF",
@@ -175,7 +177,7 @@ def shared_weights(prior: Path, copies: Iterable[Path]) -> dict[str, ort.OrtValu
     if not names:
         return {}
     return {
-        init.name: ort.OrtValue.ortvalue_from_numpy(numpy_helper.to_array(init))
+        init.name: ort.OrtValue.ortvalue_from_numpy(initializer_array(init))
         for init in onnx.load(str(prior)).graph.initializer
         if init.name in names
     }

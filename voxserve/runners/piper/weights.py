@@ -33,7 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from voxserve.runners.files import default_cache_dir, write_atomically
+from voxserve.runners.files import (
+    default_cache_dir,
+    initializer_array,
+    owned_arrays,
+    write_atomically,
+)
 from voxserve.runners.piper.onnx_runner import file_sha256
 
 __all__ = ["TORCH_LAYOUT", "ConvSpec", "PiperWeights", "convert", "load_weights", "read_weights", "write_weights"]
@@ -71,6 +76,9 @@ class PiperWeights:
     convs: dict[str, ConvSpec]
     tail_bound: float
 
+    def __post_init__(self) -> None:
+        self.tensors = owned_arrays(self.tensors)  # torch takes them as they are
+
     def meta(self) -> dict[str, Any]:
         return {
             "layout": TORCH_LAYOUT,
@@ -88,7 +96,7 @@ def convert(model: Path) -> PiperWeights:
     """Read a Piper ONNX graph's weights into our layout. Raises ValueError for a graph
     that is not a single-speaker Piper voice."""
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     graph = onnx.load(str(model)).graph
     if "sid" in [i.name for i in graph.input]:
@@ -96,10 +104,10 @@ def convert(model: Path) -> PiperWeights:
             f"{model.name} has several speakers; the torch runtime serves single-speaker Piper "
             "voices: use --tts-runtime onnx for it"
         )
-    values: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    values: dict[str, np.ndarray] = {i.name: initializer_array(i) for i in graph.initializer}
     for node in graph.node:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+            values[node.output[0]] = initializer_array(node.attribute[0].t)
     tensors: dict[str, np.ndarray] = {}
     convs: dict[str, ConvSpec] = {}
     tail_bound: float | None = None

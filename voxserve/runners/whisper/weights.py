@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from voxserve.runners.files import write_atomically
+from voxserve.runners.files import owned_arrays, write_atomically
 
 __all__ = [
     "Dims",
@@ -93,6 +93,9 @@ class Weights:
     """Language tokens, for detection; empty for an English-only model."""
     tokenizer_json: bytes = b""
     """The model's `tokenizer.json`, verbatim."""
+
+    def __post_init__(self) -> None:
+        self.tensors = owned_arrays(self.tensors)  # torch takes them as they are
 
     def meta(self) -> dict[str, Any]:
         """Everything but the tensors and the tokenizer, as JSON-ready values."""
