@@ -56,7 +56,7 @@ def test_voice_dir_serves_any_piper_voice(tmp_path: Path, capsys: pytest.Capture
     shutil.copy(files.config, voice_dir / "en_US-test-medium.onnx.json")
     out = tmp_path / "v.wav"
     assert main(["speak", "A voice from a folder.", "-o", str(out), "--tts-voice-dir", str(voice_dir)]) == 0
-    assert main(["voices", "--voice-dir", str(voice_dir)]) == 0
+    assert main(["voices", "--tts-voice-dir", str(voice_dir)]) == 0
     assert "en_US-test-medium" in capsys.readouterr().out
 
 

@@ -363,7 +363,7 @@ def _transcribe(args: argparse.Namespace) -> int:
 def _voices(args: argparse.Namespace) -> int:
     from voxserve.serving.offline import voice_catalog
 
-    catalog = voice_catalog(args.voice_dir, args.cache_dir)
+    catalog = voice_catalog(args.tts_voice_dir, args.tts_cache_dir)
     print(f"model {catalog.model} ({catalog.sample_rate} Hz)")
     for voice in catalog.voices:
         if voice["alias_of"] is None:
@@ -435,8 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     transcribe.set_defaults(func=_transcribe)
 
     voices = sub.add_parser("voices", help="list voices")
-    voices.add_argument("--voice-dir", type=Path)
-    voices.add_argument("--cache-dir", type=Path)
+    voices.add_argument("--tts-voice-dir", type=Path, help="a folder with a Piper voice (default: the bundled one)")
+    voices.add_argument("--tts-cache-dir", type=Path, help="where converted graphs are kept")
+    add_old_spellings(voices, {"--voice-dir": "--tts-voice-dir", "--cache-dir": "--tts-cache-dir"}, {})
     voices.set_defaults(func=_voices)
 
     try:

@@ -85,6 +85,7 @@ class AppState:
 
     @property
     def uploads(self) -> UploadBudget | None:
+        """The ASR side's upload budget (`Service.uploads`); None with ASR off."""
         return None if self.asr is None else self.asr.uploads
 
     def new_request_id(self) -> str:
