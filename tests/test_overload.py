@@ -52,8 +52,9 @@ def test_overload_sheds_with_429_and_stays_bounded(tmp_path: Path) -> None:
     assert result["verdict"] == "pass"
     speech, asr = result["speech"], result["transcribe"]
     # Far past capacity: both endpoints shed load with 429, and only with 429.
-    assert set(speech["failures_by_status"]) == {"429"} and speech["completed"] >= 8
-    assert set(asr["failures_by_status"]) == {"429"} and asr["completed"] >= 2
+    # Every slot served at least one client to the end, however fast this machine is.
+    assert set(speech["failures_by_status"]) == {"429"} and speech["completed"] >= config.tts.max_streams
+    assert set(asr["failures_by_status"]) == {"429"} and asr["completed"] >= config.asr.max_requests
     assert result["retry_after_missing"] == 0
     # Admitted streams carried real audio, and transcripts were right.
     assert all(r["audio_s"] and r["audio_s"] > 0.5 for r in result["speech_records"] if r["status"] == 200)

@@ -183,8 +183,10 @@ def test_front_end_is_ready_and_knows_the_models(deployment: RayDeployment) -> N
                 pass
             assert time.monotonic() < deadline, "the front end never became ready"
             time.sleep(0.2)
-        ids = {m["id"] for m in r.json()["data"]}
-        assert {"tts-1", "en_US-joe-medium", "whisper-1"} <= ids
+        roots = {m["id"]: m["root"] for m in r.json()["data"]}
+        assert {"tts-1", "en_US-joe-medium", "whisper-1"} <= set(roots)
+        assert roots["tts-1"] == "en_US-joe-medium"
+        assert roots["gpt-4o-mini-transcribe"] == roots["whisper-1"] == roots[roots["whisper-1"]]
         voices = c.get("/v1/audio/voices").json()["voices"]
         assert any(
             {"id": "alloy", "name": "alloy", "alias_of": "joe"}.items() <= v.items() for v in voices

@@ -146,6 +146,35 @@ def test_speech_session_through_ray_keeps_to_one_replica(deployment: RayDeployme
     _until(lambda: not any(_holding().values()), 2.0, "the slot was not given back")
 
 
+def test_a_cancel_through_ray_stops_the_reply_and_gives_its_slot_back(deployment: RayDeployment) -> None:
+    _ready(deployment)
+    with connect(_ws(deployment, "/v1/audio/speech/stream")) as ws:
+        _send(ws, type="session.config", split="sentence")
+        _send(ws, type="input.text", text=STORY, context_id="story")
+        start = json.loads(ws.recv(timeout=30))
+        assert start["type"] == "audio.start" and start["context_id"] == "story"
+        assert isinstance(ws.recv(timeout=30), bytes)
+        replica = start["replica"]
+        _until(lambda: _holding()[replica] == 1, 5.0, "the session's slot never showed")
+        _send(ws, type="input.cancel", context_id="story")
+        events, _ = _speak_session(ws, "audio.cancelled", timeout=10)
+        assert events[-1] == {"type": "audio.cancelled", "context_id": "story"}
+        # The replica drops the stream and the slot now, not after the hold.
+        _until(
+            lambda: not tts_replicas()[replica]["active"] and not _holding()[replica],
+            HOLD_SLOT_S * 0.9,
+            "the cancelled reply still held its replica",
+        )
+        # The same session speaks its next reply, on the same replica.
+        _send(ws, type="input.text", text="Something else, then.", context_id="next")
+        _send(ws, type="input.done", context_id="next")
+        events, size = _speak_session(ws, "input.flushed")
+        assert [(e["type"], e.get("context_id")) for e in events] == [
+            ("audio.start", "next"), ("audio.done", "next"), ("input.flushed", "next"),
+        ]
+        assert events[0]["replica"] == replica and size > 4800
+
+
 def test_realtime_session_through_ray_with_the_openai_sdk(deployment: RayDeployment) -> None:
     _ready(deployment)
     with httpx.Client(base_url=deployment.base_url, timeout=60) as c:

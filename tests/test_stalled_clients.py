@@ -272,7 +272,7 @@ class _RecordingASR:
 
 class _NoTTS:
     async def catalog(self) -> TTSCatalog:
-        return TTSCatalog(["tts-1", "stub-voice"], [])
+        return TTSCatalog({"tts-1": "stub-voice", "stub-voice": "stub-voice"}, [])
 
     async def speech(self, job: SpeechJob) -> RemoteStream:
         raise AssertionError("not used")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from voxserve.text.incremental import TextSegmenter
 from voxserve.text.split import (
     normalize,
     segment,
@@ -67,3 +68,22 @@ def test_only_a_very_long_sentence_is_cut_and_then_at_its_clauses() -> None:
     pieces = segment(text, first_max_chars=None, max_chars=300)
     assert len(pieces) > 1 and all(len(p) <= 300 for p in pieces)
     assert all(p.rstrip(",.").endswith("feet") for p in pieces)  # at commas, never mid-phrase
+
+
+def test_chinese_and_japanese_sentences_end_at_full_width_marks() -> None:
+    """。！？ end a sentence with no space after them, with any closing quote."""
+    text = "你好，世界。我很好！你呢？「はい。」そうです。"
+    assert split_sentences(text) == ["你好，世界。", "我很好！", "你呢？", "「はい。」", "そうです。"]
+
+
+def test_a_long_chinese_sentence_is_cut_at_its_clauses_without_spaces() -> None:
+    sentence = "我们一起去公园散步，" * 40 + "好吗？"
+    pieces = segment(sentence, first_max_chars=None, max_chars=300)
+    assert len(pieces) > 1 and all(len(p) <= 300 for p in pieces)
+    assert "".join(pieces) == sentence  # clauses joined back as written: no space added
+
+
+def test_fragments_of_chinese_are_cut_at_full_width_marks() -> None:
+    seg = TextSegmenter("clause", min_clause_chars=4)
+    out = [piece for ch in "今天天气很好，我们去公园吧。好的！" for piece in seg.feed(ch)] + seg.flush()
+    assert out == ["今天天气很好，", "我们去公园吧。", "好的！"]

@@ -36,6 +36,11 @@ BUILD: dict[str, Callable[[int], str]] = {
     "spaces after a newline": lambda n: "a\n" + " " * n + "b.",
     "closers": lambda n: "a!" + '"' * (n - 2),
     "no marks": lambda n: "x" * n,
+    "full-width stops": lambda n: "中" + "。" * (n - 1),
+    "full-width commas": lambda n: "中" + "，" * (n - 1),
+    "full-width closers": lambda n: "中。" + "」" * (n - 2),
+    "ideographs": lambda n: "中" * n,
+    "clauses of ideographs": lambda n: "中文，" * (n // 3),
 }
 """Each worst case at a given size in characters."""
 WORST = {name: build(SIZE) for name, build in BUILD.items()}

@@ -203,10 +203,14 @@ class WSConfig:
     send_timeout_s: float = 15.0
     """A client that takes no audio or event for this long while the server has some to
     send is gone: the session ends and its stream slot is freed."""
+    max_contexts: int = 8
+    """Context ids a speech session may have open at once (replies waiting or speaking);
+    one more is refused with a `too_many_contexts` error event, and the session goes on."""
 
     def __post_init__(self) -> None:
-        if min(self.max_sessions, self.max_message_bytes, self.max_pending_chars, self.message_burst) < 1:
-            raise ValueError("WebSocket session, message, pending-text and burst limits must be >= 1")
+        counts = (self.max_sessions, self.max_message_bytes, self.max_pending_chars, self.message_burst)
+        if min(*counts, self.max_contexts) < 1:
+            raise ValueError("WebSocket session, message, pending-text, burst and context limits must be >= 1")
         if min(self.idle_timeout_s, self.messages_per_s, self.send_timeout_s) <= 0:
             raise ValueError("WebSocket timeouts and message rate must be positive")
 

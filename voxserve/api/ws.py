@@ -6,8 +6,12 @@ sends JSON text messages:
   sample_rate, model, language, `split` (`clause`, the default, or `sentence`) and
   `timestamps` (word timings, default false); it applies to the segments that start
   after it;
-- `{"type": "input.text", "text": "..."}`: a fragment of any size, even one character;
-- `{"type": "input.done"}`: speak what is pending now; the session stays open;
+- `{"type": "input.text", "text": "...", "context_id": ...}`: a fragment of any size, even
+  one character; the optional `context_id` names the reply it belongs to;
+- `{"type": "input.done", "context_id": ...}`: speak what is pending in the context now
+  and end it; the session stays open;
+- `{"type": "input.cancel", "context_id": ...}`: barge-in: stop the context (without an
+  id, every context) now, speaking or waiting, and drop what is left of it;
 - `{"type": "session.close"}`: finish what was sent, then end the session.
 
 The server sends, per segment, `{"type": "audio.start", "segment", "text", "sample_rate"}`
@@ -19,7 +23,11 @@ event comes before the audio it times (one per part the engine speaks the segmen
 long segment may come in several), its times in seconds from the segment's start, where
 the model times words. After `input.done` it sends
 `{"type": "input.flushed"}` once the flushed text is spoken, and `{"type": "session.done"}`
-before it closes. A mistake gets `{"type": "error", "error", "message", "code", ...}`
+before it closes. It answers `input.cancel` with `{"type": "audio.cancelled"}`, after
+which nothing of the cancelled context is sent (the channel checks each item's context
+before it sends it, and a cancel is marked before its answer takes the send lock). Every
+event of a named context carries its `context_id`; binary frames belong to the context of
+the latest `audio.start`. A mistake gets `{"type": "error", "error", "message", "code", ...}`
 (`error` is the object of an HTTP error body) and the session stays usable.
 
 This module is the channel: it reads messages under the limits below, parses and checks
@@ -47,6 +55,8 @@ event with the code below first, then closes with the close code:
 | messages per second (`messages_per_s`, bursts of `message_burst`) | 100, 400 | `rate_limited` | 1008 |
 | text waiting to be spoken (`max_pending_chars`) | 16 Ki chars | `pending_text_too_long` | 1008 |
 | no message and nothing to speak (`idle_timeout_s`) | 60 s | `idle_timeout` | 1000 |
+| contexts open at once (`max_contexts`) | 8 | `too_many_contexts` (the session goes on) | - |
+| a `context_id` (`MAX_CONTEXT_ID_CHARS`) | 64 chars | `invalid_value` (the session goes on) | - |
 | a client that takes nothing sent to it (`send_timeout_s`) | 15 s | (none: it is gone) | - |
 | the replica holding the session died (Ray) | | `replica_lost` | 1012 |
 | any failure that is not a `VoxError` (logged with its traceback) | | `internal_error` | 1011 |
@@ -58,6 +68,11 @@ event with the code below first, then closes with the close code:
   spoken. With the default limits a client cannot reach it (the reader stops at
   `MAX_PENDING_SEGMENTS` queued segments of at most `MAX_SEGMENT_CHARS`), so it
   guards configurations with larger segments or fragments.
+- A cancel is acted on as soon as it is read, even while the server waits for room in
+  the session's queue: then it reads up to `MAX_READ_AHEAD` messages ahead (and
+  `max_pending_chars` of text), and a cancel among them also drops the text kept ahead
+  of it. A flood of cancels is a flood of messages: the rate limit ends it, and each
+  answer waits for the client to take the one before.
 - The server's own uvicorn refuses an oversized message itself (`ws_max_size`); the
   handler checks again, so the limit holds under any ASGI server.
 - Splitting runs on the event loop: it is linear in the text (`voxserve.text.incremental`)
@@ -80,6 +95,7 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable
 from typing import Any, Literal, TypeVar
 
@@ -117,7 +133,15 @@ from voxserve.serving.speech_session import (
     SpeechSettings,
 )
 
-__all__ = ["HOLD_SLOT_S", "SessionConfig", "speech_stream"]
+__all__ = ["HOLD_SLOT_S", "MAX_CONTEXT_ID_CHARS", "SessionConfig", "speech_stream"]
+
+MAX_READ_AHEAD = 64
+"""Messages read and kept while the session's queue is full, so that a cancel behind
+them is still heard; past it the server stops reading."""
+
+MAX_CONTEXT_ID_CHARS = 64
+"""Longest `context_id`: room for a UUID or a framework's own ids, and no more, since each
+one is kept, compared and sent back with every event of its context."""
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +182,11 @@ class _Channel:
         self.id = f"ws_{uuid.uuid4().hex[:16]}"
         self.config = SessionConfig.model_validate({})
         self.session = SpeechSession(
-            state.speech_lane(), self.id, MAX_SEGMENT_CHARS, self.limits.max_pending_chars
+            state.speech_lane(),
+            self.id,
+            MAX_SEGMENT_CHARS,
+            self.limits.max_pending_chars,
+            self.limits.max_contexts,
         )
         self.ended = "the client left"
         self._loop = asyncio.get_running_loop()
@@ -166,6 +194,10 @@ class _Channel:
         self._send_lock = asyncio.Lock()
         self._quiet_since = self._loop.time()
         self._recv: asyncio.Future[Message] | None = None
+        self._ahead: deque[Message] = deque()
+        """Messages read while the session's queue was full, checked, not yet acted on."""
+        self._ahead_size = 0
+        """Their payloads' length, characters of text or bytes of a binary frame."""
         self._speaker: asyncio.Task[None] | None = None
 
     @property
@@ -270,6 +302,10 @@ class _Channel:
         """The next message; ends the session when the client leaves, when the speaker
         fails, or after `idle_timeout_s` with no message and nothing to speak."""
         assert self._speaker is not None
+        if self._ahead:
+            message = self._ahead.popleft()
+            self._ahead_size -= _payload_size(message)
+            return message
         idle = self.limits.idle_timeout_s
         while True:
             recv = self._receiving()
@@ -336,7 +372,10 @@ class _Channel:
             waiting: set[asyncio.Future[Any]] = {recv, self._speaker}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if recv.done():
-                self._check(self._take_received())
+                message = self._take_received()
+                self._check(message)
+                if _is_cancel(message):  # barge-in while the last reply is spoken
+                    await self._handle_now(message)
         self._speaker.result()
 
     async def _handle(self, raw: str) -> bool:
@@ -350,6 +389,7 @@ class _Channel:
             await self.send_error('send a JSON object with a "type" field', "invalid_message")
             return False
         kind = message["type"]
+        context_id = _context_id(message) if kind in ("input.text", "input.done", "input.cancel") else None
         if kind == "input.text":
             text = message.get("text")
             if not isinstance(text, str):
@@ -359,9 +399,12 @@ class _Channel:
             if len(text) > limit:
                 await self.send_error(f"a fragment may hold at most {limit} characters", "input_too_long", param="text")
                 return False
-            await self._while_connected(self.session.feed(text))
+            await self._while_connected(self.session.feed(text, context_id))
         elif kind == "input.done":
-            await self._while_connected(self.session.flush())
+            await self._while_connected(self.session.flush(context_id))
+        elif kind == "input.cancel":
+            self.session.cancel(context_id, everything=context_id is None)
+            await self.send_event(_tagged({"type": "audio.cancelled"}, context_id))
         elif kind == "session.config":
             await self._configure(message)
         elif kind == "session.close":
@@ -369,7 +412,8 @@ class _Channel:
             return True
         else:
             await self.send_error(
-                f"unknown message type {kind[:100]!r}; use session.config, input.text, input.done or session.close",
+                f"unknown message type {kind[:100]!r}; use session.config, input.text, input.done, "
+                "input.cancel or session.close",
                 "unknown_type",
             )
         return False
@@ -393,10 +437,13 @@ class _Channel:
         self.config = config
 
     async def _while_connected(self, work: Awaitable[T]) -> T:
-        """Await the session's `work`, which waits while its queue of segments is full (the
-        server reads no more then, and TCP pushes back on the client). Meanwhile one
-        receive stays pending, so a client that leaves is noticed; a message that
-        arrives is kept for later."""
+        """Await the session's `work`, which waits while its queue of segments is full.
+        Meanwhile one receive stays pending, so a client that leaves is noticed, and up to
+        `MAX_READ_AHEAD` messages (and `max_pending_chars` characters or bytes of them) are
+        read and kept for later; past that the server reads no more, and TCP pushes back
+        on the client. An
+        `input.cancel` among them is acted on at once, since it cannot wait for room in
+        the queue it is there to empty: it also drops the text kept ahead of it."""
         assert self._speaker is not None
         task = asyncio.ensure_future(work)
         try:
@@ -410,6 +457,16 @@ class _Channel:
                     break
                 if recv.done() and recv.result()["type"] == "websocket.disconnect":
                     raise ClientGone("the client left")
+                room = len(self._ahead) < MAX_READ_AHEAD and self._ahead_size < self.limits.max_pending_chars
+                if recv.done() and room:
+                    message = self._take_received()
+                    self._check(message)
+                    if _is_cancel(message):
+                        self._drop_ahead(message)
+                        await self._handle_now(message)
+                    else:
+                        self._ahead.append(message)
+                        self._ahead_size += _payload_size(message)
                 if self._speaker.done():
                     self._speaker_failed()
         finally:
@@ -424,22 +481,99 @@ class _Channel:
                 await self._send_item(item)
 
     async def _send_item(self, item: SessionItem) -> None:
+        context = item.context
+        if context.cancelled:  # its audio.cancelled is sent, or about to be: nothing more of it
+            return
         match item:
-            case SegmentAudio(_, data):
+            case SegmentAudio(_, _, data):
                 await self.send_audio(data)
-            case SegmentStarted(index, text, rate, replica):
+            case SegmentStarted(_, index, text, rate, replica):
                 event: dict[str, Any] = {"type": "audio.start", "segment": index, "text": text, "sample_rate": rate}
                 if replica is not None:
                     event["replica"] = replica
-                await self.send_event(event)
-            case SegmentWords(index, words):
-                await self.send_event({"type": "speech.words", "segment": index, "words": words_json(words)})
-            case SegmentDone(index):
-                await self.send_event({"type": "audio.done", "segment": index})
-            case SegmentFailed(index, exc):
-                await self.send_error(exc.message, exc.code or "error", exc, segment=index, status=exc.status)
+                await self.send_event(_tagged(event, context.id))
+            case SegmentWords(_, index, words):
+                event = {"type": "speech.words", "segment": index, "words": words_json(words)}
+                await self.send_event(_tagged(event, context.id))
+            case SegmentDone(_, index):
+                await self.send_event(_tagged({"type": "audio.done", "segment": index}, context.id))
+            case SegmentFailed(_, index, exc):
+                extra = {"segment": index, "status": exc.status}
+                await self.send_error(exc.message, exc.code or "error", exc, **_tagged(extra, context.id))
             case Flushed():
-                await self.send_event({"type": "input.flushed"})
+                await self.send_event(_tagged({"type": "input.flushed"}, context.id))
+
+    def _drop_ahead(self, cancel: Message) -> None:
+        """Drop the text and flushes kept ahead for the contexts `cancel` stops (all of them
+        when it names none); other messages stay, in order."""
+        try:
+            target = _context_id(parse_event(cancel.get("text") or ""))
+        except ClientError:
+            return  # the cancel itself is refused
+        kept: deque[Message] = deque()
+        for message in self._ahead:
+            kind, context_id = _kind_and_context(message)
+            if kind in ("input.text", "input.done") and (target is None or context_id == target):
+                self._ahead_size -= _payload_size(message)
+            else:
+                kept.append(message)
+        self._ahead = kept
+
+    async def _handle_now(self, message: Message) -> None:
+        """A message read ahead of its turn (a cancel): act on it as `_read_all` would."""
+        try:
+            await self._handle(message.get("text") or "")
+        except VoxError as exc:
+            await self.send_error(exc.message, exc.code or "error", exc, param=exc.param)
+
+
+def _payload_size(message: Message) -> int:
+    return len(message.get("text") or message.get("bytes") or "")
+
+
+def _is_cancel(message: Message) -> bool:
+    """Whether a received frame is an `input.cancel` (parsed again when handled)."""
+    text = message.get("text")
+    if not text or "input.cancel" not in text:
+        return False
+    try:
+        parsed = parse_event(text)
+    except InvalidRequest:
+        return False
+    return isinstance(parsed, dict) and parsed.get("type") == "input.cancel"
+
+
+def _kind_and_context(message: Message) -> tuple[str | None, object]:
+    """A kept message's type and raw `context_id`, or (None, None) when it is not a JSON object."""
+    try:
+        parsed = parse_event(message.get("text") or "")
+    except InvalidRequest:
+        return None, None
+    if not isinstance(parsed, dict):
+        return None, None
+    kind = parsed.get("type")
+    return (kind if isinstance(kind, str) else None), parsed.get("context_id")
+
+
+def _context_id(message: dict[str, Any]) -> str | None:
+    """A message's `context_id`: absent (None), or 1 to `MAX_CONTEXT_ID_CHARS` printable characters."""
+    value = message.get("context_id")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_CONTEXT_ID_CHARS or not value.isprintable():
+        raise ClientError(
+            f'"context_id" must be a string of 1 to {MAX_CONTEXT_ID_CHARS} printable characters',
+            param="context_id",
+            code="invalid_value",
+        )
+    return value
+
+
+def _tagged(event: dict[str, Any], context_id: str | None) -> dict[str, Any]:
+    """The event with its context's id, where the context has one."""
+    if context_id is not None:
+        event["context_id"] = context_id
+    return event
 
 
 async def speech_stream(ws: WebSocket) -> None:

@@ -496,7 +496,8 @@ def _voice_loop(args: argparse.Namespace) -> int:
     loop = LoopSettings(turns=args.turns, voice=args.voice, llm_ttft_s=args.llm_ttft_ms / 1e3,
                         tokens_per_s=args.tokens_per_s, chars_per_token=args.chars_per_token,
                         pause_s=args.pause_ms / 1e3,
-                        stall_threshold_s=args.stall_threshold_ms / 1e3)
+                        stall_threshold_s=args.stall_threshold_ms / 1e3,
+                        barge_in_s=None if args.barge_in_ms is None else args.barge_in_ms / 1e3)
     loop.check()
     pool = load_prompts(args.replies) if args.replies else live_prompts()
     replies = pick(pool, max(args.concurrency) * args.turns, args.seed)
@@ -504,7 +505,7 @@ def _voice_loop(args: argparse.Namespace) -> int:
     settings = _live_settings(args, clips, turns=args.turns, voice=args.voice,
                               llm_ttft_ms=args.llm_ttft_ms, tokens_per_s=args.tokens_per_s,
                               chars_per_token=args.chars_per_token, pause_ms=args.pause_ms,
-                              stall_threshold_s=loop.stall_threshold_s,
+                              stall_threshold_s=loop.stall_threshold_s, barge_in_ms=args.barge_in_ms,
                               replies_source=str(args.replies or "builtin"), replies=replies)
     started = time.perf_counter()
     measured = asyncio.run(bench_voice_loop(options, loop, clips, replies, args.concurrency,
@@ -659,6 +660,10 @@ def add_bench_parser(subparsers: Any) -> None:
     voice.add_argument("--replies", type=Path, default=None,
                        help="text file, one reply per line (default: the built-in prompts of "
                        "up to 200 characters)")
+    voice.add_argument("--barge-in-ms", type=float, default=None,
+                       help="the user speaks the next turn this long after a reply's first audio, "
+                       "over it, and the agent cancels the reply on speech_started (default: "
+                       "the user waits for the reply to play out)")
     voice.add_argument("--warmup", type=int, default=1, choices=(0, 1),
                        help="one untimed turn first (default 1)")
     voice.set_defaults(func=_guarded(_voice_loop))

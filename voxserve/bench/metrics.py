@@ -14,6 +14,9 @@ from dataclasses import dataclass
 __all__ = [
     "Stalls",
     "WordErrors",
+    "cer_characters",
+    "character_error_rate",
+    "character_errors",
     "continuity_ok_rate",
     "max_underrun",
     "normalize_text",
@@ -194,3 +197,31 @@ def word_error_rate(pairs: Sequence[tuple[str, str]]) -> float:
     counts = [word_errors(ref, hyp) for ref, hyp in pairs]
     words = sum(c.reference_words for c in counts)
     return sum(c.errors for c in counts) / words if words else math.nan
+
+
+def cer_characters(text: str) -> str:
+    """The characters a character error rate counts: NFKC, lower case, without
+    punctuation, symbols or spaces (Chinese and Japanese are written without spaces, and
+    a judge's punctuation is not speech)."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    return "".join(ch for ch in text if unicodedata.category(ch)[0] not in "PSZC")
+
+
+def character_errors(reference: str, hypothesis: str) -> WordErrors:
+    """Character-level Levenshtein edits of `cer_characters` of both, and the reference's
+    length (in `WordErrors`' fields: errors, reference characters)."""
+    ref, hyp = cer_characters(reference), cer_characters(hypothesis)
+    previous = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        current = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h))
+        previous = current
+    return WordErrors(previous[-1], len(ref))
+
+
+def character_error_rate(pairs: Sequence[tuple[str, str]]) -> float:
+    """Corpus CER over (reference, hypothesis) pairs: total edits / reference characters."""
+    counts = [character_errors(ref, hyp) for ref, hyp in pairs]
+    chars = sum(c.reference_words for c in counts)
+    return sum(c.errors for c in counts) / chars if chars else math.nan

@@ -89,6 +89,16 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("stall s", ("summary", "stall_total_s"), 1, ".2f"),
         Metric("WER %", ("summary", "wer_live"), 100, ".1f"),
         Metric("health p99 ms", ("health", "p99"), 1e3, ".1f"),
+        # With --barge-in-ms: the user's onset to the cancel (VAD), the cancel to
+        # audio.cancelled, the cancelled reply's audio after the cancel, and the next
+        # reply's voice to voice.
+        Metric("onset→cancel p50 ms", ("summary", "barge_in", "detect_s", "p50"), 1e3, ".0f"),
+        Metric("cancel→cancelled p50 ms", ("summary", "barge_in", "answer_s", "p50"), 1e3, ".0f"),
+        Metric("cancelled max ms", ("summary", "barge_in", "answer_s", "max"), 1e3, ".0f"),
+        Metric("audio after cancel max ms", ("summary", "barge_in", "audio_after_cancel_s", "max"), 1e3, ".0f"),
+        Metric("v2v after barge-in p50 ms", ("summary", "voice_to_voice_after_barge_in_s", "p50"), 1e3, ".0f"),
+        Metric("reply audio after barge-in p50 ms", ("summary", "reply_first_audio_after_barge_in_s", "p50"), 1e3, ".0f"),
+        Metric("reply audio first turn p50 ms", ("summary", "reply_first_audio_first_turn_s", "p50"), 1e3, ".0f"),
     ),
 }
 

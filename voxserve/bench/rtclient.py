@@ -16,6 +16,7 @@ import base64
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,6 +229,8 @@ class RealtimeClient:
         self.close_code: int | None = None
         self.ended: str | None = None
         """Why the session ended before the client closed it."""
+        self.on_speech_started: Callable[[Utterance], None] | None = None
+        """Told of each `speech_started` the moment it arrives, with the utterance it starts."""
         self._items: dict[str, Utterance] = {}
         self._done: dict[int, asyncio.Event] = {}
         self._reader: asyncio.Task[None] | None = None
@@ -375,6 +378,8 @@ class RealtimeClient:
         utterance.items.append(item)
         utterance.speech_started_ms.append(start_ms)
         self._done[id(utterance)].clear()
+        if self.on_speech_started is not None:
+            self.on_speech_started(utterance)
 
 
 async def _next_event(ws: aiohttp.ClientWebSocketResponse, timeout_s: float) -> dict[str, Any]:

@@ -15,6 +15,16 @@ Each of C conversations takes `turns` turns; in each one:
    (`metrics.playback_stalls`): its stalls and their total length are the continuity;
 4. once the reply has played, the user pauses `pause_s` and speaks the next turn.
 
+With `barge_in_s`, the user does not wait: `barge_in_s` after a reply's first audio,
+while the server is still sending it, the user starts the next turn over it. The agent
+sends `input.cancel` the moment the live session reports that turn's `speech_started`,
+as an agent does, and stops its player. Per barge-in the bench records when the user's
+speech began (the first sample above -45 dBFS was sent), when the cancel went out, when
+`audio.cancelled` came back, and the last audio frame of the cancelled reply, so the
+time until the reply's audio stops is split into the server's VAD and the speech
+WebSocket's cancel. The next reply's voice-to-voice is reported apart, beside the first
+turn's (a fresh session's). The last turn is never interrupted.
+
 The microphone sends silence all along (while the reply plays, too), as a live one does.
 The conversations start at random offsets within one clip's length. Speaks HTTP and
 WebSocket only.
@@ -34,11 +44,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import numpy as np
 from tqdm import tqdm
 
 from voxserve.bench.levels import BenchError, measure_levels
 from voxserve.bench.live import LiveSession
-from voxserve.bench.liveclips import LiveClip, spread
+from voxserve.bench.liveclips import LIVE_RATE, SPEECH_DBFS, LiveClip, spread
 from voxserve.bench.load import LevelRun
 from voxserve.bench.metrics import playback_stalls
 from voxserve.bench.rtclient import (
@@ -52,8 +63,8 @@ from voxserve.bench.rtclient import (
 )
 from voxserve.bench.speech import chunk_samples
 
-__all__ = ["ConversationRecord", "LoopSettings", "TurnRecord", "bench_voice_loop", "llm_tokens",
-           "summarize_voice_loop"]
+__all__ = ["BargeIn", "ConversationRecord", "LoopSettings", "TurnRecord", "bench_voice_loop",
+           "first_loud_sample", "llm_tokens", "summarize_voice_loop"]
 
 _ERROR_CHARS = 300
 
@@ -79,6 +90,9 @@ class LoopSettings:
     """The user's pause after the reply has played, before the next turn."""
     stall_threshold_s: float = 0.02
     """Shorter waits of the player are not counted as stalls (its buffer hides them)."""
+    barge_in_s: float | None = None
+    """The user speaks the next turn this long after a reply's first audio; None waits
+    for the reply to play out."""
 
     def check(self) -> None:
         """Raise ValueError for settings that cannot make a meaningful run."""
@@ -87,9 +101,9 @@ class LoopSettings:
         if self.tokens_per_s <= 0 or self.chars_per_token < 1:
             raise ValueError(f"tokens per second must be positive and a token at least one "
                              f"character, got {self.tokens_per_s:g} and {self.chars_per_token}")
-        if min(self.llm_ttft_s, self.pause_s, self.stall_threshold_s) < 0:
-            raise ValueError("the LLM's time to first token, the pause and the stall "
-                             "threshold cannot be negative")
+        if min(self.llm_ttft_s, self.pause_s, self.stall_threshold_s, self.barge_in_s or 0.0) < 0:
+            raise ValueError("the LLM's time to first token, the pause, the stall "
+                             "threshold and the barge-in delay cannot be negative")
 
 
 @dataclass
@@ -117,6 +131,10 @@ class TurnRecord:
     stalls: int | None = None
     stall_s: float | None = None
     played_until_s: float | None = None
+    after_barge_in: bool = False
+    """The user spoke this turn over the reply before it."""
+    barge_in: BargeIn | None = None
+    """This turn's reply was cut off by the next turn's speech."""
     failure: str | None = None
     """`user_<why>` when the transcription failed, `reply_error`, `reply_timeout`,
     `no_audio`, or `session` / `session_<code>` when the conversation ended early (the
@@ -126,6 +144,44 @@ class TurnRecord:
     def fail(self, failure: str, error: str) -> None:
         if self.failure is None:
             self.failure, self.error = failure, error[:_ERROR_CHARS]
+
+
+@dataclass
+class BargeIn:
+    """A reply cut off by the user (times from the level's start)."""
+
+    onset_at_s: float
+    """The user's speech began: the frame with its first sample above -45 dBFS was sent."""
+    cancel_sent_at_s: float | None = None
+    """`speech_started` came, and the agent sent `input.cancel`."""
+    cancelled_at_s: float | None = None
+    """`audio.cancelled` came back."""
+    last_audio_at_s: float | None = None
+    """The cancelled reply's last audio frame."""
+
+    @property
+    def detect_s(self) -> float | None:
+        """The user's onset to the cancel (the live session's VAD)."""
+        return None if self.cancel_sent_at_s is None else self.cancel_sent_at_s - self.onset_at_s
+
+    @property
+    def answer_s(self) -> float | None:
+        """`input.cancel` to `audio.cancelled`."""
+        if self.cancel_sent_at_s is None or self.cancelled_at_s is None:
+            return None
+        return self.cancelled_at_s - self.cancel_sent_at_s
+
+    @property
+    def audio_after_s(self) -> float | None:
+        """How long after the cancel the reply's audio still came (0: none after it)."""
+        if self.cancel_sent_at_s is None or self.last_audio_at_s is None:
+            return None
+        return max(0.0, self.last_audio_at_s - self.cancel_sent_at_s)
+
+    @property
+    def stop_s(self) -> float | None:
+        """The user's onset to `audio.cancelled`: until the reply has surely stopped."""
+        return None if self.cancelled_at_s is None else self.cancelled_at_s - self.onset_at_s
 
 
 @dataclass
@@ -151,8 +207,15 @@ class ReplyStream:
         self.ws = ws
         self.origin = origin
         self.turn: TurnRecord | None = None
+        self.last_turn: TurnRecord | None = None
+        """The turn of the latest reply: audio that comes after its end still counts to it."""
         self.error_events: list[dict[str, Any]] = []
         self.ended: str | None = None
+        self.cancelled_at_s: float | None = None
+        """Arrival of the latest `audio.cancelled`."""
+        self.first_audio = asyncio.Event()
+        """Set by the current reply's first audio frame."""
+        self._cancelling = False
         self._flushed = asyncio.Event()
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
@@ -174,8 +237,10 @@ class ReplyStream:
 
         Fails the turn when no audio came for `timeout_s` before `input.flushed`.
         """
-        self.turn = turn
+        self.turn = self.last_turn = turn
         self._flushed.clear()
+        self.first_audio.clear()
+        self._cancelling = False
         start = time.perf_counter()
         turn.reply_started_at_s = start - self.origin
         try:
@@ -183,8 +248,11 @@ class ReplyStream:
                 delay = start + k / tokens_per_s - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                if self._cancelling:
+                    break
                 await self.ws.send_str(json.dumps({"type": "input.text", "text": token}))
-            await self.ws.send_str(json.dumps({"type": "input.done"}))
+            if not self._cancelling:
+                await self.ws.send_str(json.dumps({"type": "input.done"}))
             while not self._flushed.is_set():
                 seen = len(turn.chunk_times_s)
                 try:
@@ -202,6 +270,13 @@ class ReplyStream:
         finally:
             self.turn = None
 
+    async def cancel(self) -> float:
+        """Barge-in: stop sending the reply and send `input.cancel`; `speak` returns on
+        `audio.cancelled`. Returns when the cancel was sent (perf_counter)."""
+        self._cancelling = True
+        await self.ws.send_str(json.dumps({"type": "input.cancel"}))
+        return time.perf_counter()
+
     async def close(self) -> None:
         await close_with_reader(self.ws, self._reader)
 
@@ -211,9 +286,11 @@ class ReplyStream:
                 now = time.perf_counter() - self.origin
                 turn = self.turn
                 if message.type == aiohttp.WSMsgType.BINARY:
-                    if turn is not None and message.data:
-                        turn.chunk_times_s.append(now)
-                        turn.chunk_bytes.append(len(message.data))
+                    heard = turn or self.last_turn
+                    if heard is not None and message.data:
+                        heard.chunk_times_s.append(now)
+                        heard.chunk_bytes.append(len(message.data))
+                        self.first_audio.set()
                     continue
                 if message.type != aiohttp.WSMsgType.TEXT:
                     continue
@@ -226,6 +303,9 @@ class ReplyStream:
                     if turn is not None:
                         turn.reply_done_at_s = now
                     self._flushed.set()
+                elif kind == "audio.cancelled":
+                    self.cancelled_at_s = now
+                    self._flushed.set()
                 elif kind == "error":
                     self.error_events.append({"at_s": now, "code": event.get("code"),
                                               "message": str(event.get("message"))[:_ERROR_CHARS]})
@@ -236,6 +316,62 @@ class ReplyStream:
         if self.ended is None:
             self.ended = f"the server closed the speech stream (code {self.ws.close_code})"
         self._flushed.set()
+        self.first_audio.set()
+
+
+async def _speak_barged_in(live: LiveSession, reply: ReplyStream, turn: TurnRecord,
+                           following: TurnRecord, clip: LiveClip, tokens: list[str],
+                           loop: LoopSettings, timeout_s: float) -> bool:
+    """Speak the reply, and `loop.barge_in_s` after its first audio, while the server
+    still sends it, start the following turn's clip over it and cancel the reply on that
+    clip's `speech_started`. True when the following turn was said (the caller must not
+    say it again); False when the reply was all sent first, and played out as usual."""
+    assert loop.barge_in_s is not None
+    origin = reply.origin
+    speaking = asyncio.ensure_future(reply.speak(turn, tokens, loop.tokens_per_s, timeout_s))
+    heard = asyncio.Event()
+
+    def started(utterance: Utterance) -> None:
+        if utterance is following.user:
+            heard.set()
+
+    try:
+        first = asyncio.ensure_future(reply.first_audio.wait())
+        await asyncio.wait({speaking, first}, return_when=asyncio.FIRST_COMPLETED)
+        first.cancel()
+        if not speaking.done():
+            await asyncio.wait({speaking}, timeout=loop.barge_in_s)
+        if speaking.done():
+            return False
+        live.client.on_speech_started = started
+        live.say(following.user, clip)
+        start = round(following.user.start_ms * LIVE_RATE / 1000)
+        onset = await live.pacer.sent(start + first_loud_sample(clip.samples))
+        barge = turn.barge_in = BargeIn(onset - origin)
+        following.after_barge_in = True
+        listening = asyncio.ensure_future(heard.wait())
+        await asyncio.wait({speaking, listening}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        listening.cancel()
+        if heard.is_set() and not speaking.done():
+            barge.cancel_sent_at_s = await reply.cancel() - origin
+        await speaking
+        if barge.cancel_sent_at_s is not None:
+            barge.cancelled_at_s = reply.cancelled_at_s
+        return True
+    except (OSError, RuntimeError) as exc:
+        raise SessionFailed(f"barging in failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        live.client.on_speech_started = None
+        if not speaking.done():
+            speaking.cancel()
+            await asyncio.wait({speaking})
+
+
+def first_loud_sample(samples: np.ndarray, dbfs: float = SPEECH_DBFS) -> int:
+    """Index of the first int16 sample at or above `dbfs` (0 when none is)."""
+    threshold = math.ceil(32768.0 * 10.0 ** (dbfs / 20.0))
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) >= threshold)
+    return int(loud[0]) if loud.size else 0
 
 
 def _finish_reply(turn: TurnRecord, eos_at: float, threshold_s: float) -> None:
@@ -265,11 +401,14 @@ async def run_conversation(http: aiohttp.ClientSession, options: LiveOptions, lo
     reply: ReplyStream | None = None
     reported = 0
     failure = "session"
+    said = -1
+    """The turn whose clip is already said (over the reply before it)."""
     try:
         live = await LiveSession.open(http, options, origin)
         reply = await ReplyStream.open(http, options, loop.voice, origin)
-        for turn, clip in zip(record.turns, clips, strict=True):
-            live.say(turn.user, clip)
+        for t, (turn, clip) in enumerate(zip(record.turns, clips, strict=True)):
+            if t != said:
+                live.say(turn.user, clip)
             eos = await live.end_of_speech(turn.user)
             await live.wait(turn.user)
             if turn.user.failure is not None:
@@ -281,12 +420,18 @@ async def run_conversation(http: aiohttp.ClientSession, options: LiveOptions, lo
                 if loop.llm_ttft_s > 0:
                     await asyncio.sleep(loop.llm_ttft_s)
                 tokens = llm_tokens(turn.reply_text, loop.chars_per_token)
-                await reply.speak(turn, tokens, loop.tokens_per_s, options.timeout_s)
+                if loop.barge_in_s is not None and t + 1 < len(clips):
+                    if await _speak_barged_in(live, reply, turn, record.turns[t + 1], clips[t + 1],
+                                              tokens, loop, options.timeout_s):
+                        said = t + 1
+                else:
+                    await reply.speak(turn, tokens, loop.tokens_per_s, options.timeout_s)
                 _finish_reply(turn, eos - origin, loop.stall_threshold_s)
                 if reply.ended is not None:
                     raise SessionFailed(reply.ended)
-                played = turn.played_until_s if turn.played_until_s is not None else 0.0
-                await asyncio.sleep(max(0.0, origin + played + loop.pause_s - time.perf_counter()))
+                if said != t + 1:
+                    played = turn.played_until_s if turn.played_until_s is not None else 0.0
+                    await asyncio.sleep(max(0.0, origin + played + loop.pause_s - time.perf_counter()))
             reported += 1
             if on_done is not None:
                 on_done()
@@ -307,6 +452,8 @@ async def run_conversation(http: aiohttp.ClientSession, options: LiveOptions, lo
             record.frames_sent = len(live.pacer.sent_at)
             record.late_s = live.pacing()
     for turn in record.turns:
+        if turn.barge_in is not None and turn.chunk_times_s:
+            turn.barge_in.last_audio_at_s = turn.chunk_times_s[-1]
         turn.user.finish()
         turn.completed_latency_s = turn.user.completed_latency_s
         if turn.voice_to_voice_s is None and turn.failure is None:
@@ -344,7 +491,42 @@ def summarize_voice_loop(conversations: list[ConversationRecord], wall_s: float)
         "reply_audio_s": sum(t.reply_audio_s or 0.0 for t in ok),
         "wer_live": sum(u.word_errors or 0 for u in scored) / words if words else None,
         "pacing_late_max_s": max(late) if late else math.nan,
+        **_barge_in_summary(turns, ok),
     }
+
+
+def _barge_in_summary(turns: list[TurnRecord], ok: list[TurnRecord]) -> dict[str, Any]:
+    """The barge-ins' figures, when the run had any: how fast the reply stopped, and the
+    next reply's voice to voice beside a first turn's (a fresh session's)."""
+    cut = [t.barge_in for t in turns if t.barge_in is not None]
+    if not cut:
+        return {}
+
+    def summary(values: list[float | None]) -> dict[str, float]:
+        return latency_summary([v for v in values if v is not None])
+
+    return {
+        "barge_in": {
+            "turns": len(cut),
+            "cancelled": sum(1 for b in cut if b.cancelled_at_s is not None),
+            "detect_s": summary([b.detect_s for b in cut]),
+            "answer_s": summary([b.answer_s for b in cut]),
+            "audio_after_cancel_s": summary([b.audio_after_s for b in cut]),
+            "stop_s": summary([b.stop_s for b in cut]),
+        },
+        "voice_to_voice_after_barge_in_s": summary([t.voice_to_voice_s for t in ok if t.after_barge_in]),
+        "voice_to_voice_first_turn_s": summary([t.voice_to_voice_s for t in ok if t.turn == 0]),
+        # The reply's own part, its first token to its first audio, without the
+        # transcription before it: after a barge-in, and on a fresh session's first turn.
+        "reply_first_audio_after_barge_in_s": summary([_reply_first_audio(t) for t in ok if t.after_barge_in]),
+        "reply_first_audio_first_turn_s": summary([_reply_first_audio(t) for t in ok if t.turn == 0]),
+    }
+
+
+def _reply_first_audio(turn: TurnRecord) -> float | None:
+    if turn.first_audio_at_s is None or turn.reply_started_at_s is None:
+        return None
+    return turn.first_audio_at_s - turn.reply_started_at_s
 
 
 async def bench_voice_loop(options: LiveOptions, loop: LoopSettings, clips: list[LiveClip],

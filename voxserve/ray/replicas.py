@@ -42,7 +42,7 @@ from voxserve.engine.tts import TTSEngine
 from voxserve.engine.vad import VADEngine
 from voxserve.errors import ReplicaLost, ServerError, VoxError
 from voxserve.ray.loopback import bind_replica_grpc_to_node
-from voxserve.serving.catalog import speech_model_ids, speech_voice, voice_list
+from voxserve.serving.catalog import speech_models, speech_voice, voice_list
 from voxserve.serving.jobs import (
     Append,
     Clear,
@@ -139,7 +139,9 @@ class TTSReplica:
 
     async def segment(self, job: SegmentJob) -> AsyncIterator[str | Opened | AudioChunk]:
         """One segment of a speech session, as `speech`, in the session's slot: taken for
-        its first segment (or after the slot went back), kept between segments."""
+        its first segment (or after the slot went back), kept between segments. A segment
+        the front end cancels (a barge-in, a client gone) gives the slot back at once:
+        the session's `end_session` may have come before the slot was taken."""
         yield self.name
         if job.replica is not None and job.replica != self.name:
             raise _not_held(self.name)
@@ -150,17 +152,25 @@ class TTSReplica:
         try:
             await slot.take()  # 429 when full
             stream = await open_speech(self.state, job.params, job.request_id, started, admitted=True)
-        except BaseException:
-            slot.idle()
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+                slot.release()
+            else:
+                slot.idle()
             if not slot.held:
                 self.slots.pop(job.session, None)
             raise
+        spoken = False
         try:
             async with contextlib.aclosing(_relay(stream)) as items:
                 async for item in items:
                     yield item
+            spoken = True
         finally:
-            slot.idle()
+            if spoken:
+                slot.idle()
+            else:
+                slot.release()
 
     def _forget(self, session: str) -> Callable[[], None]:
         def forget() -> None:
@@ -180,7 +190,7 @@ class TTSReplica:
 
     def catalog(self) -> TTSCatalog:
         engine = self.state.engine
-        return TTSCatalog(speech_model_ids(engine), voice_list(engine))
+        return TTSCatalog(speech_models(engine), voice_list(engine))
 
     def describe(self, at: ReplicaRef | None = None) -> dict[str, Any]:
         """Name, process and node, and the routing stats (for tests and operators); `at`

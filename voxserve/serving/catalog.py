@@ -6,7 +6,7 @@ into responses.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,10 +26,11 @@ __all__ = [
     "ServerInfo",
     "engines_health",
     "metrics_text",
-    "model_ids",
     "model_list",
+    "served_models",
     "speech_model",
     "speech_model_ids",
+    "speech_models",
     "speech_voice",
     "voice_list",
 ]
@@ -38,8 +39,11 @@ SPEECH_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 """OpenAI's speech model names. A loaded voice model may claim one (Piper claims tts-1;
 Kokoro is to claim tts-1-hd); one no model claims means the default model."""
 
-ASR_MODELS = ("whisper-1",)
-"""OpenAI's transcription model name; it means this server's Whisper model."""
+ASR_MODELS = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "gpt-transcribe", "gpt-realtime-whisper")
+"""OpenAI's transcription model names, for uploads and for live sessions alike; each one
+means this server's Whisper model. Agent frameworks send these by default (LiveKit's
+OpenAI STT `gpt-4o-mini-transcribe`, Pipecat's `gpt-transcribe` over HTTP and
+`gpt-realtime-whisper` live), so a client that changes only its base URL works."""
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -64,7 +68,9 @@ class ServerInfo(Protocol):
 
     def health(self) -> Health: ...
 
-    def model_ids(self) -> list[str]: ...
+    def models(self) -> dict[str, str]:
+        """Each model id a request may name, with the model it means (`served_models`)."""
+        ...
 
     def voices(self) -> list[dict[str, str | None]]: ...
 
@@ -108,19 +114,28 @@ def speech_model_ids(engine: TTSEngine) -> list[str]:
     return ids
 
 
-def model_ids(speech_ids: Sequence[str], asr_model: str | None) -> list[str]:
-    """The ids `GET /v1/models` lists: the speech models (`speech_model_ids`), then
-    OpenAI's transcription name and the ASR model's own."""
-    ids = list(speech_ids)
+def speech_models(engine: TTSEngine) -> dict[str, str]:
+    """`speech_model_ids`, each with the name of the voice model it means."""
+    return {i: speech_model(engine, i).name for i in speech_model_ids(engine)}
+
+
+def served_models(speech: Mapping[str, str], asr_model: str | None) -> dict[str, str]:
+    """What `GET /v1/models` lists, each id with the model it means: the speech models
+    (`speech_models`), then OpenAI's transcription names and the ASR model's own."""
+    models = dict(speech)
     if asr_model is not None:
-        ids += [*ASR_MODELS, asr_model]
-    return ids
+        models.update(dict.fromkeys((*ASR_MODELS, asr_model), asr_model))
+    return models
 
 
-def model_list(ids: list[str], started_at: float) -> dict[str, Any]:
-    """The body of `GET /v1/models`."""
+def model_list(models: Mapping[str, str], started_at: float) -> dict[str, Any]:
+    """The body of `GET /v1/models`: OpenAI's model objects, with `root`, the model each
+    id means (an OpenAI name, or the model's own, which is its own root)."""
     created = int(started_at)
-    data = [{"id": i, "object": "model", "created": created, "owned_by": "voxserve"} for i in ids]
+    data = [
+        {"id": i, "object": "model", "created": created, "owned_by": "voxserve", "root": root}
+        for i, root in models.items()
+    ]
     return {"object": "list", "data": data}
 
 

@@ -42,10 +42,10 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TTSCatalog:
-    """What a TTS replica serves: the speech model ids it answers to and the
-    `/v1/audio/voices` list."""
+    """What a TTS replica serves: the speech model ids it answers to, each with the voice
+    model it means, and the `/v1/audio/voices` list."""
 
-    models: list[str]
+    models: dict[str, str]
     voices: list[dict[str, str | None]]
 
 

@@ -44,7 +44,7 @@ from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.errors import ReplicaLost, VoxError
-from voxserve.serving.catalog import Health, model_ids
+from voxserve.serving.catalog import Health, served_models
 from voxserve.serving.engine_metrics import Row
 from voxserve.serving.jobs import (
     Append,
@@ -197,8 +197,8 @@ class RemoteState:
         # Ray Serve checks each replica (`check_health`) and replaces one whose workers died.
         return Health(True, [])
 
-    def model_ids(self) -> list[str]:
-        return model_ids(self.catalog.models, self.asr_name)
+    def models(self) -> dict[str, str]:
+        return served_models(self.catalog.models, self.asr_name)
 
     def voices(self) -> list[dict[str, str | None]]:
         return self.catalog.voices
@@ -278,11 +278,15 @@ class _RemoteLane:
         self._state = state
         self._session = f"wss_{uuid.uuid4().hex[:20]}"
         self.replica: str | None = None
+        self._releasing: asyncio.Task[None] | None = None
 
     async def check(self, model: str, voice: str, language: str | None) -> None:
         await self._state.remote.tts.check_voice(VoiceCheck(model, voice, language))
 
     async def speak(self, params: SpeechParams, request_id: str, started: float) -> _RemoteSpeech:
+        releasing, self._releasing = self._releasing, None
+        if releasing is not None:  # the slot must be back before the next segment takes one
+            await asyncio.wait({releasing})
         job = SegmentJob(params, request_id, self._session, self.replica)
         stream = await self._state.remote.tts.segment(job)
         if self.replica is None:
@@ -293,6 +297,13 @@ class _RemoteLane:
     def idle(self) -> None:
         """Nothing to do: the replica starts its hold timer when the segment ends."""
 
+    def release(self) -> None:
+        """Give the slot back on the replica now (a cancelled reply), keeping the session
+        pinned there; the next segment waits for this call first."""
+        if self.replica is None or self._releasing is not None:
+            return
+        self._releasing = self._ending(SessionRef(self._session, self.replica))
+
     async def close(self) -> None:
         """Tell the replica, in a task of its own: Serve cancels a WebSocket's handler
         once its client has gone, and the call must go out all the same."""
@@ -300,9 +311,13 @@ class _RemoteLane:
             return
         ref = SessionRef(self._session, self.replica)
         self.replica = None
+        self._ending(ref)
+
+    def _ending(self, ref: SessionRef) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(self._end(ref))
         _ENDING.add(task)
         task.add_done_callback(_ENDING.discard)
+        return task
 
     async def _end(self, ref: SessionRef) -> None:
         try:

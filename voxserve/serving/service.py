@@ -69,6 +69,10 @@ class SpeechLane(Protocol):
         """The segment is over: keep the slot a moment for the next one, then give it back."""
         ...
 
+    def release(self) -> None:
+        """Give the slot back now (the reply was cancelled); the session goes on."""
+        ...
+
     async def close(self) -> None:
         """Give back everything the session holds; idempotent."""
         ...

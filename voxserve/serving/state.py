@@ -25,7 +25,13 @@ from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.engine.vad import VADEngine
-from voxserve.serving.catalog import Health, engines_health, model_ids, speech_model_ids, voice_list
+from voxserve.serving.catalog import (
+    Health,
+    engines_health,
+    served_models,
+    speech_models,
+    voice_list,
+)
 from voxserve.serving.leases import session_place
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.realtime import LiveEvent, LiveSession, LiveTranscriber
@@ -94,8 +100,8 @@ class AppState:
     def health(self) -> Health:
         return engines_health(self.engine, None if self.asr is None else self.asr.engine)
 
-    def model_ids(self) -> list[str]:
-        return model_ids(speech_model_ids(self.engine), None if self.asr is None else self.asr.engine.name)
+    def models(self) -> dict[str, str]:
+        return served_models(speech_models(self.engine), None if self.asr is None else self.asr.engine.name)
 
     def voices(self) -> list[dict[str, str | None]]:
         return voice_list(self.engine)

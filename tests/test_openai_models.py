@@ -1,0 +1,48 @@
+"""OpenAI's model names through a real server and the official SDK: `/v1/models` says what
+each name means, and every transcription name OpenAI or an agent framework sends reaches
+the Whisper model, over HTTP and in a live session."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from openai import NotFoundError, OpenAI
+
+from tests.asr_support import SHORT, sdk_live_turn, speak, speak_pcm, wer
+from tests.conftest import RunningServer
+from voxserve.serving.catalog import ASR_MODELS, SPEECH_MODELS
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_models_list_what_each_name_means(server: RunningServer) -> None:
+    listed = {m["id"]: m for m in httpx.get(f"{server.base_url}/v1/models", timeout=10).json()["data"]}
+    asr = server.asr
+    for name in (*ASR_MODELS, asr.name):
+        assert listed[name]["root"] == asr.name
+    default = server.state.engine.default_model.name
+    assert listed[default]["root"] == default
+    assert {listed[name]["root"] for name in SPEECH_MODELS} <= set(server.state.engine.models)
+    assert all(m["object"] == "model" and m["owned_by"] == "voxserve" for m in listed.values())
+    assert {"gpt-4o-transcribe", "gpt-4o-mini-transcribe", "gpt-transcribe", "gpt-realtime-whisper"} <= set(listed)
+
+
+def test_openai_transcription_names_reach_whisper(server: RunningServer, client: httpx.Client) -> None:
+    sdk = OpenAI(api_key="unused", base_url=f"{server.base_url}/v1")
+    audio = speak(client, SHORT[0])
+    for name in ("gpt-4o-mini-transcribe", "gpt-4o-transcribe"):
+        text = sdk.audio.transcriptions.create(model=name, file=("a.wav", audio)).text
+        assert wer(SHORT[0], text) < 0.2, (name, text)
+    # The name reaches the model, which is English-only and so cannot translate.
+    r = client.post("/v1/audio/translations", files={"file": ("a.wav", audio)}, data={"model": "gpt-transcribe"})
+    assert r.status_code == 400 and "English-only" in r.json()["error"]["message"]
+    with pytest.raises(NotFoundError) as refused:
+        sdk.audio.transcriptions.create(model="gpt-5-transcribe", file=("a.wav", audio))
+    assert refused.value.code == "model_not_found"
+
+
+def test_a_live_session_takes_the_realtime_names(server: RunningServer, client: httpx.Client) -> None:
+    speech = speak_pcm(client, SHORT[1])
+    events = sdk_live_turn(server.base_url, speech, timeout_s=60, model="gpt-realtime-whisper")
+    assert not [e for e in events if e.type == "error"]
+    assert wer(SHORT[1], events[-1].transcript) < 0.2
