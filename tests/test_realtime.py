@@ -155,6 +155,46 @@ def test_server_vad_turns_in_order(rt: Session, speech: list[np.ndarray]) -> Non
     assert kinds.index("input_audio_buffer.speech_stopped") < kinds.index("input_audio_buffer.committed")
 
 
+PAUSED = "I need a flight from Boston to Denver on the morning of the twelfth."
+PAUSE_AFTER = 6
+"""Words before the pause: "I need a flight from Boston to | Denver ..."."""
+
+
+def _paused_sentence(server: RunningServer, pause_s: float = 0.6) -> np.ndarray:
+    """PAUSED spoken whole (its prosody runs on through the pause point), with `pause_s` of
+    silence put in at the quietest 5 ms between word PAUSE_AFTER and the next."""
+    body = {"model": "tts-1", "voice": "alloy", "input": PAUSED, "timestamps": True, "response_format": "pcm"}
+    reply = httpx.post(server.base_url + "/v1/audio/speech", json=body, timeout=60).json()
+    audio = np.frombuffer(base64.b64decode(reply["audio"]), dtype=np.int16)
+    words = reply["timestamps"]
+    lo = int((words[PAUSE_AFTER - 1]["end_time"] - 0.04) * 24000)
+    hi = int((words[PAUSE_AFTER]["start_time"] + 0.04) * 24000)
+    power = np.convolve(audio[lo:hi].astype(np.float64) ** 2, np.ones(120), mode="valid")
+    cut = lo + int(np.argmin(power)) + 60
+    return np.concatenate([audio[:cut], _silence(pause_s), audio[cut:]])
+
+
+def test_semantic_vad_waits_out_a_pause_mid_thought_and_ends_the_finished_one(
+    rt: Session, server: RunningServer
+) -> None:
+    """Streamed at real time, as the end-of-turn model's answers come in wall time. With
+    `low` eagerness, silence alone would end the turn only after 8 s: a turn that ends in
+    the 2.5 s after the sentence was ended by the model, and the 600 ms pause mid-thought
+    did not cut it."""
+    rt.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+        "turn_detection": {"type": "semantic_vad", "eagerness": "low"}}}}})
+    updated = rt.until("session.updated")["session"]["audio"]["input"]
+    assert updated["turn_detection"] == {"type": "semantic_vad", "eagerness": "low"}
+    audio = np.concatenate([_silence(0.3), _paused_sentence(server), _silence(2.5)])
+    rt.append(audio, pace_s=CHUNK / 24000)
+    done = rt.until("conversation.item.input_audio_transcription.completed", timeout=10)
+    assert wer(PAUSED, done["transcript"]) <= 0.25, done["transcript"]
+    assert len(rt.of("input_audio_buffer.committed")) == 1
+    assert len(rt.of("input_audio_buffer.speech_started")) == 1
+    stopped = rt.of("input_audio_buffer.speech_stopped")
+    assert len(stopped) == 1 and stopped[0]["audio_end_ms"] < len(audio) * 1000 // 24000 - 1000
+
+
 def test_manual_commit_and_clear(rt: Session, speech: list[np.ndarray]) -> None:
     rt.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}}})
     rt.until("session.updated")
@@ -208,7 +248,9 @@ def test_pcmu_audio(rt: Session, speech: list[np.ndarray]) -> None:
         ({"type": "input_audio_buffer.append", "audio": 7}, "invalid_audio"),
         ({"type": "session.update", "session": {"type": "realtime"}}, "unsupported_session_type"),
         ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
-            "turn_detection": {"type": "semantic_vad", "eagerness": "low"}}}}}, "unsupported_turn_detection"),
+            "turn_detection": {"type": "semantic_vad", "eagerness": "eager"}}}}}, "invalid_value"),
+        ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+            "turn_detection": {"type": "semantic_vad", "silence_duration_ms": 200}}}}}, "invalid_value"),
         ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
             "turn_detection": {"type": "server_vad", "threshold": 7}}}}}, "invalid_value"),
         ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
@@ -393,21 +435,35 @@ def test_message_flood(limited: RunningServer) -> None:
     wait_for(lambda: _live(limited) == 0, timeout=5)
 
 
-def test_idle_session_is_closed(limited: RunningServer) -> None:
+def test_idle_session_is_closed_normally(limited: RunningServer) -> None:
     with _attack(limited), _open(limited) as s:
-        _closed_with(s, 1000, "idle_timeout")
+        _closed_with(s, 1000, None)
+        assert s.of("error") == []  # a normal close: clients reconnect, an error event would be fatal to some
     wait_for(lambda: _live(limited) == 0, timeout=5)
 
 
-def test_buffer_bound_without_vad(limited: RunningServer) -> None:
+def test_a_long_uncommitted_buffer_keeps_the_newest_speech(limited: RunningServer, speech: list[np.ndarray]) -> None:
+    """A client that appends everything and commits when its own VAD hears the end of
+    speech: the silence before the speech is dropped to stay within the 3 s buffer, and
+    not decoded; the whole turn, its start included, is transcribed."""
+    assert len(speech[0]) < 2.8 * 24000
     with _attack(limited), _open(limited) as s:
         s.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}}})
         s.until("session.updated")
-        noise = (np.random.default_rng(1).standard_normal(24000 * 4) * 300).astype(np.int16)
-        s.append(noise, size=6000)
-        assert s.until("error")["error"]["code"] == "input_audio_buffer_full"
-        s.send({"type": "input_audio_buffer.clear"})
-        s.until("input_audio_buffer.cleared")
+        s.append(np.concatenate([_silence(6.0), speech[0], _silence(0.1)]), size=6000)
+        s.send({"type": "input_audio_buffer.commit"})
+        done = s.until("conversation.item.input_audio_transcription.completed")
+        assert wer(SHORT[0], done["transcript"]) <= 0.25, done["transcript"]
+        # Only the speech, its prefix padding and what follows it were decoded.
+        assert done["usage"]["seconds"] <= len(speech[0]) / 24000 + 0.3 + 0.1 + 0.05
+        assert s.of("error") == []
+        # Speech past the limit: the oldest goes, the newest turn is whole.
+        s.append(np.concatenate([speech[1][: 24000 * 2], _silence(2.0), speech[0], _silence(0.1)]), size=6000)
+        s.send({"type": "input_audio_buffer.commit"})
+        done = s.until("conversation.item.input_audio_transcription.completed")
+        assert wer(SHORT[0], done["transcript"]) <= 0.25, done["transcript"]
+        assert done["usage"]["seconds"] <= LIMITS.max_buffer_s + 0.05
+        assert s.of("error") == []
         s.ws.close()
 
 

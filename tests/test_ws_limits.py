@@ -341,16 +341,15 @@ def test_an_idle_session_is_closed_but_not_while_it_speaks(srv: RunningServer) -
         with connect(_url(srv)) as ws:
             started = time.monotonic()
             events, code = _until_closed(ws, timeout=10)
-        assert _errors(events) == ["idle_timeout"] and code == 1000
+        assert _errors(events) == [] and code == 1000  # a normal close, no error event
         assert LIMITS.idle_timeout_s * 0.9 < time.monotonic() - started < LIMITS.idle_timeout_s + 3
         with connect(_url(srv)) as ws:
             text = "This is read out while the client says nothing. So is this."
             _send(ws, type="input.text", text=text)
             _send(ws, type="input.done")
             events, code = _until_closed(ws, timeout=30)
-        flushed = [e["type"] for e in events].index("input.flushed")
-        assert [e["type"] for e in events][flushed + 1 :] == ["error"]  # idle only once all was spoken
-        assert _errors(events) == ["idle_timeout"] and code == 1000
+        kinds = [e["type"] for e in events]
+        assert kinds[-1] == "input.flushed" and code == 1000  # idle only once all was spoken
 
 
 # -- Origin ----------------------------------------------------------------------------------

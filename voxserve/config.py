@@ -194,8 +194,10 @@ class WSConfig:
     max_pending_chars: int = 16 * 1024
     """Text received but not yet spoken, in characters. Past it the session ends with an
     error event: the client is sending text faster than speech can use it."""
-    idle_timeout_s: float = 60.0
-    """A session that receives no message and has nothing to speak for this long is closed."""
+    idle_timeout_s: float = 900.0
+    """A session that receives no message and has nothing to speak for this long is
+    closed, with close code 1000 and no error event (clients reconnect after it). An idle
+    session holds only its place under `max_sessions`."""
     messages_per_s: float = 100.0
     """Sustained message rate a session may send (a token bucket)."""
     message_burst: int = 400
@@ -233,8 +235,11 @@ class RealtimeConfig:
     message_burst: int = 1000
     """Messages a session may send at once above the sustained rate."""
     max_buffer_s: float = 60.0
-    """Audio held for the current turn, not yet committed, in seconds. An append past it
-    is refused with an error event (the session stays open); commit or clear to go on."""
+    """Audio held uncommitted, in seconds. With manual commits (no turn detection), past
+    it the oldest uncommitted audio is dropped to make room, silence first (anything the
+    VAD does not hear as speech, beyond the prefix padding around speech), so a turn
+    keeps its start: the newest speech is always kept. Memory stays at this many seconds
+    per session."""
     max_turn_s: float = 30.0
     """Under server VAD, a turn that has lasted this long is committed even while the
     user goes on speaking (one Whisper window), and the next turn starts at once."""
@@ -244,8 +249,14 @@ class RealtimeConfig:
     final_target_ms: float = 400.0
     """A turn's transcript is due this long after the end of its speech is known: its
     deadline in the ASR batcher, where live turns go before file pieces."""
-    idle_timeout_s: float = 60.0
-    """A session that sends nothing for this long, with no turn being transcribed, is closed."""
+    idle_timeout_s: float = 900.0
+    """A session that sends nothing for this long, with no turn being transcribed, is
+    closed, with close code 1000 and no error event (clients reconnect after it). A
+    session counts against the live capacity only while it is active (`active_s`); an
+    idle one holds only its place under `max_sessions`."""
+    active_s: float = 60.0
+    """A session is active, and counts against the measured live capacity, from its
+    opening and from each turn it starts or commits until this long after."""
 
     def __post_init__(self) -> None:
         if min(self.max_sessions, self.max_message_bytes, self.message_burst, self.max_pending_turns) < 1:

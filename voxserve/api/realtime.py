@@ -8,11 +8,13 @@ keeps the connection bounded. The session logic (VAD, turns, transcripts) is in
 `voxserve.serving.realtime`. docs/REALTIME.md lists what is supported.
 
 Client events: `session.update` (the current shape, `session.type = "transcription"`,
-`session.audio.input.{format, transcription, turn_detection, noise_reduction}`),
+`session.audio.input.{format, transcription, turn_detection, noise_reduction}`;
+`turn_detection` is `server_vad`, `semantic_vad` with its `eagerness`, or null),
 `transcription_session.update` (the older shape), `input_audio_buffer.append`,
 `.commit` and `.clear`. Any other event type gets an `error` event and the session goes on.
 
-Limits. Each one that ends a session sends an `error` event with the code below first:
+Limits. Each one that ends a session sends an `error` event with the code below first,
+except the idle timeout, a normal close:
 
 | limit | default | error code | close |
 |---|---|---|---|
@@ -20,13 +22,14 @@ Limits. Each one that ends a session sends an `error` event with the code below 
 | live sessions: the measured capacity, at most `--realtime-max-sessions` | 8 | `too_many_sessions` | 1013 |
 | message size (`--realtime-max-message-bytes`) | 256 KiB | `message_too_large` | 1009 |
 | messages per second (`--realtime-messages-per-s`, burst) | 200, 1000 | `rate_limited` | 1008 |
-| no message and no turn being transcribed (`--realtime-idle-timeout`) | 60 s | `idle_timeout` | 1000 |
+| no message and no turn being transcribed (`--realtime-idle-timeout`) | 15 min | (none: reason `idle_timeout`) | 1000 |
 | events the client does not read (`OUTBOX`, `--ws-send-timeout`) | 256, 15 s | (none: it is gone) | - |
 | the replica holding the session died (Ray) | | `replica_lost` | 1012 |
 | any failure that is not a `VoxError` | | `internal_error` | 1011 |
 
-Audio past `--realtime-max-buffer` (60 s uncommitted) is refused with an error event and
-the session stays open. Parsing is linear: one `json.loads` and one base64 decode of a
+With manual commits, uncommitted audio past `--realtime-max-buffer` (60 s) makes room by
+dropping the oldest silence, then the oldest audio: the newest speech is kept. An idle
+session counts under `--realtime-max-sessions` but not against the measured capacity. Parsing is linear: one `json.loads` and one base64 decode of a
 message of bounded size; the audio is decoded by the session.
 """
 
@@ -121,8 +124,11 @@ class _ServerVAD(_Strict):
     idle_timeout_ms: int | None = None
 
 
-class _SemanticVAD(BaseModel):
+class _SemanticVAD(_Strict):
     type: Literal["semantic_vad"]
+    eagerness: Literal["low", "medium", "high", "auto"] = "auto"
+    create_response: bool | None = None
+    interrupt_response: bool | None = None
 
 
 class _NoiseReduction(_Strict):
@@ -165,12 +171,7 @@ def _turn_detection(td: _ServerVAD | _SemanticVAD | None) -> TurnDetection | Non
     if td is None:
         return None
     if isinstance(td, _SemanticVAD):
-        raise InvalidRequest(
-            "semantic_vad is not supported; use server_vad (threshold, prefix_padding_ms, "
-            "silence_duration_ms) or null for manual commits",
-            param="session.audio.input.turn_detection.type",
-            code="unsupported_turn_detection",
-        )
+        return TurnDetection(type="semantic_vad", eagerness=td.eagerness)
     return TurnDetection(float(td.threshold), float(td.prefix_padding_ms), float(td.silence_duration_ms))
 
 
@@ -233,6 +234,8 @@ def _replace(current: LiveSettings, changes: dict[str, Any]) -> LiveSettings:
 def _turn_json(td: TurnDetection | None) -> dict[str, Any] | None:
     if td is None:
         return None
+    if td.semantic:
+        return {"type": "semantic_vad", "eagerness": td.eagerness}
     return {
         "type": "server_vad",
         "threshold": td.threshold,
@@ -413,7 +416,7 @@ class _Connection:
             self.post(_error_json(kind(end.message, code=end.code), None))
         await self._flush()
         with contextlib.suppress(ClientGone):
-            await self._send({"type": "websocket.close", "code": end.close_code, "reason": (end.code or "")[:120]})
+            await self._send({"type": "websocket.close", "code": end.close_code, "reason": end.reason[:120]})
 
     async def _receive(self) -> Message:
         try:
@@ -438,7 +441,7 @@ class _Connection:
                         raise SessionEnd(
                             1000,
                             f"no message for {idle:g} s and no turn being transcribed; the session is closed",
-                            "idle_timeout",
+                            reason="idle_timeout",
                         )
             finally:
                 if not receiving.done():

@@ -46,7 +46,8 @@ TTS replica that holds the session for its whole life; if that replica dies, the
 ends with a `replica_lost` error event and close code 1012 (reconnect).
 
 Limits (`ServerConfig.ws`, `WSConfig`). Each one that ends a session sends an error
-event with the code below first, then closes with the close code:
+event with the code below first, then closes with the close code; the idle timeout, a
+normal close, sends none:
 
 | limit | default | error code | close |
 |---|---|---|---|
@@ -54,7 +55,7 @@ event with the code below first, then closes with the close code:
 | message size (`max_message_bytes`) | 64 KiB | `message_too_large` | 1009 |
 | messages per second (`messages_per_s`, bursts of `message_burst`) | 100, 400 | `rate_limited` | 1008 |
 | text waiting to be spoken (`max_pending_chars`) | 16 Ki chars | `pending_text_too_long` | 1008 |
-| no message and nothing to speak (`idle_timeout_s`) | 60 s | `idle_timeout` | 1000 |
+| no message and nothing to speak (`idle_timeout_s`) | 15 min | none: a normal close, reason `idle_timeout` | 1000 |
 | contexts open at once (`max_contexts`) | 8 | `too_many_contexts` (the session goes on) | - |
 | a `context_id` (`MAX_CONTEXT_ID_CHARS`) | 64 chars | `invalid_value` (the session goes on) | - |
 | a client that takes nothing sent to it (`send_timeout_s`) | 15 s | (none: it is gone) | - |
@@ -260,7 +261,7 @@ class _Channel:
         with contextlib.suppress(ClientGone):
             if end.code is not None:
                 await self.send_error(end.message, end.code)
-            await self._close(end.close_code, end.code or "")
+            await self._close(end.close_code, end.reason)
 
     async def _stop_speaker(self) -> None:
         speaker = self._speaker
@@ -325,7 +326,7 @@ class _Channel:
                 raise SessionEnd(
                     1000,
                     f"no message for {idle:g} s and nothing to speak; open a new session when there is more",
-                    "idle_timeout",
+                    reason="idle_timeout",
                 )
 
     def _check(self, message: Message) -> None:

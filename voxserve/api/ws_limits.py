@@ -106,13 +106,17 @@ def _subprotocol(ws: WebSocket) -> str | None:
 
 
 class SessionEnd(Exception):
-    """Ends a session: an error event (when `code` is set), then a close frame."""
+    """Ends a session: an error event (when `code` is set), then a close frame whose
+    reason is `reason`, else `code`. An idle session ends with a reason and no code: a
+    normal close (1000) that clients reconnect after, where an error event would be fatal
+    to some (LiveKit's realtime STT treats every `error` event as one)."""
 
-    def __init__(self, close_code: int, message: str = "", code: str | None = None):
+    def __init__(self, close_code: int, message: str = "", code: str | None = None, reason: str | None = None):
         super().__init__(message or f"close {close_code}")
         self.close_code = close_code
         self.message = message
         self.code = code
+        self.reason = reason or code or ""
 
 
 class ClientGone(Exception):

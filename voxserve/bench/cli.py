@@ -415,6 +415,10 @@ def _add_live_args(p: argparse.ArgumentParser, levels: str) -> None:
     p.add_argument("--num-clips", type=int, default=None, help="only the first N clips")
     p.add_argument("--model", default="whisper-1", help="transcription model (default whisper-1)")
     p.add_argument("--language", default=None, help="transcription language (default: detect)")
+    p.add_argument("--turn-detection", choices=("server_vad", "semantic_vad"), default="server_vad",
+                   help="how the server ends turns (default server_vad)")
+    p.add_argument("--eagerness", choices=("low", "medium", "high", "auto"), default="auto",
+                   help="semantic_vad: how soon a turn may end (default auto)")
     p.add_argument("--silence-ms", type=int, default=500,
                    help="server VAD: silence that ends a turn (default 500)")
     p.add_argument("--threshold", type=float, default=0.5, help="server VAD threshold (default 0.5)")
@@ -446,7 +450,8 @@ def _live_options(args: argparse.Namespace) -> LiveOptions:
             raise ValueError(f"{flag} must be positive, got {value:g}")
     return LiveOptions(
         base_url=args.base_url, api_key=args.api_key,
-        vad=VadSettings(args.threshold, args.prefix_padding_ms, args.silence_ms),
+        vad=VadSettings(args.threshold, 300 if args.turn_detection == "semantic_vad" else args.prefix_padding_ms,
+                        args.silence_ms, args.turn_detection, args.eagerness),
         model=args.model, language=args.language, frame_s=args.frame_ms / 1e3,
         timeout_s=args.timeout, seed=args.seed, progress=args.progress,
         probe_health=args.probe_health, health_interval_s=args.health_interval_ms / 1e3)
@@ -463,6 +468,7 @@ def _live_clips(args: argparse.Namespace) -> list[LiveClip]:
 
 def _live_settings(args: argparse.Namespace, clips: list[LiveClip], **extra: Any) -> dict[str, Any]:
     settings = _settings(args, model=args.model, language=args.language,
+                         turn_detection=args.turn_detection, eagerness=args.eagerness,
                          silence_ms=args.silence_ms, threshold=args.threshold,
                          prefix_padding_ms=args.prefix_padding_ms, frame_ms=args.frame_ms,
                          timeout_s=args.timeout, api_key_set=args.api_key is not None,

@@ -15,7 +15,7 @@ import time
 import aiohttp
 import numpy as np
 
-from voxserve.bench.liveclips import LIVE_RATE, LiveClip
+from voxserve.bench.liveclips import LIVE_RATE, LiveClip, first_loud_sample
 from voxserve.bench.metrics import summarize
 from voxserve.bench.pacer import AudioPacer
 from voxserve.bench.rtclient import LiveOptions, RealtimeClient, SessionFailed, Utterance
@@ -34,6 +34,7 @@ class LiveSession:
         self.pacer = pacer
         self._done: dict[int, asyncio.Event] = {}
         self._speech_end: dict[int, int] = {}
+        self._stamping: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def open(cls, http: aiohttp.ClientSession, options: LiveOptions,
@@ -52,6 +53,18 @@ class LiveSession:
         utterance.speech_end_ms = (start + clip.last_loud) * 1000 / LIVE_RATE
         self._speech_end[id(utterance)] = start + clip.last_loud
         self._done[id(utterance)] = self.client.expect(utterance)
+        first = first_loud_sample(clip.samples)
+        if first is not None:
+            task = asyncio.get_running_loop().create_task(self._onset(utterance, start + first))
+            self._stamping.add(task)
+            task.add_done_callback(self._stamping.discard)
+
+    async def _onset(self, utterance: Utterance, index: int) -> None:
+        """Stamp when the frame holding the clip's first loud sample was sent."""
+        try:
+            utterance.onset_at_s = await self.pacer.sent(index) - self.client.origin
+        except (OSError, RuntimeError):
+            pass
 
     def pause(self, seconds: float) -> None:
         """Queue silence (the microphone sends silence anyway once the queue is empty)."""
@@ -73,6 +86,8 @@ class LiveSession:
         session ended); the record's failure says which.
         """
         assert utterance.end_of_speech_at_s is not None
+        if self._done[id(utterance)].is_set():
+            return True  # finished already: a late wait (after others) must not time out
         deadline = self.client.origin + utterance.end_of_speech_at_s + self.client.timeout_s
         try:
             await asyncio.wait_for(self._done[id(utterance)].wait(),

@@ -31,6 +31,7 @@ __all__ = [
     "LIVE_RATE",
     "SPEECH_DBFS",
     "LiveClip",
+    "first_loud_sample",
     "joined_wav",
     "last_loud_sample",
     "live_prompts",
@@ -63,6 +64,13 @@ class LiveClip:
 
     def wav(self) -> bytes:
         return wav_file(self.samples, LIVE_RATE)
+
+
+def first_loud_sample(samples: np.ndarray, dbfs: float = SPEECH_DBFS) -> int | None:
+    """Index of the first int16 sample whose magnitude is at least `dbfs`; None if none is."""
+    threshold = 32768.0 * 10.0 ** (dbfs / 20.0)
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) >= math.ceil(threshold))
+    return int(loud[0]) if loud.size else None
 
 
 def last_loud_sample(samples: np.ndarray, dbfs: float = SPEECH_DBFS) -> int | None:

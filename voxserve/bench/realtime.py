@@ -172,6 +172,9 @@ def summarize_realtime(sessions: list[SessionRecord], file_text: dict[str, str |
         "audio_s": sum(u.audio_s for u in utts),
         "completed_latency_s": latency_summary(
             [u.completed_latency_s for u in ok if u.completed_latency_s is not None]),
+        "speech_started_latency_s": latency_summary(
+            [u.speech_started_latency_s for u in ok if u.speech_started_latency_s is not None]),
+        "cut_utterances": sum(1 for u in ok if len(u.items) > 1),
         "speech_stopped_latency_s": latency_summary(
             [u.speech_stopped_latency_s for u in ok if u.speech_stopped_latency_s is not None]),
         "vad_end_offset_ms": summarize(

@@ -65,13 +65,18 @@ def latency_summary(values: list[float]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class VadSettings:
-    """The `turn_detection` the bench asks for (server VAD)."""
+    """The `turn_detection` the bench asks for: server VAD's settings, or `semantic_vad`
+    with its eagerness (the server's prefix padding is 300 ms then)."""
 
     threshold: float = 0.5
     prefix_padding_ms: int = 300
     silence_duration_ms: int = 500
+    type: str = "server_vad"
+    eagerness: str = "auto"
 
     def turn_detection(self) -> dict[str, Any]:
+        if self.type == "semantic_vad":
+            return {"type": "semantic_vad", "eagerness": self.eagerness}
         return {"type": "server_vad", "threshold": self.threshold,
                 "prefix_padding_ms": self.prefix_padding_ms,
                 "silence_duration_ms": self.silence_duration_ms}
@@ -139,6 +144,11 @@ class Utterance:
     """Where the clip starts in the session's stream."""
     speech_end_ms: float = math.nan
     """Where its last sample above -45 dBFS is."""
+    onset_at_s: float | None = None
+    """When the frame holding its first sample above -45 dBFS was sent."""
+    speech_started_at_s: float | None = None
+    """Arrival of its first item's `speech_started`."""
+    speech_started_latency_s: float | None = None
     end_of_speech_at_s: float | None = None
     """When the frame holding that sample was sent."""
     items: list[str] = field(default_factory=list)
@@ -180,6 +190,8 @@ class Utterance:
         self.transcript = " ".join(self.item_transcripts[i].strip() for i in self.items
                                    if self.item_transcripts.get(i, "").strip())
         eos = self.end_of_speech_at_s
+        if self.onset_at_s is not None and self.speech_started_at_s is not None:
+            self.speech_started_latency_s = self.speech_started_at_s - self.onset_at_s
         if eos is not None:
             if self.completed_at_s is not None:
                 self.completed_latency_s = self.completed_at_s - eos
@@ -377,6 +389,8 @@ class RealtimeClient:
         self._items[item] = utterance
         utterance.items.append(item)
         utterance.speech_started_ms.append(start_ms)
+        if utterance.speech_started_at_s is None:
+            utterance.speech_started_at_s = now
         self._done[id(utterance)].clear()
         if self.on_speech_started is not None:
             self.on_speech_started(utterance)

@@ -52,7 +52,7 @@ from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
 from voxserve.engine.cores import SharedCores
 from voxserve.engine.lifecycle import WorkerEngine
-from voxserve.engine.live import LivePolicy, LiveView
+from voxserve.engine.live import LiveEstimate, LivePolicy, LiveView
 from voxserve.engine.results import ResultStream
 from voxserve.engine.segments import (
     COMPRESSION_RATIO_THRESHOLD,
@@ -116,6 +116,8 @@ ENCODER_30S_AS_SPEECH_S = 27.0
 """One encoder pass over a 30 s window costs about as much as beam-decoding 27 s of speech,
 and a window of w seconds (w / 30)^2 of it: what `even_spans` weighs a cut by (the
 timings: docs/BENCHMARKS.md, "Tuning constants")."""
+TURN_ESTIMATE_S = 3.0
+"""The warm-up times a live turn of this length, in the window a live turn gets."""
 SILENCE_PEAK = 10 ** (-60 / 20)
 """A piece whose loudest sample stays under -60 dBFS is not decoded: Whisper would only
 hallucinate on it ("you", "Thank you.")."""
@@ -263,6 +265,8 @@ class ASREngine(WorkerEngine):
         self._file_batches = 0
         """Workers decoding file pieces now (the rest are free or decoding live ones)."""
         self._live_sessions = 0
+        self._live_decode_s = math.inf
+        """The fastest live decode `estimate_live` has timed."""
         self.live_policy = LivePolicy(
             self._live_view,
             clock,
@@ -297,6 +301,25 @@ class ASREngine(WorkerEngine):
         if self.config.solo_threads > 1:
             # Loads the solo replica; its threads inherit the lowered priority.
             run_lowered(self.config.nice, self.runner.run, inputs, opts, self.config.solo_threads)
+        self.estimate_live()
+
+    def estimate_live(self) -> None:
+        """Time a live decode, warm, on one thread as it runs beside others: the live
+        capacity's estimate until sessions are measured (`engine/live.py`). The fastest
+        of three. The warm-up calls it; the server calls it again once every engine has
+        warmed up, when no other warm-up shares the cores."""
+        opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0)
+        turn = np.zeros(int(TURN_ESTIMATE_S * SAMPLE_RATE), dtype=np.float32)
+        features, frames = self.mel(turn)
+        live = [DecodeInput(np.ascontiguousarray(features[:, : fitted_window(len(turn))]), frames)]
+        took = self._live_decode_s
+        for _ in range(3):
+            started = time.perf_counter()
+            self.runner.run(live, opts)
+            took = min(took, time.perf_counter() - started)
+        self._live_decode_s = took
+        self.live_policy.estimate = LiveEstimate.from_warmup(took)
+        log.info("ASR warm-up: a live decode takes ~%.0f ms; live capacity estimated from it", took * 1e3)
 
     @property
     def name(self) -> str:
@@ -394,10 +417,10 @@ class ASREngine(WorkerEngine):
     # -- live sessions -----------------------------------------------------------------
     def live_session(self, opened: bool) -> None:
         """Count a realtime session in (True) or out (False). While any is open, file
-        pieces leave one worker free for live utterances."""
+        pieces leave one worker free for live utterances. (The live meter counts the
+        active sessions, which the realtime use case tells it: `LivePolicy.sessions`.)"""
         with self._cond:
             self._live_sessions = max(0, self._live_sessions + (1 if opened else -1))
-            self.live_policy.sessions(self._live_sessions)
             self._cond.notify_all()
 
     def busy(self) -> bool:

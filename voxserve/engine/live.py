@@ -13,9 +13,13 @@ When to decode (the session asks with its own facts, gets a deadline or None):
 - **delta**, while the user speaks: only when a worker is idle and no other work keeps
   the cores busy (speech); due `DELTA_SLACK_S` after now, later than any final.
 
-How many sessions (`live_capacity`): see its docstring. Before the meter has seen enough
-live work, one session per slot of the device; after, the rule, never more than twice
-the sessions the meter has seen open at once.
+How many sessions (`live_capacity`): see its docstring. The engine's warm-up times a
+decode, and `LiveEstimate` turns that into the cost of a session whose user talks half
+the time: sessions are admitted by that estimate from the start. Once the meter has
+measured live work, its figures replace the estimate's, blended back towards it as the
+measurement ages (`MEASURE_HALF_LIFE_S` without a live decode), so a quiet server
+forgets a busy spell. The capacity shown rises at once and falls by at most one session
+every `FALL_STEP_S` (`Damper`), so one noisy window cannot collapse it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from voxserve.engine.admission import TARGET_UTILIZATION
 
 __all__ = [
     "DELTA_SLACK_S",
+    "Damper",
+    "LiveEstimate",
     "LiveMeter",
     "LivePolicy",
     "LiveView",
@@ -47,6 +53,21 @@ METER_MIN_SESSION_S = 10.0
 METER_MIN_DECODES = 4.0
 """The cost counts as measured once the window holds this much session time and this
 many live decodes: less says more about one turn than about a session."""
+MEASURE_HALF_LIFE_S = 20.0
+"""The measurement's weight against the estimate halves every this many seconds without
+a live decode: a server left idle comes back to the estimate within a minute."""
+FALL_STEP_S = 10.0
+"""The capacity falls by one session at most this often; it rises at once."""
+TALK_SHARE = 0.5
+"""The estimate's user talks half the time..."""
+TURN_SPEECH_S = 3.0
+"""...in turns of this much speech..."""
+DECODES_PER_TURN = 1.5
+"""...each decoded this many times (its final, and an early final or delta that speech
+made useless half of the time)..."""
+SPEECH_DECODE_FACTOR = 1.3
+"""...each decode taking this many times the warm-up's decode of silence (the turn's
+words; measured 1.15-1.25 on tiny.en, 3 s turns)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +127,45 @@ def live_capacity(cost: float, decode_s: float, workers: float, target_s: float)
     return max(1, math.floor(rho * workers / cost + 1e-9))
 
 
+@dataclass(frozen=True)
+class LiveEstimate:
+    """A live session's cost before any is measured, from the warm-up's timings."""
+
+    decode_s: float
+    """How long one live decode takes on one worker."""
+    turn_call_s: float = 0.0
+    """The end-of-turn model's time per turn (semantic_vad), on its own thread."""
+
+    @classmethod
+    def from_warmup(cls, silence_decode_s: float, turn_call_s: float = 0.0) -> LiveEstimate:
+        """From the warm-up's decode of silence on one thread (and the end-of-turn model's call)."""
+        return cls(silence_decode_s * SPEECH_DECODE_FACTOR, turn_call_s)
+
+    @property
+    def cost(self) -> float:
+        """Worker-seconds per session-second."""
+        turns_per_s = TALK_SHARE / TURN_SPEECH_S
+        return turns_per_s * (DECODES_PER_TURN * self.decode_s + self.turn_call_s)
+
+
+class Damper:
+    """The capacity as shown: it follows a rising target at once and a falling one by one
+    session per `step_s` at most. Pure: the caller passes the time."""
+
+    def __init__(self, step_s: float = FALL_STEP_S) -> None:
+        self.step_s = step_s
+        self.value: int | None = None
+        self._fell_at = -math.inf
+
+    def __call__(self, target: int, now: float) -> int:
+        if self.value is None or target >= self.value:
+            self.value = target
+        elif now - self._fell_at >= self.step_s:
+            self.value -= 1
+            self._fell_at = now
+        return self.value
+
+
 class LiveMeter:
     """Worker-seconds of live decoding (deltas and finals) per second of session time,
     over recent session time. Pure: the caller passes the time.
@@ -130,6 +190,8 @@ class LiveMeter:
         """Most sessions open at once while the meter measured."""
         self._measured = False
         self._at: float | None = None
+        self.last_decode: float | None = None
+        """When the last live decode was counted."""
 
     def sessions(self, count: int, now: float) -> None:
         """`count` sessions are open from `now` on."""
@@ -144,6 +206,13 @@ class LiveMeter:
         self.wall_sq += busy_s * busy_s
         self.decodes += 1
         self.most_open = max(self.most_open, self.open)
+        self.last_decode = now
+
+    def add_other(self, busy_s: float, now: float) -> None:
+        """Other live work (the end-of-turn model) took `busy_s` seconds of one core: it
+        counts in the cost, not in the decodes' length."""
+        self._advance(now)
+        self.busy += busy_s
 
     def measured(self) -> bool:
         """Whether the window has held enough to go by; it stays so (quiet sessions that
@@ -201,6 +270,11 @@ class LivePolicy:
         self.slots = max(1, slots)
         self.workers = workers
         self.meter = meter or LiveMeter()
+        self.estimate: LiveEstimate | None = None
+        """Set by the engine's warm-up; None admits one session per slot until measured."""
+        self.turn_call_s = 0.0
+        """The end-of-turn model's time per call, counted in the estimate (semantic_vad)."""
+        self._damper = Damper()
         self._lock = threading.Lock()
 
     # -- when to decode ---------------------------------------------------------------
@@ -223,16 +297,39 @@ class LivePolicy:
         with self._lock:
             self.meter.add(busy_s, self._clock(), threads)
 
-    def capacity(self, target_s: float) -> int:
-        """Sessions to admit for finals due `target_s` after the end of speech: `slots`
-        until the meter has measured; then `live_capacity` at the measured cost, but at
-        most twice the most sessions measured together (or `slots`, if more): a cost
-        measured on a few sessions may not hold for many more (more contention, other
-        batches), so capacity ramps up as sessions come and are measured."""
+    def ran_other(self, busy_s: float) -> None:
+        """Other live work (the end-of-turn model) took `busy_s` seconds of one core."""
         with self._lock:
-            cost = self.meter.cost(self._clock())
-            decode = self.meter.decode_s()
-            seen = self.meter.most_open
+            self.meter.add_other(busy_s, self._clock())
+
+    def capacity(self, target_s: float, most: int = 1 << 30) -> int:
+        """Sessions to admit for finals due `target_s` after the end of speech:
+        `live_capacity` at the cost and decode length `figures` gives, at most `most`
+        (the hard cap), through the damper."""
+        with self._lock:
+            now = self._clock()
+            figures = self.figures(now)
+            target = self.slots if figures is None else live_capacity(*figures, self.workers, target_s)
+            return self._damper(min(most, target), now)
+
+    def reset_damper(self) -> None:
+        """Show the next capacity as it is, undamped (a new meter was put in)."""
+        with self._lock:
+            self._damper = Damper()
+
+    def figures(self, now: float) -> tuple[float, float] | None:
+        """(cost, decode_s) to admit by: the estimate's until the meter has measured;
+        then the measured ones, blended back towards the estimate's by their age (the
+        weight halves every `MEASURE_HALF_LIFE_S` since the last live decode); None
+        with neither. Call under the lock."""
+        cost, decode = self.meter.cost(now), self.meter.decode_s()
+        est = self.estimate
+        if est is not None and self.turn_call_s:
+            est = LiveEstimate(est.decode_s, self.turn_call_s)
         if cost is None or decode is None:
-            return self.slots
-        return min(live_capacity(cost, decode, self.workers, target_s), max(self.slots, 2 * seen))
+            return None if est is None else (est.cost, est.decode_s)
+        if est is None:
+            return cost, decode
+        age = max(0.0, now - (self.meter.last_decode or now))
+        w = 0.5 ** (age / MEASURE_HALF_LIFE_S)
+        return w * cost + (1 - w) * est.cost, w * decode + (1 - w) * est.decode_s

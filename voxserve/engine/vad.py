@@ -27,31 +27,52 @@ wake-ups (~0.15 ms) that a busy server partly shares out.
 The percentages are one live session's share of a core. Scoring in bigger pieces costs
 less, but a turn's end is then seen up to a piece later.
 
+`semantic_vad` also asks the end-of-turn model (`runners/turn.py: SmartTurn`, ~40 ms a call
+on one core) whether a turn's speech is a finished thought. Those calls run on a second
+dedicated thread, never on the VAD thread, whose 0.1 ms frames must not wait behind them.
+Each session makes at most one such call at a time. Their wall time goes to `turn_cost`,
+which the live admission counts as live work (`LivePolicy.ran_other`).
+
 This module knows nothing of sessions, turns or HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
 from voxserve.engine.threads import prestart
-from voxserve.errors import Unavailable
+from voxserve.errors import InvalidRequest, Unavailable
+from voxserve.runners.turn import COMPLETE_AT, SmartTurn, default_model_path
 from voxserve.runners.vad import FRAME_SAMPLES, SAMPLE_RATE, SileroVAD, VADStream
 
-__all__ = ["FRAME_SAMPLES", "SAMPLE_RATE", "SileroVAD", "VADEngine", "VADStream"]
+log = logging.getLogger(__name__)
+
+__all__ = ["COMPLETE_AT", "FRAME_SAMPLES", "SAMPLE_RATE", "SileroVAD", "VADEngine", "VADStream"]
 
 
 class VADEngine:
     """Scores sessions' audio on ONE dedicated worker thread (normal priority: VAD is cheap
     and on the latency path), so the event loop never runs the model."""
 
-    def __init__(self, vad: SileroVAD | None = None) -> None:
+    def __init__(self, vad: SileroVAD | None = None, turn_model: Path | None = None) -> None:
         self.vad = vad or SileroVAD()
+        self._turn_path = turn_model or default_model_path()
+        self._turn: SmartTurn | None = None
+        self._turn_executor: ThreadPoolExecutor | None = None
+        self.turn_cost: Callable[[float], None] = lambda seconds: None
+        """Called with each end-of-turn call's wall time, on the model's thread."""
+        self._turn_calls = 0
+        self._turn_busy_s = 0.0
+        self.turn_call_s = 0.0
+        """One end-of-turn call's time, warm, as measured at start (0 without the model)."""
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()  # start and stop may come from different threads
         self._stopped = False
@@ -70,6 +91,55 @@ class VADEngine:
             # The first run of a graph pays its set-up; not a client's turn.
             silence = np.zeros(FRAME_SAMPLES, dtype=np.float32)
             self._executor.submit(self.vad.score, VADStream(), silence).result()
+            if self._turn_path.is_file():
+                self._turn = SmartTurn(self._turn_path)
+                self._turn_executor = ThreadPoolExecutor(1, thread_name_prefix="turn-model")
+                prestart(self._turn_executor, 1)
+                self._turn_executor.submit(self._turn.complete, silence).result()
+                started = time.perf_counter()
+                self._turn_executor.submit(self._turn.complete, silence).result()
+                self.turn_call_s = time.perf_counter() - started
+            else:
+                log.warning("no end-of-turn model at %s: semantic_vad is refused (make install "
+                            "fetches it)", self._turn_path)
+
+    @property
+    def semantic(self) -> bool:
+        """Whether the end-of-turn model is loaded (semantic_vad can run)."""
+        return self._turn is not None
+
+    def check_semantic(self) -> None:
+        """Refuse semantic_vad (400) when the model is not installed."""
+        if self._turn is None:
+            raise InvalidRequest(
+                "semantic_vad needs the end-of-turn model, which is not installed on this server; "
+                "use server_vad",
+                param="session.audio.input.turn_detection.type",
+                code="unsupported_turn_detection",
+            )
+
+    async def complete(self, samples: np.ndarray) -> float:
+        """The end-of-turn model's probability that the speech in these 16 kHz samples is a
+        finished thought, computed on the model's thread. A cancelled waiter leaves the
+        call to finish; the caller makes one call at a time per session, so the queue holds
+        at most one per session."""
+        executor, model = self._turn_executor, self._turn
+        if executor is None or model is None:
+            raise Unavailable("the end-of-turn model is not running")
+        try:
+            work = executor.submit(self._complete, model, samples)
+        except RuntimeError:
+            raise Unavailable("the end-of-turn model is not running") from None
+        return await asyncio.shield(asyncio.wrap_future(work))
+
+    def _complete(self, model: SmartTurn, samples: np.ndarray) -> float:
+        start = time.perf_counter()
+        p = model.complete(samples)
+        took = time.perf_counter() - start
+        self._turn_calls += 1
+        self._turn_busy_s += took
+        self.turn_cost(took)
+        return p
 
     def stop(self) -> None:
         """Refuse new calls, finish the queued ones (each takes milliseconds) and join the
@@ -77,8 +147,10 @@ class VADEngine:
         with self._lock:
             self._stopped = True
             executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
+            turn, self._turn_executor = self._turn_executor, None
+        for pool in (executor, turn):
+            if pool is not None:
+                pool.shutdown(wait=True)
 
     async def score(self, stream: VADStream, samples: np.ndarray) -> np.ndarray:
         """`SileroVAD.score(stream, samples)` on the worker thread: the probabilities of
@@ -121,6 +193,8 @@ class VADEngine:
             "calls": float(self._calls),
             "busy_s": self._busy_s,
             "pending": float(sum(self._in_flight.values())),
+            "turn_calls": float(self._turn_calls),
+            "turn_busy_s": self._turn_busy_s,
         }
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections import deque
@@ -48,7 +49,7 @@ from voxserve.engine.cores import SharedCores
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.transcribe import start_live
 from voxserve.engine.turns import Pause, Resume, Start, Stop, TurnDetector
-from voxserve.engine.vad import FRAME_SAMPLES, VADEngine, VADStream
+from voxserve.engine.vad import COMPLETE_AT, FRAME_SAMPLES, VADEngine, VADStream
 from voxserve.errors import InvalidRequest, NotFound, Overloaded, ServerError, VoxError
 from voxserve.serving.catalog import ASR_MODELS
 from voxserve.serving.metrics import Metrics
@@ -87,15 +88,41 @@ drops it. Shorter pauses come inside words; docs/BENCHMARKS.md has the finals it
 DELTA_INTERVAL_MS = 1000.0
 """Partial transcripts of a turn in progress are decoded at most this often, and only
 when an ASR worker is idle: each costs a decode of the whole turn so far."""
+PREFIX_S = 0.3
+"""With manual commits: audio kept before and after speech when silence is dropped."""
+
+
+EAGERNESS_WAIT_S = {"low": 8.0, "medium": 4.0, "high": 2.0, "auto": 4.0}
+"""semantic_vad: the longest silence that ends a turn the model calls unfinished (OpenAI's
+documented maxima; `auto` is `medium`)."""
+PROBES_MS = (96.0, 1000.0)
+"""semantic_vad: silence after which the end-of-turn model is asked whether the thought is
+complete. The first probe is as early as the early final starts; the second rescues a
+finished sentence the model first misjudged, after the pauses speakers make mid-thought."""
+OPEN_ENDINGS = ("...", "…", "-", "–", "—", ",", ";", ":")
+"""A transcript that ends so (or on a letter or digit) trails off: the thought goes on."""
 
 
 @dataclass(frozen=True)
 class TurnDetection:
-    """Server VAD's settings (OpenAI's `turn_detection` of type `server_vad`)."""
+    """OpenAI's `turn_detection`: `server_vad` ends a turn after `silence_duration_ms` of
+    silence; `semantic_vad` ends it when the end-of-turn model and the turn's transcript
+    say the thought is complete, or after its eagerness's longest wait."""
 
     threshold: float = 0.5
     prefix_padding_ms: float = 300.0
     silence_duration_ms: float = 500.0
+    type: str = "server_vad"
+    eagerness: str = "auto"
+
+    @property
+    def semantic(self) -> bool:
+        return self.type == "semantic_vad"
+
+    @property
+    def silence_ms(self) -> float:
+        """The silence after which the detector ends a turn by itself."""
+        return EAGERNESS_WAIT_S[self.eagerness] * 1000 if self.semantic else self.silence_duration_ms
 
 
 @dataclass(frozen=True)
@@ -191,34 +218,64 @@ class LiveTranscriber:
     metrics: Metrics
     cores: SharedCores = field(default_factory=SharedCores)
     """What speech does on the same cores: deltas wait while it holds every TTS worker."""
+    clock: Callable[[], float] = time.monotonic
     open_sessions: int = 0
+    _sessions: set[LiveSession] = field(default_factory=set)
+    _active: int = 0
+    _counted_at: float = -math.inf
 
     def __post_init__(self) -> None:
         self.metrics.realtime_capacity.set_function(self.capacity)
+        self.vad.turn_cost = self.engine.live_policy.ran_other
 
     def capacity(self) -> int:
         """Sessions admitted now: the ASR engine's measured live capacity, within `max_sessions`."""
-        measured = self.engine.live_policy.capacity(self.config.final_target_ms / 1000)
-        return min(self.config.max_sessions, measured)
+        self.engine.live_policy.turn_call_s = self.vad.turn_call_s
+        return self.engine.live_policy.capacity(self.config.final_target_ms / 1000, self.config.max_sessions)
+
+    def active_sessions(self) -> int:
+        """Sessions active now (`RealtimeConfig.active_s`): they count against the live
+        capacity and in the engine's meter; idle ones decode nothing."""
+        self.count_active(force=True)
+        return self._active
+
+    def count_active(self, force: bool = False) -> None:
+        """Tell the engine's meter how many sessions are active (at most once a second
+        unless forced: every append of every session asks)."""
+        now = self.clock()
+        if not force and now - self._counted_at < 1.0:
+            return
+        self._counted_at = now
+        active = sum(1 for session in self._sessions if session.active_until > now)
+        if active != self._active:
+            self._active = active
+            self.engine.live_policy.sessions(active)
 
     @contextlib.asynccontextmanager
     async def session(self, emit: Callable[[LiveEvent], None]) -> AsyncIterator[LiveSession]:
-        """Open a session under `capacity()` (Overloaded past it); it is closed, and its
-        transcriptions dropped, on the way out."""
+        """Open a session under `max_sessions` and, counting only the active sessions,
+        under `capacity()` (Overloaded past either); it is closed, and its transcriptions
+        dropped, on the way out."""
         capacity = self.capacity()
-        if self.open_sessions >= capacity:
+        active = self.active_sessions()
+        if self.open_sessions >= self.config.max_sessions or active >= capacity:
             raise Overloaded(
                 f"the server has {self.open_sessions} live transcription sessions open, "
-                f"its capacity ({capacity}); try again later"
+                f"{active} of them active, against its capacity ({capacity} active, "
+                f"{self.config.max_sessions} open); try again later"
             )
         self.open_sessions += 1
         self.engine.live_session(True)
         self.metrics.realtime_sessions.inc()
         session = LiveSession(self, emit)
+        self._sessions.add(session)
+        self.count_active(force=True)
         try:
             yield session
         finally:
             await session.close()
+            self._sessions.discard(session)
+            self.count_active(force=True)
             self.open_sessions -= 1
             self.engine.live_session(False)
             self.metrics.realtime_sessions.dec()
@@ -234,41 +291,73 @@ class LiveTranscriber:
                 code="model_not_found",
             )
         self.engine.check(TranscribeOptions(language=settings.language or None))
+        if settings.turn_detection is not None and settings.turn_detection.semantic:
+            self.vad.check_semantic()
 
 
 # -- one session -------------------------------------------------------------------------
 class _Audio:
-    """The session's recent audio, as chunks, addressed by sample index since the start."""
+    """The session's recent audio, as chunks addressed by sample index since the start.
+    A range may be cut out of the middle (`cut`): what is held then has holes, which
+    `take` skips, and indices stay those of the stream."""
 
     def __init__(self) -> None:
-        self._chunks: deque[np.ndarray] = deque()
-        self.start = 0
+        self._chunks: deque[tuple[int, np.ndarray]] = deque()
         self.end = 0
+        self.held = 0
+
+    @property
+    def start(self) -> int:
+        return self._chunks[0][0] if self._chunks else self.end
 
     def __len__(self) -> int:
-        return self.end - self.start
+        """Samples held (holes not counted)."""
+        return self.held
 
     def add(self, samples: np.ndarray) -> None:
         if len(samples):
-            self._chunks.append(samples)
+            self._chunks.append((self.end, samples))
             self.end += len(samples)
+            self.held += len(samples)
 
     def drop_before(self, sample: int) -> None:
         """Forget audio before `sample` (whole chunks, so a little more may stay)."""
-        while self._chunks and self.start + len(self._chunks[0]) <= sample:
-            self.start += len(self._chunks.popleft())
+        while self._chunks and self._chunks[0][0] + len(self._chunks[0][1]) <= sample:
+            self.held -= len(self._chunks.popleft()[1])
+
+    def cut(self, a: int, b: int) -> int:
+        """Forget the samples in [a, b); returns how many were held. Touches only the
+        chunks up to `b` (what is cut is the oldest audio, near the front)."""
+        before: list[tuple[int, np.ndarray]] = []
+        gone = 0
+        while self._chunks and self._chunks[0][0] < b:
+            at, chunk = self._chunks.popleft()
+            lo, hi = max(a - at, 0), min(b - at, len(chunk))
+            if lo >= hi:
+                before.append((at, chunk))
+                continue
+            gone += hi - lo
+            if lo > 0:
+                before.append((at, chunk[:lo]))
+            if hi < len(chunk):
+                before.append((at + hi, chunk[hi:]))
+        self._chunks.extendleft(reversed(before))
+        self.held -= gone
+        return gone
+
+    def count(self, a: int, b: int) -> int:
+        """How many samples in [a, b) are held."""
+        return sum(max(0, min(b - at, len(chunk)) - max(a - at, 0)) for at, chunk in self._chunks)
 
     def take(self, a: int, b: int) -> np.ndarray:
-        """Samples [a, b), clipped to what is held."""
-        a, b = max(a, self.start), min(b, self.end)
-        parts, pos = [], self.start
-        for chunk in self._chunks:
-            lo, hi = max(a - pos, 0), min(b - pos, len(chunk))
+        """The held samples in [a, b), holes skipped."""
+        parts = []
+        for at, chunk in self._chunks:
+            if at >= b:
+                break
+            lo, hi = max(a - at, 0), min(b - at, len(chunk))
             if lo < hi:
                 parts.append(chunk[lo:hi])
-            pos += len(chunk)
-            if pos >= b:
-                break
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
@@ -287,6 +376,10 @@ class _Turn:
     hypothesis: list[str] = field(default_factory=list)
     sent_words: int = 0
     committed: bool = False
+    probe: asyncio.Task[None] | None = None
+    """semantic_vad: the end-of-turn model's question in flight for this pause."""
+    probes: int = 0
+    """Probes made in this pause (`PROBES_MS`)."""
 
 
 def _words(text: str) -> list[str]:
@@ -319,6 +412,11 @@ class LiveSession:
         self._lost: asyncio.Future[VoxError] = asyncio.get_running_loop().create_future()
         self._ref: str | None = None
         """The client's id for the input being handled, for the errors it causes."""
+        self._speech: deque[list[int]] = deque()
+        """With manual commits: the uncommitted audio's speech, as [start, end) sample
+        spans of frames the VAD hears as speech, oldest first."""
+        self.active_until = live.clock() + self._config.active_s
+        """Until when the session counts as active (`RealtimeConfig.active_s`)."""
 
     @property
     def busy(self) -> bool:
@@ -336,7 +434,7 @@ class LiveSession:
     # -- settings ---------------------------------------------------------------------
     def _new_detector(self) -> TurnDetector | None:
         td = self.settings.turn_detection
-        return None if td is None else TurnDetector(td.threshold, td.silence_duration_ms)
+        return None if td is None else TurnDetector(td.threshold, td.silence_ms)
 
     async def configure(self, settings: LiveSettings) -> None:
         """Check new settings (`LiveTranscriber.check`), then apply them."""
@@ -355,6 +453,7 @@ class LiveSession:
             self._vad_stream = VADStream()
             self._vad_origin = self._audio.end
             self._detector = self._new_detector()
+            self._speech.clear()
 
     # -- client actions ---------------------------------------------------------------
     async def append(self, data: bytes, ref: str | None = None) -> None:
@@ -366,25 +465,82 @@ class LiveSession:
 
     async def _append(self, data: bytes) -> None:
         samples = self._decoder.feed(data)
+        self._live.count_active()
         if not len(samples):
-            return
-        if self._detector is None:
-            limit = int(self._config.max_buffer_s * RATE)
-            if len(self._audio) + len(samples) > limit:
-                self._refuse(InvalidRequest(
-                    f"the input audio buffer holds {self._config.max_buffer_s:g} s at most; "
-                    "commit or clear it before appending more (this audio was dropped)",
-                    code="input_audio_buffer_full",
-                ))
-                return
-            self._audio.add(samples)
             return
         self._audio.add(samples)
         probs = await self._live.vad.score(self._vad_stream, samples)
+        first = self._vad_stream.frames_done - len(probs)
+        if self._detector is None:
+            self._hear(probs, first)
+            self._shed()
+            return
         if len(probs):
-            first = self._vad_stream.frames_done - len(probs)
             await self._on_frames(probs, first)
         await self._after_audio()
+
+    def _mark_active(self) -> None:
+        was_idle = self.active_until <= self._live.clock()
+        self.active_until = self._live.clock() + self._config.active_s
+        if was_idle:
+            self._live.count_active(force=True)
+
+    # -- manual commits: the uncommitted buffer --------------------------------------------
+    def _hear(self, probs: np.ndarray, first: int) -> None:
+        """Note which of these frames are speech (manual commits: no turns, only where
+        speech lies in the buffer). Spans closer than the prefix padding merge."""
+        loud = np.flatnonzero(probs >= 0.5)
+        if not len(loud):
+            return
+        self._mark_active()
+        gap = int(PREFIX_S * RATE)
+        for k in loud.tolist():
+            a = self._sample(first + k)
+            b = a + FRAME_SAMPLES
+            if self._speech and a - self._speech[-1][1] <= gap:
+                self._speech[-1][1] = b
+            else:
+                self._speech.append([a, b])
+
+    def _shed(self) -> None:
+        """Keep the uncommitted audio within `max_buffer_s`: drop the oldest silence
+        first (what lies further than the prefix padding from any speech, the newest
+        padding's worth kept for speech yet to come), then the oldest audio."""
+        limit = int(self._config.max_buffer_s * RATE)
+        if len(self._audio) <= limit:
+            return
+        # Silence goes down to a second below the limit, so that a long listener sheds
+        # once a second rather than at every append; speech only down to the limit.
+        over = len(self._audio) - max(limit // 2, limit - RATE)
+        pad = int(PREFIX_S * RATE)
+        at = max(self._audio.start, self._floor)
+        quiet: list[tuple[int, int]] = []
+        for a, b in self._speech:
+            if a - pad > at:
+                quiet.append((at, a - pad))
+            at = max(at, b + pad)
+        if self._audio.end - pad > at:
+            quiet.append((at, self._audio.end - pad))
+        for a, b in quiet:
+            if over <= 0:
+                break
+            over -= self._audio.cut(a, min(b, a + over))
+        over = len(self._audio) - limit
+        while over > 0:  # the oldest audio, holes skipped
+            over -= self._audio.cut(self._audio.start, self._audio.start + over)
+        start = self._audio.start
+        while self._speech and self._speech[0][1] <= start:
+            self._speech.popleft()
+
+    def _speech_start(self) -> int:
+        """Manual commits: where the committed audio starts. From the first speech less
+        the prefix padding, so that silence before it (a client that appends everything
+        and commits when its own VAD hears the end of speech) is not decoded: Whisper
+        would spend a window or more on it. Without speech, the newest `max_turn_s`."""
+        held = max(self._floor, self._audio.start)
+        if self._speech:
+            return max(held, self._speech[0][0] - int(PREFIX_S * RATE))
+        return max(held, self._audio.end - int(self._config.max_turn_s * RATE))
 
     async def commit(self, ref: str | None = None) -> None:
         """End the turn now, whatever VAD thinks (OpenAI's `input_audio_buffer.commit`)."""
@@ -396,7 +552,12 @@ class LiveSession:
 
     async def _commit_now(self) -> None:
         turn = self._turn
-        start = turn.start if turn is not None else max(self._floor, self._audio.start)
+        if turn is not None:
+            start = turn.start
+        elif self._detector is None:
+            start = self._speech_start()
+        else:
+            start = max(self._floor, self._audio.start)
         end = self._audio.end
         if end - start < MIN_COMMIT_S * RATE:
             self._refuse(InvalidRequest(
@@ -413,12 +574,14 @@ class LiveSession:
             turn = _Turn(self._new_item(), start)
         if self._detector is not None:
             self._detector.reset()
+        self._speech.clear()
         await self._commit(turn, end, time.monotonic())
 
     async def clear(self, ref: str | None = None) -> None:
         self._drop_turn()
         self._floor = self._audio.end
         self._audio.drop_before(self._audio.end)
+        self._speech.clear()
         if self._detector is not None:
             self._detector.reset()
         self._emit(Cleared())
@@ -444,17 +607,21 @@ class LiveSession:
                 prefix = int(td.prefix_padding_ms * RATE / 1000)
                 start = max(self._sample(event.frame) - prefix, self._audio.start, self._floor)
                 self._turn = _Turn(self._new_item(), start, delta_at=time.monotonic())
+                self._mark_active()
                 self._emit(SpeechStarted(self._turn.item_id, _ms(start)))
             elif self._turn is None:
                 continue
             elif isinstance(event, Pause):
                 self._turn.pause = self._sample(event.frame)
                 self._turn.pause_wall = time.monotonic()
+                self._turn.probes = 0
                 self._cancel(self._turn.delta)
             elif isinstance(event, Resume):
                 self._turn.pause = None
                 self._cancel(self._turn.early)
                 self._turn.early = None
+                self._cancel(self._turn.probe)
+                self._turn.probe = None
             elif isinstance(event, Stop):
                 turn = self._turn
                 end = self._sample(event.frame)
@@ -476,8 +643,50 @@ class LiveSession:
             return
         if turn.pause is not None:
             self._maybe_early_final(turn, td)
+            if td.semantic:
+                self._maybe_probe(turn)
         else:
             self._maybe_delta(turn)
+
+    # -- semantic_vad ---------------------------------------------------------------------
+    def _maybe_probe(self, turn: _Turn) -> None:
+        """Ask the end-of-turn model once the pause has lasted the next of `PROBES_MS`."""
+        if turn.pause is None or turn.probe is not None or turn.probes >= len(PROBES_MS):
+            return
+        if self._audio.end - turn.pause < PROBES_MS[turn.probes] * RATE / 1000:
+            return
+        turn.probes += 1
+        samples = self._audio.take(turn.start, self._audio.end)
+        turn.probe = self._spawn(self._probe(turn, turn.pause, samples))
+
+    async def _probe(self, turn: _Turn, pause: int, samples: np.ndarray) -> None:
+        """End the turn at `pause` if the model hears a finished thought and the turn's
+        early final (when one is decoding) does not trail off (`OPEN_ENDINGS`): the model
+        hears how the words are said, Whisper's punctuation what they say."""
+        try:
+            p = await self._live.vad.complete(samples)
+            complete = p >= COMPLETE_AT
+            early = turn.early
+            text = None
+            if complete and early is not None:
+                text = await asyncio.shield(early)
+                complete = not _trails_off(text)
+            log.debug("turn %s: probe %d, p(complete) %.2f, early final %r", turn.item_id, turn.probes, p, text)
+        except (VoxError, asyncio.CancelledError):
+            if self._closed:
+                raise
+            return
+        finally:
+            if turn.probe is asyncio.current_task():
+                turn.probe = None
+        if not complete or self._turn is not turn or turn.pause != pause or turn.committed or self._closed:
+            return
+        assert self._detector is not None
+        self._detector.reset()
+        self._emit(SpeechStopped(turn.item_id, _ms(pause)))
+        log.debug("turn %s: the end-of-turn model ended it %.0f ms into the pause",
+                  turn.item_id, (time.monotonic() - turn.pause_wall) * 1000)
+        await self._commit(turn, pause + self._tail(), turn.pause_wall)
 
     async def _force_split(self, turn: _Turn) -> None:
         """A turn of `max_turn_s`: commit it as it stands and go on in a new one."""
@@ -499,7 +708,8 @@ class LiveSession:
         end = turn.pause + self._tail()
         if self._audio.end < end:
             return
-        rest = max(0.0, td.silence_duration_ms / 1000 - (self._audio.end - turn.pause) / RATE)
+        wait_ms = PROBES_MS[0] if td.semantic else td.silence_duration_ms
+        rest = max(0.0, wait_ms / 1000 - (self._audio.end - turn.pause) / RATE)
         deadline = self._live.engine.live_policy.early_final_deadline(rest, self._config.final_target_ms / 1000)
         if deadline is None:
             return
@@ -546,6 +756,7 @@ class LiveSession:
     async def _commit(self, turn: _Turn, end: int, speech_end_wall: float) -> None:
         """Commit [turn.start, end), and emit its transcript when it is decoded (in order)."""
         turn.committed = True
+        self._mark_active()
         end = max(end, turn.start)
         if self._turn is turn:
             self._turn = None
@@ -555,7 +766,7 @@ class LiveSession:
             self._pending.popleft()
         self._emit(Committed(turn.item_id, self._previous))
         self._previous = turn.item_id
-        seconds = (end - turn.start) / RATE
+        seconds = self._audio.count(turn.start, end) / RATE
         if turn.early is not None and turn.early_end == end and not turn.early.cancelled():
             decoding = turn.early
             log.debug("turn %s: committed %.0f ms after the end of speech, early final in flight",
@@ -623,6 +834,7 @@ class LiveSession:
         if turn is not None:
             self._cancel(turn.early)
             self._cancel(turn.delta)
+            self._cancel(turn.probe)
 
     def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         task = asyncio.ensure_future(coro)
@@ -641,6 +853,15 @@ class LiveSession:
 
     def _item_hint(self) -> str:
         return self._turn.item_id if self._turn is not None else "live"
+
+
+def _trails_off(text: str) -> bool:
+    """Whether a transcript ends mid-thought: on a letter or digit, or an `OPEN_ENDINGS`
+    mark. An empty one does not (nothing was said to go on with)."""
+    text = text.strip()
+    if not text:
+        return False
+    return text.endswith(OPEN_ENDINGS) or text[-1].isalnum()
 
 
 def _ms(sample: int) -> int:

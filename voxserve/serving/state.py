@@ -224,6 +224,8 @@ async def running_state(
         vad.start()
         warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
     await asyncio.gather(*warmups)
+    if asr is not None:
+        await asyncio.get_running_loop().run_in_executor(None, asr.estimate_live)
     lag = asyncio.create_task(state.metrics.watch_loop_lag())
     log.info("voxserve ready: voice models %s, %d workers", ", ".join(engine.models), tts.workers)
     try:
