@@ -23,14 +23,14 @@ from tests import model_cache
 from voxserve.api.app import create_app
 from voxserve.api.server import uvicorn_config
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig
+from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
-from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget
-from voxserve.runners.piper import PiperModel
+from voxserve.runners.piper.onnx_runner import PiperModel
 from voxserve.serving.remote import Remote, RemoteState
-from voxserve.serving.state import AppState
+from voxserve.serving.state import AppState, ASRSide
 
 if TYPE_CHECKING:
     from tests.ray_support import RayDeployment
@@ -60,22 +60,22 @@ class RunningServer:
 
     # The parts of AppState that only some configurations have, for tests that need them.
     @property
+    def asr_side(self) -> ASRSide:
+        side = self.state.asr
+        assert side is not None, "this server runs without ASR"
+        return side
+
+    @property
     def asr(self) -> ASREngine:
-        asr = self.state.asr
-        assert asr is not None, "this server runs without ASR"
-        return asr
+        return self.asr_side.engine
 
     @property
     def asr_admission(self) -> Admission:
-        admission = self.state.asr_admission
-        assert admission is not None, "this server runs without ASR"
-        return admission
+        return self.asr_side.admission
 
     @property
     def uploads(self) -> UploadBudget:
-        uploads = self.state.uploads
-        assert uploads is not None, "this server has no upload budget"
-        return uploads
+        return self.asr_side.uploads
 
 
 def _free_port() -> int:

@@ -13,9 +13,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from voxserve.runners import kokoro, piper, piper_weights, whisper_weights
-from voxserve.runners.prior_graph import PRIOR_LENGTHS, fixed_priors
-from voxserve.runners.whisper_types import bundled_model
+from voxserve.runners.kokoro import onnx_runner as kokoro
+from voxserve.runners.piper import onnx_runner as piper
+from voxserve.runners.piper import weights as piper_weights
+from voxserve.runners.piper.prior_graph import PRIOR_LENGTHS, fixed_priors
+from voxserve.runners.whisper import weights as whisper_weights
+from voxserve.runners.whisper.interface import bundled_model
 
 __all__ = ["fill"]
 
@@ -35,7 +38,7 @@ def _steps() -> dict[str, Callable[[], object]]:
 
 
 def _kokoro_weights() -> object:
-    from voxserve.runners import kokoro_weights
+    from voxserve.runners.kokoro import weights as kokoro_weights
 
     return kokoro_weights.load_weights(kokoro.model_file())
 

@@ -31,7 +31,7 @@ URL = "/v1/audio/transcriptions"
 def runtime_server(request: pytest.FixtureRequest, server: RunningServer) -> Iterator[RunningServer]:
     """For the tests of what the runtime decides (text, timestamps, words, streaming,
     batching): the session's server (CTranslate2), then one whose transcriptions run on
-    the torch runner (`--runtime torch`). Containers, validation and limits come before
+    the torch runner (`--asr-runtime torch`). Containers, validation and limits come before
     the runtime, and are tested on the session's server alone."""
     if request.param == "ct2":
         yield server

@@ -14,7 +14,7 @@ from voxserve.cli import main
 from voxserve.config import ASRConfig
 from voxserve.engine.asr import ASREngine, _best
 from voxserve.engine.segments import is_silence, needs_fallback, window_segments
-from voxserve.runners.whisper import DecodeInput, DecodeOutput, WhisperRunner
+from voxserve.runners.whisper.ct2_runner import DecodeInput, DecodeOutput, WhisperRunner
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,7 +34,7 @@ def _heard(text: str) -> str:
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("asr") / "fox.wav"
     # Deterministic synthesis (no noise), so the transcript is the same on every run.
-    args = ["--sample-rate", "16000", "--noise-scale", "0", "--noise-w", "0"]
+    args = ["--sample-rate", "16000", "--tts-noise-scale", "0", "--tts-noise-w", "0"]
     assert main(["speak", SENTENCE, "-o", str(path), *args]) == 0
     return str(path)
 
@@ -142,7 +142,8 @@ def test_a_files_first_pieces_are_queued_together(speech_wav: str) -> None:
     for start in (0, 28, 56):  # cut into three pieces of 26-28 s (30 s windows) and a silent tail
         audio[start * 16000 : start * 16000 + len(fox)] = fox
     data = wav_file((audio * 32767).astype(np.int16), 16000)
-    engine = ASREngine(ASRConfig(workers=2, solo_threads=1, even_piece_s=0))  # 30 s cuts
+    engine = ASREngine(ASRConfig(workers=2, solo_threads=1))
+    engine.even_piece_s = 0  # 30 s cuts
 
     async def transcribe() -> list[tuple[int, str]]:
         with ThreadPoolExecutor(2) as pool:

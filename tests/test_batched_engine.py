@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.voice_support import HookedVoice
 from voxserve.config import TTSConfig
 from voxserve.engine.scheduler import Budget
 from voxserve.engine.tts import TTSEngine, load_models
@@ -25,7 +26,7 @@ TEXTS = (
     "Numbers like twelve and forty two are read out in words.",
     "The last stream asks for two sentences. Here is the second.",
 )
-CONFIG = replace(TTSConfig(), models=("piper",), noise_scale=0.0, noise_w=0.0, workers=2, output_gain=1.0)
+CONFIG = replace(TTSConfig(), models=("piper",), noise_scale=0.0, noise_w=0.0, workers=2)
 
 
 def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
@@ -68,18 +69,20 @@ def test_streams_decoded_in_shared_steps_sound_as_each_does_alone(
     assert engine.stats.chunks > 0
 
 
-def test_a_batched_step_carries_several_streams_at_once(engine: TTSEngine) -> None:
+def test_a_batched_step_carries_several_streams_at_once(models: list[VoiceModel[Any]]) -> None:
     """Five streams that start together: their stage A runs as one step, and their first
     chunks as another, so there are far fewer steps than units."""
-    voice = engine.default_model.voices[0]
     steps: list[int] = []
-    model = engine.default_model
-    model.set_fault_hook(lambda stage, size: steps.append(size))  # told of every call's batch
+    model = HookedVoice(models[0])
+    voice = model.voices[0]
+    model.hook = lambda stage, size: steps.append(size)  # told of every call's batch
+    watched = TTSEngine(CONFIG, models=[model], budget=Budget.batched(8))
+    watched.start()
     try:
-        handles = [engine.submit(engine.prepare(text, voice), engine.sample_rate) for text in TEXTS]
+        handles = [watched.submit(watched.prepare(text, voice), watched.sample_rate) for text in TEXTS]
         for handle in handles:
-            engine.collect(handle, 30.0)
+            watched.collect(handle, 30.0)
     finally:
-        model.set_fault_hook(None)
+        watched.stop()
     assert max(steps) >= 4
     assert len(steps) < sum(steps) / 2

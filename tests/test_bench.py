@@ -19,7 +19,7 @@ from tests.conftest import RunningServer
 from voxserve.bench.load import run_level
 from voxserve.bench.offline import chunk_windows
 from voxserve.cli import main
-from voxserve.config import VocoderChunking
+from voxserve.engine.work import VocoderChunking
 
 SHORT_PROMPTS = [
     "Hello there.",

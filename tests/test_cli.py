@@ -47,7 +47,7 @@ def test_voices_lists_the_bundled_voice_and_aliases(capsys: pytest.CaptureFixtur
 def test_voice_dir_serves_any_piper_voice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import shutil
 
-    from voxserve.runners.piper import bundled_voice
+    from voxserve.runners.piper.onnx_runner import bundled_voice
 
     files = bundled_voice()
     voice_dir = tmp_path / "voices"
@@ -55,15 +55,15 @@ def test_voice_dir_serves_any_piper_voice(tmp_path: Path, capsys: pytest.Capture
     shutil.copy(files.model, voice_dir / "en_US-test-medium.onnx")
     shutil.copy(files.config, voice_dir / "en_US-test-medium.onnx.json")
     out = tmp_path / "v.wav"
-    assert main(["speak", "A voice from a folder.", "-o", str(out), "--voice-dir", str(voice_dir)]) == 0
-    assert main(["voices", "--voice-dir", str(voice_dir)]) == 0
+    assert main(["speak", "A voice from a folder.", "-o", str(out), "--tts-voice-dir", str(voice_dir)]) == 0
+    assert main(["voices", "--tts-voice-dir", str(voice_dir)]) == 0
     assert "en_US-test-medium" in capsys.readouterr().out
 
 
 def test_voice_dir_without_a_voice_is_a_clear_error(tmp_path: Path) -> None:
     import pytest
 
-    from voxserve.runners.piper import find_voice
+    from voxserve.runners.piper.onnx_runner import find_voice
 
     with pytest.raises(ValueError, match="exactly one Piper voice"):
         find_voice(tmp_path)
@@ -86,7 +86,7 @@ def test_serve_takes_the_key_from_a_file_and_keeps_it_out_of_ps(tmp_path: Path) 
     key_file.chmod(0o600)
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOXSERVE_")}
-    cmd = [sys.executable, "-m", "voxserve.cli", "serve", "--no-asr", "--tts-models", "piper", "--workers", "1",
+    cmd = [sys.executable, "-m", "voxserve.cli", "serve", "--no-asr", "--tts-models", "piper", "--tts-workers", "1",
            "--port", str(port), "--api-key-file", str(key_file)]  # fmt: skip
     log = tmp_path / "stderr.txt"
     with log.open("wb") as err:

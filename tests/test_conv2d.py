@@ -1,4 +1,4 @@
-"""1-D convolutions run as 2-D ones (`voxserve.runners.conv2d`): same outputs, on a graph
+"""1-D convolutions run as 2-D ones (`voxserve.runners.piper.conv2d`): same outputs, on a graph
 built here and on the split Piper voice."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from voxserve.runners.conv2d import convs_as_2d, upsamplers_as_convs
 from voxserve.runners.options import cpu_options
-from voxserve.runners.piper import LATENT_TENSOR, PiperModel, bundled_voice
+from voxserve.runners.piper.conv2d import convs_as_2d, upsamplers_as_convs
+from voxserve.runners.piper.onnx_runner import LATENT_TENSOR, PiperModel, bundled_voice
 
 
 def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 1) -> list[np.ndarray]:

@@ -6,7 +6,7 @@ import pytest
 
 from voxserve.engine.admission import LoadView, hold_reason, load_with, room_for, stream_capacity
 from voxserve.engine.cost import CostMeter, batch_bucket
-from voxserve.engine.scheduler import Playback
+from voxserve.engine.work import Playback
 
 PIPER, HEAVY = 0.08, 0.48  # worker-seconds per audio-second: HEAVY costs 6 Piper streams
 BUDGET = 2 * 0.85

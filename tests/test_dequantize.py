@@ -13,8 +13,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from voxserve.runners.dequantize import DequantizeError, dequantize
-from voxserve.runners.kokoro import model_file
+from voxserve.runners.kokoro.dequantize import DequantizeError, dequantize
+from voxserve.runners.kokoro.onnx_runner import model_file
 
 QUANTIZED_OPS = {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeLSTM"}
 

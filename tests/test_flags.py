@@ -101,8 +101,8 @@ def test_help_comes_from_the_docstring() -> None:
             assert doc and flag.help == doc
             help_text = options[flag.option].help
             assert help_text is not None and help_text.replace("%%", "%").startswith(doc), flag.option
-    assert field_docs(TTSConfig)["credits"] == (
-        "Chunks a stream may have decoded but not yet taken by its HTTP writer."
+    assert field_docs(TTSConfig)["text_workers"] == (
+        "Threads for text preprocessing (the phonemizer is serialized anyway)."
     )
     # Multi-line docstrings are joined into one line.
     assert "\n" not in field_docs(ServerConfig)["request_timeout_s"]
@@ -169,17 +169,6 @@ def test_unset_flags_keep_the_dataclass_defaults() -> None:
     assert ray_config(build_parser().parse_args(["serve", "--ray", "h:6379"])).address == "h:6379"
 
 
-def test_context_frames_sets_both_sides_unless_a_side_is_given() -> None:
-    def chunking(*argv: str) -> tuple[int, int]:
-        c = server_config(build_parser().parse_args(["serve", *argv]), {}).tts.chunking
-        return c.left_context, c.right_context
-
-    assert chunking() == (10, 10)
-    assert chunking("--context-frames", "6") == (6, 6)
-    assert chunking("--context-frames", "6", "--right-context", "3") == (6, 3)
-    assert chunking("--left-context", "4") == (4, 10)
-
-
 def test_speak_and_transcribe_share_the_engine_flags() -> None:
     speak, transcribe = _options("speak"), _options("transcribe")
     for flags in speak_flags():
@@ -187,14 +176,77 @@ def test_speak_and_transcribe_share_the_engine_flags() -> None:
     (asr,) = transcribe_flags()
     assert all(flag.option in transcribe for flag in asr.flags)
     # A local file has no upload, queue or shared budget: those stay `serve` flags.
-    assert "--max-upload-mb" not in transcribe and "--asr-max-queue" not in transcribe
-    assert {"--asr-workers", "--asr-beam-size", "--max-audio-seconds", "--audio-workers"} <= set(transcribe)
+    assert "--asr-max-upload-mb" not in transcribe and "--asr-max-queue" not in transcribe
+    assert {"--asr-workers", "--asr-beam-size", "--asr-max-audio-seconds", "--asr-audio-workers"} <= set(transcribe)
+
+
+def _fields(command: str) -> dict[str, tuple[type, tuple[str, ...]]]:
+    flags = {"serve": serve_flags, "speak": speak_flags, "transcribe": transcribe_flags}[command]()
+    return {flag.option: (f.cls, flag.path) for f in flags for flag in f.flags}
+
+
+def test_a_flag_means_one_thing_on_every_command() -> None:
+    serve, speak, transcribe = _fields("serve"), _fields("speak"), _fields("transcribe")
+    for other in (speak, transcribe):
+        for option, field in other.items():
+            assert serve[option] == field, option
+    # Every engine flag names its engine; the bare --device sets every engine the command runs.
+    engines = [o for f in (*speak_flags(), *transcribe_flags()) for o in (flag.option for flag in f.flags)]
+    assert all(o.startswith(("--tts-", "--asr-")) or o == "--asr" for o in engines)
+    parse = build_parser().parse_args
+    assert server_config(parse(["serve", "--device", "cpu"]), {}).tts.device == "cpu"
+    assert server_config(parse(["serve", "--device", "cpu"]), {}).asr.device == "cpu"
+    assert server_config(parse(["serve", "--device", "cpu", "--asr-device", "auto"]), {}).asr.device == "auto"
+
+
+def test_the_engine_groups_hold_operators_choices_only() -> None:
+    """Tuning constants are not flags: the TTS group stays small, and a removed knob says
+    where its value lives now."""
+    tts = next(f for f in serve_flags() if f.cls is TTSConfig)
+    assert len(tts.flags) <= 25
+    knobs = ("--credits", "--context-frames", "--first-chunk-frames", "--output-gain", "--asr-max-batch",
+             "--asr-even-piece", "--realtime-delta-interval-ms", "--routing-stats-period")  # fmt: skip
+    for knob in knobs:
+        assert knob not in {flag.option for f in serve_flags() for flag in f.flags}
+
+
+def test_an_old_spelling_warns_and_keeps_its_meaning(capsys: pytest.CaptureFixture[str]) -> None:
+    parse = build_parser().parse_args
+    config = server_config(parse(["serve", "--workers", "3", "--no-fixed-prior", "--max-upload-mb", "5"]), {})
+    assert (config.tts.workers, config.tts.fixed_prior, config.asr.max_upload_mb) == (3, False, 5.0)
+    err = capsys.readouterr().err
+    assert "--workers is deprecated; use --tts-workers" in err
+    assert "--no-fixed-prior is deprecated; use --no-tts-fixed-prior" in err
+    assert "--max-upload-mb is deprecated; use --asr-max-upload-mb" in err
+    assert parse(["speak", "Hi.", "--runtime", "torch"]).tts_runtime == "torch"
+    assert parse(["transcribe", "a.wav", "--runtime", "ct2"]).asr_runtime == "ct2"
+    assert "--runtime is deprecated; use --asr-runtime" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "--runtime", "torch"], "--asr-runtime"),
+        (["serve", "--credits", "3"], "engine/scheduler.py: CREDITS"),
+        (["serve", "--context-frames", "6"], "engine/adapters/piper.py: CHUNKING"),
+        (["serve", "--no-asr-fitted-windows"], "engine/asr.py: FITTED_WINDOWS"),
+        (["speak", "Hi.", "--max-segment-chars", "100"], "engine/tts.py: MAX_SEGMENT_CHARS"),
+        (["transcribe", "a.wav", "--asr-max-batch", "4"], "engine/asr.py: CPU_MAX_BATCH"),
+    ],
+)
+def test_a_changed_or_removed_flag_is_refused_with_what_to_write(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_flag_names() -> None:
-    assert flag_name("queue_timeout_s") == "--queue-timeout"
+    assert flag_name("queue_timeout_s", "tts-") == "--tts-queue-timeout"
     assert flag_name("messages_per_s", "ws-") == "--ws-messages-per-s"
-    assert flag_name("max_batch", "asr-") == "--asr-max-batch"
+    assert flag_name("beam_size", "asr-") == "--asr-beam-size"
     assert comma_list(" a, b,,c ,") == ("a", "b", "c") and comma_list("") == ()
 
 
@@ -238,8 +290,8 @@ def test_environment_read() -> None:
 
 ENVIRONMENT_WRITERS = {
     "voxserve/env.py": "reads VOXSERVE_*",
-    "voxserve/runners/piper.py": "XDG_CACHE_HOME, the user's cache folder convention",
-    "voxserve/runners/whisper_weights.py": "XDG_CACHE_HOME, the user's cache folder convention",
+    "voxserve/runners/files.py": "XDG_CACHE_HOME, the user's cache folder convention",
+    "voxserve/runners/whisper/weights.py": "XDG_CACHE_HOME, the user's cache folder convention",
     "voxserve/ray/environment.py": "sets Ray's and glibc's variables for a local Ray instance",
     "voxserve/bench/asr_offline.py": "sets HF_HUB_OFFLINE for faster-whisper",
     "voxserve/__init__.py": "sets GOMP_SPINCOUNT before CTranslate2 loads GNU OpenMP",

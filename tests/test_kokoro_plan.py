@@ -15,15 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from voxserve.config import VocoderChunking
+from voxserve.engine.adapters.kokoro import CHUNKING, GROWTH, SENTENCE_CHARS
 from voxserve.engine.admission import room_for
-from voxserve.engine.kokoro_voice import CHUNKING, GROWTH, SENTENCE_CHARS
-from voxserve.engine.scheduler import (
+from voxserve.engine.scheduler import Budget, Scheduler
+from voxserve.engine.work import (
     AcousticWork,
-    Budget,
     Latent,
     ModelProfile,
-    Scheduler,
+    VocoderChunking,
     VocoderWork,
     Work,
 )
@@ -109,7 +108,7 @@ def continuous(results: list[tuple[float, float]]) -> bool:
 
 def decoded_per_kept(chunking: VocoderChunking, frames: int = 200) -> float:
     """Frames decoded per frame kept over a sentence of `frames`: the context's cost."""
-    from voxserve.engine.scheduler import plan_chunk
+    from voxserve.engine.work import plan_chunk
 
     pos, index, decoded = 0, 0, 0
     while pos < frames:

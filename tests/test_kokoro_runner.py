@@ -12,8 +12,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from voxserve.engine.kokoro_voice import speech_end
-from voxserve.runners.kokoro import (
+from voxserve.engine.adapters.kokoro import speech_end
+from voxserve.runners.kokoro.onnx_runner import (
     HOP,
     MODEL_SHA256,
     SAMPLE_RATE,

@@ -12,7 +12,7 @@ the int8 graph the server runs for the words.
 - Windows with a carried source phase and left-out frames, and a padded batch of
   windows of different lengths, each as alone.
 - Whisper hears the torch path's audio no worse than the ONNX path's; the engine serves
-  a stream with `--runtime torch`.
+  a stream with `--tts-runtime torch`.
 """
 
 from __future__ import annotations
@@ -32,20 +32,20 @@ from onnx import TensorProto, helper, numpy_helper
 from tests.asr_support import SHORT, wer
 from voxserve.audio.mel import LogMel
 from voxserve.config import TTSConfig
+from voxserve.engine.adapters.kokoro import KokoroItem, KokoroVoice
 from voxserve.engine.asr import fitted_window
-from voxserve.engine.kokoro_voice import KokoroItem, KokoroVoice
 from voxserve.engine.tts import TTSEngine
-from voxserve.runners.kokoro import (
+from voxserve.runners.kokoro.onnx_runner import (
     SAMPLE_RATE,
     DecoderInput,
     KokoroFrames,
     KokoroInput,
     KokoroModel,
 )
-from voxserve.runners.kokoro_torch import TorchKokoroModel
-from voxserve.runners.kokoro_weights import convert, read_weights, weights_files
-from voxserve.runners.whisper import WhisperRunner
-from voxserve.runners.whisper_types import DecodeInput
+from voxserve.runners.kokoro.torch_runner import TorchKokoroModel
+from voxserve.runners.kokoro.weights import convert, read_weights, weights_files
+from voxserve.runners.whisper.ct2_runner import WhisperRunner
+from voxserve.runners.whisper.interface import DecodeInput
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -258,14 +258,14 @@ def test_the_weight_files_are_compact_and_hold_the_graphs_weights(torch_model: T
 
 def test_speak_renders_tts_1_hd_on_torch(tmp_path: Path) -> None:
     out = tmp_path / "hello.wav"
-    cli = [sys.executable, "-m", "voxserve.cli", "speak", "--model", "tts-1-hd", "--runtime", "torch", "Hello.", "-o", str(out)]
+    cli = [sys.executable, "-m", "voxserve.cli", "speak", "--model", "tts-1-hd", "--tts-runtime", "torch", "Hello.", "-o", str(out)]
     done = subprocess.run(cli, check=True, capture_output=True, text=True)
     assert "at 24000 Hz" in done.stdout and out.stat().st_size > 24000
 
 
 def test_the_onnx_path_does_not_import_torch() -> None:
     code = (
-        "import sys; from voxserve.engine.kokoro_voice import KokoroVoice; "
+        "import sys; from voxserve.engine.adapters.kokoro import KokoroVoice; "
         "from voxserve.config import TTSConfig; KokoroVoice.load(TTSConfig(models=('kokoro',), runtime='onnx')); "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )

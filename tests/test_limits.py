@@ -54,15 +54,15 @@ def strict() -> Any:
 
 def test_limits_are_flags() -> None:
     args = build_parser().parse_args(
-        ["serve", "--max-input-chars", "500", "--request-timeout", "30", "--asr-max-buffered-audio", "20000",
-         "--max-upload-mb", "5", "--max-audio-seconds", "600", "--max-streams", "8", "--max-queue", "4",
-         "--credits", "3"]
+        ["serve", "--tts-max-input-chars", "500", "--request-timeout", "30", "--asr-max-buffered-audio", "20000",
+         "--asr-max-upload-mb", "5", "--asr-max-audio-seconds", "600", "--tts-max-streams", "8",
+         "--tts-max-queue", "4"]
     )
     config = server_config(args, env={})
     assert config.tts.max_input_chars == 500 and config.request_timeout_s == 30
     assert config.asr.max_buffered_audio_s == 20000 and config.asr.max_upload_mb == 5
     assert config.asr.max_audio_seconds == 600
-    assert (config.tts.max_streams, config.tts.max_queue, config.tts.credits) == (8, 4, 3)
+    assert (config.tts.max_streams, config.tts.max_queue) == (8, 4)
     with pytest.raises(ValueError):
         ASRConfig(max_audio_seconds=600, max_buffered_audio_s=60)
     with pytest.raises(ValueError):

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import RunningServer, run_server, silent_speech_reader, tts_config, wait_for
+from voxserve.engine.scheduler import CREDITS
 
 LONG = " ".join(
     f"This is sentence number {i} of a long story that keeps the engine busy for a while."
@@ -152,7 +153,7 @@ def _first_packet_s(server: RunningServer, text: str) -> float:
 
 def test_slow_reader_holds_at_most_its_credits(server: RunningServer) -> None:
     engine = server.state.engine
-    credits = engine.config.credits
+    credits = CREDITS
     alone = min(_first_packet_s(server, "Still fast?") for _ in range(3))  # this machine's speed
     before = set(engine.stream_ids())
     sock = silent_speech_reader(server, LONG)

@@ -13,13 +13,14 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from voxserve.config import TTSConfig, VocoderChunking
-from voxserve.engine.piper_voice import PiperVoice
-from voxserve.engine.scheduler import AcousticWork, Latent, Scheduler, VocoderWork
+from voxserve.config import TTSConfig
+from voxserve.engine.adapters.piper import OUTPUT_GAIN, PiperVoice
+from voxserve.engine.scheduler import Scheduler
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.tts import TTSEngine, decode_chunk
 from voxserve.engine.voices import Span
-from voxserve.runners.piper import (
+from voxserve.engine.work import AcousticWork, Latent, VocoderChunking, VocoderWork
+from voxserve.runners.piper.onnx_runner import (
     SPLIT_LAYOUT,
     AcousticInput,
     AcousticRunner,
@@ -27,7 +28,12 @@ from voxserve.runners.piper import (
     bundled_voice,
     split_model,
 )
-from voxserve.runners.prior_graph import FIXED_LAYOUT, MAX_PRIOR_DIFF, PRIOR_LENGTHS, fixed_priors
+from voxserve.runners.piper.prior_graph import (
+    FIXED_LAYOUT,
+    MAX_PRIOR_DIFF,
+    PRIOR_LENGTHS,
+    fixed_priors,
+)
 from voxserve.text.phonemize import Phonemizer
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the woods."
@@ -120,7 +126,7 @@ def test_no_context_is_audibly_worse(model: PiperModel, ids: np.ndarray) -> None
 def test_engine_stream_equals_full_model(model: PiperModel) -> None:
     """End to end: the engine's streamed int16 output is the full model's sentence audio
     under one fixed gain (deterministic with noise scales 0, no resampling)."""
-    config = replace(TTSConfig(), models=("piper",), noise_scale=0.0, noise_w=0.0, workers=2, output_gain=1.0)
+    config = replace(TTSConfig(), models=("piper",), noise_scale=0.0, noise_w=0.0, workers=2)
     engine = TTSEngine(config)
     engine.start()
     try:
@@ -139,7 +145,7 @@ def test_engine_stream_equals_full_model(model: PiperModel) -> None:
             "scales": np.array([0.0, 1.0, 0.0], dtype=np.float32),
         }
         expected.append(full.run(None, feeds)[0].reshape(-1))
-    reference = np.clip(np.concatenate(expected), -1, 1) * 32767
+    reference = np.clip(np.concatenate(expected) * OUTPUT_GAIN, -1, 1) * 32767
     assert pcm.dtype == np.int16 and len(pcm) == len(reference)
     assert snr_db(reference, pcm) >= 60
 
@@ -152,7 +158,7 @@ def test_a_stream_started_on_its_first_piece_of_text_is_the_whole_texts_audio(mo
     differently, would otherwise come online in the background between two runs. What
     is left to timing (a unit alone runs on two threads; a lone stream's first chunks run
     the flow on their own windows) moves a sample by a step or two of int16 at most."""
-    config = replace(TTSConfig(), models=("piper",), noise_scale=0.0, noise_w=0.0, workers=2, output_gain=1.0,
+    config = replace(TTSConfig(), models=("piper",), noise_scale=0.0, noise_w=0.0, workers=2,
                      fixed_prior=False)
     engine = TTSEngine(config)
     engine.start()

@@ -17,8 +17,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_models_list_what_each_name_means(server: RunningServer) -> None:
     listed = {m["id"]: m for m in httpx.get(f"{server.base_url}/v1/models", timeout=10).json()["data"]}
-    asr = server.state.asr
-    assert asr is not None
+    asr = server.asr
     for name in (*ASR_MODELS, asr.name):
         assert listed[name]["root"] == asr.name
     default = server.state.engine.default_model.name

@@ -10,12 +10,14 @@ from collections.abc import Iterable
 import numpy as np
 import onnx
 
-from voxserve.runners import kokoro_weights, piper_weights, whisper_weights
-from voxserve.runners.dequantize import quantized_weights
 from voxserve.runners.files import initializer_array, owned
-from voxserve.runners.kokoro import model_file
-from voxserve.runners.piper import bundled_voice
-from voxserve.runners.whisper_types import bundled_model
+from voxserve.runners.kokoro import weights as kokoro_weights
+from voxserve.runners.kokoro.dequantize import quantized_weights
+from voxserve.runners.kokoro.onnx_runner import model_file
+from voxserve.runners.piper import weights as piper_weights
+from voxserve.runners.piper.onnx_runner import bundled_voice
+from voxserve.runners.whisper import weights as whisper_weights
+from voxserve.runners.whisper.interface import bundled_model
 
 
 def _owns(array: np.ndarray) -> bool:

@@ -28,21 +28,21 @@ from onnx import TensorProto, helper
 from tests.asr_support import SHORT, wer
 from voxserve.audio.mel import LogMel
 from voxserve.config import TTSConfig
+from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.asr import fitted_window
-from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.tts import TTSEngine
-from voxserve.runners import piper_weights
-from voxserve.runners.piper import (
+from voxserve.runners.piper import weights as piper_weights
+from voxserve.runners.piper.onnx_runner import (
     DURATIONS_TENSOR,
     LATENT_TENSOR,
     AcousticInput,
     PiperModel,
     bundled_voice,
 )
-from voxserve.runners.piper_torch import TorchPiperModel
-from voxserve.runners.piper_weights import TORCH_LAYOUT, weights_path
-from voxserve.runners.whisper import WhisperRunner
-from voxserve.runners.whisper_types import DecodeInput
+from voxserve.runners.piper.torch_runner import TorchPiperModel
+from voxserve.runners.piper.weights import TORCH_LAYOUT, weights_path
+from voxserve.runners.whisper.ct2_runner import WhisperRunner
+from voxserve.runners.whisper.interface import DecodeInput
 from voxserve.text.phonemize import Phonemizer
 
 pytestmark = pytest.mark.timeout(300)
@@ -262,7 +262,7 @@ def test_whisper_hears_torch_as_well_as_onnx_runtime(streams: dict[str, list[np.
 
 
 def test_a_voice_folder_converts_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A user's voice (`--voice-dir`): converted on first load into the cache folder by
+    """A user's voice (`--tts-voice-dir`): converted on first load into the cache folder by
     its hash and layout, read from there on the next; a damaged file is converted again.
     The torch path makes no ONNX split."""
     bundled = bundled_voice()
@@ -297,7 +297,7 @@ def test_a_voice_folder_converts_once_into_the_cache(tmp_path: Path, monkeypatch
 
 def test_only_the_torch_path_imports_torch() -> None:
     code = (
-        "import sys\nfrom voxserve.config import TTSConfig\nfrom voxserve.engine.piper_voice import PiperVoice\n"
+        "import sys\nfrom voxserve.config import TTSConfig\nfrom voxserve.engine.adapters.piper import PiperVoice\n"
         "PiperVoice.load(TTSConfig(models=('piper',), fixed_prior=False))\nprint('torch' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)

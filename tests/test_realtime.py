@@ -396,9 +396,7 @@ def _closed_with(session: Session, code: int, error: str | None) -> None:
 
 
 def _live(srv: RunningServer) -> int:
-    live = srv.state.live
-    assert live is not None
-    return live.open_sessions
+    return srv.asr_side.live.open_sessions
 
 
 def test_auth_header_or_subprotocol(limited: RunningServer) -> None:
@@ -475,8 +473,6 @@ def test_long_speech_is_split_at_max_turn(limited: RunningServer, speech: list[n
         for _ in range(3):
             s.until("conversation.item.input_audio_transcription.completed")
         assert len(s.of("input_audio_buffer.committed")) >= 3
-        live = limited.state.live
-        assert live is not None
         s.ws.close()
     wait_for(lambda: _live(limited) == 0, timeout=5)
 

@@ -7,14 +7,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-from voxserve.config import VocoderChunking
 from voxserve.engine.admission import lagging
-from voxserve.engine.scheduler import (
+from voxserve.engine.scheduler import Budget, Scheduler
+from voxserve.engine.work import (
     AcousticWork,
-    Budget,
     Latent,
     ModelProfile,
-    Scheduler,
+    VocoderChunking,
     VocoderWork,
     plan_chunk,
 )

@@ -151,7 +151,7 @@ def test_local_serve_ray_is_private_and_stops_on_sigterm(tmp_path: Path) -> None
     log = tmp_path / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     command = [sys.executable, "-m", "voxserve.cli", "serve", "--ray", "--host", "127.0.0.1",
-               "--port", str(port), "--workers", "1", "--no-asr", "--tts-models", "piper"]
+               "--port", str(port), "--tts-workers", "1", "--no-asr", "--tts-models", "piper"]
     with open(log, "wb") as out:
         server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:

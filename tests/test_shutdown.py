@@ -24,8 +24,8 @@ import httpx
 import pytest
 
 from tests.asr_support import LONG, SHORT, speak
-from voxserve.runners.piper import bundled_voice, split_model
-from voxserve.runners.prior_graph import FIXED_LAYOUT, PRIOR_LENGTHS
+from voxserve.runners.piper.onnx_runner import bundled_voice, split_model
+from voxserve.runners.piper.prior_graph import FIXED_LAYOUT, PRIOR_LENGTHS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]  # the first test includes both starts
 
@@ -223,7 +223,7 @@ def test_a_stop_during_the_background_prior_build_exits_cleanly(tmp_path: Path) 
     folder.mkdir(parents=True)
     for graph in graphs.files():  # the split, not the copies
         shutil.copyfile(graph, folder / graph.name)
-    server = _serve(tmp_path / "server.log", "--no-asr", "--tts-models", "piper", "--cache-dir", str(cache))
+    server = _serve(tmp_path / "server.log", "--no-asr", "--tts-models", "piper", "--tts-cache-dir", str(cache))
     proc, log = server.proc, server.log
     try:
         _wait_healthy(server.base, proc, log)

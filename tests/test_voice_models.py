@@ -21,8 +21,8 @@ import pytest
 
 from tests.conftest import RunningServer, run_server, tts_config
 from voxserve.config import ASRConfig
+from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.admission import TARGET_UTILIZATION
-from voxserve.engine.piper_voice import PiperVoice
 from voxserve.engine.stream import StreamItem
 from voxserve.engine.tts import TTSEngine, load_models
 from voxserve.engine.voices import VoiceModel
@@ -41,8 +41,7 @@ def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
 
 @pytest.fixture(scope="module")
 def two_models() -> Iterator[RunningServer]:
-    # Short segments keep the warm-up of two models short.
-    tts = tts_config(noise_scale=0.0, noise_w=0.0, workers=2, max_segment_chars=100, models=("piper",))
+    tts = tts_config(noise_scale=0.0, noise_w=0.0, workers=2, models=("piper",))
     config = replace(tts, asr=ASRConfig(enabled=False))
     (piper,) = load_models(config.tts)
     assert isinstance(piper, PiperVoice)

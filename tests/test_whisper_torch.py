@@ -22,10 +22,10 @@ from voxserve.config import ASRConfig, TTSConfig
 from voxserve.engine.asr import fitted_window, resolve_device
 from voxserve.engine.segments import TimedSegment, window_segments
 from voxserve.engine.tts import TTSEngine
-from voxserve.runners.whisper import WhisperRunner
-from voxserve.runners.whisper_torch import TorchWhisperRunner
-from voxserve.runners.whisper_types import DecodeInput, DecodeOutput, bundled_model
-from voxserve.runners.whisper_weights import (
+from voxserve.runners.whisper.ct2_runner import WhisperRunner
+from voxserve.runners.whisper.interface import DecodeInput, DecodeOutput, bundled_model
+from voxserve.runners.whisper.torch_runner import TorchWhisperRunner
+from voxserve.runners.whisper.weights import (
     export_weights,
     from_ct2,
     from_hf,
@@ -217,12 +217,12 @@ def _imports(code: str) -> set[str]:
 
 def test_each_runtime_loads_only_when_chosen() -> None:
     torch_side = _imports(
-        "from voxserve.runners.whisper_torch import TorchWhisperRunner\n"
+        "from voxserve.runners.whisper.torch_runner import TorchWhisperRunner\n"
         "import voxserve.engine.asr, voxserve.serving.state, voxserve.api.app"
     )
     assert "torch" in torch_side and "ctranslate2" not in torch_side and "faster_whisper" not in torch_side
     cpu_side = _imports(
-        "import voxserve.api.app, voxserve.cli\nfrom voxserve.runners.whisper import WhisperRunner\n"
+        "import voxserve.api.app, voxserve.cli\nfrom voxserve.runners.whisper.ct2_runner import WhisperRunner\n"
         "from voxserve.config import ASRConfig\nfrom voxserve.engine.asr import resolve_device\n"
         "assert resolve_device(ASRConfig()) == ('cpu', 'ct2')"
     )
@@ -234,6 +234,6 @@ def test_each_runtime_loads_only_when_chosen() -> None:
 
 
 def test_speech_refuses_cuda_on_onnx_runtime_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["speak", "Hello.", "--device", "cuda", "--runtime", "onnx"]) == 2
+    assert main(["speak", "Hello.", "--device", "cuda", "--tts-runtime", "onnx"]) == 2
     assert "CPU only" in capsys.readouterr().err
 

@@ -24,11 +24,11 @@ from websockets.sync.client import connect
 from tests.conftest import RunningServer, run_server
 from voxserve.bench.kokoro_prosody import PROSODY_TEXTS, mid_phrase_pauses
 from voxserve.config import ServerConfig, TTSConfig
-from voxserve.engine.kokoro_voice import TAIL_FRAMES, KokoroVoice
+from voxserve.engine.adapters.kokoro import TAIL_FRAMES, KokoroVoice
 from voxserve.engine.tts import PreparedText, TTSEngine
 from voxserve.engine.voices import Span
 from voxserve.engine.words import WordFrames, WordTime, word_frames, word_times
-from voxserve.runners.kokoro import HOP, SAMPLE_RATE, KokoroInput
+from voxserve.runners.kokoro.onnx_runner import HOP, SAMPLE_RATE, KokoroInput
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,7 +61,7 @@ def check_timings(words: list[WordTime], seconds: float, expected: list[str]) ->
 
 
 def test_piper_phonemizer_maps_written_words_to_their_ids() -> None:
-    from voxserve.runners.piper import bundled_voice
+    from voxserve.runners.piper.onnx_runner import bundled_voice
     from voxserve.text.phonemize import Phonemizer
 
     phonemizer = Phonemizer(json.loads(bundled_voice().config.read_text()))
@@ -78,7 +78,7 @@ def test_piper_phonemizer_maps_written_words_to_their_ids() -> None:
 def test_piper_words_that_espeak_joins_keep_their_own_ids() -> None:
     """espeak reads "from the" as one word ("fɹʌmðə"), and "as it is" as one: every
     written word still gets its own ids, in order, inside the joined reading."""
-    from voxserve.runners.piper import bundled_voice
+    from voxserve.runners.piper.onnx_runner import bundled_voice
     from voxserve.text.phonemize import Phonemizer
 
     phonemizer = Phonemizer(json.loads(bundled_voice().config.read_text()))

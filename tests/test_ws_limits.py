@@ -32,6 +32,7 @@ from tests.conftest import RunningServer, run_server, wait_for
 from voxserve.api.origin import OriginPolicy
 from voxserve.api.ws_limits import TokenBucket, message_size
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig, WSConfig
+from voxserve.engine.tts import MAX_SEGMENT_CHARS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -214,7 +215,7 @@ def test_abbreviation_fragments_are_cut_and_spoken_while_health_answers(server: 
         first = json.loads(ws.recv(timeout=30))
         assert first["type"] == "audio.start", first
         assert first["text"].startswith("Dr. J. 3.14")
-        assert len(first["text"]) <= server.state.config.tts.max_segment_chars
+        assert len(first["text"]) <= MAX_SEGMENT_CHARS
         assert isinstance(ws.recv(timeout=30), bytes)
         sender.join(30)  # TCP took every fragment, though the server reads no more for now
         assert not sender.is_alive()

@@ -6,6 +6,13 @@ from their fields, and builds the configs from the parsed arguments. The `VOXSER
 variables come from `voxserve.env`, read once when the server's config is built.
 `speak`, `transcribe` and `voices` run through the serving layer
 (`voxserve.serving.offline`), never the engines directly.
+
+One naming rule: every engine flag carries its engine's prefix (`--tts-workers`,
+`--asr-runtime`) on every command that has it, so that a flag means one thing everywhere.
+The one bare engine flag, `--device`, sets every engine the command runs (a device name
+means the same to both); an engine's own `--tts-device` or `--asr-device` wins over it.
+Old spellings that keep their meaning are accepted with a warning; those whose meaning
+would change, and flags that became constants, are refused with what to write instead.
 """
 
 from __future__ import annotations
@@ -22,9 +29,17 @@ from typing import Any
 import numpy as np
 
 from voxserve.audio.encode import wav_file
-from voxserve.config import ASRConfig, RayConfig, RealtimeConfig, ServerConfig, TTSConfig, WSConfig
+from voxserve.config import (
+    DEVICES,
+    ASRConfig,
+    RayConfig,
+    RealtimeConfig,
+    ServerConfig,
+    TTSConfig,
+    WSConfig,
+)
 from voxserve.env import Environment
-from voxserve.flags import ConfigFlags, Shared
+from voxserve.flags import ConfigFlags, add_old_spellings
 
 __all__ = [
     "build_parser", "main", "ray_config", "serve_flags", "server_config", "speak_flags", "transcribe_flags",
@@ -32,27 +47,8 @@ __all__ = [
 
 
 @functools.cache
-def _tts_flags(serving: bool = True) -> ConfigFlags[TTSConfig]:
-    return ConfigFlags(
-        TTSConfig,
-        "TTS engine",
-        # --audio-workers is the ASR one; --models would not say which kind; on `serve`,
-        # --device and --runtime are the ASR ones (speech follows --device: _tts_config)
-        rename={
-            "audio_workers": "tts-audio-workers",
-            "models": "tts-models",
-            "device": "tts-device" if serving else "device",
-            "runtime": "tts-runtime" if serving else "runtime",
-            "gpu_batch": "tts-gpu-batch",
-        },
-        shared=[
-            Shared(
-                "--context-frames",
-                (("chunking", "left_context"), ("chunking", "right_context")),
-                "vocoder context frames on each side: sets both --left-context and --right-context",
-            )
-        ],
-    )
+def _tts_flags() -> ConfigFlags[TTSConfig]:
+    return ConfigFlags(TTSConfig, "TTS engine", prefix="tts-")
 
 
 _SERVING_ONLY_ASR = ("enabled", "max_upload_mb", "max_buffered_upload_mb", "max_buffered_audio_s",
@@ -66,16 +62,7 @@ def _asr_flags(serving: bool) -> ConfigFlags[ASRConfig]:
         ASRConfig,
         "ASR engine",
         prefix="asr-",
-        rename={
-            "enabled": "asr",  # --no-asr
-            "model_dir": "asr-model",
-            "device": "device",
-            "runtime": "runtime",
-            "audio_workers": "audio-workers",
-            "max_upload_mb": "max-upload-mb",
-            "max_buffered_upload_mb": "max-buffered-upload-mb",
-            "max_audio_seconds": "max-audio-seconds",
-        },
+        rename={"enabled": "asr", "model_dir": "asr-model"},  # --no-asr
         skip={} if serving else {name: "only `serve` has it" for name in _SERVING_ONLY_ASR},
     )
 
@@ -126,31 +113,87 @@ def serve_flags() -> tuple[ConfigFlags[Any], ...]:
 
 
 def speak_flags() -> tuple[ConfigFlags[Any], ...]:
-    return (_tts_flags(serving=False),)
+    return (_tts_flags(),)
 
 
 def transcribe_flags() -> tuple[ConfigFlags[Any], ...]:
     return (_asr_flags(False),)
 
 
-def _tts_config(args: argparse.Namespace, serving: bool = True) -> TTSConfig:
-    """On `serve`, speech runs where `--device` says unless `--tts-device` says otherwise,
-    so that `serve --device cuda` puts both kinds of model on the GPU."""
-    flags = _tts_flags(serving)
-    if serving and ("device",) not in flags.given(args):
-        device = _asr_flags(True).given(args).get(("device",))
-        if device is not None:
-            return flags.build(args, device=device)
+_TTS_RENAMED = {
+    f"--{old}": f"--tts-{old}"
+    for old in ("workers", "max-streams", "max-queue", "queue-timeout", "text-workers", "max-input-chars",
+                "voice-dir", "cache-dir", "noise-scale", "noise-w", "fixed-prior")
+}  # fmt: skip
+"""The TTS engine's flags that had no prefix: each keeps its meaning under its new name."""
+
+_ASR_RENAMED = {
+    f"--{old}": f"--asr-{old}"
+    for old in ("audio-workers", "max-upload-mb", "max-buffered-upload-mb", "max-audio-seconds")
+}
+"""The ASR engine's flags that had no prefix."""
+
+_CONSTANT = "it is no longer a flag: {} holds it, and docs/BENCHMARKS.md the measurement behind it"
+
+_TTS_CONSTANTS = {
+    **{f"--{name}": _CONSTANT.format("engine/adapters/piper.py: CHUNKING")
+       for name in ("first-chunk-frames", "idle-first-chunk-frames", "chunk-frames", "max-chunk-frames",
+                    "left-context", "right-context", "context-frames")},
+    "--output-gain": _CONSTANT.format("engine/adapters/piper.py: OUTPUT_GAIN"),
+    "--credits": _CONSTANT.format("engine/scheduler.py: CREDITS"),
+    "--first-segment-chars": _CONSTANT.format("engine/tts.py: FIRST_SEGMENT_CHARS"),
+    "--max-segment-chars": _CONSTANT.format("engine/tts.py: MAX_SEGMENT_CHARS"),
+}  # fmt: skip
+"""TTS flags whose values a benchmark chose: constants in the modules that apply them."""
+
+_ASR_CONSTANTS = {
+    "--asr-fitted-windows": _CONSTANT.format("engine/asr.py: FITTED_WINDOWS"),
+    "--no-asr-fitted-windows": _CONSTANT.format("engine/asr.py: FITTED_WINDOWS"),
+    "--asr-even-piece": _CONSTANT.format("engine/asr.py: EVEN_PIECE_S"),
+    "--asr-max-batch": _CONSTANT.format("engine/asr.py: CPU_MAX_BATCH (on a GPU, --asr-gpu-batch)"),
+    "--asr-segments-ahead": _CONSTANT.format("engine/asr.py: SEGMENTS_AHEAD"),
+}
+"""ASR flags whose values a benchmark chose."""
+
+_SERVE_CONSTANTS = {
+    "--realtime-early-final-ms": _CONSTANT.format("serving/realtime.py: EARLY_FINAL_MS"),
+    "--realtime-delta-interval-ms": _CONSTANT.format("serving/realtime.py: DELTA_INTERVAL_MS"),
+    "--routing-stats-period": _CONSTANT.format("ray/launcher.py: ROUTING_STATS_PERIOD_S"),
+}
+"""Realtime and Ray flags whose values a benchmark chose."""
+
+_SERVE_RUNTIME = (
+    "on serve it named the ASR runtime only; name each engine's: --asr-runtime (ct2, torch or "
+    "auto) and --tts-runtime (onnx, torch or auto)"
+)
+
+
+def _add_device(parser: argparse.ArgumentParser, engines: str) -> None:
+    parser.add_argument(
+        "--device", choices=DEVICES,
+        help=f"where {engines} runs: cpu, cuda, or auto (cuda when torch sees a GPU); "
+        "an engine's own --tts-device or --asr-device wins over it",
+    )  # fmt: skip
+
+
+def _tts_config(args: argparse.Namespace) -> TTSConfig:
+    flags = _tts_flags()
+    if ("device",) not in flags.given(args) and args.device is not None:
+        return flags.build(args, device=args.device)
     return flags.build(args)
 
 
 def _asr_config(args: argparse.Namespace, serving: bool) -> ASRConfig:
     flags = _asr_flags(serving)
-    if serving:
-        return flags.build(args)
-    # No buffered-audio flag here: the budget grows to hold the one file when it must.
-    longest = flags.given(args).get(("max_audio_seconds",), ASRConfig.max_audio_seconds)
-    return flags.build(args, max_buffered_audio_s=max(ASRConfig.max_buffered_audio_s, longest))
+    given = flags.given(args)
+    fields: dict[str, Any] = {}
+    if ("device",) not in given and args.device is not None:
+        fields["device"] = args.device
+    if not serving:
+        # No buffered-audio flag here: the budget grows to hold the one file when it must.
+        longest = given.get(("max_audio_seconds",), ASRConfig.max_audio_seconds)
+        fields["max_buffered_audio_s"] = max(ASRConfig.max_buffered_audio_s, longest)
+    return flags.build(args, **fields)
 
 
 _MAX_KEY_FILE = 4096
@@ -253,7 +296,7 @@ def _speak(args: argparse.Namespace) -> int:
     from voxserve.serving.offline import OfflineTTS
 
     try:
-        offline = OfflineTTS(_tts_config(args, serving=False), args.model)
+        offline = OfflineTTS(_tts_config(args), args.model)
     except (ValueError, RuntimeError) as exc:  # a device or runtime this machine lacks
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -320,7 +363,7 @@ def _transcribe(args: argparse.Namespace) -> int:
 def _voices(args: argparse.Namespace) -> int:
     from voxserve.serving.offline import voice_catalog
 
-    catalog = voice_catalog(args.voice_dir, args.cache_dir)
+    catalog = voice_catalog(args.tts_voice_dir, args.tts_cache_dir)
     print(f"model {catalog.model} ({catalog.sample_rate} Hz)")
     for voice in catalog.voices:
         if voice["alias_of"] is None:
@@ -351,8 +394,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--ray", nargs="?", const="", metavar="ADDRESS",
         help="serve on a Ray cluster: join ADDRESS (what `ray start --head` prints), or start a local one",
     )
+    _add_device(serve, "every engine")
     for flags in serve_flags():
         flags.add_to(serve)
+    add_old_spellings(
+        serve, {**_TTS_RENAMED, **_ASR_RENAMED},
+        {"--runtime": _SERVE_RUNTIME, **_TTS_CONSTANTS, **_ASR_CONSTANTS, **_SERVE_CONSTANTS},
+    )  # fmt: skip
     serve.set_defaults(func=_serve)
 
     speak = sub.add_parser("speak", help="synthesize text to a WAV file, no server")
@@ -362,8 +410,10 @@ def build_parser() -> argparse.ArgumentParser:
     speak.add_argument("--voice", default="alloy")
     speak.add_argument("--speed", type=float, default=1.0)
     speak.add_argument("--sample-rate", type=int, default=None, help="default: the voice's own rate")
+    _add_device(speak, "speech")
     for flags in speak_flags():
         flags.add_to(speak)
+    add_old_spellings(speak, {**_TTS_RENAMED, "--runtime": "--tts-runtime"}, _TTS_CONSTANTS)
     speak.set_defaults(func=_speak)
 
     transcribe = sub.add_parser("transcribe", help="transcribe an audio file, no server")
@@ -377,13 +427,17 @@ def build_parser() -> argparse.ArgumentParser:
     transcribe.add_argument("--temperature", type=float, default=0.0)
     transcribe.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     transcribe.add_argument("--word-timestamps", action="store_true", help="add word timings (verbose_json)")
+    _add_device(transcribe, "transcription")
     for flags in transcribe_flags():
         flags.add_to(transcribe)
+    transcribe_renamed = {old: new for old, new in _ASR_RENAMED.items() if new in _options(transcribe)}
+    add_old_spellings(transcribe, {**transcribe_renamed, "--runtime": "--asr-runtime"}, _ASR_CONSTANTS)
     transcribe.set_defaults(func=_transcribe)
 
     voices = sub.add_parser("voices", help="list voices")
-    voices.add_argument("--voice-dir", type=Path)
-    voices.add_argument("--cache-dir", type=Path)
+    voices.add_argument("--tts-voice-dir", type=Path, help="a folder with a Piper voice (default: the bundled one)")
+    voices.add_argument("--tts-cache-dir", type=Path, help="where converted graphs are kept")
+    add_old_spellings(voices, {"--voice-dir": "--tts-voice-dir", "--cache-dir": "--tts-cache-dir"}, {})
     voices.set_defaults(func=_voices)
 
     try:
@@ -393,6 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         add_bench_parser(sub)
     return parser
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return set(parser._option_string_actions)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ DEVICES = ("auto", "cpu", "cuda")
 ASR_RUNTIMES = ("auto", "ct2", "torch")
 TTS_RUNTIMES = ("auto", "onnx", "torch")
 CPU_MAX_STREAMS = 24
-"""Speech streams decoded at once on a CPU unless `--max-streams` says: about what two
+"""Speech streams decoded at once on a CPU unless `--tts-max-streams` says: about what two
 cores sustain of Piper, and past the measured capacity admission holds newcomers anyway."""
 GPU_MAX_STREAMS = 1024
 """The same on a GPU, where batched steps carry about a thousand real-time streams."""
@@ -29,35 +29,6 @@ def default_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - non-Linux
         return max(1, os.cpu_count() or 1)
-
-
-@dataclass(frozen=True)
-class VocoderChunking:
-    """How stage B (the vocoder) cuts a segment's latent frames into streamed chunks."""
-
-    first_chunk_frames: int = 16
-    """Core frames in a stream's first chunk; small, so the first audio leaves early."""
-    idle_first_chunk_frames: int = 12
-    """Core frames in the first chunk of a stream that arrives alone (every worker free);
-    its later chunks double from there. Smaller leaves sooner but gives the second chunk
-    less audio to arrive in (12 frames: 120 ms); 16 gives the crowded plan's sizes."""
-    chunk_frames: int = 32
-    """Core frames in the second chunk (256 samples each, so 32 frames = 372 ms at 22 kHz)."""
-    max_chunk_frames: int = 128
-    """Later chunks double in size up to this; larger chunks decode fewer context frames
-    per frame kept (1.16x at 128). Set it equal to `chunk_frames` for fixed-size chunks."""
-    left_context: int = 10
-    """Frames decoded before a chunk and cropped away, so joins are seamless."""
-    right_context: int = 10
-    """Frames decoded after a chunk and cropped away."""
-
-    def __post_init__(self) -> None:
-        if min(self.first_chunk_frames, self.idle_first_chunk_frames, self.chunk_frames) < 1:
-            raise ValueError("chunk sizes must be at least 1 frame")
-        if self.max_chunk_frames < self.chunk_frames:
-            raise ValueError("max_chunk_frames must be >= chunk_frames")
-        if self.left_context < 0 or self.right_context < 0:
-            raise ValueError("context frames must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -80,21 +51,15 @@ class TTSConfig:
     fixed_prior: bool = True
     """Run a Piper sentence of up to 96 phoneme ids on a copy of stage A's prior fixed to
     its length, 15-30 % faster than the dynamic graph. The copies cost ~90 MB and ~1 s of
-    CPU after start-up (~8 s the first time, to build them into `cache_dir`)."""
+    CPU after start-up (~8 s the first time, to build them into `cache_dir`): turn them
+    off where memory or start-up time counts for more."""
     workers: int = field(default_factory=default_cores)
     """Inference threads; each runs single-threaded ONNX sessions (a lone stream's unit
     may hold several workers and their threads)."""
-    chunking: VocoderChunking = field(default_factory=VocoderChunking)
-    """Vocoder chunk sizes and context."""
-    output_gain: float = 1.15
-    """Fixed gain on the raw vocoder output, the same for every sentence, so a chunk can
-    leave at once; 1.15 keeps the bundled voice's sentence peaks below full scale."""
     noise_scale: float | None = None
     """Stage A noise scale; None uses the voice's own (0 makes synthesis deterministic)."""
     noise_w: float | None = None
     """Duration-predictor noise; None uses the voice's own."""
-    credits: int = 4
-    """Chunks a stream may have decoded but not yet taken by its HTTP writer."""
     max_streams: int | None = None
     """Streams decoded at once; more wait in the admission queue. None: 24 on a CPU, 1024
     on a GPU, whose measured capacity (admission) is the limit that counts there."""
@@ -108,12 +73,6 @@ class TTSConfig:
     """Threads that encode compressed formats (mp3, opus, aac, flac)."""
     max_input_chars: int = 4096
     """Longest accepted `input`, in characters (OpenAI's limit is 4096)."""
-    first_segment_chars: int = 60
-    """A first sentence longer than this is split at clause boundaries for a fast start
-    (models whose profile has no `sentence_chars`, Piper: Kokoro speaks whole sentences)."""
-    max_segment_chars: int = 200
-    """Longer sentences are split at clauses (then spaces): stage A cannot stream, and a
-    long one holds a core for hundreds of milliseconds (as above: not for Kokoro)."""
     gpu_batch: int = 128
     """Most units (stage A items, or vocoder chunks of one size) one GPU step runs; a step
     runs as many as are ready, so few streams get small, fast steps. On cuda only."""
@@ -125,8 +84,8 @@ class TTSConfig:
         return GPU_MAX_STREAMS if gpu else CPU_MAX_STREAMS
 
     def __post_init__(self) -> None:
-        if min(self.workers, self.credits, self.stream_limit(True), self.max_input_chars, self.gpu_batch) < 1:
-            raise ValueError("workers, credits, max_streams, max_input_chars and gpu_batch must be >= 1")
+        if min(self.workers, self.stream_limit(True), self.max_input_chars, self.gpu_batch) < 1:
+            raise ValueError("workers, max_streams, max_input_chars and gpu_batch must be >= 1")
         if not self.models:
             raise ValueError("load at least one TTS model (--tts-models piper)")
         if self.device not in DEVICES:
@@ -157,22 +116,14 @@ class ASRConfig:
     on a CPU it checks the GPU path), or auto (torch on CUDA, ct2 on the CPU)."""
     gpu_batch: int = 64
     """Most segments decoded in one call on a GPU, which runs one batch at a time (on one
-    decoding thread): a 30 s window costs a GPU little more in a batch of 64 than alone."""
+    decoding thread): a 30 s window costs a GPU little more in a batch of 64 than alone.
+    (On a CPU a call takes at most `engine/asr.py: CPU_MAX_BATCH`.)"""
     workers: int = field(default_factory=default_cores)
     """Decoding threads, each with a single-threaded model replica (CTranslate2 releases the GIL)."""
     solo_threads: int = field(default_factory=lambda: min(default_cores(), 4))
     """Intra-op threads for a batch that runs alone (no other transcription, no speech
     stream open), on one more model replica (tiny.en: ~85 MB more), so a lone short clip
     uses the idle cores; 1 turns it off."""
-    fitted_windows: bool = True
-    """Encode a file piece shorter than 30 s in a window fitted to it instead of Whisper's
-    30 s: about a third of the decode time at the same WER. Live turns always use them."""
-    even_piece_s: float = 14.0
-    """Cut a file of a few 30 s pieces into even pieces of at most this many seconds, in
-    one shorter window, so the workers finish together and the encoder does less work
-    (docs/ASR.md). 0: 30 s pieces."""
-    max_batch: int = 8
-    """Most 30 s segments decoded in one call."""
     batch_wait_ms: float = 5.0
     """How long a ready segment may wait for others to share its batch."""
     beam_size: int = 5
@@ -193,8 +144,6 @@ class ASRConfig:
     """Decoded audio held by all transcriptions together, in seconds (230 MB per hour); an
     upload whose decoding would pass it gets 429. Keep it at 2 x `max_audio_seconds` or
     more (the server warns otherwise)."""
-    segments_ahead: int = 16
-    """Segments of one request whose features may wait in the engine (bounds memory)."""
     max_requests: int = 32
     """Transcriptions in progress at once, upload to response (each holds its decoded audio)."""
     max_queue: int = 64
@@ -211,14 +160,14 @@ class ASRConfig:
             raise ValueError("the ASR nice increment must be within 0..19")
         if self.workers < 1 or self.audio_workers < 1 or self.solo_threads < 1:
             raise ValueError("ASR workers, audio workers and solo threads must be at least 1")
-        if min(self.max_batch, self.gpu_batch, self.beam_size, self.segments_ahead, self.max_requests) < 1:
-            raise ValueError("max_batch, gpu_batch, beam_size, segments_ahead and max_requests must be >= 1")
+        if min(self.gpu_batch, self.beam_size, self.max_requests) < 1:
+            raise ValueError("gpu_batch, beam_size and max_requests must be >= 1")
         if self.device not in DEVICES:
             raise ValueError(f"unknown ASR device {self.device!r}: use one of {', '.join(DEVICES)}")
         if self.runtime not in ASR_RUNTIMES:
             raise ValueError(f"unknown ASR runtime {self.runtime!r}: use one of {', '.join(ASR_RUNTIMES)}")
         if self.device == "cuda" and self.runtime == "ct2":
-            raise ValueError("CTranslate2 runs on the CPU only here: use --runtime torch (or auto) with --device cuda")
+            raise ValueError("CTranslate2 runs on the CPU only here: use --asr-runtime torch (or auto) with --asr-device cuda")
         if self.batch_wait_ms < 0 or self.max_upload_mb <= 0 or self.max_audio_seconds <= 0:
             raise ValueError("batch wait must be >= 0 and the upload and audio limits > 0")
         if self.max_buffered_audio_s < self.max_audio_seconds:
@@ -300,13 +249,6 @@ class RealtimeConfig:
     final_target_ms: float = 400.0
     """A turn's transcript is due this long after the end of its speech is known: its
     deadline in the ASR batcher, where live turns go before file pieces."""
-    early_final_ms: float = 96.0
-    """Once speech has paused this long, the final transcript is decoded at once (unless
-    other live work waits for a worker), while the rest of `silence_duration_ms` runs;
-    speech that resumes drops it. 0 waits for the end of the turn."""
-    delta_interval_ms: float = 1000.0
-    """Partial transcripts of a turn in progress are decoded at most this often, and only
-    when an ASR worker is idle; 0 turns them off."""
     idle_timeout_s: float = 900.0
     """A session that sends nothing for this long, with no turn being transcribed, is
     closed, with close code 1000 and no error event (clients reconnect after it). A
@@ -321,8 +263,8 @@ class RealtimeConfig:
             raise ValueError("realtime session, message, burst and pending-turn limits must be >= 1")
         if min(self.messages_per_s, self.max_buffer_s, self.max_turn_s, self.idle_timeout_s) <= 0:
             raise ValueError("realtime message rate, buffer, turn length and idle timeout must be positive")
-        if min(self.final_target_ms, self.early_final_ms, self.delta_interval_ms) < 0:
-            raise ValueError("realtime final target, early final and delta interval must be >= 0")
+        if self.final_target_ms < 0:
+            raise ValueError("the realtime final target must be >= 0")
         if self.max_turn_s > self.max_buffer_s:
             raise ValueError("max_turn_s must not exceed max_buffer_s")
 
@@ -444,9 +386,7 @@ class RayConfig:
     lease per session from one keeper (`voxserve.ray.leases`)."""
     frontend_cpus: float = 0.5
     """Logical CPUs each front end reserves; it only parses, validates and relays bytes."""
-    routing_stats_period_s: float = 1.0
-    """How often Serve polls each TTS replica's load for `HeadroomRouter`."""
 
     def __post_init__(self) -> None:
-        if self.frontend_replicas < 1 or self.frontend_cpus < 0 or self.routing_stats_period_s <= 0:
-            raise ValueError("frontend_replicas >= 1, frontend_cpus >= 0 and a positive stats period")
+        if self.frontend_replicas < 1 or self.frontend_cpus < 0:
+            raise ValueError("frontend_replicas >= 1 and frontend_cpus >= 0")

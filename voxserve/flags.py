@@ -1,8 +1,8 @@
 """Command-line flags generated from the config dataclasses, so that every field has one.
 
-A flag's name is its field's name (`max_streams` -> `--max-streams`, after an optional
-prefix such as `asr-`; a trailing `_s`, seconds, is dropped: `queue_timeout_s` ->
-`--queue-timeout`); its type comes from the field's annotation and its help from the
+A flag's name is its field's name (`max_streams` -> `--tts-max-streams`, after a
+prefix such as `tts-`; a trailing `_s`, seconds, is dropped: `queue_timeout_s` ->
+`--tts-queue-timeout`); its type comes from the field's annotation and its help from the
 docstring under the field. A nested config dataclass gives flags for its own fields.
 
 - `int`, `float`, `str`, `Path`: one value; `X | None`: the same, absent means the default.
@@ -28,7 +28,7 @@ import re
 import sys
 import textwrap
 import types
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, get_args, get_or
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["ConfigFlags", "Flag", "Shared", "comma_list", "field_docs", "flag_name"]
+__all__ = ["ConfigFlags", "Flag", "add_old_spellings", "comma_list", "field_docs", "flag_name"]
 
 C = TypeVar("C", bound="DataclassInstance")
 
@@ -78,7 +78,7 @@ class Flag:
     """One generated flag and the field it sets."""
 
     option: str
-    """`--max-streams`."""
+    """`--tts-max-streams`."""
     dest: str
     """Attribute on the parsed namespace."""
     path: tuple[str, ...]
@@ -89,17 +89,6 @@ class Flag:
     """"bool", "int", "float", "str", "path" or "list"."""
     convert: Callable[[str], Any]
     """Turns the flag's text into the field's value."""
-
-
-@dataclass(frozen=True)
-class Shared:
-    """A flag that sets several fields to one value, unless their own flags are given
-    (`--context-frames` sets both context sides)."""
-
-    option: str
-    paths: tuple[tuple[str, ...], ...]
-    help: str
-    type: Callable[[str], Any] = int
 
 
 class ConfigFlags(Generic[C]):
@@ -123,13 +112,11 @@ class ConfigFlags(Generic[C]):
         skip: Mapping[str, str] | None = None,
         prefixes: Mapping[str, str] | None = None,
         metavars: Mapping[str, str] | None = None,
-        shared: Collection[Shared] = (),
     ) -> None:
         self.cls = cls
         self.title = title
         self.default: C = cls()
         self.skip: dict[str, str] = dict(skip or {})
-        self.shared = tuple(shared)
         self._rename = dict(rename or {})
         self._prefixes = dict(prefixes or {})
         self._metavars = dict(metavars or {})
@@ -176,20 +163,12 @@ class ConfigFlags(Generic[C]):
             metavar = self._metavars.get(".".join(flag.path)) or _metavar(flag)
             group.add_argument(flag.option, dest=flag.dest, type=flag.convert, default=None,
                                metavar=metavar, help=text)  # fmt: skip
-        for extra in self.shared:
-            dest = extra.option[2:].replace("-", "_")
-            group.add_argument(extra.option, dest=dest, type=extra.type, default=None, metavar="N",
-                               help=extra.help.replace("%", "%%"))  # fmt: skip
         return group
 
     # -- reading them back -------------------------------------------------------------
     def given(self, args: argparse.Namespace) -> dict[tuple[str, ...], Any]:
-        """The fields set on the command line, by path (shared flags included)."""
+        """The fields set on the command line, by path."""
         values: dict[tuple[str, ...], Any] = {}
-        for extra in self.shared:
-            value = getattr(args, extra.option[2:].replace("-", "_"), None)
-            if value is not None:
-                values.update((path, value) for path in extra.paths)
         for flag in self.flags:
             value = getattr(args, flag.dest, None)
             if value is not None:
@@ -223,6 +202,56 @@ def _replace(obj: C, values: Mapping[tuple[str, ...], Any]) -> C:
     for name, inner in nested.items():
         direct[name] = _replace(direct.get(name, getattr(obj, name)), inner)
     return dataclasses.replace(obj, **direct)
+
+
+class _Renamed(argparse.Action):
+    """An old spelling of a flag whose meaning is unchanged: it sets the new flag's field,
+    and says that it is deprecated."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        print(f"warning: {option} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+class _Refused(argparse.Action):
+    """An old spelling whose meaning changed, or a flag that became a constant: refused,
+    with a message that says what to write instead."""
+
+    def __init__(self, option_strings: list[str], dest: str, message: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.message = message
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        parser.error(f"{option}: {self.message}")
+
+
+def add_old_spellings(
+    parser: argparse.ArgumentParser, renamed: Mapping[str, str], refused: Mapping[str, str]
+) -> None:
+    """Accept the old spellings in `renamed` (old option -> the new option, which `parser`
+    already has) with a deprecation warning, and refuse those in `refused` (old option ->
+    the message). Neither shows in `--help`. A boolean's `--no-` form follows its flag."""
+    actions = parser._option_string_actions
+    for old, new in renamed.items():
+        target = actions[new]
+        if isinstance(target, argparse.BooleanOptionalAction):
+            for prefix, value in (("--", True), ("--no-", False)):
+                parser.add_argument(prefix + old[2:], dest=target.dest, action=_Renamed, nargs=0, const=value,
+                                    new=prefix + new[2:], help=argparse.SUPPRESS)  # fmt: skip
+            continue
+        parser.add_argument(old, dest=target.dest, action=_Renamed, type=target.type or str,
+                            metavar=target.metavar, new=new, help=argparse.SUPPRESS)  # fmt: skip
+    for old, message in refused.items():
+        parser.add_argument(old, dest=argparse.SUPPRESS, action=_Refused, nargs="?", message=message,
+                            help=argparse.SUPPRESS)  # fmt: skip
 
 
 def _kind(hint: Any, where: str) -> tuple[str, Callable[[str], Any]]:

@@ -1,4 +1,4 @@
-"""How many frames of context a window of Piper's flow needs (`runners.piper.FLOW_CONTEXT`).
+"""How many frames of context a window of Piper's flow needs (`runners.piper.onnx_runner.FLOW_CONTEXT`).
 
 A lone stream's stage A leaves the flow to the chunks of its head: each of the first three
 chunks runs the flow over its own vocoder window plus some frames of z_p on each side.
@@ -19,9 +19,10 @@ import numpy as np
 
 from voxserve.bench.prompts import BUILTIN_PROMPTS
 from voxserve.config import TTSConfig
-from voxserve.engine.piper_voice import PiperVoice
-from voxserve.engine.scheduler import plan_chunk
-from voxserve.runners import piper
+from voxserve.engine.adapters.piper import CHUNKING, PiperVoice
+from voxserve.engine.tts import FIRST_SEGMENT_CHARS, MAX_SEGMENT_CHARS
+from voxserve.engine.work import plan_chunk
+from voxserve.runners.piper import onnx_runner as piper
 from voxserve.text.split import normalize, segment
 
 
@@ -40,14 +41,14 @@ def main() -> None:
     config = TTSConfig()
     voice = PiperVoice.load(config)
     if args.quiet_noise:
-        voice = PiperVoice(voice.model, config.chunking, 1.0, noise_scale=0.0, noise_w=0.0)
+        voice = PiperVoice(voice.model, CHUNKING, 1.0, noise_scale=0.0, noise_w=0.0)
     model, runner, hop = voice.model, voice.model.acoustic, voice.model.hop
     speaker = voice.voices[0]
     found: dict[tuple[str, int, int], list[float]] = {}
     segments = 0
     for prompt in BUILTIN_PROMPTS:
-        pieces = segment(normalize(prompt), first_max_chars=config.first_segment_chars,
-                         max_chars=config.max_segment_chars)
+        pieces = segment(normalize(prompt), first_max_chars=FIRST_SEGMENT_CHARS,
+                         max_chars=MAX_SEGMENT_CHARS)
         for item in (item for piece in pieces for item in voice.inputs(piece, speaker, 1.0)):
             ((prior, _),) = runner.run_prior([item])
             piper.FLOW_CONTEXT = prior.frames  # a window of everything: the whole flow
@@ -56,7 +57,7 @@ def main() -> None:
             for plan, alone in (("lone", True), ("crowded", False)):
                 pos = 0
                 for index in range(args.chunks):
-                    lo, hi, start, end = plan_chunk(prior.frames, pos, index, config.chunking, alone)
+                    lo, hi, start, end = plan_chunk(prior.frames, pos, index, CHUNKING, alone)
                     pos = end
                     if end <= start or hi + max(contexts) >= prior.frames:
                         break  # the segment's end: no window runs there

@@ -224,8 +224,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if shutil.which("nvidia-smi"):
         query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
         result["gpu_name"] = subprocess.run(query, capture_output=True, text=True, check=False).stdout.strip()
-    common = ["--device", args.device, "--tts-runtime", "torch", "--max-streams", str(max(args.levels) + 8),
-              "--max-queue", str(max(args.levels) + 8), "--queue-timeout", "600"]  # fmt: skip
+    common = ["--device", args.device, "--tts-runtime", "torch", "--tts-max-streams", str(max(args.levels) + 8),
+              "--tts-max-queue", str(max(args.levels) + 8), "--tts-queue-timeout", "600"]  # fmt: skip
     for model in args.models:
         setups = [("voxserve", args.gpu_batch, args.levels), ("one-at-a-time", 1, args.peer_levels)]
         for name, batch, levels in setups:

@@ -50,8 +50,8 @@ def prepare(out: Path, model: Path | None) -> None:
     from voxserve.bench.asr_offline import LONG, SHORT
     from voxserve.config import TTSConfig
     from voxserve.engine.tts import TTSEngine
-    from voxserve.runners.whisper_types import bundled_model
-    from voxserve.runners.whisper_weights import export_weights
+    from voxserve.runners.whisper.interface import bundled_model
+    from voxserve.runners.whisper.weights import export_weights
 
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("voxserve-*.whl"):
@@ -144,7 +144,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     import voxserve
-    from voxserve.runners.whisper_torch import TorchWhisperRunner
+    from voxserve.runners.whisper.torch_runner import TorchWhisperRunner
 
     device = args.device
     cuda = device == "cuda"
@@ -356,7 +356,7 @@ def _peer(
             pipeline,
         )
 
-        from voxserve.runners.whisper_weights import hf_config, read_npz, to_hf
+        from voxserve.runners.whisper.weights import hf_config, read_npz, to_hf
 
         info["transformers"] = transformers.__version__
         converted = read_npz(weights)

@@ -34,7 +34,7 @@ from tests.asr_support import join_whisper_base, wav_bytes
 from tests.conftest import run_server
 from voxserve.bench.metrics import character_errors
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig
-from voxserve.runners.kokoro import list_voices
+from voxserve.runners.kokoro.onnx_runner import list_voices
 
 SENTENCES = {
     "zh": [

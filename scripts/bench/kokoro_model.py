@@ -18,7 +18,7 @@ from typing import cast
 import numpy as np
 import onnxruntime as ort
 
-from voxserve.runners.kokoro import (
+from voxserve.runners.kokoro.onnx_runner import (
     HOP,
     SAMPLE_RATE,
     DecoderInput,

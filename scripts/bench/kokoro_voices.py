@@ -24,7 +24,7 @@ import numpy as np
 from tests.asr_support import wav_bytes, wer
 from tests.conftest import run_server
 from voxserve.config import ServerConfig, TTSConfig
-from voxserve.runners.kokoro import list_voices
+from voxserve.runners.kokoro.onnx_runner import list_voices
 
 SENTENCE = "Please call Stella and ask her to bring these things with her."
 

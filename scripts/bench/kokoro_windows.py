@@ -16,8 +16,8 @@ from dataclasses import replace
 import numpy as np
 
 from voxserve.bench import kokoro_prosody as kp
-from voxserve.engine.kokoro_voice import CHUNKING, KokoroVoice
-from voxserve.runners.kokoro import HOP, KokoroModel
+from voxserve.engine.adapters.kokoro import CHUNKING, KokoroVoice
+from voxserve.runners.kokoro.onnx_runner import HOP, KokoroModel
 
 
 def main() -> None:

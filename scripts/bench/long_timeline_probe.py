@@ -3,8 +3,8 @@
 One long file through the ASR engine, with a timeline of its critical path, beside
 faster-whisper's sequential `transcribe()`; in one process, alternating.
 
-- `base`: 30 s cuts (`even_piece_s=0`) and batches sized by every worker, busy or not;
-- `eN` for each N of `--limits`: the engine as it is with `even_piece_s=N`: a file of a
+- `base`: 30 s cuts (`even_piece_s = 0`) and batches sized by every worker, busy or not;
+- `eN` for each N of `--limits`: the engine as it is with `even_piece_s = N`: a file of a
   few pieces recut into pieces of at most N s, a multiple of the workers of them
   (`even_spans`), and batches sized by the idle workers;
 - `fw`: faster-whisper `WhisperModel.transcribe()` on the same model, int8,
@@ -150,7 +150,8 @@ def main() -> int:
     engines: dict[str, tuple[ASREngine, Recorder]] = {}
     limits = {"base": 0.0} | {f"e{x}": float(x) for x in args.limits.split(",")}
     for mode, limit in limits.items():
-        engine = ASREngine(ASRConfig(nice=0, even_piece_s=limit))
+        engine = ASREngine(ASRConfig(nice=0))
+        engine.even_piece_s = limit
         engine.start()
         engine.warmup()
         rec = Recorder()

@@ -1,6 +1,6 @@
 """Piper's prior: time and durations of the fixed-length copies against the dynamic graph.
 
-The dynamic graph against its fixed-length copies (`voxserve/runners/prior_graph.py`), one
+The dynamic graph against its fixed-length copies (`voxserve/runners/piper/prior_graph.py`), one
 item at a time, in one process.
 
 Per length of ids, the four calls alternate within each round: the dynamic graph and
@@ -22,8 +22,13 @@ import time
 import numpy as np
 
 from voxserve.bench.prompts import BUILTIN_PROMPTS
-from voxserve.runners.piper import AcousticInput, AcousticRunner, PiperModel, bundled_voice
-from voxserve.runners.prior_graph import PRIOR_LENGTHS, fixed_priors
+from voxserve.runners.piper.onnx_runner import (
+    AcousticInput,
+    AcousticRunner,
+    PiperModel,
+    bundled_voice,
+)
+from voxserve.runners.piper.prior_graph import PRIOR_LENGTHS, fixed_priors
 from voxserve.text.phonemize import Phonemizer
 
 

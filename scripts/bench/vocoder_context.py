@@ -23,8 +23,9 @@ import numpy as np
 
 from voxserve.bench.prompts import BUILTIN_PROMPTS
 from voxserve.config import TTSConfig
-from voxserve.engine.piper_voice import PiperVoice
-from voxserve.engine.scheduler import plan_chunk
+from voxserve.engine.adapters.piper import CHUNKING, PiperVoice
+from voxserve.engine.tts import FIRST_SEGMENT_CHARS, MAX_SEGMENT_CHARS
+from voxserve.engine.work import plan_chunk
 from voxserve.text.split import normalize, segment
 
 
@@ -48,8 +49,8 @@ def main() -> None:
     decoded = dict.fromkeys(contexts, 0)
     kept = 0
     for prompt in BUILTIN_PROMPTS:
-        pieces = segment(normalize(prompt), first_max_chars=config.first_segment_chars,
-                         max_chars=config.max_segment_chars)
+        pieces = segment(normalize(prompt), first_max_chars=FIRST_SEGMENT_CHARS,
+                         max_chars=MAX_SEGMENT_CHARS)
         for item in (item for piece in pieces for item in voice.inputs(piece, speaker, 1.0)):
             (z,) = model.acoustic.run([item])
             frames = z.shape[-1]
@@ -57,7 +58,7 @@ def main() -> None:
             kept += frames
             for context in contexts:
                 left, right = (int(n) for n in context.split("/"))
-                chunking = replace(config.chunking, left_context=left, right_context=right)
+                chunking = replace(CHUNKING, left_context=left, right_context=right)
                 pos, index = 0, 0
                 while pos < frames:
                     lo, hi, start, end = plan_chunk(frames, pos, index, chunking)

@@ -77,7 +77,12 @@ from voxserve.engine.segments import (
     window_segments,
 )
 from voxserve.engine.tts import TTSEngine
-from voxserve.runners.whisper import DecodeInput, DecodeOptions, DecodeOutput, WhisperRunner
+from voxserve.runners.whisper.ct2_runner import (
+    DecodeInput,
+    DecodeOptions,
+    DecodeOutput,
+    WhisperRunner,
+)
 from voxserve.text.split import split_sentences
 
 RATE = 16000

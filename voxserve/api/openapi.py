@@ -315,7 +315,7 @@ def _get(op_id: str, summary: str, ok: dict[str, Any]) -> dict[str, Any]:
 
 @functools.cache
 def openapi_document(max_input_chars: int = TTSConfig.max_input_chars) -> dict[str, Any]:
-    """The whole document, built once per setting of `--max-input-chars`."""
+    """The whole document, built once per setting of `--tts-max-input-chars`."""
     pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (SpeechRequest, "validation"),
         (TranscriptionForm, "validation"),

@@ -3,7 +3,7 @@
 `create_app(config, remote=...)` builds this: the one route table and the one set of
 handlers (`voxserve.api.routes`), over a `voxserve.serving.remote.RemoteState` that hands
 each validated request to an engine replica. As on one machine, an upload is read in
-full, under the upload budget (`--max-buffered-upload-mb`, 429 past it), before a
+full, under the upload budget (`--asr-max-buffered-upload-mb`, 429 past it), before a
 replica is asked for a slot. Every engine response names the replica that served it in
 `x-voxserve-replica`. Both WebSocket routes are the same channels as on one machine,
 over the same `Service` calls: a speech session cuts its text here and speaks on one TTS

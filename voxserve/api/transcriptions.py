@@ -2,7 +2,7 @@
 
 The handler reads the whole form first, with two limits enforced while reading: the
 request's own size (413 without taking the rest) and the upload budget shared by every
-upload not decoded yet (`--max-buffered-upload-mb`, 429 with Retry-After). Only then does
+upload not decoded yet (`--asr-max-buffered-upload-mb`, 429 with Retry-After). Only then does
 it wait for a transcription slot (`--asr-max-requests`), so a client that stalls
 mid-upload costs a connection and its share of the budget until the body timeout
 (`voxserve.api.deadline`), never a slot. Then the serving layer takes over

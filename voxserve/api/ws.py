@@ -67,7 +67,7 @@ normal close, sends none:
   per token stays far below 100 a second.
 - The pending text counts the segmenter's buffer plus every segment queued or being
   spoken. With the default limits a client cannot reach it (the reader stops at
-  `MAX_PENDING_SEGMENTS` queued segments of at most `tts.max_segment_chars`), so it
+  `MAX_PENDING_SEGMENTS` queued segments of at most `MAX_SEGMENT_CHARS`), so it
   guards configurations with larger segments or fragments.
 - A cancel is acted on as soon as it is read, even while the server waits for room in
   the session's queue: then it reads up to `MAX_READ_AHEAD` messages ahead (and
@@ -117,6 +117,7 @@ from voxserve.api.ws_limits import (
     session_slot,
 )
 from voxserve.config import WSConfig
+from voxserve.engine.tts import MAX_SEGMENT_CHARS
 from voxserve.errors import ClientError, InvalidRequest, ReplicaLost, ServerError, VoxError
 from voxserve.serving.service import Service
 from voxserve.serving.speech_session import (
@@ -184,7 +185,7 @@ class _Channel:
         self.session = SpeechSession(
             state.speech_lane(),
             self.id,
-            state.config.tts.max_segment_chars,
+            MAX_SEGMENT_CHARS,
             self.limits.max_pending_chars,
             self.limits.max_contexts,
         )

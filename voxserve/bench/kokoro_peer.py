@@ -35,10 +35,16 @@ import numpy as np
 
 from voxserve.bench.metrics import continuity_ok_rate, max_underrun, summarize
 from voxserve.config import TTSConfig
-from voxserve.engine.kokoro_voice import KokoroVoice
+from voxserve.engine.adapters.kokoro import KokoroVoice
 from voxserve.engine.tts import TTSEngine
 from voxserve.errors import VoxError
-from voxserve.runners.kokoro import SAMPLE_RATE, KokoroModel, list_voices, load_voice, model_file
+from voxserve.runners.kokoro.onnx_runner import (
+    SAMPLE_RATE,
+    KokoroModel,
+    list_voices,
+    load_voice,
+    model_file,
+)
 
 __all__ = [
     "PEER",

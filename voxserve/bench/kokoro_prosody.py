@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 
 from voxserve.bench.metrics import normalize_text, summarize, word_error_rate
-from voxserve.config import TTSConfig, VocoderChunking
-from voxserve.engine.kokoro_voice import CHUNKING, GROWTH, LEAD_FRAMES, KokoroVoice
-from voxserve.engine.scheduler import Latent, plan_chunk
+from voxserve.config import TTSConfig
+from voxserve.engine.adapters.kokoro import CHUNKING, GROWTH, LEAD_FRAMES, KokoroVoice
 from voxserve.engine.tts import TTSEngine, crossfade
 from voxserve.engine.voices import Span
-from voxserve.runners.kokoro import HOP, SAMPLE_RATE, KokoroInput, list_voices
+from voxserve.engine.work import Latent, VocoderChunking, plan_chunk
+from voxserve.runners.kokoro.onnx_runner import HOP, SAMPLE_RATE, KokoroInput, list_voices
 
 __all__ = ["PROSODY_TEXTS", "join_quality", "mid_phrase_pauses", "render_windows", "run_kokoro_prosody"]
 
@@ -195,7 +195,7 @@ class _Judge:
 
         from faster_whisper import WhisperModel
 
-        from voxserve.runners.whisper import bundled_model
+        from voxserve.runners.whisper.ct2_runner import bundled_model
 
         logging.getLogger("faster_whisper").setLevel(logging.WARNING)
 
@@ -259,7 +259,7 @@ def _peer(voices: Sequence[str]) -> Callable[[str, str], np.ndarray]:
     from kokoro_onnx import Kokoro
 
     from voxserve.bench.kokoro_peer import write_voices_npz
-    from voxserve.runners.kokoro import model_file
+    from voxserve.runners.kokoro.onnx_runner import model_file
 
     folder = Path(tempfile.mkdtemp(prefix="voxserve-prosody-"))
     options = ort.SessionOptions()

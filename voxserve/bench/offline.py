@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from voxserve.config import TTSConfig, VocoderChunking
-from voxserve.engine.scheduler import plan_chunk
-from voxserve.runners.piper import AcousticInput, PiperModel, bundled_voice
+from voxserve.engine.tts import FIRST_SEGMENT_CHARS
+from voxserve.engine.work import VocoderChunking, plan_chunk
+from voxserve.runners.piper.onnx_runner import AcousticInput, PiperModel, bundled_voice
 from voxserve.text.phonemize import Phonemizer
 from voxserve.text.split import normalize, segment
 
@@ -86,7 +86,7 @@ def load_workload(model: PiperModel, prompts: list[str], seed: int = 0) -> list[
     and the shuffle gives any stretch of the list the same mix of short and long prompts.
     """
     phonemizer = Phonemizer(model.config)
-    first_chars = TTSConfig().first_segment_chars
+    first_chars = FIRST_SEGMENT_CHARS
     order = list(prompts)
     random.Random(seed).shuffle(order)
     out = []

@@ -21,10 +21,10 @@ from typing import Any
 
 from voxserve.bench.offline import OfflinePoint, run_threads
 from voxserve.config import TTSConfig
-from voxserve.engine.kokoro_voice import KokoroItem, KokoroVoice
+from voxserve.engine.adapters.kokoro import KokoroItem, KokoroVoice
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.voices import Span
-from voxserve.runners.kokoro import KokoroModel
+from voxserve.runners.kokoro.onnx_runner import KokoroModel
 
 __all__ = ["DEFAULT_VOICE", "KOKORO_MODES", "load_kokoro_workload", "run_offline_kokoro", "speak_segment"]
 

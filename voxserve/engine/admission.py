@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from voxserve.engine.scheduler import Playback
+from voxserve.engine.work import Playback
 from voxserve.errors import Overloaded, Unavailable
 
 __all__ = [
@@ -57,9 +57,9 @@ chunks, another process on the cores)."""
 EAGER_UTILIZATION = 0.8
 """Up to this share of the device (the load with the newcomer, at the measured costs),
 admission is eager: a burst is let in at once, and only a live stream within
-`EAGER_SLACK_S` of running dry holds newcomers. At 0.8 of the workers a c=16 burst on two
-cores is let in at once; at 0.75 its first-audio p99 went back to 1.8-2.0 s, and at 0.85
-streams started together ran dry together (docs/BENCHMARKS.md, "TTS on Piper")."""
+`EAGER_SLACK_S` of running dry holds newcomers. Lower holds a burst back and its first
+audio waits; higher lets in streams that then run dry together (docs/BENCHMARKS.md,
+"TTS on Piper", has the figures)."""
 
 EAGER_SLACK_S = 0.1
 """How close to running dry a live stream must be to hold newcomers while admission is

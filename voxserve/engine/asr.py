@@ -50,6 +50,7 @@ from voxserve.config import ASRConfig
 from voxserve.engine import devices
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
+from voxserve.engine.cores import SharedCores
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.live import LiveEstimate, LivePolicy, LiveView
 from voxserve.engine.results import ResultStream
@@ -63,7 +64,12 @@ from voxserve.engine.segments import (
 )
 from voxserve.engine.threads import lower_priority, prestart, run_lowered
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
-from voxserve.runners.whisper_types import DecodeInput, DecodeOptions, DecodeOutput, WhisperModel
+from voxserve.runners.whisper.interface import (
+    DecodeInput,
+    DecodeOptions,
+    DecodeOutput,
+    WhisperModel,
+)
 
 __all__ = [
     "ASREngine",
@@ -81,23 +87,35 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+CPU_MAX_BATCH = 8
+"""Most pieces one CPU decoding call takes: past it a batch's pieces wait for its longest
+one, and the workers already decode in parallel. (A GPU takes `--asr-gpu-batch`.)"""
+SEGMENTS_AHEAD = 16
+"""Pieces of one request whose features may wait in the engine: bounds a long file's
+memory while keeping every worker fed."""
+EVEN_PIECE_S = 14.0
+"""A file of a few 30 s pieces is cut again into even pieces of at most this many
+seconds, in one shorter window, so the workers finish together and the encoder does less
+work (docs/ASR.md). 0: 30 s pieces."""
+FITTED_WINDOWS = True
+"""Encode a file piece shorter than 30 s in a window fitted to it (below), not Whisper's
+30 s: about a third of the decode time at the same WER. Live turns always use them."""
 LIVE_WINDOW_MIN_S = 10.0
 LIVE_WINDOW_STEP_S = 5.0
 LIVE_WINDOW_MARGIN_S = 1.0
-"""A piece under 30 s (a live turn; a short file, unless `fitted_windows` is off) is
-encoded in a window sized to it, not Whisper's full 30 s: its audio plus 1 s, rounded up
-to 5 s steps, at least 10 s. On 48 live-sized turns (1-12 s, tiny.en) and on the bench's
-file clips that gave the same WER as 30 s windows at about a third of the decode time
-(scripts/bench/window_probe.py). A fitted piece whose text ends in a loop is decoded again
-in 30 s (`ends_in_a_loop`): in a short window Whisper sometimes repeats the last words."""
+"""A piece under 30 s (a live turn; a short file, with `FITTED_WINDOWS`) is encoded in a
+window sized to it, not Whisper's full 30 s: its audio plus 1 s, rounded up to 5 s steps,
+at least 10 s, which keeps the WER of 30 s windows (docs/BENCHMARKS.md, "Tuning
+constants"). A fitted piece whose text ends in a loop is decoded again in 30 s
+(`ends_in_a_loop`): in a short window Whisper sometimes repeats the last words."""
 EVEN_LIMIT_RANGE_S = 2.0
 EVEN_LIMIT_STEP_S = 1.0
 """`even_spans` tries cut limits from the longest piece down by 2 s, in 1 s steps: three
 `plan_spans` calls, 10-25 ms each for a 3 min file (it runs before the first batch)."""
 ENCODER_30S_AS_SPEECH_S = 27.0
-"""One encoder pass over a 30 s window costs about as much as beam-decoding 27 s of
-speech (tiny.en int8, beam 5, batch of 4, one thread: 0.45 s of CPU per piece for each;
-a window of w seconds costs (w / 30)^2 of it: 0.30 s at 25 s, 0.20 s at 20 s)."""
+"""One encoder pass over a 30 s window costs about as much as beam-decoding 27 s of speech,
+and a window of w seconds (w / 30)^2 of it: what `even_spans` weighs a cut by (the
+timings: docs/BENCHMARKS.md, "Tuning constants")."""
 TURN_ESTIMATE_S = 3.0
 """The warm-up times a live turn of this length, in the window a live turn gets."""
 SILENCE_PEAK = 10 ** (-60 / 20)
@@ -128,8 +146,7 @@ class PreparedAudio:
     lease: Lease | None = None
     """This audio's share of the engine's buffered-audio budget."""
     fitted: bool = False
-    """Encode each piece in a window fitted to it even when `ASRConfig.fitted_windows` is
-    off (live turns)."""
+    """Encode each piece in a window fitted to it even without `FITTED_WINDOWS` (live turns)."""
     window: int | None = None
     """Encode every piece in this many feature frames (pieces cut evenly by `even_spans`:
     one width, so they share batches); None: each piece's own window."""
@@ -212,9 +229,13 @@ class ASREngine(WorkerEngine):
         if device == "cuda":
             # A GPU decodes one batch at a time, so one thread feeds it batches as large
             # as it takes well; several threads would only split them.
-            config = replace(config, workers=1, max_batch=config.gpu_batch, solo_threads=1)
+            config = replace(config, workers=1, solo_threads=1)
         super().__init__(config.workers)
         self.config = config
+        self.max_batch = config.gpu_batch if device == "cuda" else CPU_MAX_BATCH
+        """Most pieces one decoding call takes."""
+        self.even_piece_s = EVEN_PIECE_S
+        """`EVEN_PIECE_S`; a probe that compares cut limits sets its own."""
         self.device = device
         self.runtime = runtime
         # CTranslate2 starts its decoding threads as the model loads; they inherit the
@@ -232,7 +253,7 @@ class ASREngine(WorkerEngine):
         self._clock = clock
         self._cond = threading.Condition()
         self._batcher: Batcher[_Piece] = Batcher(
-            config.max_batch, config.batch_wait_ms / 1000, workers=config.workers
+            self.max_batch, config.batch_wait_ms / 1000, workers=config.workers
         )
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
@@ -249,14 +270,14 @@ class ASREngine(WorkerEngine):
         self.live_policy = LivePolicy(
             self._live_view,
             clock,
-            slots=config.workers if device == "cpu" else config.max_batch,
+            slots=config.workers if device == "cpu" else self.max_batch,
             workers=config.workers,
         )
         """When live sessions decode, and how many the workers sustain (`engine/live.py`)."""
         self.stats = ASRStats()
-        self.busy_elsewhere: Callable[[], bool] = lambda: False
-        """True while other work (speech) uses the cores; the server sets it. No batch runs
-        solo then. Called under the engine's lock: it must be quick and must not call back."""
+        self.cores = SharedCores()
+        """What the speech engine does on the same cores; the server sets it. No batch runs
+        solo while speech runs. Asked under this engine's lock (`engine/cores.py`)."""
 
     # -- lifecycle (start, healthy and stop come from WorkerEngine) --------------------
     def drain(self) -> None:
@@ -373,7 +394,7 @@ class ASREngine(WorkerEngine):
             audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
             spans = plan_spans(audio, SAMPLE_RATE)
             c = self.config
-            recut = even_spans(audio, spans, c.workers, c.segments_ahead, c.even_piece_s) if even else spans
+            recut = even_spans(audio, spans, c.workers, SEGMENTS_AHEAD, self.even_piece_s) if even else spans
             if recut is spans:
                 return PreparedAudio(audio, spans, lease)
             return PreparedAudio(audio, recut, lease, window=fitted_window(max(len(s) for s in recut)))
@@ -434,7 +455,7 @@ class ASREngine(WorkerEngine):
         features, frames = self.mel(samples)
         if prepared.window is not None:
             window = prepared.window
-        elif prepared.fitted or self.config.fitted_windows:
+        elif prepared.fitted or FITTED_WINDOWS:
             window = fitted_window(len(samples))
         else:
             window = N_FRAMES
@@ -552,7 +573,7 @@ class ASREngine(WorkerEngine):
                     running=self._busy_workers,
                     waiting=len(self._batcher) + self._still_to_come(batch),
                     live_sessions=self._live_sessions,
-                    busy_elsewhere=self.busy_elsewhere(),
+                    busy_elsewhere=self.cores.speech_running(),
                 )
                 self._busy_workers += 1
                 self._busy_cores += threads
@@ -669,10 +690,10 @@ def load_runner(config: ASRConfig, device: str, runtime: str) -> WhisperModel:
     """The Whisper runner for this runtime; only the chosen runtime's module is imported
     (the torch path never loads ctranslate2, the CTranslate2 path never loads torch)."""
     if runtime == "torch":
-        from voxserve.runners.whisper_torch import TorchWhisperRunner
+        from voxserve.runners.whisper.torch_runner import TorchWhisperRunner
 
         return TorchWhisperRunner(config.model_dir, device=device, workers=config.workers)
-    from voxserve.runners.whisper import WhisperRunner
+    from voxserve.runners.whisper.ct2_runner import WhisperRunner
 
     return WhisperRunner(config.model_dir, config.compute_type, config.workers)
 

@@ -51,31 +51,33 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
-from typing import Any, Protocol
 
-import numpy as np
-
-from voxserve.config import VocoderChunking
-from voxserve.engine.words import WordFrames
+from voxserve.engine.work import (
+    AcousticWork,
+    Chunk,
+    Latent,
+    ModelProfile,
+    Playback,
+    StageInput,
+    VocoderWork,
+    Work,
+    plan_chunk,
+)
 
 __all__ = [
     "BURST_WAITING",
+    "CREDITS",
     "IDLE_THREADS",
     "URGENT_SLACK_S",
-    "AcousticWork",
     "Budget",
-    "Chunk",
-    "Latent",
-    "ModelProfile",
-    "Playback",
     "Rank",
     "Scheduler",
-    "StageInput",
-    "VocoderWork",
-    "Work",
-    "plan_chunk",
 ]
 
+
+CREDITS = 4
+"""Chunks a stream may have decoded but not yet taken by its writer: enough to ride out a
+writer's scheduling delay, few enough that a client that stops reading holds little."""
 
 URGENT_SLACK_S = 0.15
 """A live stream's unit that must start within this much time outranks new streams (a
@@ -118,10 +120,9 @@ class Budget:
     """A device's capacity, in units of work in flight, and how its spare is spent.
 
     One ranking (`Rank`) orders every runnable unit; a device takes units from its head
-    until its `slots` are held. What a CPU used to need separate rules for are the ways
-    capacity that would otherwise idle is spent: on threads for a lone unit, on a second
-    chunk of a stream, on a larger first chunk in a burst. Stage A holds at most
-    `acoustic_slots` while vocoder work waits.
+    until its `slots` are held. The rest are the ways capacity that would otherwise idle
+    is spent: on threads for a lone unit, on a second chunk of a stream, on a larger first
+    chunk in a burst. Stage A holds at most `acoustic_slots` while vocoder work waits.
 
     A CPU (`Budget.cpu`): one slot per worker thread, one unit per step. A batched
     device (`Budget.batched`): a step runs up to `batch` units of one stage, one model
@@ -166,181 +167,6 @@ class Budget:
     def stepped(self) -> bool:
         """Whether a step runs a batch (a GPU) rather than one unit (a CPU worker)."""
         return self.batch > 1
-
-
-@dataclass(frozen=True)
-class ModelProfile:
-    """What the scheduler knows of a stream's voice model."""
-
-    name: str
-    """The model's name: streams of one name share one stage A cost estimate."""
-    hop: int
-    """Output samples per latent frame."""
-    sample_rate: int
-    """Output samples per second."""
-    chunking: VocoderChunking | None
-    """How stage B cuts a segment's frames into streamed chunks; None for a model whose
-    decoder must see a whole segment at once (one chunk per segment)."""
-    acoustic_s_per_id: float = 5e-4
-    """Stage A seconds per phoneme id before any was measured."""
-    sentence_chars: int | None = None
-    """How `TTSEngine.prepare` cuts text for this model. None: at sentences, the first one
-    cut short at a clause for an early first packet (`config.first_segment_chars`, and
-    `max_segment_chars`). A number: whole sentences only, cut at clauses only beyond this
-    many characters, for a model whose prosody is planned over the whole sentence (cut
-    short, each piece is spoken as a sentence of its own: final lengthening, a pause)."""
-    chunk_growth: float = 2.0
-    """Each chunk after the second is this many times the one before (up to
-    `max_chunk_frames`): at most what one thread decodes, context included, while the
-    audio before it plays (Piper decodes ~12x real time and doubles)."""
-    ramp: float = 1.0
-    """Admission counts each stream of this model at its measured cost times this. A
-    stream whose chunks grow slowly (Kokoro's by 1.25) keeps up while it ramps only if
-    its share of the workers decodes that much faster than it plays, and its first
-    windows cost more context per second of audio than the mean the meter sees."""
-    crossfade: int = 0
-    """Samples over which two chunks of one segment overlap and are crossfaded: 0 for a
-    decoder whose windows join exactly given their context (Piper); more for one whose
-    windows differ slightly at a join (Kokoro normalizes over its window), so that no
-    join clicks. At most a context frame's samples."""
-
-
-class StageInput(Protocol):
-    """One stage A item of a stream, as the scheduler sees it: its phoneme ids (to
-    estimate how long stage A takes). The model gets the whole item back."""
-
-    @property
-    def ids(self) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class Latent:
-    """Stage A's result for one segment: the model's own features over `frames` frames."""
-
-    features: Any
-    """Whatever the model's stage B takes (Piper: z [192, frames]); only the model reads it."""
-    frames: int
-    durations: np.ndarray | None = None
-    """Frames per input phoneme id, where the model predicts them (for word timings)."""
-    words: tuple[WordFrames, ...] = ()
-    """The segment's words and their frames, where the model can tell them."""
-    level: np.ndarray | None = None
-    """The model's own loudness estimate per frame, where it has one: a chunk then ends
-    at the quietest frame near its planned end (`plan_chunk`), where a join is least
-    audible."""
-
-
-@dataclass(frozen=True)
-class AcousticWork:
-    stream_id: int
-    segment: int
-    input: StageInput
-    model: str
-    """The stream's model (its profile's name)."""
-    threads: int = 1
-    """Intra-op threads to run it on (and workers it holds)."""
-
-
-@dataclass(frozen=True)
-class VocoderWork:
-    """Decode frames [lo, hi) of a latent and keep samples of frames [start, end)."""
-
-    stream_id: int
-    segment: int
-    latent: Latent
-    lo: int
-    hi: int
-    start: int
-    end: int
-    last: bool
-    """Last chunk of the whole stream."""
-    seq: int = 0
-    """The chunk's place in its stream (0 is the first packet): output goes out in this
-    order, whatever order chunks in flight finish in."""
-    threads: int = 1
-    """Intra-op threads to run it on (and workers it holds)."""
-
-    @property
-    def crop(self) -> tuple[int, int]:
-        """Frame offsets of the kept part inside the decoded window."""
-        return self.start - self.lo, self.end - self.lo
-
-
-Work = AcousticWork | VocoderWork
-
-
-@dataclass(frozen=True)
-class Playback:
-    """A live stream's player, as admission sees it."""
-
-    started: float
-    """When its first packet went out."""
-    dry_at: float
-    """When it runs out of the audio released so far."""
-    out_of_credit: bool
-    """Its client has not taken `credits` chunks: the client is the slow part."""
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """What `complete_vocoder` reports for a finished vocoder chunk: the chunks it released
-    in stream order (none while an earlier chunk is still in flight)."""
-
-    stream_id: int
-    samples: int
-    """Samples released."""
-    first: bool
-    """The first packet was among them."""
-    last: bool
-    """The stream ended with them."""
-    released: int = 1
-    """Chunks released (0: this one waits for an earlier chunk)."""
-
-
-SNAP_FRAMES = 8
-"""How far (frames) a chunk's end may move on to the quietest frame of its latent's
-`level`: a fifth of a second at Kokoro's 25 ms frames, enough to reach the gap between two
-words or a stop's closure. Only later: a chunk never holds less audio than planned, so
-the next one is never due sooner."""
-
-
-def plan_chunk(
-    frames: int, pos: int, index: int, c: VocoderChunking | None, alone: bool = False,
-    skip: int = 0, level: np.ndarray | None = None, growth: float = 2.0,
-) -> tuple[int, int, int, int]:
-    """The window of a stream's chunk number `index`, starting at frame `pos` of a latent
-    of `frames` frames: decode [lo, hi), keep [start, end).
-
-    Chunk 0 is small for a fast first packet; later chunks grow by `growth` (Piper:
-    double) from `chunk_frames` up to `max_chunk_frames`. A stream whose first chunk was
-    claimed `alone` starts at `idle_first_chunk_frames`, and every chunk after it grows
-    from there (Piper: 12, 24, 48, ...), so that each one is ready before the audio before it has played: a
-    12-frame first chunk leaves its second 120 ms of audio to arrive in, where 8 frames
-    (74 ms) ran dry on a loaded machine and gained only 2-3 ms on a quiet one. A
-    stream that `skip`s sizes starts further along the same plan (skip 1: 32, 64, 128,
-    ...). A tail shorter than half a chunk joins the chunk before it. With a `level` per
-    frame, the end moves on to the quietest frame within `SNAP_FRAMES` (and a quarter of
-    the chunk) after the planned one. With no chunking (a whole-segment model) the chunk is the
-    rest of the latent.
-    """
-    if c is None:
-        return pos, frames, pos, frames
-    step = index + skip
-    if alone:
-        size = min(c.max_chunk_frames, int(c.idle_first_chunk_frames * growth ** min(step, 12)))
-    elif step == 0:
-        size = c.first_chunk_frames
-    else:
-        size = min(c.max_chunk_frames, int(c.chunk_frames * growth ** min(step - 1, 12)))
-    start = pos
-    end = min(frames, start + size)
-    if index > 0 and frames - end < c.chunk_frames // 2:
-        end = frames
-    if level is not None and end < frames:
-        hi = min(frames - c.chunk_frames // 2, end + min(SNAP_FRAMES, size // 4))
-        if end < hi:
-            end += int(np.argmin(level[end:hi]))
-    return max(0, start - c.left_context), min(frames, end + c.right_context), start, end
 
 
 @dataclass
@@ -406,6 +232,23 @@ class _Stream:
     def dry_at(self) -> float:
         assert self.first_packet_at is not None
         return self.first_packet_at + self.produced / self.profile.sample_rate
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A unit that could run now, ranked: its stream's next stage A (`acoustic`) or next
+    chunk. The ranking is `order`: the best runs first."""
+
+    rank: Rank
+    deadline: float
+    """When the unit must start (a chunk: its player runs dry then, less its decode time)."""
+    stream: _Stream
+    acoustic: bool
+
+    @property
+    def order(self) -> tuple[Rank, float, int]:
+        """Rank, then the earlier deadline, then the older stream."""
+        return (self.rank, self.deadline, self.stream.id)
 
 
 class Scheduler:
@@ -597,23 +440,21 @@ class Scheduler:
         lo, hi, _, _ = self._window(stream, latent)
         return per_frame * (hi - lo)
 
-    def _rank(self, stream: _Stream, acoustic: bool, now: float) -> tuple[Rank, float, int]:
+    def _rank(self, stream: _Stream, acoustic: bool, now: float) -> Candidate:
         deadline = self._deadline(stream, acoustic)
         if stream.first_packet_at is None:
-            return (Rank.NEW, deadline, stream.id)
+            return Candidate(Rank.NEW, deadline, stream, acoustic)
         if not acoustic:
             deadline -= self._decode_time(stream)
         if deadline - now <= self.urgent_slack:
-            return (Rank.URGENT, deadline, stream.id)
-        return (Rank.AHEAD, deadline, stream.id)
+            return Candidate(Rank.URGENT, deadline, stream, acoustic)
+        return Candidate(Rank.AHEAD, deadline, stream, acoustic)
 
-    def _pick(
-        self, now: float, exclude: _Stream | None = None, spread: bool = True
-    ) -> tuple[bool, _Stream] | None:
-        """The best unit to run now, as (stage A?, stream), without claiming it: one unit
-        per stream at a time, else (only when none is left, and `spread`) a further chunk
-        of a stream. `exclude`: a stream not to consider."""
-        best: dict[bool, tuple[Rank, float, int]] = {}  # acoustic? -> (class, key, stream id)
+    def _pick(self, now: float, exclude: _Stream | None = None, spread: bool = True) -> Candidate | None:
+        """The best unit to run now, without claiming it: one unit per stream at a time,
+        else (only when none is left, and `spread`) a further chunk of a stream.
+        `exclude`: a stream not to consider."""
+        best: dict[bool, Candidate] = {}  # the best of each stage
         for stream in self._streams.values():
             if stream is exclude:
                 continue
@@ -621,9 +462,9 @@ class Scheduler:
                 ok = self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(stream, False)
                 if not ok:
                     continue
-                rank = self._rank(stream, acoustic, now)
-                if acoustic not in best or rank < best[acoustic]:
-                    best[acoustic] = rank
+                candidate = self._rank(stream, acoustic, now)
+                if acoustic not in best or candidate.order < best[acoustic].order:
+                    best[acoustic] = candidate
         if (
             True in best
             and False in best
@@ -633,20 +474,17 @@ class Scheduler:
         ):
             del best[True]  # keep a worker for the vocoder
         if best:
-            acoustic = min(best, key=lambda k: best[k])
-            return acoustic, self._streams[best[acoustic][2]]
+            return min(best.values(), key=lambda c: c.order)
         if self.budget.slots is None or self.budget.spare_chunks < 2 or not spread:
             return None
         extra = [
-            (self._rank(stream, False, now), stream)
+            self._rank(stream, False, now)
             for stream in self._streams.values()
             if stream is not exclude and self._vocoder_candidate(stream, True, now)
         ]
-        return (False, min(extra, key=lambda e: e[0])[1]) if extra else None
+        return min(extra, key=lambda c: c.order) if extra else None
 
-    def _may_take_vocoders_worker(
-        self, acoustic: tuple[Rank, float, int], vocoder: tuple[Rank, float, int], now: float
-    ) -> bool:
+    def _may_take_vocoders_worker(self, acoustic: Candidate, vocoder: Candidate, now: float) -> bool:
         """Whether the best stage A (`acoustic`, its rank) may take a worker beyond
         `acoustic_slots` although vocoder work waits (`vocoder`, the best one's rank):
         - a live stream's urgent stage A (its next sentence), while no chunk is urgent;
@@ -656,12 +494,12 @@ class Scheduler:
           worker kept for the vocoder would only run that stream further ahead of its
           player while the newcomer waits, and a burst of newcomers would run its stage
           A's one at a time on one worker."""
-        if acoustic[0] == Rank.URGENT:
-            return vocoder[0] != Rank.URGENT
-        if acoustic[0] != Rank.NEW or vocoder[0] != Rank.AHEAD:
+        if acoustic.rank == Rank.URGENT:
+            return vocoder.rank != Rank.URGENT
+        if acoustic.rank != Rank.NEW or vocoder.rank != Rank.AHEAD:
             return False
-        expected = self._acoustic_time(self._streams[acoustic[2]])
-        return vocoder[1] - now - 2 * expected > self.urgent_slack
+        expected = self._acoustic_time(acoustic.stream)
+        return vocoder.deadline - now - 2 * expected > self.urgent_slack
 
     def next_work(self, now: float, elsewhere: bool = False) -> Work | None:
         """A CPU worker's step: pick and claim the next unit, or None if nothing can run
@@ -677,7 +515,7 @@ class Scheduler:
         pick = self._pick(now, spread=not elsewhere)
         if pick is None:
             return None
-        acoustic, stream = pick
+        acoustic, stream = pick.acoustic, pick.stream
         if not acoustic and stream.in_flight:
             self.spread["chunks"] += 1
         idle = free is not None and free == budget.slots and free > 1 and not elsewhere
@@ -710,22 +548,25 @@ class Scheduler:
         if free <= 0:
             return []
         ranked = sorted(
-            (self._rank(stream, acoustic, now), acoustic, stream)
-            for stream in self._streams.values()
-            for acoustic in (False, True)
-            if (self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(stream, False))
+            (
+                self._rank(stream, acoustic, now)
+                for stream in self._streams.values()
+                for acoustic in (False, True)
+                if (self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(stream, False))
+            ),
+            key=lambda c: (c.order, c.acoustic),
         )
         if not ranked:
             return []
-        _, acoustic, head = ranked[0]
-        kind = self._kind(head, acoustic)
+        acoustic = ranked[0].acoustic
+        kind = self._kind(ranked[0].stream, acoustic)
         step: list[Work] = []
-        for _, unit_acoustic, stream in ranked:
+        for unit in ranked:
             if len(step) == free:
                 break
-            if unit_acoustic != acoustic or self._kind(stream, unit_acoustic) != kind:
+            if unit.acoustic != acoustic or self._kind(unit.stream, unit.acoustic) != kind:
                 continue
-            step.append(self._claim_acoustic(stream) if unit_acoustic else self._claim_vocoder(stream))
+            step.append(self._claim_acoustic(unit.stream) if unit.acoustic else self._claim_vocoder(unit.stream))
         if not acoustic:
             for work in list(step):
                 stream = self._streams[work.stream_id]
@@ -758,8 +599,7 @@ class Scheduler:
         frames decoded, ~5 ms), but holds twice the audio, so its next chunk is not due
         before the waiting streams' stage A has run, on every worker
         (`_may_take_vocoders_worker`); and 0.37 s of audio costs one chunk's context
-        instead of two. At c=16 on two cores the opening burst's first-audio p99 is ~10 %
-        lower with it (docs/BENCHMARKS.md, "TTS on Piper")."""
+        instead of two. The figures: docs/BENCHMARKS.md, "TTS on Piper"."""
         if not self.budget.burst_waiting:
             return False
         waiting = sum(

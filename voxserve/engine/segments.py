@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from voxserve.runners.whisper_types import Alignment, DecodeOutput
+from voxserve.runners.whisper.interface import Alignment, DecodeOutput
 
 __all__ = [
     "TimedSegment",

@@ -2,7 +2,7 @@
 
 Decoding and cutting run in the audio pool; a feeder task then computes each piece's
 log-mel in the pool and submits it to the engine, staying at most
-`segments_ahead` pieces ahead of the results so a long file never holds all its features
+`SEGMENTS_AHEAD` pieces ahead of the results so a long file never holds all its features
 at once. The HTTP handler and `voxserve transcribe` share this path. No HTTP here.
 """
 
@@ -17,10 +17,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voxserve.engine.asr import ASREngine, ASRHandle, PreparedAudio, TranscribeOptions, WindowResult
+from voxserve.engine.asr import (
+    SEGMENTS_AHEAD,
+    ASREngine,
+    ASRHandle,
+    PreparedAudio,
+    TranscribeOptions,
+    WindowResult,
+)
 from voxserve.engine.segments import TimedSegment
 from voxserve.errors import ServerError
-from voxserve.runners.whisper_types import DecodeInput
+from voxserve.runners.whisper.interface import DecodeInput
 
 __all__ = ["Transcript", "Transcription", "build_transcript", "start_live", "start_transcription"]
 
@@ -158,7 +165,7 @@ def _release_result(decoding: asyncio.Future[PreparedAudio]) -> None:
 
 async def _feed(engine: ASREngine, handle: ASRHandle, prepared: PreparedAudio, pool: Executor) -> None:
     loop = asyncio.get_running_loop()
-    ahead = engine.config.segments_ahead
+    ahead = SEGMENTS_AHEAD
     pieces = len(prepared.spans)
     width = engine.config.audio_workers
 

@@ -26,16 +26,18 @@ import numpy as np
 import soxr
 
 from voxserve.config import TTSConfig
+from voxserve.engine.adapters.kokoro import KokoroVoice
+from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.admission import TARGET_UTILIZATION, LoadView, hold_reason, stream_capacity
+from voxserve.engine.cores import SharedCores
 from voxserve.engine.cost import CostMeter
 from voxserve.engine.devices import resolve_device
-from voxserve.engine.kokoro_voice import KokoroVoice
 from voxserve.engine.lifecycle import WorkerEngine
-from voxserve.engine.piper_voice import PiperVoice
-from voxserve.engine.scheduler import AcousticWork, Budget, Scheduler, StageInput, VocoderWork, Work
+from voxserve.engine.scheduler import CREDITS, Budget, Scheduler
 from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
+from voxserve.engine.work import AcousticWork, StageInput, VocoderWork, Work
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.text.split import normalize, segment
 
@@ -57,6 +59,14 @@ MODEL_LOADERS: dict[str, Callable[[TTSConfig], VoiceModel[Any]]] = {
 }
 """The voice models `--tts-models` may name, each with what loads it from the config."""
 
+
+FIRST_SEGMENT_CHARS = 60
+"""A first sentence longer than this is cut at a clause so that its stage A, which cannot
+stream, ends early (models without `sentence_chars`: Piper; Kokoro speaks whole sentences)."""
+
+MAX_SEGMENT_CHARS = 200
+"""Longer sentences are cut at clauses (then spaces): a long stage A holds a core for
+hundreds of milliseconds while other streams wait (not for Kokoro, as above)."""
 
 STEPS_IN_FLIGHT = 2
 """Threads that drive a batched device: one step runs while the next is gathered and its
@@ -279,19 +289,19 @@ class TTSEngine(WorkerEngine):
         """The model OpenAI's model names mean when no loaded model claims them."""
         self._clock = clock
         self._cond = threading.Condition()
-        self._sched = Scheduler(credits=config.credits, budget=budget)
+        self._sched = Scheduler(credits=CREDITS, budget=budget)
         self._outputs: dict[int, _Output] = {}
         self._ids = itertools.count(1)
         self._stopping = False
         self._in_hand: dict[int, list[Work]] = {}
         """What each worker is running, by worker index; failed if the worker dies."""
-        self.busy_elsewhere: Callable[[], bool] = lambda: False
-        """True while other work (transcription) uses the cores; the server sets it. While
-        it is, no unit spreads onto the idle core (`Scheduler.next_work`). Never called
-        under this engine's lock (the other engine asks this one under its own)."""
+        self.cores = SharedCores()
+        """What the transcription engine does on the same cores; the server sets it. While
+        it runs, no unit spreads onto the idle core (`Scheduler.next_work`). Asked with
+        this engine's lock let go (the other engine asks this one under its own)."""
         self.stats = EngineStats(costs={name: CostMeter() for name in self.models})
         self.max_streams = config.stream_limit(budget.stepped)
-        """Streams decoded at once (`--max-streams`, or the device's default)."""
+        """Streams decoded at once (`--tts-max-streams`, or the device's default)."""
         self._let_in: deque[str | None] = deque(maxlen=self.max_streams + config.max_queue)
         """The model of each stream `keeping_up` let in and `submit` has not yet seen,
         oldest first (None: the newcomer named none), so that admitted streams not yet
@@ -338,7 +348,7 @@ class TTSEngine(WorkerEngine):
         words = ("the quick brown fox jumps over a lazy dog near the quiet river bank " * 8).split()
         longest = ""
         for word in words:
-            if len(longest) + len(word) + 1 >= self.config.max_segment_chars:
+            if len(longest) + len(word) + 1 >= MAX_SEGMENT_CHARS:
                 break
             longest = f"{longest} {word}".strip()
         short = "Warming up the voice: one, two, three, four, five, six, seven."
@@ -387,8 +397,8 @@ class TTSEngine(WorkerEngine):
         whole = model.profile.sentence_chars
         pieces = segment(
             clean,
-            first_max_chars=self.config.first_segment_chars if whole is None else None,
-            max_chars=self.config.max_segment_chars if whole is None else whole,
+            first_max_chars=FIRST_SEGMENT_CHARS if whole is None else None,
+            max_chars=MAX_SEGMENT_CHARS if whole is None else whole,
         )
         rest: tuple[str, ...] = ()
         for at, piece in enumerate(pieces):
@@ -573,7 +583,7 @@ class TTSEngine(WorkerEngine):
     # -- workers ---------------------------------------------------------------------
     def _worker(self, index: int) -> None:
         while True:
-            elsewhere = self.busy_elsewhere()
+            elsewhere = self.cores.transcription_running()
             with self._cond:
                 self._in_hand.pop(index, None)
                 step: list[Work] = []
@@ -585,7 +595,7 @@ class TTSEngine(WorkerEngine):
                     # Ask again after the wait, with this engine's lock let go.
                     self._cond.release()
                     try:
-                        elsewhere = self.busy_elsewhere()
+                        elsewhere = self.cores.transcription_running()
                     finally:
                         self._cond.acquire()
                 if not step:

@@ -13,31 +13,27 @@ The engine, the scheduler, credits and admission see only this protocol and each
 `ModelProfile`. A model whose decoder cannot stream chunks says so with
 `profile.chunking = None`: it is then given whole segments. Everything particular to a
 model (its files, phonemes, voices, scales) stays behind it; no code above it asks which
-model it is. Implementations: `voxserve.engine.piper_voice`.
+model it is. Implementations: `voxserve.engine.adapters.piper`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import numpy as np
 
-from voxserve.engine.scheduler import Latent, ModelProfile, StageInput
+from voxserve.engine.work import Latent, ModelProfile, StageInput
 from voxserve.errors import NotFound
 
-__all__ = ["OPENAI_VOICES", "FaultHook", "Span", "Voice", "VoiceModel", "find_voice"]
+__all__ = ["OPENAI_VOICES", "Span", "Voice", "VoiceModel", "find_voice"]
 
 OPENAI_VOICES = (
     "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
     "verse", "marin", "cedar",
 )  # fmt: skip
 """OpenAI's voice names; each model maps every one of them to a voice of its own."""
-
-FaultHook = Callable[[str, int], None]
-"""Called as hook(stage, batch_size) before each inference, stage "acoustic" or "vocoder";
-raising fails that batch (tests inject failures with it)."""
 
 InputT = TypeVar("InputT", bound=StageInput)
 
@@ -122,10 +118,6 @@ class VoiceModel(Protocol[InputT]):
         """Stage B: float32 PCM per span, (hi - lo) * hop samples, context included (the
         engine crops it). `threads` as for `acoustic`; the output must not depend on it
         beyond float rounding."""
-        ...
-
-    def set_fault_hook(self, hook: FaultHook | None) -> None:
-        """Install a hook called before every inference; None removes it."""
         ...
 
 

@@ -51,6 +51,9 @@ SHUTDOWN_S = 5.0
 """How long Serve lets a stopping replica finish its requests on a cluster."""
 LOCAL_SHUTDOWN_S = 2.0
 """The same on a local instance, where SIGTERM must end the whole process within 10 s."""
+ROUTING_STATS_PERIOD_S = 1.0
+"""How often Serve polls each replica's load for `HeadroomRouter`: a second is well under
+the time a stream takes, and each poll costs every replica a call."""
 DRAIN_POLL_S = 0.2
 DEPLOY_POLL_S = 0.2
 """How often a local start-up checks whether the application runs (or a signal came)."""
@@ -85,7 +88,7 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
         max_ongoing_requests=tts.stream_limit(gpu=True) + tts.max_queue + CONTROL_CALLS,
         request_router_config={
             "request_router_class": HeadroomRouter,
-            "request_routing_stats_period_s": layout.routing_stats_period_s,
+            "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S,
         },
         **stopping,
         **_scale(layout.tts),
@@ -99,7 +102,7 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
             max_ongoing_requests=asr.max_requests + asr.max_queue + 2 * config.realtime.max_sessions + CONTROL_CALLS,
             request_router_config={
                 "request_router_class": HeadroomRouter,
-                "request_routing_stats_period_s": layout.routing_stats_period_s,
+                "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S,
             },
             **stopping,
             **_scale(layout.asr),

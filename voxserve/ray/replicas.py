@@ -231,7 +231,7 @@ class ASRReplica:
         bind_replica_grpc_to_node()
         # The replica's batches use at most the CPUs Ray reserved for it (`num_cpus` =
         # workers): a batch that runs alone gets that many intra-op threads, no more. It
-        # cannot see speech replicas, so `busy_elsewhere` stays unset; within its own
+        # cannot see speech replicas, so its `cores` say that speech is idle; within its own
         # reservation a solo batch uses no more cores than two batches side by side.
         asr = replace(config.asr, solo_threads=min(config.asr.solo_threads, config.asr.workers))
         self.engine = ASREngine(asr)

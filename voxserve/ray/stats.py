@@ -1,7 +1,7 @@
 """The routing stats that this process's request routers hold, for the front end's /metrics.
 
 Serve's controller polls each replica's `record_routing_stats` every
-`routing_stats_period_s` and pushes the reports to the routers of every handle to the
+`ROUTING_STATS_PERIOD_S` (`ray/launcher.py`) and pushes the reports to the routers of every handle to the
 deployment; `HeadroomRouter` registers itself here when Serve makes it. The registry is
 its own module because Serve ships the router's module by value (a copy of its globals
 in each process), while this one is imported as usual: one registry per process.

@@ -1,6 +1,6 @@
-"""The runners' cached files and the arrays read from model files: a cached file is
-written so that a reader never sees half of one, and an array handed out of a converter
-owns its memory and may be written."""
+"""The runners' cache of converted model files and the arrays read from model files: the
+cache's place, a cached file written so that a reader never sees half of one, and an array
+handed out of a converter that owns its memory and may be written."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["initializer_array", "owned", "owned_arrays", "write_atomically"]
+__all__ = ["default_cache_dir", "initializer_array", "owned", "owned_arrays", "write_atomically"]
 
 
 def owned(array: np.ndarray) -> np.ndarray:
@@ -44,6 +44,12 @@ def initializer_array(tensor: onnx.TensorProto) -> np.ndarray:
     from onnx import numpy_helper
 
     return owned(numpy_helper.to_array(tensor))
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/voxserve`, or `~/.cache/voxserve`: every family's converted files."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "voxserve"
 
 
 def write_atomically(target: Path, write: Callable[[str], None], suffix: str = ".tmp") -> None:

@@ -9,11 +9,11 @@ engine's thread, and feeds the probabilities to a `TurnDetector`. Transcription 
 for the shared ASR engine, with a deadline so that it goes before file work:
 
 - **final**: the committed turn, from its first speech frame (less the prefix padding) to
-  `tail` after its end of speech. When speech pauses it starts at once (`early_final_ms`
+  `tail` after its end of speech. When speech pauses it starts at once (`EARLY_FINAL_MS`
   into the pause), while the rest of the silence that will end the turn runs, unless
   other live work is already waiting; speech that resumes drops it. Otherwise it starts
   at the commit. Its deadline is `final_target_ms` after the expected end of the turn.
-- **deltas**: while the user speaks, at most every `delta_interval_ms` and only when an
+- **deltas**: while the user speaks, at most every `DELTA_INTERVAL_MS` and only when an
   ASR worker is idle, the turn so far is decoded again; the words two decodes in a row
   agree on (and were not sent yet) go out as a delta. Their deadline is later than any
   final's, so they never delay one.
@@ -45,6 +45,7 @@ import numpy as np
 from voxserve.audio.pcm import InputDecoder
 from voxserve.config import RealtimeConfig
 from voxserve.engine.asr import ASREngine, TranscribeOptions
+from voxserve.engine.cores import SharedCores
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.transcribe import start_live
 from voxserve.engine.turns import Pause, Resume, Start, Stop, TurnDetector
@@ -80,6 +81,13 @@ MIN_TAIL_S = 0.096
 """Audio after the end of speech that a final always includes."""
 DELTA_MIN_S = 1.0
 """A turn is decoded for deltas once it holds this much audio."""
+EARLY_FINAL_MS = 96.0
+"""Once speech has paused this long, the final is decoded at once (unless other live work
+waits for a worker) while the rest of `silence_duration_ms` runs; speech that resumes
+drops it. Shorter pauses come inside words; docs/BENCHMARKS.md has the finals it saves."""
+DELTA_INTERVAL_MS = 1000.0
+"""Partial transcripts of a turn in progress are decoded at most this often, and only
+when an ASR worker is idle: each costs a decode of the whole turn so far."""
 PREFIX_S = 0.3
 """With manual commits: audio kept before and after speech when silence is dropped."""
 
@@ -208,8 +216,8 @@ class LiveTranscriber:
     pool: Executor
     config: RealtimeConfig
     metrics: Metrics
-    busy_elsewhere: Callable[[], bool] = lambda: False
-    """True while other work (speech) keeps the cores busy: deltas wait then."""
+    cores: SharedCores = field(default_factory=SharedCores)
+    """What speech does on the same cores: deltas wait while it holds every TTS worker."""
     clock: Callable[[], float] = time.monotonic
     open_sessions: int = 0
     _sessions: set[LiveSession] = field(default_factory=set)
@@ -692,10 +700,10 @@ class LiveSession:
         self._emit(SpeechStarted(self._turn.item_id, _ms(end)))
 
     def _tail(self) -> int:
-        return int(max(self._config.early_final_ms / 1000, MIN_TAIL_S) * RATE)
+        return int(max(EARLY_FINAL_MS / 1000, MIN_TAIL_S) * RATE)
 
     def _maybe_early_final(self, turn: _Turn, td: TurnDetection) -> None:
-        if turn.early is not None or self._config.early_final_ms <= 0 or turn.pause is None:
+        if turn.early is not None or EARLY_FINAL_MS <= 0 or turn.pause is None:
             return
         end = turn.pause + self._tail()
         if self._audio.end < end:
@@ -711,13 +719,13 @@ class LiveSession:
                   turn.item_id, (time.monotonic() - turn.pause_wall) * 1000)
 
     def _maybe_delta(self, turn: _Turn) -> None:
-        interval = self._config.delta_interval_ms / 1000
+        interval = DELTA_INTERVAL_MS / 1000
         now = time.monotonic()
         if interval <= 0 or now - turn.delta_at < interval:
             return
         if turn.delta is not None or self._audio.end - turn.start < DELTA_MIN_S * RATE:
             return
-        deadline = self._live.engine.live_policy.delta_deadline(self._live.busy_elsewhere())
+        deadline = self._live.engine.live_policy.delta_deadline(self._live.cores.speech_on_every_worker())
         if deadline is None:
             return
         turn.delta_at = now

@@ -95,12 +95,11 @@ LIVE_INPUTS = 16
 (and reads no more from its client). Also the most one call forwards."""
 
 FORWARD_EVERY_S = 0.05
-"""A live session's appends go to its replica at most this often, together. Each Serve
-call costs about 3 ms of CPU in the front end and more on the replica (measured on the
-2-core VM): forwarded one by one, a client's 20 ms appends took half a core for four
-sessions and slowed the transcription beside them. The wait adds at most this to when
-the replica hears the end of a turn; a commit, clear or configure with no append
-waiting before it goes at once."""
+"""A live session's appends go to its replica at most this often, together: each Serve
+call costs CPU on both ends, and a client's 20 ms appends forwarded one by one would cost
+more than the transcription beside them (docs/SCALING.md has the figures). The wait adds
+at most this to when the replica hears the end of a turn; a commit, clear or configure
+with no append waiting before it goes at once."""
 
 
 @dataclass

@@ -108,9 +108,13 @@ class Live(Protocol):
 
 class Service(ServerInfo, Protocol):
     config: ServerConfig
-    uploads: UploadBudget | None
     ws_open: int
     """WebSocket sessions open now on this process, every route (`config.ws.max_sessions`)."""
+
+    @property
+    def uploads(self) -> UploadBudget | None:
+        """Upload bytes read and not decoded yet, all together; None with ASR off."""
+        ...
 
     def ws_session(self) -> AbstractAsyncContextManager[bool]:
         """A place for one WebSocket session under `config.ws.max_sessions` while the block

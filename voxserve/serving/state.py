@@ -20,6 +20,7 @@ from typing import Any
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
+from voxserve.engine.cores import SharedCores
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget, UploadLease
@@ -44,7 +45,7 @@ from voxserve.serving.transcription import (
 )
 from voxserve.serving.waiting import Gone
 
-__all__ = ["WORKER_JOIN_S", "AppState", "new_request_id", "running_state"]
+__all__ = ["WORKER_JOIN_S", "ASRSide", "AppState", "new_request_id", "running_state"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,21 @@ def new_request_id() -> str:
 
 
 @dataclass
+class ASRSide:
+    """What a server with speech-to-text holds: all of it, or none of it (ASR off)."""
+
+    engine: ASREngine
+    pool: ThreadPoolExecutor
+    """Threads that decode, cut and featurize uploads for the engine."""
+    admission: Admission
+    """Transcriptions in progress at once; more wait, then get 429."""
+    uploads: UploadBudget
+    """Upload bytes read by transcriptions and not decoded yet, all together (429 past it)."""
+    live: LiveTranscriber
+    """Live transcription sessions (`/v1/realtime`)."""
+
+
+@dataclass
 class AppState:
     config: ServerConfig
     engine: TTSEngine
@@ -68,27 +84,24 @@ class AppState:
     text_pool: BoundedPool
     audio_pool: BoundedPool
     started_at: float = field(default_factory=time.time)
-    asr: ASREngine | None = None
-    """The speech-to-text engine; None when started with ASR off."""
-    asr_pool: ThreadPoolExecutor | None = None
-    """Threads that decode, cut and featurize uploads for the ASR engine."""
-    asr_admission: Admission | None = None
-    """Transcriptions in progress at once; more wait, then get 429."""
+    asr: ASRSide | None = None
+    """Speech-to-text; None when started with ASR off."""
     ws_open: int = 0
     """WebSocket sessions open now, on every WebSocket route (`config.ws.max_sessions`)."""
-    uploads: UploadBudget | None = None
-    """Upload bytes read by transcriptions and not decoded yet, all together (429 past it)."""
-    live: LiveTranscriber | None = None
-    """Live transcription sessions (`/v1/realtime`); None when ASR is off."""
+
+    @property
+    def uploads(self) -> UploadBudget | None:
+        """The ASR side's upload budget (`Service.uploads`); None with ASR off."""
+        return None if self.asr is None else self.asr.uploads
 
     def new_request_id(self) -> str:
         return new_request_id()
 
     def health(self) -> Health:
-        return engines_health(self.engine, self.asr)
+        return engines_health(self.engine, None if self.asr is None else self.asr.engine)
 
     def models(self) -> dict[str, str]:
-        return served_models(speech_models(self.engine), self.asr.name if self.asr is not None else None)
+        return served_models(speech_models(self.engine), None if self.asr is None else self.asr.engine.name)
 
     def voices(self) -> list[dict[str, str | None]]:
         return voice_list(self.engine)
@@ -101,8 +114,7 @@ class AppState:
     def transcriber(self) -> Transcriber:
         if self.asr is None:
             raise asr_disabled()
-        assert self.asr_pool is not None and self.asr_admission is not None
-        return Transcriber(self.asr, self.asr_pool, self.asr_admission, self.metrics)
+        return Transcriber(self.asr.engine, self.asr.pool, self.asr.admission, self.metrics)
 
     def check_transcriptions(self) -> None:
         self.transcriber().admission.refuse_if_full()  # a request refused now skips its upload
@@ -132,9 +144,9 @@ class AppState:
 
     @contextlib.asynccontextmanager
     async def live_session(self, emit: Callable[[LiveEvent], None]) -> AsyncIterator[LiveSession]:
-        if self.live is None:
+        if self.asr is None:
             raise asr_disabled()
-        async with self.live.session(emit) as session:
+        async with self.asr.live.session(emit) as session:
             yield session
 
     def drain(self) -> None:
@@ -143,10 +155,9 @@ class AppState:
         running on until uvicorn's graceful timeout cancels them."""
         self.admission.close()
         self.engine.drain()
-        if self.asr_admission is not None:
-            self.asr_admission.close()
         if self.asr is not None:
-            self.asr.drain()
+            self.asr.admission.close()
+            self.asr.engine.drain()
 
     def engine_snapshot(self) -> dict[str, Any]:
         stats = self.engine.stats
@@ -194,25 +205,23 @@ async def running_state(
     engine.start()
     warmups = [asyncio.get_running_loop().run_in_executor(None, engine.warmup)]
     if asr is not None:
-        state.asr = asr
-        state.asr_pool = asr.audio_pool()
-        state.asr_admission = Admission(
-            config.asr.max_requests, config.asr.max_queue, config.asr.queue_timeout_s
-        )
-        uploads = state.uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
+        uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
         state.metrics.attach_asr(
             lambda: {**asr.snapshot(), "upload_bytes": uploads.held, "upload_refused": uploads.refused}
         )
-        asr.busy_elsewhere = lambda: engine.active_streams > 0
-        engine.busy_elsewhere = asr.busy
-        asr.start()
+        cores = SharedCores(speech=engine, speech_workers=tts.workers, transcription=asr)
+        engine.cores = asr.cores = cores
         vad = VADEngine()
-        vad.start()
         live_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")
-        state.live = LiveTranscriber(
-            asr, vad, live_pool, config.realtime, state.metrics,
-            busy_elsewhere=lambda: engine.active_streams >= tts.workers,
+        state.asr = ASRSide(
+            engine=asr,
+            pool=asr.audio_pool(),
+            admission=Admission(config.asr.max_requests, config.asr.max_queue, config.asr.queue_timeout_s),
+            uploads=uploads,
+            live=LiveTranscriber(asr, vad, live_pool, config.realtime, state.metrics, cores=cores),
         )
+        asr.start()
+        vad.start()
         warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
     await asyncio.gather(*warmups)
     if asr is not None:
@@ -228,9 +237,8 @@ async def running_state(
         engine.stop(timeout=WORKER_JOIN_S)
         state.text_pool.shutdown()
         state.audio_pool.shutdown()
-        if asr is not None and state.asr_pool is not None:
-            asr.stop(timeout=max(0.0, deadline - time.monotonic()))
-            state.asr_pool.shutdown(wait=False, cancel_futures=True)
-        if state.live is not None:
-            state.live.vad.stop()
-            state.live.pool.shutdown(wait=False, cancel_futures=True)
+        if state.asr is not None:
+            state.asr.engine.stop(timeout=max(0.0, deadline - time.monotonic()))
+            state.asr.pool.shutdown(wait=False, cancel_futures=True)
+            state.asr.live.vad.stop()
+            state.asr.live.pool.shutdown(wait=False, cancel_futures=True)

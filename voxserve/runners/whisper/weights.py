@@ -10,7 +10,7 @@ matrix in int8 with one fp16 scale per row, zlib-compressed (tiny.en: about 28 M
 carry the model's dimensions, its alignment heads, its token lists and its tokenizer.
 
 The layout is this module's own (`Weights.tensors`, named like the torch module's state
-dict in `runners/whisper_model.py`):
+dict in `runners/whisper/model.py`):
 - CTranslate2 (`model.bin`, spec `WhisperSpec`): self-attention `linear_0` is q, k and v
   fused (k's bias is zero), cross-attention `linear_0` is q and `linear_1` k and v fused;
   int8 matrices come with a `weight_scale` per row (the value is `q / scale`).

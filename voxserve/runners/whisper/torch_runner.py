@@ -1,16 +1,16 @@
-"""The Whisper runner on torch: the same interface as `runners/whisper.py`, on a CPU or a
+"""The Whisper runner on torch: the same interface as `runners/whisper/ct2_runner.py`, on a CPU or a
 GPU. Batch in, batch out.
 
 It serves where CTranslate2 cannot (a GPU machine without CUDA 12's libraries) and lets a
-CPU check the GPU path: `--runtime torch`. Weights come from the same folders as the
+CPU check the GPU path: `--asr-runtime torch`. Weights come from the same folders as the
 CTranslate2 runner's (or a Hugging Face Whisper folder), converted once and cached
-(`runners/whisper_weights.py`). Decoding follows CTranslate2's (`runners/whisper_search.py`)
-and so does alignment (`runners/whisper_align.py`), so both runners give the same text
+(`runners/whisper/weights.py`). Decoding follows CTranslate2's (`runners/whisper/search.py`)
+and so does alignment (`runners/whisper/align.py`), so both runners give the same text
 and times on the same weights.
 
 On a CPU it computes in float32, eagerly. On CUDA it computes in float16, makes the
-log-mel on the device (`runners/whisper_mel.py`) and replays a CUDA graph of the decoder
-step per batch shape (`runners/whisper_graphs.py`); calls are serialized, because the
+log-mel on the device (`runners/whisper/mel.py`) and replays a CUDA graph of the decoder
+step per batch shape (`runners/whisper/graphs.py`); calls are serialized, because the
 graphs own their buffers and the GPU runs one batch at a time anyway.
 
 This module and its helpers are the only ones that import torch. It knows nothing of
@@ -30,13 +30,9 @@ import tokenizers
 import torch
 from torch import Tensor
 
-from voxserve.runners.whisper_align import alignment_matrix, negative_dtw
-from voxserve.runners.whisper_graphs import StepGraphs
-from voxserve.runners.whisper_mel import TorchLogMel
-from voxserve.runners.whisper_model import Cache, Whisper
-from voxserve.runners.whisper_search import Hypothesis, TokenRules, beam_search, greedy, sample
-from voxserve.runners.whisper_tokens import WhisperTokens
-from voxserve.runners.whisper_types import (
+from voxserve.runners.whisper.align import alignment_matrix, negative_dtw
+from voxserve.runners.whisper.graphs import StepGraphs
+from voxserve.runners.whisper.interface import (
     MAX_LENGTH,
     TIME_PRECISION,
     Alignment,
@@ -46,7 +42,11 @@ from voxserve.runners.whisper_types import (
     bundled_model,
     decode_options,
 )
-from voxserve.runners.whisper_weights import Weights, load_weights
+from voxserve.runners.whisper.mel import TorchLogMel
+from voxserve.runners.whisper.model import Cache, Whisper
+from voxserve.runners.whisper.search import Hypothesis, TokenRules, beam_search, greedy, sample
+from voxserve.runners.whisper.tokens import WhisperTokens
+from voxserve.runners.whisper.weights import Weights, load_weights
 
 __all__ = ["TorchWhisperRunner"]
 
@@ -242,7 +242,7 @@ class TorchWhisperRunner:
         step that reads only the positions written so far."""
         decoder = self.model.decoder
         if graph is not None:
-            from voxserve.runners.whisper_graphs import StepGraph
+            from voxserve.runners.whisper.graphs import StepGraph
 
             assert isinstance(graph, StepGraph)
             return lambda tokens, i: graph.step(tokens, length + i)

@@ -16,7 +16,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from voxserve.runners.files import default_cache_dir
 from voxserve.runners.options import cpu_options
-from voxserve.runners.prior_graph import fixed_priors, prior_feeds, shared_weights
+from voxserve.runners.piper.prior_graph import fixed_priors, prior_feeds, shared_weights
 
 __all__ = [
     "FLOW_CONTEXT",
     "AcousticInput",
     "AcousticRunner",
-    "FaultHook",
     "PiperConfig",
     "PiperModel",
     "Prior",
@@ -40,7 +40,6 @@ __all__ = [
     "VocoderRunner",
     "VoiceFiles",
     "bundled_voice",
-    "default_cache_dir",
     "file_sha256",
     "find_voice",
     "split_model",
@@ -58,30 +57,18 @@ MASK_TENSOR = "/Cast_2_output_0"
 """y_mask [B, 1, T]: 1 within an item's frames."""
 PRIOR_OUTPUTS = (PRIOR_TENSOR, MASK_TENSOR, LENGTHS_TENSOR, DURATIONS_TENSOR)
 FLOW_CONTEXT = 24
-"""Frames of z_p on each side of a window that the flow runs on: 4 coupling layers, each a
-WaveNet of 4 convolutions of kernel 5, so a frame's receptive field reaches +-32 frames,
-but the far ones barely count. Decoded as the chunks of a stream's head are (the first
-three chunks, lone and crowded plans, 89 segments of the built-in prompts), windows with
-24 frames each side gave audio at worst 89 dB from the whole flow's (p50 109-140 dB):
-about the int16 output's own rounding, and the first chunk's window alone is as close
-with 32. With 20 frames the worst was 89-108 dB, with 16 70 dB; a bare 40-frame window
-decoded edges and all (`tests/test_model_split.py`) needs 24 for 96 dB
-(`scripts/bench/flow_context.py`). So a lone stream's first chunk runs the flow on 46 frames."""
+"""Frames of z_p on each side of a window that the flow runs on. A frame's receptive field
+reaches +-32 frames (4 coupling layers of 4 convolutions of kernel 5), but past 24 the
+far frames change the audio by less than the int16 output's own rounding
+(docs/BENCHMARKS.md, "Tuning constants"; `scripts/bench/flow_context.py`)."""
 SPLIT_LAYOUT = "f4"
-"""Names the graphs in the split's cache folder; a cache of another layout is not read:
-"f3" (the vocoder's upsamplers still transposed convolutions), "f2" (its last conv 2-D
-too), "f1" (the flow's and the vocoder's convolutions 1-D), "d1" (stage A in one graph),
-or, before the durations were an output, a folder named by the hash alone."""
+"""Names the layout of the graphs in the split's cache folder: a cache of any other layout
+is not read, and the split is made again."""
 TWO_D_GRAPHS = ("flow", "vocoder")
-"""The graphs rewritten for ONNX Runtime's blocked convolutions (`runners.conv2d`): on one
-thread the vocoder takes 0.83-0.85x its time and the flow 0.89-0.93x. The prior's
-convolutions would gain 6-13 % on one thread but lose 3-5 % on two, and its durations are
-rounded up from its float output, so that a last-bit change could move a frame: it is
-left as exported."""
-
-FaultHook = Callable[[str, int], None]
-"""Called as hook(stage, batch_size) before each inference; raising fails that batch."""
-
+"""The graphs rewritten for ONNX Runtime's blocked convolutions (`runners.piper.conv2d`),
+which run them faster on one thread. The prior is left as exported: its durations are
+rounded up from its float output, so a last-bit change could move a frame (the figures:
+docs/BENCHMARKS.md, "Tuning constants")."""
 
 @dataclass(frozen=True)
 class VoiceFiles:
@@ -120,11 +107,6 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "voxserve"
-
-
 @dataclass(frozen=True)
 class SplitGraphs:
     """The graphs of a split Piper voice."""
@@ -133,7 +115,7 @@ class SplitGraphs:
     """Stage A's first part: ids -> `PRIOR_OUTPUTS`."""
     flow: Path
     """Stage A's second part: z_p and the mask (and sid, for several speakers) -> z; its
-    convolutions 2-D (`runners.conv2d`)."""
+    convolutions 2-D (`runners.piper.conv2d`)."""
     vocoder: Path
     """Stage B: z -> PCM, its convolutions 2-D: for sessions on one thread."""
     pooled_vocoder: Path
@@ -156,7 +138,7 @@ def split_model(model: Path, cache_dir: Path | None = None) -> SplitGraphs:
     import onnx
     from onnx.utils import extract_model
 
-    from voxserve.runners.conv2d import convs_as_2d, upsamplers_as_convs
+    from voxserve.runners.piper.conv2d import convs_as_2d, upsamplers_as_convs
 
     folder = (cache_dir or default_cache_dir()) / "piper-split" / f"{file_sha256(model)[:32]}-{SPLIT_LAYOUT}"
     graphs = SplitGraphs(
@@ -284,7 +266,7 @@ class AcousticRunner:
     """Stage A: phoneme ids -> latent frames. Takes a batch, returns one z [192, T] each;
     or the prior alone, whose flow runs later on windows (`flow`).
 
-    `fixed`: fixed-length copies of the prior by length (`runners.prior_graph`); a group
+    `fixed`: fixed-length copies of the prior by length (`runners.piper.prior_graph`); a group
     of one item runs on the shortest that holds its ids, padded, instead of the dynamic
     graph."""
 
@@ -293,7 +275,6 @@ class AcousticRunner:
         prior: Path | str,
         flow: Path | str,
         multi_speaker: bool,
-        hook: FaultHook | None = None,
         fixed: Mapping[int, Path] | None = None,
     ):
         self._prior = Sessions(prior)
@@ -303,7 +284,6 @@ class AcousticRunner:
         self._flow = Sessions(flow)
         self._multi_speaker = multi_speaker
         self._flow_takes_sid = "sid" in [i.name for i in self._flow.get(1).get_inputs()]
-        self.hook = hook
         if fixed:
             self.add_fixed(fixed)
 
@@ -354,8 +334,6 @@ class AcousticRunner:
         """The prior per group of items that can share a call (equal scales and speaker;
         ids padded with 0, the pad id): the group's (z_p, mask, speakers) and, per member,
         (its index in `batch`, its frames, its durations)."""
-        if self.hook is not None:
-            self.hook("acoustic", len(batch))
         groups: dict[tuple[float, float, float, int | None], list[int]] = {}
         for i, item in enumerate(batch):
             key = (item.noise_scale, item.length_scale, item.noise_w, item.speaker_id)
@@ -408,18 +386,15 @@ class VocoderRunner:
     """Stage B: latent frames -> float PCM. Equal-length items share one call."""
 
     def __init__(
-        self, path: Path | str, hop: int, hook: FaultHook | None = None, pooled: Path | str | None = None
+        self, path: Path | str, hop: int, pooled: Path | str | None = None
     ):
         """`pooled`: the graph for calls on several threads (`SplitGraphs.pooled_vocoder`);
         None: `path` serves every call."""
         self._sessions = Sessions(path, pooled=pooled)
         self.hop = hop
-        self.hook = hook
 
     def run(self, batch: Sequence[np.ndarray], threads: int = 1) -> list[np.ndarray]:
         """PCM per item; `threads`: intra-op threads of the call."""
-        if self.hook is not None:
-            self.hook("vocoder", len(batch))
         session = self._sessions.get(threads)
         if len(batch) == 1:
             z = batch[0][np.newaxis]
@@ -444,7 +419,7 @@ class SpeakerInfo:
 
 class PiperConfig:
     """A Piper voice's JSON config, read: sample rate, hop, synthesis scales, speakers.
-    What every runtime's loaded voice shares (`PiperModel`, `piper_torch.TorchPiperModel`)."""
+    What every runtime's loaded voice shares (`PiperModel`, `torch_runner.TorchPiperModel`)."""
 
     def __init__(self, files: VoiceFiles):
         self.files = files
@@ -507,8 +482,3 @@ class PiperModel(PiperConfig):
         thread = threading.Thread(target=run, name="fixed-prior", daemon=True)
         thread.start()
         return thread
-
-    def set_fault_hook(self, hook: FaultHook | None) -> None:
-        """Install a hook called before every inference (tests inject failures with it)."""
-        self.acoustic.hook = hook
-        self.vocoder.hook = hook

@@ -33,8 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from voxserve.runners.files import initializer_array, owned_arrays, write_atomically
-from voxserve.runners.piper import default_cache_dir, file_sha256
+from voxserve.runners.files import (
+    default_cache_dir,
+    initializer_array,
+    owned_arrays,
+    write_atomically,
+)
+from voxserve.runners.piper.onnx_runner import file_sha256
 
 __all__ = ["TORCH_LAYOUT", "ConvSpec", "PiperWeights", "convert", "load_weights", "read_weights", "write_weights"]
 
@@ -64,7 +69,7 @@ class ConvSpec:
 @dataclass
 class PiperWeights:
     """A converted voice: tensors named as the torch modules' state dict
-    (`runners/piper_model.py`), each convolution's `ConvSpec`, and the spline flows' tail
+    (`runners/piper/model.py`), each convolution's `ConvSpec`, and the spline flows' tail
     bound."""
 
     tensors: dict[str, np.ndarray]
@@ -97,7 +102,7 @@ def convert(model: Path) -> PiperWeights:
     if "sid" in [i.name for i in graph.input]:
         raise ValueError(
             f"{model.name} has several speakers; the torch runtime serves single-speaker Piper "
-            "voices: use --runtime onnx for it"
+            "voices: use --tts-runtime onnx for it"
         )
     values: dict[str, np.ndarray] = {i.name: initializer_array(i) for i in graph.initializer}
     for node in graph.node:

@@ -1,10 +1,10 @@
-"""Piper voices on torch: the same stage runners as `runners/piper.py`, on a CPU or a GPU.
+"""Piper voices on torch: the same stage runners as `runners/piper/onnx_runner.py`, on a CPU or a GPU.
 Batch in, batch out.
 
 It serves where ONNX Runtime's GPU build cannot (a GPU machine without CUDA 12's
-libraries) and lets a CPU check the GPU path: `--runtime torch`. The weights come from
-the voice's own ONNX graph, converted once and cached (`runners/piper_weights.py`); the
-modules are `runners/piper_model.py`. Stage A is the ONNX split's: the prior (text
+libraries) and lets a CPU check the GPU path: `--tts-runtime torch`. The weights come from
+the voice's own ONNX graph, converted once and cached (`runners/piper/weights.py`); the
+modules are `runners/piper/model.py`. Stage A is the ONNX split's: the prior (text
 encoder, durations, the noise drawn: z_p) and the flow (z_p to z), which can run later
 on a window with `FLOW_CONTEXT` frames each side; stage B is the vocoder on windows of z.
 
@@ -33,16 +33,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from voxserve.runners.piper import (
+from voxserve.runners.piper.model import PiperVits, build
+from voxserve.runners.piper.onnx_runner import (
     FLOW_CONTEXT,
     AcousticInput,
-    FaultHook,
     PiperConfig,
     Prior,
     VoiceFiles,
 )
-from voxserve.runners.piper_model import PiperVits, build
-from voxserve.runners.piper_weights import load_weights
+from voxserve.runners.piper.weights import load_weights
 from voxserve.runners.torch_graphs import BatchGraphs
 
 __all__ = ["Noise", "TorchAcousticRunner", "TorchPiperModel", "TorchVocoderRunner"]
@@ -70,9 +69,8 @@ class _Device:
 class TorchAcousticRunner:
     """Stage A: phoneme ids -> latent frames, as `runners.piper.AcousticRunner`."""
 
-    def __init__(self, device: _Device, hook: FaultHook | None = None):
+    def __init__(self, device: _Device):
         self._device = device
-        self.hook = hook
 
     def run(self, batch: Sequence[AcousticInput], threads: int = 1) -> list[np.ndarray]:
         return [z for z, _ in self.run_timed(batch, threads)]
@@ -115,8 +113,6 @@ class TorchAcousticRunner:
     ) -> tuple[Tensor, Tensor, list[int], list[np.ndarray]]:
         """The prior on the batch as one: (z_p, frame mask, each item's frames, each
         item's durations). Ids are padded with 0, the pad id."""
-        if self.hook is not None:
-            self.hook("acoustic", len(batch))
         if any(item.speaker_id for item in batch):
             raise ValueError("the torch Piper runner serves single-speaker voices")
         width = max(len(item.ids) for item in batch)
@@ -143,18 +139,15 @@ class TorchVocoderRunner:
     """Stage B: latent frames -> float PCM, as `runners.piper.VocoderRunner`: windows of
     one length share a call."""
 
-    def __init__(self, device: _Device, hop: int, hook: FaultHook | None = None):
+    def __init__(self, device: _Device, hop: int):
         self._device = device
         self.hop = hop
-        self.hook = hook
         self._graphs = BatchGraphs(device.vits)
         """On CUDA, the vocoder replayed from a graph per (batch bucket, window length):
         a 52-frame window costs 0.43 ms replayed against 2.3 ms eager."""
 
     def run(self, batch: Sequence[np.ndarray], threads: int = 1) -> list[np.ndarray]:
         """PCM per item."""
-        if self.hook is not None:
-            self.hook("vocoder", len(batch))
         by_len: dict[int, list[int]] = {}
         for i, z in enumerate(batch):
             by_len.setdefault(int(z.shape[-1]), []).append(i)
@@ -170,14 +163,14 @@ class TorchVocoderRunner:
 
 class TorchPiperModel(PiperConfig):
     """A loaded Piper voice on torch: the same surface as `runners.piper.PiperModel`
-    (config, speakers, `acoustic` and `vocoder` runners) for `engine/piper_voice.py`."""
+    (config, speakers, `acoustic` and `vocoder` runners) for `engine/adapters/piper.py`."""
 
     def __init__(self, files: VoiceFiles, device: str = "cpu", cache_dir: Path | None = None):
         super().__init__(files)
         if self.num_speakers > 1:
             raise ValueError(
                 f"{self.name} has {self.num_speakers} speakers; the torch runtime serves single-speaker "
-                "Piper voices: use --runtime onnx for it"
+                "Piper voices: use --tts-runtime onnx for it"
             )
         self.device = torch.device(device)
         if self.device.type == "cuda":
@@ -193,8 +186,3 @@ class TorchPiperModel(PiperConfig):
         shared = _Device(vits, self.device)
         self.acoustic = TorchAcousticRunner(shared)
         self.vocoder = TorchVocoderRunner(shared, self.hop)
-
-    def set_fault_hook(self, hook: FaultHook | None) -> None:
-        """Install a hook called before every inference (tests inject failures with it)."""
-        self.acoustic.hook = hook
-        self.vocoder.hook = hook

@@ -1,7 +1,7 @@
 """Kokoro-82M as torch modules, on padded batches: stage A (text to durations, aligned
 text features, pitch and energy) and stage B (the iSTFTNet decoder), computed as the
-int8 ONNX graph computes them (`runners/kokoro.py` cuts it in the same place), with the
-weights `runners/kokoro_weights.py` converts from it.
+int8 ONNX graph computes them (`runners/kokoro/onnx_runner.py` cuts it in the same place), with the
+weights `runners/kokoro/weights.py` converts from it.
 
 Module names follow the graph's node names, so that the converted weights load as a
 state dict: `bert` (ALBERT), `bert_encoder`, `predictor` (durations, pitch, energy),

@@ -1,5 +1,5 @@
 """Piper's VITS as torch modules, written from the architecture its ONNX graph shows:
-the prior's text encoder and duration predictor (`runners/piper_prior.py`), and here
+the prior's text encoder and duration predictor (`runners/piper/prior.py`), and here
 
 - `Flow` (`flow`): mean-only residual coupling layers with WaveNet blocks, reversed: z_p
   to z;
@@ -11,7 +11,7 @@ the prior's text encoder and duration predictor (`runners/piper_prior.py`), and 
 
 Every item of a batch is masked: padded phonemes and frames never reach an item's
 output, so an item gives the same durations and frames in a padded batch as alone.
-Module and parameter names match `runners/piper_weights.py`, which reads them from the
+Module and parameter names match `runners/piper/weights.py`, which reads them from the
 graph. This module holds no I/O and no noise policy: the noise is an argument.
 """
 
@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from voxserve.runners.piper_layers import conv_from, count, indices
-from voxserve.runners.piper_prior import DurationPredictor, TextEncoder
-from voxserve.runners.piper_weights import PiperWeights
+from voxserve.runners.piper.layers import conv_from, count, indices
+from voxserve.runners.piper.prior import DurationPredictor, TextEncoder
+from voxserve.runners.piper.weights import PiperWeights
 
 __all__ = ["Flow", "Generator", "PiperVits", "build"]
 

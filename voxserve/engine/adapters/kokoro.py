@@ -26,13 +26,13 @@ from typing import Protocol
 
 import numpy as np
 
-from voxserve.config import TTSConfig, VocoderChunking
+from voxserve.config import TTSConfig
 from voxserve.engine.devices import resolve_device
-from voxserve.engine.scheduler import Latent, ModelProfile
-from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice
+from voxserve.engine.voices import OPENAI_VOICES, Span, Voice
 from voxserve.engine.words import word_frames
+from voxserve.engine.work import Latent, ModelProfile, VocoderChunking
 from voxserve.errors import InvalidRequest, NotFound
-from voxserve.runners.kokoro import (
+from voxserve.runners.kokoro.onnx_runner import (
     HOP,
     SAMPLE_RATE,
     DecoderInput,
@@ -120,7 +120,7 @@ class _StageB(Protocol):
 
 class KokoroRuntime(Protocol):
     """A loaded Kokoro model: `runners.kokoro.KokoroModel` (ONNX Runtime) or
-    `runners.kokoro_torch.TorchKokoroModel` (torch, on a CPU or a GPU). Each runner runs
+    `runners.kokoro.torch_runner.TorchKokoroModel` (torch, on a CPU or a GPU). Each runner runs
     its whole batch in one call."""
 
     @property
@@ -239,15 +239,14 @@ class KokoroVoice:
         assert set(self._aliases) == set(OPENAI_VOICES), "every OpenAI voice name needs a Kokoro voice"
         self._styles: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
-        self._hook: FaultHook | None = None
 
     @classmethod
     def load(cls, config: TTSConfig) -> KokoroVoice:
         """ONNX Runtime on the CPU, or the torch runners where the TTS runtime resolves
-        to torch (`--runtime torch`, or a GPU with `auto`); torch is imported only then."""
+        to torch (`--tts-runtime torch`, or a GPU with `auto`); torch is imported only then."""
         device, runtime = resolve_device(config.device, config.runtime, "onnx")
         if runtime == "torch":
-            from voxserve.runners.kokoro_torch import TorchKokoroModel
+            from voxserve.runners.kokoro.torch_runner import TorchKokoroModel
 
             return cls(TorchKokoroModel(device=device, cache_dir=config.cache_dir))
         return cls(KokoroModel(cache_dir=config.cache_dir))
@@ -347,8 +346,6 @@ class KokoroVoice:
         `LEAD_FRAMES` before the first phoneme, and stage B will decode it up to
         `TAIL_FRAMES` after the last one's start (`KokoroSegment`). Its `level` is the
         prosody predictor's energy, so that windows join where the speech is quiet."""
-        if self._hook is not None:
-            self._hook("acoustic", len(batch))
         runner, _ = self.model.runners(threads)
         frames = runner.run([KokoroInput(i.ids, i.style, i.speed) for i in batch])
         latents = []
@@ -367,8 +364,6 @@ class KokoroVoice:
     def decode(self, batch: Sequence[Span], threads: int = 1) -> list[np.ndarray]:
         """Stage B on sessions of `threads` intra-op threads; a segment's silent tail
         comes back as zeros."""
-        if self._hook is not None:
-            self._hook("vocoder", len(batch))
         _, runner = self.model.runners(threads)
         inputs: list[DecoderInput | None] = []
         for s in batch:
@@ -380,9 +375,6 @@ class KokoroVoice:
             audio = next(pcm) if item is not None else np.zeros(0, np.float32)
             out.append(np.pad(audio, (0, (s.hi - s.lo) * HOP - len(audio))))
         return out
-
-    def set_fault_hook(self, hook: FaultHook | None) -> None:
-        self._hook = hook
 
 
 def _cuts(n: int, words: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -1,7 +1,7 @@
 """What a Whisper runner takes and gives, whatever runs it: the decoding options a batch
 shares, one piece's input, and its output with the alignment of its words.
 
-Both runners (`runners/whisper.py` on CTranslate2, `runners/whisper_torch.py` on torch)
+Both runners (`runners/whisper/ct2_runner.py` on CTranslate2, `runners/whisper/torch_runner.py` on torch)
 and the engine import these, so this module imports no runtime: loading it must not load
 ctranslate2 or torch.
 """

@@ -1,5 +1,5 @@
-"""Building blocks shared by Piper's torch modules (`runners/piper_prior.py`,
-`runners/piper_model.py`): convolutions shaped from their converted weights and ONNX
+"""Building blocks shared by Piper's torch modules (`runners/piper/prior.py`,
+`runners/piper/model.py`): convolutions shaped from their converted weights and ONNX
 nodes, parameters to be assigned, and VITS's channel layer norm.
 
 Modules are made on the meta device: `piper_model.build` assigns the converted weights,
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from voxserve.runners.piper_weights import PiperWeights
+from voxserve.runners.piper.weights import PiperWeights
 
 __all__ = ["LAYER_NORM_EPS", "ChannelNorm", "conv_from", "count", "indices", "parameter"]
 

@@ -23,7 +23,7 @@ import tokenizers
 from faster_whisper.tokenizer import _LANGUAGE_CODES, Tokenizer
 
 from voxserve.audio.mel import LogMel
-from voxserve.runners.whisper_types import (
+from voxserve.runners.whisper.interface import (
     MAX_LENGTH,
     TIME_PRECISION,
     Alignment,

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from voxserve.runners.piper_layers import ChannelNorm, conv_from, count, indices, parameter
-from voxserve.runners.piper_weights import PiperWeights
+from voxserve.runners.piper.layers import ChannelNorm, conv_from, count, indices, parameter
+from voxserve.runners.piper.weights import PiperWeights
 
 __all__ = ["DurationPredictor", "TextEncoder", "inverse_spline"]
 

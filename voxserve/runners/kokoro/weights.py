@@ -1,11 +1,11 @@
 """Kokoro-82M weights for the torch runner, read once from the int8 ONNX model and kept in
 compact files of our own layout.
 
-The ONNX graph holds every weight the torch modules (`runners/kokoro_model.py`) need:
+The ONNX graph holds every weight the torch modules (`runners/kokoro/model.py`) need:
 
 - the 87 ConvInteger, 148 MatMulInteger and 6 DynamicQuantizeLSTM weights, int8 or
   uint8 with a zero point and a scale (per tensor, per output column or per direction);
-  the float weight is `(q - zero_point) * scale`, exactly what `runners/dequantize.py`
+  the float weight is `(q - zero_point) * scale`, exactly what `runners/kokoro/dequantize.py`
   puts in the float32 graph that the parity tests run;
 - the three embeddings, int8 behind a DequantizeLinear;
 - float tensors: biases, layer norms, the Snake `alpha`s, the depthwise and upsampling
@@ -95,7 +95,7 @@ def convert(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Every weight of the int8 graph, by name: float tensors under their name, quantized
     ones as three tensors `name#q`, `name#zero_point` and `name#scale` (see `dequantized`).
     The ALBERT layer is applied 12 times in the graph: its weights are taken once."""
-    from voxserve.runners.dequantize import quantized_weights
+    from voxserve.runners.kokoro.dequantize import quantized_weights
 
     inits = {t.name: t for t in model.graph.initializer}
     quantized = quantized_weights(model)

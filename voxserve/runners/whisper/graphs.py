@@ -14,7 +14,7 @@ import threading
 import torch
 from torch import Tensor
 
-from voxserve.runners.whisper_model import Cache, Decoder
+from voxserve.runners.whisper.model import Cache, Decoder
 
 __all__ = ["StepGraph", "StepGraphs"]
 

@@ -45,9 +45,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import onnxruntime as ort
 
-from voxserve.runners.files import write_atomically
+from voxserve.runners.files import default_cache_dir, write_atomically
 from voxserve.runners.options import cpu_options
-from voxserve.runners.piper import default_cache_dir
 from voxserve.text.kokoro_vocab import MAX_PHONEMES, PAD_ID
 
 if TYPE_CHECKING:
@@ -169,7 +168,7 @@ def default_voices_dir() -> Path:
 
 def _pinned_voices() -> dict[str, str]:
     """Voice name -> sha256, from the list pinned beside this module."""
-    text = (importlib.resources.files("voxserve.runners") / "kokoro_voices.sha256").read_text()
+    text = (importlib.resources.files("voxserve.runners.kokoro") / "voices.sha256").read_text()
     pinned: dict[str, str] = {}
     for line in text.splitlines():
         digest, _, filename = line.strip().partition("  ")
@@ -243,7 +242,7 @@ def split_model(
     log.info("splitting %s into two %s stages under %s", model.name, precision, folder)
     graph = onnx.load(str(model))
     if precision == "float32":
-        from voxserve.runners.dequantize import dequantize
+        from voxserve.runners.kokoro.dequantize import dequantize
 
         graph = dequantize(graph)
     extractor = Extractor(graph)

@@ -1,10 +1,10 @@
-"""Kokoro-82M on torch: the same two stages, inputs and outputs as `runners/kokoro.py`, on
+"""Kokoro-82M on torch: the same two stages, inputs and outputs as `runners/kokoro/onnx_runner.py`, on
 a CPU or a GPU, each batch in one call.
 
 It serves where ONNX Runtime's GPU build cannot (a GPU machine without CUDA 12's
-libraries) and lets a CPU check the GPU path: `--runtime torch`. The weights come from
-the same int8 model, converted once and cached beside it (`runners/kokoro_weights.py`);
-the modules are in `runners/kokoro_model.py`.
+libraries) and lets a CPU check the GPU path: `--tts-runtime torch`. The weights come from
+the same int8 model, converted once and cached beside it (`runners/kokoro/weights.py`);
+the modules are in `runners/kokoro/model.py`.
 
 - Stage A (`TorchAcousticRunner`): phoneme ids, style and speed -> durations, aligned
   text features, F0 and energy, as `KokoroAcousticRunner` returns them. Items of
@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from voxserve.runners.kokoro import (
+from voxserve.runners.kokoro.model import Acoustic, Decoder, linear_modules
+from voxserve.runners.kokoro.onnx_runner import (
     HARMONICS,
     HOP,
     SAMPLE_RATE,
@@ -45,8 +46,7 @@ from voxserve.runners.kokoro import (
     load_voice,
     model_file,
 )
-from voxserve.runners.kokoro_model import Acoustic, Decoder, linear_modules
-from voxserve.runners.kokoro_weights import load_weights, torch_state
+from voxserve.runners.kokoro.weights import load_weights, torch_state
 from voxserve.runners.torch_graphs import BatchGraphs
 from voxserve.text.kokoro_vocab import MAX_PHONEMES, PAD_ID
 

@@ -3,12 +3,12 @@
 Written from the published architecture: two 1-D convolutions (the second with stride 2)
 and GELU, then pre-norm transformer blocks over learned positions; a decoder of pre-norm
 blocks (causal self-attention, cross-attention to the audio, an MLP) whose output is
-multiplied by the token embedding. Parameter names match `runners/whisper_weights.py`.
+multiplied by the token embedding. Parameter names match `runners/whisper/weights.py`.
 
 The decoder keeps its self-attention keys and values in buffers of a fixed size (the
 batch rows times the 448 text positions), written at the step's position, and the audio
 side of cross-attention once per batch (`Cache`). A step therefore has the same shapes at
-every position, which is what a CUDA graph needs (`runners/whisper_graphs.py`). Eager
+every position, which is what a CUDA graph needs (`runners/whisper/graphs.py`). Eager
 steps read only the positions written so far.
 
 This module holds no decoding policy (no search, no token rules) and no I/O.
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from voxserve.runners.whisper_weights import Dims
+from voxserve.runners.whisper.weights import Dims
 
 __all__ = ["Cache", "Decoder", "Encoder", "Whisper"]
 

@@ -1,7 +1,7 @@
 """Piper behind the voice-model seam (`voxserve.engine.voices.VoiceModel`).
 
 It wraps a loaded voice, `runners.piper.PiperModel` (ONNX Runtime, the CPU default) or
-`runners.piper_torch.TorchPiperModel` (torch, on a CPU or a GPU: the TTS runtime
+`runners.piper.torch_runner.TorchPiperModel` (torch, on a CPU or a GPU: the TTS runtime
 resolved to torch, `engine.devices.resolve_device`), and `text.phonemize.Phonemizer`.
 Both give the same stage runners; only the chosen runtime is imported, so the ONNX path
 never loads torch. Piper's particulars live here: its noise and
@@ -25,14 +25,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from voxserve.config import TTSConfig, VocoderChunking
+from voxserve.config import TTSConfig
 from voxserve.engine.devices import resolve_device
-from voxserve.engine.scheduler import IDLE_THREADS, Latent, ModelProfile, plan_chunk
+from voxserve.engine.scheduler import IDLE_THREADS
 from voxserve.engine.threads import in_native_background
-from voxserve.engine.voices import OPENAI_VOICES, FaultHook, Span, Voice, find_voice
+from voxserve.engine.voices import OPENAI_VOICES, Span, Voice, find_voice
 from voxserve.engine.words import word_frames
+from voxserve.engine.work import Latent, ModelProfile, VocoderChunking, plan_chunk
 from voxserve.errors import InvalidRequest
-from voxserve.runners.piper import (
+from voxserve.runners.piper.onnx_runner import (
     FLOW_CONTEXT,
     AcousticInput,
     AcousticRunner,
@@ -40,14 +41,32 @@ from voxserve.runners.piper import (
     Prior,
     bundled_voice,
 )
-from voxserve.runners.piper import find_voice as find_voice_files
-from voxserve.runners.prior_graph import PRIOR_LENGTHS
+from voxserve.runners.piper.onnx_runner import find_voice as find_voice_files
+from voxserve.runners.piper.prior_graph import PRIOR_LENGTHS
 from voxserve.text.phonemize import Phonemizer
 
 if TYPE_CHECKING:
-    from voxserve.runners.piper_torch import TorchAcousticRunner, TorchPiperModel
+    from voxserve.runners.piper.torch_runner import TorchAcousticRunner, TorchPiperModel
 
-__all__ = ["PiperItem", "PiperVoice"]
+__all__ = ["CHUNKING", "OUTPUT_GAIN", "PiperItem", "PiperVoice"]
+
+CHUNKING = VocoderChunking(
+    first_chunk_frames=16,
+    idle_first_chunk_frames=12,
+    chunk_frames=32,
+    max_chunk_frames=128,
+    left_context=10,
+    right_context=10,
+)
+"""Piper's chunk plan. The first chunk is 16 frames (186 ms), so that it leaves before the
+second is due; 12 for a stream that arrives alone, which leaves sooner and still gives
+the second chunk time to arrive on the free cores. Chunks then
+double up to 128 frames, where the context frames cost 1.16x the frames kept; 10 frames of
+context on each side make the joins seamless. Figures: docs/BENCHMARKS.md."""
+
+OUTPUT_GAIN = 1.15
+"""Fixed gain on the raw vocoder output, the same for every sentence so that a chunk can
+leave at once: it keeps the bundled voice's sentence peaks below full scale."""
 
 
 @dataclass(frozen=True)
@@ -135,12 +154,12 @@ class PiperVoice:
     def load(cls, config: TTSConfig) -> PiperVoice:
         """The voice in `config.voice_dir`, or the bundled joe voice, as configured: on
         torch when the TTS runtime resolves to it (its weights converted from the voice's
-        graph on first use, `runners.piper_weights`), else on ONNX Runtime."""
+        graph on first use, `runners.piper.weights`), else on ONNX Runtime."""
         files = find_voice_files(config.voice_dir) if config.voice_dir else bundled_voice()
         device, runtime = resolve_device(config.device, config.runtime, "onnx")
         model: PiperModel | TorchPiperModel
         if runtime == "torch":
-            from voxserve.runners.piper_torch import TorchPiperModel
+            from voxserve.runners.piper.torch_runner import TorchPiperModel
 
             model = TorchPiperModel(files, device, config.cache_dir)
         else:
@@ -151,8 +170,8 @@ class PiperVoice:
             in_native_background(model.fixed_prior_in_background(PRIOR_LENGTHS, {1, IDLE_THREADS}))
         return cls(
             model,
-            config.chunking,
-            config.output_gain,
+            CHUNKING,
+            OUTPUT_GAIN,
             config.noise_scale,
             config.noise_w,
         )
@@ -230,6 +249,3 @@ class PiperVoice:
         if isinstance(features, _DeferredFlow):
             return features.frames(span.lo, span.hi, threads)
         return np.asarray(features[:, span.lo : span.hi])
-
-    def set_fault_hook(self, hook: FaultHook | None) -> None:
-        self.model.set_fault_hook(hook)

@@ -1,0 +1,233 @@
+"""The units of TTS work and how a segment is cut into them: what the scheduler takes in
+(`ModelProfile`, `StageInput`, `Latent`), what it hands out (`AcousticWork`, `VocoderWork`)
+and reports (`Chunk`, `Playback`), and the chunk plan (`plan_chunk`). Pure data and pure
+functions; the policy that orders the units is `engine/scheduler.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from voxserve.engine.words import WordFrames
+
+__all__ = [
+    "SNAP_FRAMES",
+    "AcousticWork",
+    "Chunk",
+    "Latent",
+    "ModelProfile",
+    "Playback",
+    "StageInput",
+    "VocoderChunking",
+    "VocoderWork",
+    "Work",
+    "plan_chunk",
+]
+
+
+@dataclass(frozen=True)
+class VocoderChunking:
+    """How stage B (the vocoder) cuts a segment's latent frames into streamed chunks: part
+    of a voice model's profile (Piper's: `engine/adapters/piper.py: CHUNKING`)."""
+
+    first_chunk_frames: int = 16
+    """Core frames in a stream's first chunk; small, so the first audio leaves early."""
+    idle_first_chunk_frames: int = 12
+    """Core frames in the first chunk of a stream that arrives alone (every worker free);
+    its later chunks double from there. Smaller leaves sooner but gives the second chunk
+    less audio to arrive in (12 frames: 120 ms); 16 gives the crowded plan's sizes."""
+    chunk_frames: int = 32
+    """Core frames in the second chunk (256 samples each, so 32 frames = 372 ms at 22 kHz)."""
+    max_chunk_frames: int = 128
+    """Later chunks double in size up to this; larger chunks decode fewer context frames
+    per frame kept (1.16x at 128). Set it equal to `chunk_frames` for fixed-size chunks."""
+    left_context: int = 10
+    """Frames decoded before a chunk and cropped away, so joins are seamless."""
+    right_context: int = 10
+    """Frames decoded after a chunk and cropped away."""
+
+    def __post_init__(self) -> None:
+        if min(self.first_chunk_frames, self.idle_first_chunk_frames, self.chunk_frames) < 1:
+            raise ValueError("chunk sizes must be at least 1 frame")
+        if self.max_chunk_frames < self.chunk_frames:
+            raise ValueError("max_chunk_frames must be >= chunk_frames")
+        if self.left_context < 0 or self.right_context < 0:
+            raise ValueError("context frames must be >= 0")
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What the scheduler knows of a stream's voice model."""
+
+    name: str
+    """The model's name: streams of one name share one stage A cost estimate."""
+    hop: int
+    """Output samples per latent frame."""
+    sample_rate: int
+    """Output samples per second."""
+    chunking: VocoderChunking | None
+    """How stage B cuts a segment's frames into streamed chunks; None for a model whose
+    decoder must see a whole segment at once (one chunk per segment)."""
+    acoustic_s_per_id: float = 5e-4
+    """Stage A seconds per phoneme id before any was measured."""
+    sentence_chars: int | None = None
+    """How `TTSEngine.prepare` cuts text for this model. None: at sentences, the first one
+    cut short at a clause for an early first packet (`engine/tts.py: FIRST_SEGMENT_CHARS`,
+    and `MAX_SEGMENT_CHARS`). A number: whole sentences only, cut at clauses only beyond this
+    many characters, for a model whose prosody is planned over the whole sentence (cut
+    short, each piece is spoken as a sentence of its own: final lengthening, a pause)."""
+    chunk_growth: float = 2.0
+    """Each chunk after the second is this many times the one before (up to
+    `max_chunk_frames`): at most what one thread decodes, context included, while the
+    audio before it plays (Piper decodes ~12x real time and doubles)."""
+    ramp: float = 1.0
+    """Admission counts each stream of this model at its measured cost times this. A
+    stream whose chunks grow slowly (Kokoro's by 1.25) keeps up while it ramps only if
+    its share of the workers decodes that much faster than it plays, and its first
+    windows cost more context per second of audio than the mean the meter sees."""
+    crossfade: int = 0
+    """Samples over which two chunks of one segment overlap and are crossfaded: 0 for a
+    decoder whose windows join exactly given their context (Piper); more for one whose
+    windows differ slightly at a join (Kokoro normalizes over its window), so that no
+    join clicks. At most a context frame's samples."""
+
+
+class StageInput(Protocol):
+    """One stage A item of a stream, as the scheduler sees it: its phoneme ids (to
+    estimate how long stage A takes). The model gets the whole item back."""
+
+    @property
+    def ids(self) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Latent:
+    """Stage A's result for one segment: the model's own features over `frames` frames."""
+
+    features: Any
+    """Whatever the model's stage B takes (Piper: z [192, frames]); only the model reads it."""
+    frames: int
+    durations: np.ndarray | None = None
+    """Frames per input phoneme id, where the model predicts them (for word timings)."""
+    words: tuple[WordFrames, ...] = ()
+    """The segment's words and their frames, where the model can tell them."""
+    level: np.ndarray | None = None
+    """The model's own loudness estimate per frame, where it has one: a chunk then ends
+    at the quietest frame near its planned end (`plan_chunk`), where a join is least
+    audible."""
+
+
+@dataclass(frozen=True)
+class AcousticWork:
+    stream_id: int
+    segment: int
+    input: StageInput
+    model: str
+    """The stream's model (its profile's name)."""
+    threads: int = 1
+    """Intra-op threads to run it on (and workers it holds)."""
+
+
+@dataclass(frozen=True)
+class VocoderWork:
+    """Decode frames [lo, hi) of a latent and keep samples of frames [start, end)."""
+
+    stream_id: int
+    segment: int
+    latent: Latent
+    lo: int
+    hi: int
+    start: int
+    end: int
+    last: bool
+    """Last chunk of the whole stream."""
+    seq: int = 0
+    """The chunk's place in its stream (0 is the first packet): output goes out in this
+    order, whatever order chunks in flight finish in."""
+    threads: int = 1
+    """Intra-op threads to run it on (and workers it holds)."""
+
+    @property
+    def crop(self) -> tuple[int, int]:
+        """Frame offsets of the kept part inside the decoded window."""
+        return self.start - self.lo, self.end - self.lo
+
+
+Work = AcousticWork | VocoderWork
+
+
+@dataclass(frozen=True)
+class Playback:
+    """A live stream's player, as admission sees it."""
+
+    started: float
+    """When its first packet went out."""
+    dry_at: float
+    """When it runs out of the audio released so far."""
+    out_of_credit: bool
+    """Its client has not taken `credits` chunks: the client is the slow part."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """What `complete_vocoder` reports for a finished vocoder chunk: the chunks it released
+    in stream order (none while an earlier chunk is still in flight)."""
+
+    stream_id: int
+    samples: int
+    """Samples released."""
+    first: bool
+    """The first packet was among them."""
+    last: bool
+    """The stream ended with them."""
+    released: int = 1
+    """Chunks released (0: this one waits for an earlier chunk)."""
+
+
+SNAP_FRAMES = 8
+"""How far (frames) a chunk's end may move on to the quietest frame of its latent's
+`level`: a fifth of a second at Kokoro's 25 ms frames, enough to reach the gap between two
+words or a stop's closure. Only later: a chunk never holds less audio than planned, so
+the next one is never due sooner."""
+
+
+def plan_chunk(
+    frames: int, pos: int, index: int, c: VocoderChunking | None, alone: bool = False,
+    skip: int = 0, level: np.ndarray | None = None, growth: float = 2.0,
+) -> tuple[int, int, int, int]:
+    """The window of a stream's chunk number `index`, starting at frame `pos` of a latent
+    of `frames` frames: decode [lo, hi), keep [start, end).
+
+    Chunk 0 is small for a fast first packet; later chunks grow by `growth` (Piper:
+    double) from `chunk_frames` up to `max_chunk_frames`. A stream whose first chunk was
+    claimed `alone` starts at `idle_first_chunk_frames`, and every chunk after it grows
+    from there (Piper: 12, 24, 48, ...), so that each one is ready before the audio before it has played: a
+    12-frame first chunk leaves its second 120 ms of audio to arrive in, where 8 frames
+    (74 ms) ran dry on a loaded machine and gained only 2-3 ms on a quiet one. A
+    stream that `skip`s sizes starts further along the same plan (skip 1: 32, 64, 128,
+    ...). A tail shorter than half a chunk joins the chunk before it. With a `level` per
+    frame, the end moves on to the quietest frame within `SNAP_FRAMES` (and a quarter of
+    the chunk) after the planned one. With no chunking (a whole-segment model) the chunk is the
+    rest of the latent.
+    """
+    if c is None:
+        return pos, frames, pos, frames
+    step = index + skip
+    if alone:
+        size = min(c.max_chunk_frames, int(c.idle_first_chunk_frames * growth ** min(step, 12)))
+    elif step == 0:
+        size = c.first_chunk_frames
+    else:
+        size = min(c.max_chunk_frames, int(c.chunk_frames * growth ** min(step - 1, 12)))
+    start = pos
+    end = min(frames, start + size)
+    if index > 0 and frames - end < c.chunk_frames // 2:
+        end = frames
+    if level is not None and end < frames:
+        hi = min(frames - c.chunk_frames // 2, end + min(SNAP_FRAMES, size // 4))
+        if end < hi:
+            end += int(np.argmin(level[end:hi]))
+    return max(0, start - c.left_context), min(frames, end + c.right_context), start, end

@@ -1,0 +1,3 @@
+"""Kokoro: the ONNX Runtime runner on the dequantized, split graph, and the torch runner with
+its model and weights converted from the same graph.
+"""
