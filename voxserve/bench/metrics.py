@@ -182,14 +182,18 @@ class WordErrors:
 def word_errors(reference: str, hypothesis: str) -> WordErrors:
     """Substitutions + deletions + insertions (word-level Levenshtein) after normalization."""
     ref = normalize_text(reference).split()
-    hyp = normalize_text(hypothesis).split()
+    return WordErrors(_edits(ref, normalize_text(hypothesis).split()), len(ref))
+
+
+def _edits(ref: Sequence[str], hyp: Sequence[str]) -> int:
+    """Levenshtein distance between two sequences (words or characters)."""
     previous = list(range(len(hyp) + 1))
     for i, r in enumerate(ref, 1):
         current = [i] + [0] * len(hyp)
         for j, h in enumerate(hyp, 1):
             current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h))
         previous = current
-    return WordErrors(previous[-1], len(ref))
+    return previous[-1]
 
 
 def word_error_rate(pairs: Sequence[tuple[str, str]]) -> float:
@@ -210,14 +214,8 @@ def cer_characters(text: str) -> str:
 def character_errors(reference: str, hypothesis: str) -> WordErrors:
     """Character-level Levenshtein edits of `cer_characters` of both, and the reference's
     length (in `WordErrors`' fields: errors, reference characters)."""
-    ref, hyp = cer_characters(reference), cer_characters(hypothesis)
-    previous = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        current = [i] + [0] * len(hyp)
-        for j, h in enumerate(hyp, 1):
-            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h))
-        previous = current
-    return WordErrors(previous[-1], len(ref))
+    ref = cer_characters(reference)
+    return WordErrors(_edits(ref, cer_characters(hypothesis)), len(ref))
 
 
 def character_error_rate(pairs: Sequence[tuple[str, str]]) -> float:
