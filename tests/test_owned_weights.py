@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import numpy as np
 import onnx
 
-from voxserve.runners.files import initializer_array, owned
+from voxserve.runners.files import initializer_array, owned, owns_memory
 from voxserve.runners.kokoro import weights as kokoro_weights
 from voxserve.runners.kokoro.dequantize import quantized_weights
 from voxserve.runners.kokoro.onnx_runner import model_file
@@ -20,15 +20,8 @@ from voxserve.runners.whisper import weights as whisper_weights
 from voxserve.runners.whisper.interface import bundled_model
 
 
-def _owns(array: np.ndarray) -> bool:
-    root = array
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    return bool(array.flags.writeable and root.base is None and root.flags.owndata)
-
-
 def _all_owned(arrays: Iterable[np.ndarray]) -> bool:
-    return all(_owns(a) for a in arrays)
+    return all(owns_memory(a) for a in arrays)
 
 
 def test_owned_copies_only_what_it_must() -> None:
@@ -38,14 +31,14 @@ def test_owned_copies_only_what_it_must() -> None:
     assert owned(view) is view  # a view of numpy's own memory may be written as it is
     borrowed = np.frombuffer(bytes(16), dtype=np.float32)
     copy = owned(borrowed)
-    assert copy is not borrowed and _owns(copy) and np.array_equal(copy, borrowed)
+    assert copy is not borrowed and owns_memory(copy) and np.array_equal(copy, borrowed)
     frozen = np.zeros(3)
     frozen.flags.writeable = False
-    assert _owns(owned(frozen))
+    assert owns_memory(owned(frozen))
     tensor = onnx.numpy_helper.from_array(np.arange(6, dtype=np.int8).reshape(2, 3), "w")
-    assert not _owns(onnx.numpy_helper.to_array(tensor))  # what the converters used to pass on
+    assert not owns_memory(onnx.numpy_helper.to_array(tensor))  # what the converters used to pass on
     value = initializer_array(tensor)
-    assert _owns(value) and value.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert owns_memory(value) and value.tolist() == [[0, 1, 2], [3, 4, 5]]
 
 
 def test_piper_weights_are_owned() -> None:

@@ -25,12 +25,16 @@ def owned(array: np.ndarray) -> np.ndarray:
     `torch.from_numpy` warns on it and would share memory torch may not write, and the
     view keeps the whole source alive. One copy at load costs the size of the weights
     once, and lets the source be freed."""
+    return array if owns_memory(array) else np.array(array, copy=True, order="C")
+
+
+def owns_memory(array: np.ndarray) -> bool:
+    """Whether `array` may be written and its memory is numpy's own, directly or through
+    views of an array that owns it."""
     root = array
     while isinstance(root.base, np.ndarray):
         root = root.base
-    if array.flags.writeable and root.base is None and root.flags.owndata:
-        return array
-    return np.array(array, copy=True, order="C")
+    return bool(array.flags.writeable and root.base is None and root.flags.owndata)
 
 
 def owned_arrays(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
