@@ -1,11 +1,66 @@
-"""Batch buckets of the CUDA graph cache; on the CPU the call runs as it is."""
+"""The CUDA graph cache and what it captures, proven on the CPU.
+
+- Batch buckets; on the CPU a call runs as it is, its host flags passed through.
+- Every step the cache captures (the Kokoro decoder, the Piper vocoder) traces whole
+  under `torch.export` and runs without reading the device from the host: a `.item()`,
+  a `bool()` of a tensor or a copy to the host in it fails here, as it would fail a
+  capture on a GPU. Stage A of either model is not captured (its output shapes come from
+  its durations) and is not checked.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
+from voxserve.runners.kokoro.model import HARMONICS, Decoder, running_phase
+from voxserve.runners.piper.onnx_runner import bundled_voice
+from voxserve.runners.piper.torch_runner import TorchPiperModel
 from voxserve.runners.torch_graphs import BUCKETS, BatchGraphs, bucket
+
+pytestmark = pytest.mark.timeout(120)
+
+HOST_READS = {
+    torch.Tensor.cpu,
+    torch.Tensor.numpy,
+    torch.Tensor.item,
+    torch.Tensor.tolist,
+    torch.Tensor.__bool__,
+    torch.Tensor.__int__,
+    torch.Tensor.__float__,
+    torch.Tensor.__index__,
+}
+"""Tensor methods that make the host wait for the device (a capture fails on them)."""
+
+
+class _NoHostReads(TorchFunctionMode):
+    """Fails a call that reads a tensor on the host or moves one there."""
+
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        device = kwargs.get("device", args[1] if func is torch.Tensor.to and len(args) > 1 else None)
+        if func in HOST_READS or (func is torch.Tensor.to and str(device) == "cpu"):
+            raise AssertionError(f"a captured step reads the device from the host: {func.__name__}")
+        return func(*args, **kwargs)
+
+
+def assert_capturable(module: torch.nn.Module, args: tuple[torch.Tensor, ...], flags: dict[str, bool]) -> torch.Tensor:
+    """`module(*args, **flags)` runs with no host read and exports as one graph; its output."""
+    with torch.inference_mode(), _NoHostReads():
+        out = module(*args, **flags)
+    exported = torch.export.export(module, args, kwargs=flags)
+    assert sum(node.op == "call_function" for node in exported.graph.nodes) > 10
+    with torch.inference_mode():
+        again = exported.module()(*args, **flags)
+    assert torch.allclose(again, out, atol=1e-5)
+    return out  # type: ignore[no-any-return]
 
 
 def test_a_batch_takes_the_smallest_bucket_that_holds_it() -> None:
@@ -13,23 +68,51 @@ def test_a_batch_takes_the_smallest_bucket_that_holds_it() -> None:
     assert list(BUCKETS) == sorted(BUCKETS)
 
 
-def test_on_the_cpu_the_call_runs_unchanged() -> None:
+def test_on_the_cpu_the_call_runs_unchanged_with_its_flags() -> None:
     conv = torch.nn.Conv1d(4, 2, 3, padding=1)
-    graphs = BatchGraphs(conv)
+    calls: list[bool] = []
+
+    def step(x: torch.Tensor, *, flip: bool) -> torch.Tensor:
+        calls.append(flip)
+        return conv(x.flip(2) if flip else x)  # type: ignore[no-any-return]
+
+    graphs = BatchGraphs(step)
     x = torch.randn(3, 4, 10)
     with torch.inference_mode():
-        assert torch.equal(graphs(x), conv(x))
-    assert len(graphs) == 0  # nothing captured off a GPU
+        assert torch.equal(graphs(x, flip=False), conv(x))
+        assert torch.equal(graphs(x, flip=True), conv(x.flip(2)))
+        assert not graphs.capture(x, flip=True)  # nothing captured off a GPU
+    assert calls == [False, True] and len(graphs) == 0
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_a_padded_graph_gives_each_item_what_it_gives_alone() -> None:
-    conv = torch.nn.Conv1d(4, 2, 3, padding=1).cuda()
-    graphs = BatchGraphs(conv)
-    x = torch.randn(5, 4, 10, device="cuda")
-    with torch.inference_mode():
-        out = graphs(x)  # the bucket of 8: three padding rows
-        assert out.shape == (5, 2, 10) and len(graphs) == 1
-        assert torch.allclose(out, conv(x), atol=1e-5)
-        assert torch.allclose(graphs(x[:3]), conv(x[:3]), atol=1e-5)  # the bucket of 4
-    assert len(graphs) == 2
+def test_the_kokoro_decoder_step_holds_no_host_read() -> None:
+    """Random weights at a small width: the trace, not the audio, is what counts. Steps
+    of windows of one length and of mixed lengths leaving frames out, as the runner's
+    flags make them."""
+    torch.manual_seed(0)
+    decoder = Decoder().eval().requires_grad_(False)
+    rng = np.random.default_rng(0)
+    b, width = 2, 4
+    f0 = rng.uniform(80, 300, (b, 2 * width)).astype(np.float32)
+    phases = running_phase(f0, np.zeros((b, HARMONICS), np.float32))
+    args = (
+        torch.randn(b, 512, width),
+        torch.from_numpy(f0),
+        torch.randn(b, 2 * width),
+        torch.randn(b, 256),
+        torch.from_numpy(phases),
+        torch.tensor([width, width - 1]),
+        torch.tensor([[0.0, 0.0], [3.0, 2.0]]),
+    )
+    out = assert_capturable(decoder, args, {"full": False, "edges": True})
+    assert out.shape == (b, 600 * width) and not out[1, 600 * (width - 1) :].any()
+    full = (*args[:5], torch.tensor([width, width]), torch.zeros(b, 2))
+    assert_capturable(decoder, full, {"full": True, "edges": False})
+
+
+def test_the_piper_vocoder_step_holds_no_host_read() -> None:
+    vits = TorchPiperModel(bundled_voice()).vocoder._device.vits
+    z = torch.randn(2, vits.channels, 6)
+    out = assert_capturable(vits, (z, torch.tensor([6, 4])), {"masked": True})
+    assert out.shape == (2, 6 * vits.dec.hop)
+    assert_capturable(vits, (z, torch.tensor([6, 6])), {"masked": False})

@@ -64,3 +64,6 @@ class HookedVoice:
         if self.hook is not None:
             self.hook("vocoder", len(batch))
         return self.model.decode(batch, threads)
+
+    def capture_graphs(self, window_frames: Sequence[int], max_batch: int) -> None:
+        self.model.capture_graphs(window_frames, max_batch)

@@ -16,6 +16,7 @@ DEVICES = ("auto", "cpu", "cuda")
 """Where a model may run; auto picks CUDA when torch sees a GPU."""
 ASR_RUNTIMES = ("auto", "ct2", "torch")
 TTS_RUNTIMES = ("auto", "onnx", "torch")
+TTS_PRECISIONS = ("float32", "bfloat16", "float16")
 CPU_MAX_STREAMS = 24
 """Speech streams decoded at once on a CPU unless `--tts-max-streams` says: about what two
 cores sustain of Piper, and past the measured capacity admission holds newcomers anyway."""
@@ -31,6 +32,14 @@ def default_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def precision_refusal(precision: str) -> str:
+    """Why a reduced TTS precision cannot run on ONNX Runtime, and what to do instead."""
+    return (
+        f"--tts-precision {precision} applies to the torch runners only; ONNX Runtime runs its own "
+        "graphs (int8 or float32): use --tts-runtime torch, or leave --tts-precision at float32"
+    )
+
+
 @dataclass(frozen=True)
 class TTSConfig:
     """The TTS models and how their two stages are served."""
@@ -44,6 +53,10 @@ class TTSConfig:
     runtime: str = "auto"
     """What runs the voice models: onnx (ONNX Runtime, the CPU default), torch (the torch
     runners, converted once from the same ONNX graphs), or auto (torch on a GPU, else onnx)."""
+    precision: str = "float32"
+    """The torch runners' decoder precision: float32, bfloat16 or float16 (stage A, the
+    harmonic source, the STFTs and the normalization stay float32). A GPU's speed lever;
+    ONNX Runtime refuses anything but float32."""
     voice_dir: Path | None = None
     """Folder with a Piper `.onnx` + `.onnx.json` pair; None uses the bundled joe voice."""
     cache_dir: Path | None = None
@@ -94,6 +107,10 @@ class TTSConfig:
             raise ValueError(f"unknown TTS runtime {self.runtime!r}: use one of {', '.join(TTS_RUNTIMES)}")
         if self.device == "cuda" and self.runtime == "onnx":
             raise ValueError("ONNX Runtime runs speech on the CPU only here: use the torch runtime with cuda")
+        if self.precision not in TTS_PRECISIONS:
+            raise ValueError(f"unknown TTS precision {self.precision!r}: use one of {', '.join(TTS_PRECISIONS)}")
+        if self.runtime == "onnx" and self.precision != "float32":
+            raise ValueError(precision_refusal(self.precision))
         if self.max_queue < 0 or self.queue_timeout_s < 0:
             raise ValueError("max_queue and queue_timeout_s must be >= 0")
 

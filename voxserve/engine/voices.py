@@ -116,8 +116,15 @@ class VoiceModel(Protocol[InputT]):
 
     def decode(self, batch: Sequence[Span], threads: int = 1) -> list[np.ndarray]:
         """Stage B: float32 PCM per span, (hi - lo) * hop samples, context included (the
-        engine crops it). `threads` as for `acoustic`; the output must not depend on it
-        beyond float rounding."""
+        engine crops it). Spans of different lengths may share a call: each gets the
+        audio it gets alone. `threads` as for `acoustic`; the output must not depend on
+        it beyond float rounding."""
+        ...
+
+    def capture_graphs(self, window_frames: Sequence[int], max_batch: int) -> None:
+        """Prepare stage B's steps for windows of `window_frames` frames, up to `max_batch`
+        a step (warm-up calls it): the torch runners on CUDA capture their graphs; a
+        no-op elsewhere."""
         ...
 
 

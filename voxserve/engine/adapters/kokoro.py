@@ -26,7 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
-from voxserve.config import TTSConfig
+from voxserve.config import TTSConfig, precision_refusal
 from voxserve.engine.devices import resolve_device
 from voxserve.engine.voices import OPENAI_VOICES, Span, Voice
 from voxserve.engine.words import word_frames
@@ -248,7 +248,9 @@ class KokoroVoice:
         if runtime == "torch":
             from voxserve.runners.kokoro.torch_runner import TorchKokoroModel
 
-            return cls(TorchKokoroModel(device=device, cache_dir=config.cache_dir))
+            return cls(TorchKokoroModel(device=device, dtype=config.precision, cache_dir=config.cache_dir))
+        if config.precision != "float32":
+            raise ValueError(precision_refusal(config.precision))
         return cls(KokoroModel(cache_dir=config.cache_dir))
 
     # -- VoiceModel --------------------------------------------------------------------
@@ -375,6 +377,12 @@ class KokoroVoice:
             audio = next(pcm) if item is not None else np.zeros(0, np.float32)
             out.append(np.pad(audio, (0, (s.hi - s.lo) * HOP - len(audio))))
         return out
+
+    def capture_graphs(self, window_frames: Sequence[int], max_batch: int) -> None:
+        """The torch runners capture their decoder graphs (on CUDA); ONNX Runtime has none."""
+        capture = getattr(self.model, "capture_graphs", None)
+        if capture is not None:
+            capture(window_frames, max_batch)
 
 
 def _cuts(n: int, words: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from voxserve.config import TTSConfig
+from voxserve.config import TTSConfig, precision_refusal
 from voxserve.engine.devices import resolve_device
 from voxserve.engine.scheduler import IDLE_THREADS
 from voxserve.engine.threads import in_native_background
@@ -161,7 +161,9 @@ class PiperVoice:
         if runtime == "torch":
             from voxserve.runners.piper.torch_runner import TorchPiperModel
 
-            model = TorchPiperModel(files, device, config.cache_dir)
+            model = TorchPiperModel(files, device, config.cache_dir, config.precision)
+        elif config.precision != "float32":
+            raise ValueError(precision_refusal(config.precision))
         else:
             model = PiperModel(files, config.cache_dir)
         if config.fixed_prior and isinstance(model, PiperModel):
@@ -242,6 +244,11 @@ class PiperVoice:
     def decode(self, batch: Sequence[Span], threads: int = 1) -> list[np.ndarray]:
         spans = [self._frames(span, threads) for span in batch]
         return self.model.vocoder.run(spans, threads)
+
+    def capture_graphs(self, window_frames: Sequence[int], max_batch: int) -> None:
+        """The torch runner captures its vocoder graphs (on CUDA); ONNX Runtime has none."""
+        if not isinstance(self.model, PiperModel):
+            self.model.capture_graphs(window_frames, max_batch)
 
     @staticmethod
     def _frames(span: Span, threads: int) -> np.ndarray:

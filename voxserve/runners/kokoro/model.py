@@ -17,6 +17,13 @@ it would alone, so:
   (`Extent.weight`), with the decoder's window edges weighted by `left_out`;
 - the source's phase is interpolated up to each item's own last point.
 
+No step reads the device to decide what to do: whether every item fills the batch
+(`full`), whether any window leaves frames out (`edges`) and every item's length come
+from the host, and the source's running phase is summed on the host (`running_phase`).
+The decoder is then one fixed sequence of kernels per shape and flags, which a CUDA
+graph can capture; stage A copies to the host once, for the durations that set its
+frames.
+
 This module imports torch; it knows nothing of files, requests or scheduling.
 """
 
@@ -40,6 +47,7 @@ __all__ = [
     "Extent",
     "extent",
     "linear_modules",
+    "running_phase",
 ]
 
 STYLE = 128
@@ -71,15 +79,15 @@ class Extent:
         return x if self.mask is None else x * self.mask.to(x.dtype)
 
 
-def extent(frames: Tensor, points: Tensor, width: int, left_out: Tensor | None = None) -> Extent:
+def extent(frames: Tensor, points: Tensor, width: int, left_out: Tensor | None = None, *, full: bool) -> Extent:
     """The extent of items of `frames` frames holding `points` points each ([B] int64),
-    padded to `width`. With `left_out` ([B, 2]: a, b), the points of an item's first
+    padded to `width`; `full` says (from the host) that every item holds `width` points.
+    With `left_out` ([B, 2]: a, b; None where no item leaves frames out), the points of an item's first
     frame weigh 1 + a and those of its last frame 1 + b, as the decoder graph's
     normalization does: a tensor of T points over F frames gives point i to frame
     floor(i * F / T), so the first frame holds ceil(T / F) points and the last starts at
     ceil((F - 1) * T / F)."""
-    full = bool((points == width).all())
-    if full and (left_out is None or not bool(left_out.any())):
+    if full and left_out is None:
         return Extent(None, None)
     t = torch.arange(width, device=frames.device)[None, :]
     valid = t < points[:, None]
@@ -93,26 +101,27 @@ def extent(frames: Tensor, points: Tensor, width: int, left_out: Tensor | None =
 
 def _instance_norm(x: Tensor, weight: Tensor | None) -> Tensor:
     """(x - mean) / sqrt(var + eps) per item and channel, over time, the statistics
-    weighted by `weight` (None: plain means), in float32."""
+    weighted by `weight` (None: plain means), in float32 whatever the autocast."""
     dtype = x.dtype
-    x = x.float()
-    if weight is None:
-        var, mean = torch.var_mean(x, dim=2, keepdim=True, correction=0)
-        return ((x - mean) / torch.sqrt(var + _EPS)).to(dtype)
-    w = weight.transpose(1, 2)  # [B, T, 1]: the weighted sums as batched products
-    total = w.sum(dim=1, keepdim=True)
-    d = x - torch.bmm(x, w) / total
-    var = torch.bmm(d * d, w) / total
-    return (d / torch.sqrt(var + _EPS)).to(dtype)
+    with torch.autocast(x.device.type, enabled=False):
+        x = x.float()
+        if weight is None:
+            var, mean = torch.var_mean(x, dim=2, keepdim=True, correction=0)
+            return ((x - mean) / torch.sqrt(var + _EPS)).to(dtype)
+        w = weight.transpose(1, 2)  # [B, T, 1]: the weighted sums as batched products
+        total = w.sum(dim=1, keepdim=True)
+        d = x - torch.bmm(x, w) / total
+        var = torch.bmm(d * d, w) / total
+        return (d / torch.sqrt(var + _EPS)).to(dtype)
 
 
 def _lstm(lstm: nn.LSTM, x: Tensor, lengths: Tensor) -> Tensor:
-    """A batch-first LSTM over each item's own length: zeros past it."""
+    """A batch-first LSTM over each item's own length (`lengths` [B] on the host): zeros past it."""
     width = x.shape[1]
-    if bool((lengths == width).all()):
+    if int(lengths.min()) == width:
         out: Tensor = lstm(x)[0]
         return out
-    packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     out, _ = pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=width)
     return out
 
@@ -303,11 +312,13 @@ class Predictor(nn.Module):
         self.F0_proj = nn.Conv1d(256, 1, 1)
         self.N_proj = nn.Conv1d(256, 1, 1)
 
-    def pitch_energy(self, en: Tensor, s: Tensor, frames: Tensor) -> tuple[Tensor, Tensor]:
-        """F0 and energy [B, 2F] from the aligned features en [B, 640, F]."""
-        x = _lstm(self.shared, en.transpose(1, 2), frames).transpose(1, 2)
+    def pitch_energy(self, en: Tensor, s: Tensor, frames: Tensor, host_frames: Tensor) -> tuple[Tensor, Tensor]:
+        """F0 and energy [B, 2F] from the aligned features en [B, 640, F]; `frames` [B]
+        on the device, `host_frames` the same on the host."""
+        x = _lstm(self.shared, en.transpose(1, 2), host_frames).transpose(1, 2)
         width = x.shape[2]
-        ext1, ext2 = extent(frames, frames, width), extent(frames, 2 * frames, 2 * width)
+        full = int(host_frames.min()) == width
+        ext1, ext2 = extent(frames, frames, width, full=full), extent(frames, 2 * frames, 2 * width, full=full)
         out = []
         for blocks, proj in ((self.F0, self.F0_proj), (self.N, self.N_proj)):
             y = blocks[0](x, s, ext1, ext1)
@@ -356,7 +367,7 @@ class AcousticOut:
     durations: Tensor
     """[B, T] int64 frames per token (0 past each item's tokens)."""
     frames: Tensor
-    """[B] int64: each item's frames."""
+    """[B] int64 on the host: each item's frames."""
     asr: Tensor
     """[B, 512, F] (zeros past each item's frames)."""
     f0: Tensor
@@ -377,16 +388,23 @@ class Acoustic(nn.Module):
 
     def forward(self, tokens: Tensor, lengths: Tensor, style: Tensor, speed: Tensor) -> AcousticOut:
         """`tokens` [B, T] (each item padded at both ends, then with zeros to T),
-        `lengths` [B] its tokens, `style` [B, 256], `speed` [B]."""
+        `lengths` [B] its tokens (int64 on the host), `style` [B, 256], `speed` [B]. The
+        duration head runs in float32 whatever the autocast: a rounded duration that moves
+        moves every later frame. One copy to the host: the frames, which set the shapes."""
+        host_lengths = lengths
+        lengths = host_lengths.to(tokens.device)
         valid = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None]
         s = style[:, STYLE:]
         d_en = self.bert_encoder(self.bert(tokens, valid))
-        d = self.predictor.text_encoder(d_en, s, lengths, valid)
-        h = _lstm(self.predictor.lstm, d, lengths)
-        duration = torch.sigmoid(self.predictor.duration_proj.linear_layer(h)).sum(dim=-1) / speed[:, None]
+        d = self.predictor.text_encoder(d_en, s, host_lengths, valid)
+        h = _lstm(self.predictor.lstm, d, host_lengths)
+        with torch.autocast(tokens.device.type, enabled=False):
+            logits = self.predictor.duration_proj.linear_layer(h.float())
+        duration = torch.sigmoid(logits).sum(dim=-1) / speed[:, None]
         durations = torch.round(duration).clamp(min=1).to(torch.int64) * valid
         frames = durations.sum(dim=1)
-        width = int(frames.max())
+        host_frames = frames.cpu()
+        width = int(host_frames.max())
         # frame f of an item belongs to the token whose cumulated frames first exceed f
         ends = durations.cumsum(dim=1)
         f = torch.arange(width, device=tokens.device)
@@ -394,10 +412,10 @@ class Acoustic(nn.Module):
         token = token.clamp(max=tokens.shape[1] - 1)
         inside = (f[None, :] < frames[:, None])[:, None, :]
         en = torch.gather(d.transpose(1, 2), 2, token[:, None, :].expand(-1, d.shape[2], -1)) * inside
-        t_en = self.text_encoder(tokens, lengths, valid)
+        t_en = self.text_encoder(tokens, host_lengths, valid)
         asr = torch.gather(t_en, 2, token[:, None, :].expand(-1, t_en.shape[1], -1)) * inside
-        f0, noise = self.predictor.pitch_energy(en, s, frames)
-        return AcousticOut(durations, frames, asr, f0, noise)
+        f0, noise = self.predictor.pitch_energy(en, s, frames, host_frames)
+        return AcousticOut(durations, host_frames, asr, f0, noise)
 
 
 # -- stage B ---------------------------------------------------------------------------
@@ -481,23 +499,15 @@ class Generator(nn.Module):
         spec = torch.fft.rfft(padded.unfold(1, 20, 5) * window, dim=-1)
         return spec.real, spec.imag
 
-    def source(self, f0: Tensor, points: Tensor, phase: Tensor) -> Tensor:
-        """The harmonic source [B, 300 P] from F0 [B, P] (Hz), each item's phase starting
-        at `phase` [B, 9] (cycles per 300 samples). As the graph computes it: per point,
-        frac(f0 * h / 24000) summed, times 2 pi 300, interpolated linearly (half-pixel,
-        clamped to the item's last point) to the samples; sin, 0.1, voiced where the F0
-        is over 10 Hz; a linear mix of the harmonics and tanh. The export has no noise
-        and no random initial phase."""
+    def source(self, f0: Tensor, points: Tensor, phases: Tensor) -> Tensor:
+        """The harmonic source [B, 300 P] from F0 [B, P] (Hz) and its running phase
+        `phases` [B, P, 9] (`running_phase`, summed on the host). As the graph computes it:
+        the phase times 2 pi 300, interpolated linearly (half-pixel, clamped to the item's
+        last point) to the samples; sin, 0.1, voiced where the F0 is over 10 Hz; a linear
+        mix of the harmonics and tanh. The export has no noise and no random initial phase."""
         f0 = f0.float()
         width = f0.shape[1]
-        harmonics = torch.arange(1, HARMONICS + 1, device=f0.device, dtype=torch.float32)
-        steps = f0[:, :, None] * harmonics / SAMPLE_RATE
-        steps = steps - torch.floor(steps)
-        # ONNX Runtime sums in float32, one point after the other; torch's cumsum does
-        # not (the phase reaches ~1e4 rad, where each step's rounding is audible)
-        running = np.add.accumulate(steps.cpu().numpy(), axis=1, dtype=np.float32)
-        total = torch.from_numpy(running).to(f0.device) + phase[:, None, :].float()
-        rad = total * 2.0 * math.pi * _UPSAMPLE
+        rad = phases.float() * 2.0 * math.pi * _UPSAMPLE
         j = torch.arange(width * _UPSAMPLE, device=f0.device, dtype=torch.float32)
         last = (points - 1)[:, None]
         x = torch.minimum(((j + 0.5) / _UPSAMPLE - 0.5).clamp(min=0)[None, :], last.float())
@@ -547,13 +557,15 @@ class Generator(nn.Module):
         y = torch.cat([head, y[:, 20:]], dim=1) * 4.0
         return y[:, 10:-10]
 
-    def forward(self, x: Tensor, s: Tensor, f0: Tensor, frames: Tensor, phase: Tensor, left_out: Tensor) -> Tensor:
+    def forward(
+        self, x: Tensor, s: Tensor, f0: Tensor, frames: Tensor, phases: Tensor, left_out: Tensor | None, full: bool
+    ) -> Tensor:
         width = f0.shape[1] // 2
-        ext2 = extent(frames, 2 * frames, 2 * width, left_out)
-        ext20 = extent(frames, 20 * frames, 20 * width, left_out)
-        ext120 = extent(frames, 120 * frames + 1, 120 * width + 1, left_out)
+        ext2 = extent(frames, 2 * frames, 2 * width, left_out, full=full)
+        ext20 = extent(frames, 20 * frames, 20 * width, left_out, full=full)
+        ext120 = extent(frames, 120 * frames + 1, 120 * width + 1, left_out, full=full)
         with torch.autocast(x.device.type, enabled=False):
-            har = ext120.masked(self.spectrum(self.source(f0, 2 * frames, phase), HOP * frames))
+            har = ext120.masked(self.spectrum(self.source(f0, 2 * frames, phases), HOP * frames))
         har = har.to(x.dtype)
         x = self.ups[0](ext2.masked(F.leaky_relu(x, 0.1))) + self.noise_res[0](self.noise_convs[0](har), s, ext20)
         x = (self.resblocks[0](x, s, ext20) + self.resblocks[1](x, s, ext20) + self.resblocks[2](x, s, ext20)) / 3
@@ -580,14 +592,27 @@ class Decoder(nn.Module):
         self.generator = Generator()
 
     def forward(
-        self, asr: Tensor, f0: Tensor, noise: Tensor, style: Tensor, phase: Tensor, frames: Tensor, left_out: Tensor
+        self,
+        asr: Tensor,
+        f0: Tensor,
+        noise: Tensor,
+        style: Tensor,
+        phases: Tensor,
+        frames: Tensor,
+        left_out: Tensor,
+        *,
+        full: bool,
+        edges: bool,
     ) -> Tensor:
-        """`asr` [B, 512, F], `f0` and `noise` [B, 2F], `style` [B, 256], `phase` [B, 9],
-        `frames` [B], `left_out` [B, 2] -> audio [B, 600 F] (zeros past each item's)."""
+        """`asr` [B, 512, F], `f0` and `noise` [B, 2F], `style` [B, 256], `phases` [B, 2F,
+        9] (`running_phase`), `frames` [B], `left_out` [B, 2] -> audio [B, 600 F] (zeros
+        past each item's). Decided on the host: `full`, every item has F frames; `edges`,
+        some item leaves frames out (a `left_out` not 0)."""
         s = style[:, :STYLE]
         width = asr.shape[2]
-        ext1 = extent(frames, frames, width, left_out)
-        ext2 = extent(frames, 2 * frames, 2 * width, left_out)
+        weights = left_out if edges else None
+        ext1 = extent(frames, frames, width, weights, full=full)
+        ext2 = extent(frames, 2 * frames, 2 * width, weights, full=full)
         f0c = self.F0_conv(ext2.masked(f0[:, None]))
         nc = self.N_conv(ext2.masked(noise[:, None]))
         x = self.encode(torch.cat([asr, f0c, nc], dim=1), s, ext1, ext1)
@@ -595,10 +620,23 @@ class Decoder(nn.Module):
         for block in self.decode[:3]:
             x = block(torch.cat([x, res, f0c, nc], dim=1), s, ext1, ext1)
         x = self.decode[3](torch.cat([x, res, f0c, nc], dim=1), s, ext1, ext2)
-        audio = self.generator(x, s, f0, frames, phase, left_out)
+        audio = self.generator(x, s, f0, frames, phases, weights, full)
         keep = torch.arange(audio.shape[1], device=audio.device)[None, :] < (HOP * frames)[:, None]
         out: Tensor = audio * keep
         return out
+
+
+def running_phase(f0: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The harmonic source's running phase [B, P, 9] (cycles per 300 samples) from F0
+    [B, P] (Hz), each item starting at `start` [B, 9]: per point, frac(f0 * h / 24000)
+    summed, in float32, one point after the other, as ONNX Runtime sums it (a parallel
+    cumsum rounds otherwise, and the phase reaches ~1e4 rad, where each step's rounding
+    is audible). Host work, so that the decoder's step holds no copy to the host."""
+    harmonics = np.arange(1, HARMONICS + 1, dtype=np.float32)
+    steps = np.asarray(f0, np.float32)[:, :, None] * harmonics / np.float32(SAMPLE_RATE)
+    steps = steps - np.floor(steps)
+    running = np.add.accumulate(steps, axis=1, dtype=np.float32)
+    return np.asarray(running + np.asarray(start, np.float32)[:, None, :], np.float32)
 
 
 def linear_modules(model: nn.Module) -> frozenset[str]:

@@ -14,10 +14,20 @@ the modules are in `runners/kokoro/model.py`.
   edges (`left_out`), as the ONNX decoder's two added inputs do. Windows of different
   lengths run as one padded batch; each gets the audio it gets alone.
 
-It computes in float32 with TF32 off (so that it matches ONNX Runtime's float32 graph),
-or, on CUDA with `dtype="float16"`, under autocast, the harmonic source, the STFTs and
-the normalization statistics staying in float32. The GPU runs one batch at a time
-anyway; calls from several threads are served as they come.
+Precision (`--tts-precision`): stage A always computes in float32, so that the
+durations are the graph's. The decoder computes in float32 (matching ONNX Runtime's
+float32 graph), or in bfloat16 or float16 under autocast (its cache off: a captured
+graph must not read a cast that the cache has freed), the harmonic source, the STFT and
+its inverse and the normalization statistics staying in float32. TF32 stays off: its
+10-bit products would move stage A's rounded durations and the float32 decoder away
+from the graph, and the flags are the process's; on CUDA the lever is the decoder's
+precision. Weights never require grad.
+
+A decoder step holds no copy to the host: its flags (`full`, `edges`) and the source's
+running phase are worked out here, on the host, and passed in, so that on CUDA each
+(batch bucket, window frames, flags) replays from a graph (`BatchGraphs`), captured at
+warm-up for the scheduler's window buckets (`capture_graphs`). The GPU runs one batch at
+a time anyway; calls from several threads are served as they come.
 
 This module imports torch; it knows nothing of requests, scheduling or HTTP.
 """
@@ -32,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from voxserve.runners.kokoro.model import Acoustic, Decoder, linear_modules
+from voxserve.runners.kokoro.model import Acoustic, Decoder, linear_modules, running_phase
 from voxserve.runners.kokoro.onnx_runner import (
     HARMONICS,
     HOP,
@@ -47,35 +57,40 @@ from voxserve.runners.kokoro.onnx_runner import (
     model_file,
 )
 from voxserve.runners.kokoro.weights import load_weights, torch_state
-from voxserve.runners.torch_graphs import BatchGraphs
+from voxserve.runners.torch_graphs import BUCKETS, BatchGraphs, bucket
 from voxserve.text.kokoro_vocab import MAX_PHONEMES, PAD_ID
 
 __all__ = ["DTYPES", "TorchAcousticRunner", "TorchDecoderRunner", "TorchKokoroModel"]
 
 log = logging.getLogger(__name__)
 
-DTYPES = ("float32", "float16")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 class _Device:
-    """Where the modules run, and the precision of the call."""
+    """Where the modules run, and the precision of the decoder's calls."""
 
     def __init__(self, device: str, dtype: str):
         if dtype not in DTYPES:
-            raise ValueError(f"Kokoro on torch computes in {' or '.join(DTYPES)}, not {dtype!r}")
+            raise ValueError(f"Kokoro on torch computes in {', '.join(DTYPES)}, not {dtype!r}")
         self.device = torch.device(device)
-        if dtype == "float16" and self.device.type != "cuda":
-            raise ValueError("float16 needs a CUDA device: use float32 on the CPU")
-        self.half = dtype == "float16"
+        self.dtype = getattr(torch, dtype)
 
     @contextlib.contextmanager
     def call(self) -> Iterator[None]:
+        """Stage A: float32."""
         with torch.inference_mode():
-            if self.half:
-                with torch.autocast("cuda", dtype=torch.float16):
-                    yield
-            else:
+            yield
+
+    @contextlib.contextmanager
+    def decoder_call(self) -> Iterator[None]:
+        """The decoder: float32, or under autocast at the reduced precision."""
+        with torch.inference_mode():
+            if self.dtype == torch.float32:
                 yield
+            else:
+                with torch.autocast(self.device.type, dtype=self.dtype, cache_enabled=False):
+                    yield
 
 
 class TorchAcousticRunner:
@@ -104,12 +119,12 @@ class TorchAcousticRunner:
         with self._device.call():
             out = self.module(
                 torch.from_numpy(tokens).to(dev),
-                torch.tensor(lengths, dtype=torch.int64, device=dev),
+                torch.tensor(lengths, dtype=torch.int64),
                 torch.from_numpy(style).to(dev),
                 torch.from_numpy(speed).to(dev),
             )
             durations = out.durations.cpu().numpy()
-            frames = out.frames.cpu().numpy()
+            frames = out.frames.numpy()
             asr = out.asr.float().cpu().numpy()
             f0 = out.f0.float().cpu().numpy()
             noise = out.noise.float().cpu().numpy()
@@ -139,14 +154,45 @@ class TorchDecoderRunner:
         self.module = module
         self._device = device
         self._graphs = BatchGraphs(module)
-        """On CUDA, the decoder replayed from a graph per (batch bucket, window frames):
-        a batched device's steps hold windows of one size."""
+        """On CUDA, the decoder replayed from a graph per (batch bucket, window frames,
+        flags): a batched device's steps hold windows of a few bucketed sizes."""
 
     def run(self, batch: Sequence[DecoderInput]) -> list[np.ndarray]:
         if not batch:
             return []
         frames = [item.frames for item in batch]
         width = max(frames)
+        inputs, flags = self._inputs(batch, width)
+        with self._device.decoder_call():
+            pcm = self._graphs(*inputs, **flags).float().cpu().numpy()
+        return [np.ascontiguousarray(pcm[row, : HOP * f]) for row, f in enumerate(frames)]
+
+    def capture_graphs(self, window_frames: Sequence[int], max_batch: int) -> int:
+        """Capture the decoder's graphs for windows of `window_frames` frames at every batch
+        bucket up to `max_batch`, for steps of one size and of mixed sizes, each window
+        leaving frames out (a stream's windows do): warm-up's work, so that traffic
+        replays. Returns the graphs captured (0 off CUDA)."""
+        if self._device.device.type != "cuda":
+            return 0
+        captured = 0
+        sizes = [b for b in BUCKETS if b <= bucket(max(1, max_batch))]
+        style = np.zeros(STYLE_DIM, np.float32)
+        for w in window_frames:
+            if w < 1:
+                raise ValueError(f"a window holds at least one frame, not {w}")
+            item = DecoderInput(
+                np.zeros((512, w), np.float32), np.zeros(2 * w, np.float32), np.zeros(2 * w, np.float32),
+                style, left_out=(1.0, 1.0),
+            )
+            for size in sizes:
+                inputs, _ = self._inputs([item] * size, w)
+                for full in (True, False):
+                    with self._device.decoder_call():
+                        captured += self._graphs.capture(*inputs, full=full, edges=True)
+        return captured
+
+    def _inputs(self, batch: Sequence[DecoderInput], width: int) -> tuple[tuple[torch.Tensor, ...], dict[str, bool]]:
+        """The decoder's padded inputs on the device, and its host-decided flags."""
         b = len(batch)
         asr = np.zeros((b, 512, width), np.float32)
         f0 = np.zeros((b, 2 * width), np.float32)
@@ -158,23 +204,11 @@ class TorchDecoderRunner:
         style = np.stack([np.asarray(i.style, np.float32).reshape(STYLE_DIM) for i in batch])
         phase = np.stack([np.asarray(i.phase, np.float32).reshape(HARMONICS) for i in batch])
         left_out = np.array([i.left_out for i in batch], dtype=np.float32).reshape(b, 2)
+        frames = np.array([item.frames for item in batch], dtype=np.int64)
+        flags = {"full": bool((frames == width).all()), "edges": bool(left_out.any())}
         dev = self._device.device
-
-        def tensor(a: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(a).to(dev)
-
-        with self._device.call():
-            audio = self._graphs(
-                tensor(asr),
-                tensor(f0),
-                tensor(noise),
-                tensor(style),
-                tensor(phase),
-                torch.tensor(frames, dtype=torch.int64, device=dev),
-                tensor(left_out),
-            )
-            pcm = audio.float().cpu().numpy()
-        return [np.ascontiguousarray(pcm[row, : HOP * f]) for row, f in enumerate(frames)]
+        arrays = (asr, f0, noise, style, running_phase(f0, phase), frames, left_out)
+        return tuple(torch.from_numpy(a).to(dev) for a in arrays), flags
 
 
 class TorchKokoroModel:
@@ -198,7 +232,8 @@ class TorchKokoroModel:
         self.voices_dir = voices_dir or default_voices_dir()
         self.model_path = model_file(cache_dir)
         if self._device.device.type == "cuda":
-            # TF32 would move the output away from the float32 graph's (parity).
+            # TF32 would move stage A's durations and the float32 decoder away from the
+            # float32 graph's (parity); reduced precision is the decoder's speed lever.
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
         acoustic, decoder = Acoustic(), Decoder()
@@ -209,8 +244,8 @@ class TorchKokoroModel:
             {k.removeprefix("decoder."): torch.from_numpy(v) for k, v in state.items() if k.startswith("decoder.")}
         )
         dev = self._device.device
-        self.acoustic = TorchAcousticRunner(acoustic.to(dev).eval(), self._device)
-        self.decoder = TorchDecoderRunner(decoder.to(dev).eval(), self._device)
+        self.acoustic = TorchAcousticRunner(acoustic.to(dev).eval().requires_grad_(False), self._device)
+        self.decoder = TorchDecoderRunner(decoder.to(dev).eval().requires_grad_(False), self._device)
         self.voices = {v.name: v for v in list_voices()}
         log.info("Kokoro on torch: %s, %s", dev, dtype)
 
@@ -223,6 +258,12 @@ class TorchKokoroModel:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
         return self.acoustic, self.decoder
+
+    def capture_graphs(self, window_frames: Sequence[int], max_batch: int) -> None:
+        """The decoder's graphs for the scheduler's window buckets (a no-op off CUDA)."""
+        captured = self.decoder.capture_graphs(window_frames, max_batch)
+        if captured:
+            log.info("Kokoro on torch: %d decoder graphs captured", captured)
 
     def voice(self, name: str) -> np.ndarray:
         """A voice's style rows [510, 256] (see `load_voice`)."""

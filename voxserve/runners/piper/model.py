@@ -10,7 +10,10 @@ the prior's text encoder and duration predictor (`runners/piper/prior.py`), and 
   the flow) and stage B (`forward`, the generator).
 
 Every item of a batch is masked: padded phonemes and frames never reach an item's
-output, so an item gives the same durations and frames in a padded batch as alone.
+output, so an item gives the same durations and frames in a padded batch as alone. The
+generator, given each window's frames (`masked`), zeros every convolution's input past
+the window's own end, as a window alone sees its zero padding: windows of different
+lengths then share one call, each with its own audio.
 Module and parameter names match `runners/piper/weights.py`, which reads them from the
 graph. This module holds no I/O and no noise policy: the noise is an argument.
 """
@@ -111,13 +114,20 @@ class _ResBlock(nn.Module):
             self.convs1 = nn.ModuleList(conv_from(weights, f"{name}.convs1.{i}") for i in range(n))
             self.convs2 = nn.ModuleList(conv_from(weights, f"{name}.convs2.{i}") for i in range(n))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        """`mask` [B, 1, T] (1 within each item, 0 past its end) zeros every
+        convolution's input past the item's end; None where every item fills T."""
+
+        def act(y: Tensor) -> Tensor:
+            y = F.leaky_relu(y, LRELU_SLOPE)
+            return y if mask is None else y * mask
+
         if self.convs2 is None:
             for conv in self.convs:
-                x = conv(F.leaky_relu(x, LRELU_SLOPE)) + x
+                x = conv(act(x)) + x
             return x
         for conv1, conv2 in zip(self.convs1, self.convs2, strict=True):
-            x = conv2(F.leaky_relu(conv1(F.leaky_relu(x, LRELU_SLOPE)), LRELU_SLOPE)) + x
+            x = conv2(act(conv1(act(x)))) + x
         return x
 
 
@@ -135,16 +145,31 @@ class Generator(nn.Module):
         self.conv_post = conv_from(weights, "dec.conv_post")
         self.hop = int(np.prod([weights.convs[f"dec.ups.{i}"].stride for i in range(ups)]))
 
-    def forward(self, z: Tensor) -> Tensor:
-        x = self.conv_pre(z)
+    def forward(self, z: Tensor, frames: Tensor | None = None) -> Tensor:
+        """`frames` [B]: each item's frames, where they differ (None: all fill T)."""
+
+        def mask_at(scale: int) -> Tensor | None:
+            if frames is None:
+                return None
+            t = torch.arange(z.shape[2] * scale, device=z.device)
+            return (t[None, None, :] < (frames * scale)[:, None, None]).to(z.dtype)
+
+        def masked(y: Tensor, mask: Tensor | None) -> Tensor:
+            return y if mask is None else y * mask
+
+        mask = mask_at(1)
+        x = self.conv_pre(masked(z, mask))
+        scale = 1
         for i, up in enumerate(self.ups):
-            x = up(F.leaky_relu(x, LRELU_SLOPE))
+            x = up(masked(F.leaky_relu(x, LRELU_SLOPE), mask))
+            scale *= int(up.stride[0])
+            mask = mask_at(scale)
             blocks = self.resblocks[i * self.kernels : (i + 1) * self.kernels]
-            total = blocks[0](x)
+            total = blocks[0](x, mask)
             for block in blocks[1:]:
-                total = total + block(x)
+                total = total + block(x, mask)
             x = total / float(self.kernels)
-        return torch.tanh(self.conv_post(F.leaky_relu(x)))
+        return torch.tanh(self.conv_post(masked(F.leaky_relu(x), mask)))
 
 
 class PiperVits(nn.Module):
@@ -196,9 +221,11 @@ class PiperVits(nn.Module):
         """z [B, C, T] from z_p and its frame mask: the flow, masked."""
         return self.flow(z_p, mask) * mask  # type: ignore[no-any-return]
 
-    def forward(self, z: Tensor) -> Tensor:
-        """Stage B: PCM [B, T * hop]."""
-        return self.dec(z)[:, 0]  # type: ignore[no-any-return]
+    def forward(self, z: Tensor, frames: Tensor, *, masked: bool = False) -> Tensor:
+        """Stage B: PCM [B, T * hop] from z [B, C, T]; with `masked` (decided on the host:
+        the items' lengths differ), item b's audio is that of its first `frames[b]` frames,
+        then zeros' worth of garbage the caller crops."""
+        return self.dec(z, frames if masked else None)[:, 0]  # type: ignore[no-any-return]
 
 
 def build(weights: PiperWeights, device: torch.device) -> PiperVits:

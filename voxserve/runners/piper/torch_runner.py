@@ -10,10 +10,16 @@ on a window with `FLOW_CONTEXT` frames each side; stage B is the vocoder on wind
 
 A stage A call runs its whole batch as one padded, masked batch, whatever each item's
 scales: every item gets the durations and frames it would get alone. A vocoder call runs
-its windows of one length as one batch (a window is never padded: zeros past its end
-would change its last samples). Computation is float32 with TF32 off, under
-`torch.inference_mode`. The noise is drawn with torch's generator; `noise` arguments
-feed fixed noise instead, to compare with another runtime.
+its windows as one batch too: windows of different lengths are padded to the longest,
+the generator masks past each one's end (decided here, on the host) and each one's audio
+is cropped to its own, as it is alone. Stage A computes in float32 with TF32 off, under
+`torch.inference_mode`; the vocoder in float32, or in bfloat16 or float16 under autocast
+(its cache off) with `--tts-precision`. The noise is drawn with torch's generator;
+`noise` arguments feed fixed noise instead, to compare with another runtime.
+
+On CUDA a vocoder step replays from a graph per (batch bucket, window frames, masked),
+captured at warm-up for the scheduler's window buckets (`capture_graphs`); it holds no
+copy to the host.
 
 On a CPU the calls run side by side, one intra-op thread each (as the Whisper torch
 runner: torch's thread count is the process's, so a call's `threads` is not used); on
@@ -42,9 +48,12 @@ from voxserve.runners.piper.onnx_runner import (
     VoiceFiles,
 )
 from voxserve.runners.piper.weights import load_weights
-from voxserve.runners.torch_graphs import BatchGraphs
+from voxserve.runners.torch_graphs import BUCKETS, BatchGraphs, bucket
 
-__all__ = ["Noise", "TorchAcousticRunner", "TorchPiperModel", "TorchVocoderRunner"]
+__all__ = ["DTYPES", "Noise", "TorchAcousticRunner", "TorchPiperModel", "TorchVocoderRunner"]
+
+DTYPES = ("float32", "bfloat16", "float16")
+"""The vocoder's precisions; stage A computes in float32."""
 
 Noise = tuple[np.ndarray, np.ndarray]
 """Fixed standard normal noise for a stage A batch, row b for item b: the duration
@@ -55,12 +64,19 @@ the batch needs."""
 class _Device:
     """The modules on their device, and how calls share it."""
 
-    def __init__(self, vits: PiperVits, device: torch.device):
+    def __init__(self, vits: PiperVits, device: torch.device, dtype: torch.dtype = torch.float32):
         self.vits = vits
         self.device = device
+        self.dtype = dtype
         self.lock: contextlib.AbstractContextManager[object] = (
             threading.Lock() if device.type == "cuda" else contextlib.nullcontext()
         )
+
+    def vocoder_call(self) -> contextlib.AbstractContextManager[object]:
+        """The vocoder's precision: float32 as it is, else autocast without its cache."""
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype, cache_enabled=False)
 
     def tensor(self, array: np.ndarray) -> Tensor:
         return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
@@ -137,36 +153,66 @@ class TorchAcousticRunner:
 
 class TorchVocoderRunner:
     """Stage B: latent frames -> float PCM, as `runners.piper.VocoderRunner`: windows of
-    one length share a call."""
+    any lengths share a call."""
 
     def __init__(self, device: _Device, hop: int):
         self._device = device
         self.hop = hop
         self._graphs = BatchGraphs(device.vits)
-        """On CUDA, the vocoder replayed from a graph per (batch bucket, window length):
-        a 52-frame window costs 0.43 ms replayed against 2.3 ms eager."""
+        """On CUDA, the vocoder replayed from a graph per (batch bucket, window frames,
+        masked): a 52-frame window costs 0.43 ms replayed against 2.3 ms eager."""
 
     def run(self, batch: Sequence[np.ndarray], threads: int = 1) -> list[np.ndarray]:
-        """PCM per item."""
-        by_len: dict[int, list[int]] = {}
-        for i, z in enumerate(batch):
-            by_len.setdefault(int(z.shape[-1]), []).append(i)
-        out: list[np.ndarray] = [np.empty(0, np.float32)] * len(batch)
-        with self._device.lock, torch.inference_mode():
-            for members in by_len.values():
-                frames = np.stack([batch[i] for i in members]).astype(np.float32, copy=False)
-                pcm = self._graphs(self._device.tensor(frames)).cpu().numpy()
-                for row, i in enumerate(members):
-                    out[i] = pcm[row]
-        return out
+        """PCM per item, (its frames) * hop samples."""
+        if not batch:
+            return []
+        lengths = [int(z.shape[-1]) for z in batch]
+        z, frames, masked = self._inputs(batch, max(lengths))
+        with self._device.lock, torch.inference_mode(), self._device.vocoder_call():
+            pcm = self._graphs(z, frames, masked=masked).float().cpu().numpy()
+        return [np.ascontiguousarray(pcm[row, : n * self.hop]) for row, n in enumerate(lengths)]
+
+    def capture_graphs(self, window_frames: Sequence[int], max_batch: int) -> int:
+        """Capture the vocoder's graphs for windows of `window_frames` frames at every batch
+        bucket up to `max_batch`, for steps of one length and of mixed lengths: warm-up's
+        work, so that traffic replays. Returns the graphs captured (0 off CUDA)."""
+        if self._device.device.type != "cuda":
+            return 0
+        captured = 0
+        channels = self._device.vits.channels
+        sizes = [b for b in BUCKETS if b <= bucket(max(1, max_batch))]
+        for w in window_frames:
+            if w < 1:
+                raise ValueError(f"a window holds at least one frame, not {w}")
+            for size in sizes:
+                z, frames, _ = self._inputs([np.zeros((channels, w), np.float32)] * size, w)
+                for masked in (False, True):
+                    with self._device.lock, torch.inference_mode(), self._device.vocoder_call():
+                        captured += self._graphs.capture(z, frames, masked=masked)
+        return captured
+
+    def _inputs(self, batch: Sequence[np.ndarray], width: int) -> tuple[Tensor, Tensor, bool]:
+        """z [B, C, width] (zeros past each window's end), its frames [B], and whether
+        they differ (the host's decision to mask)."""
+        z = np.zeros((len(batch), int(batch[0].shape[0]), width), np.float32)
+        for row, item in enumerate(batch):
+            z[row, :, : item.shape[-1]] = item
+        frames = np.array([item.shape[-1] for item in batch], dtype=np.int64)
+        return self._device.tensor(z), self._device.tensor(frames), bool((frames != width).any())
 
 
 class TorchPiperModel(PiperConfig):
     """A loaded Piper voice on torch: the same surface as `runners.piper.PiperModel`
     (config, speakers, `acoustic` and `vocoder` runners) for `engine/adapters/piper.py`."""
 
-    def __init__(self, files: VoiceFiles, device: str = "cpu", cache_dir: Path | None = None):
+    def __init__(
+        self, files: VoiceFiles, device: str = "cpu", cache_dir: Path | None = None, dtype: str = "float32"
+    ):
+        """`dtype`: the vocoder's precision (`DTYPES`)."""
         super().__init__(files)
+        if dtype not in DTYPES:
+            raise ValueError(f"Piper on torch computes in {', '.join(DTYPES)}, not {dtype!r}")
+        self.precision = dtype
         if self.num_speakers > 1:
             raise ValueError(
                 f"{self.name} has {self.num_speakers} speakers; the torch runtime serves single-speaker "
@@ -183,6 +229,10 @@ class TorchPiperModel(PiperConfig):
         vits = build(load_weights(files.model, cache_dir), self.device)
         if vits.dec.hop != self.hop:
             raise ValueError(f"{self.name}: the vocoder upsamples {vits.dec.hop}x, the config says {self.hop}")
-        shared = _Device(vits, self.device)
+        shared = _Device(vits, self.device, getattr(torch, dtype))
         self.acoustic = TorchAcousticRunner(shared)
         self.vocoder = TorchVocoderRunner(shared, self.hop)
+
+    def capture_graphs(self, window_frames: Sequence[int], max_batch: int) -> None:
+        """The vocoder's graphs for the scheduler's window buckets (a no-op off CUDA)."""
+        self.vocoder.capture_graphs(window_frames, max_batch)
