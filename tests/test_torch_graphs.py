@@ -51,10 +51,15 @@ class _NoHostReads(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def assert_capturable(module: torch.nn.Module, args: tuple[torch.Tensor, ...], flags: dict[str, bool]) -> torch.Tensor:
-    """`module(*args, **flags)` runs with no host read and exports as one graph; its output."""
+def assert_capturable(
+    module: torch.nn.Module, args: tuple[torch.Tensor, ...], flags: dict[str, bool], export: bool = True
+) -> torch.Tensor:
+    """`module(*args, **flags)` runs with no host read and (`export`) exports as one
+    graph that computes the same; its output."""
     with torch.inference_mode(), _NoHostReads():
         out = module(*args, **flags)
+    if not export:
+        return out  # type: ignore[no-any-return]
     exported = torch.export.export(module, args, kwargs=flags)
     assert sum(node.op == "call_function" for node in exported.graph.nodes) > 10
     with torch.inference_mode():
@@ -87,8 +92,9 @@ def test_on_the_cpu_the_call_runs_unchanged_with_its_flags() -> None:
 
 def test_the_kokoro_decoder_step_holds_no_host_read() -> None:
     """Random weights at a small width: the trace, not the audio, is what counts. Steps
-    of windows of one length and of mixed lengths leaving frames out, as the runner's
-    flags make them."""
+    of windows of mixed lengths leaving frames out (exported: it takes ~10 s) and of one
+    length, as the runner's flags make them. The float32 step: a reduced precision runs
+    the same operations under autocast."""
     torch.manual_seed(0)
     decoder = Decoder().eval().requires_grad_(False)
     rng = np.random.default_rng(0)
@@ -107,7 +113,7 @@ def test_the_kokoro_decoder_step_holds_no_host_read() -> None:
     out = assert_capturable(decoder, args, {"full": False, "edges": True})
     assert out.shape == (b, 600 * width) and not out[1, 600 * (width - 1) :].any()
     full = (*args[:5], torch.tensor([width, width]), torch.zeros(b, 2))
-    assert_capturable(decoder, full, {"full": True, "edges": False})
+    assert_capturable(decoder, full, {"full": True, "edges": False}, export=False)  # a subset of the same ops
 
 
 def test_the_piper_vocoder_step_holds_no_host_read() -> None:

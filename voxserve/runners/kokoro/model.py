@@ -29,6 +29,7 @@ This module imports torch; it knows nothing of files, requests or scheduling.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -99,11 +100,19 @@ def extent(frames: Tensor, points: Tensor, width: int, left_out: Tensor | None =
     return Extent(None if full else valid[:, None, :].to(torch.float32), weight[:, None, :])
 
 
+def float32(x: Tensor) -> contextlib.AbstractContextManager[object]:
+    """A region computed in float32 whatever the autocast: autocast off where it is on
+    (entered only then: an export of the float32 step then holds no autocast region)."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.autocast(x.device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
 def _instance_norm(x: Tensor, weight: Tensor | None) -> Tensor:
     """(x - mean) / sqrt(var + eps) per item and channel, over time, the statistics
     weighted by `weight` (None: plain means), in float32 whatever the autocast."""
     dtype = x.dtype
-    with torch.autocast(x.device.type, enabled=False):
+    with float32(x):
         x = x.float()
         if weight is None:
             var, mean = torch.var_mean(x, dim=2, keepdim=True, correction=0)
@@ -398,7 +407,7 @@ class Acoustic(nn.Module):
         d_en = self.bert_encoder(self.bert(tokens, valid))
         d = self.predictor.text_encoder(d_en, s, host_lengths, valid)
         h = _lstm(self.predictor.lstm, d, host_lengths)
-        with torch.autocast(tokens.device.type, enabled=False):
+        with float32(h):
             logits = self.predictor.duration_proj.linear_layer(h.float())
         duration = torch.sigmoid(logits).sum(dim=-1) / speed[:, None]
         durations = torch.round(duration).clamp(min=1).to(torch.int64) * valid
@@ -564,7 +573,7 @@ class Generator(nn.Module):
         ext2 = extent(frames, 2 * frames, 2 * width, left_out, full=full)
         ext20 = extent(frames, 20 * frames, 20 * width, left_out, full=full)
         ext120 = extent(frames, 120 * frames + 1, 120 * width + 1, left_out, full=full)
-        with torch.autocast(x.device.type, enabled=False):
+        with float32(x):
             har = ext120.masked(self.spectrum(self.source(f0, 2 * frames, phases), HOP * frames))
         har = har.to(x.dtype)
         x = self.ups[0](ext2.masked(F.leaky_relu(x, 0.1))) + self.noise_res[0](self.noise_convs[0](har), s, ext20)
@@ -573,7 +582,7 @@ class Generator(nn.Module):
         x = x + self.noise_res[1](self.noise_convs[1](har), s, ext120)
         x = (self.resblocks[3](x, s, ext120) + self.resblocks[4](x, s, ext120) + self.resblocks[5](x, s, ext120)) / 3
         x = self.conv_post(ext120.masked(F.leaky_relu(x, 0.01))).float()
-        with torch.autocast(x.device.type, enabled=False):
+        with float32(x):
             return self.inverse(torch.exp(x[:, :11]), torch.sin(x[:, 11:]), ext120)
 
 
