@@ -581,8 +581,9 @@ class Generator(nn.Module):
         x = F.pad(self.ups[1](ext20.masked(F.leaky_relu(x, 0.1))), (1, 0), mode="reflect")
         x = x + self.noise_res[1](self.noise_convs[1](har), s, ext120)
         x = (self.resblocks[3](x, s, ext120) + self.resblocks[4](x, s, ext120) + self.resblocks[5](x, s, ext120)) / 3
-        x = self.conv_post(ext120.masked(F.leaky_relu(x, 0.01))).float()
         with float32(x):
+            # the magnitudes' logs and the phases too: a bfloat16 logit is off by up to 1/256
+            x = self.conv_post(ext120.masked(F.leaky_relu(x.float(), 0.01)))
             return self.inverse(torch.exp(x[:, :11]), torch.sin(x[:, 11:]), ext120)
 
 
