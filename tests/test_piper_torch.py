@@ -3,7 +3,11 @@ the same inputs, noise fixed: the same durations and frame counts, audio within 
 bound of the float32 graphs (whole sentences and vocoder windows with context, and with
 the voice's own noise scales on the same noise), each item of a padded batch as alone,
 the engine's stream and its Whisper round trip as ONNX Runtime's, a user's voice folder
-converted once and cached, and torch left unloaded on the ONNX path.
+converted once and cached, and torch left unloaded on the ONNX path. Vocoder windows of
+different lengths share a call, each with its audio alone. The vocoder in bfloat16
+(`--tts-precision bfloat16`) stays within the bounds set for Kokoro's float32 torch path
+(SNR and log-mel distance to the float32 graph), with Whisper hearing it no worse;
+ONNX Runtime refuses a reduced precision.
 
 Measured on a 2-core AMD EPYC (torch 2.13, float32): whole sentences 90-107 dB from
 ONNX Runtime's audio, vocoder windows 119-124 dB, the fixed-noise graph 95-99 dB, the
@@ -26,6 +30,7 @@ import soxr
 from onnx import TensorProto, helper
 
 from tests.asr_support import SHORT, wer
+from tests.test_kokoro_torch import mel_distance_db
 from voxserve.audio.mel import LogMel
 from voxserve.config import TTSConfig
 from voxserve.engine.adapters.piper import PiperVoice
@@ -66,6 +71,14 @@ BATCH_Z_TOLERANCE = 1e-3
 the convolutions' kernels differ with the padded length)."""
 CONTEXT = 10
 """Context frames on each side of a vocoder window, as the engine's default."""
+MIXED_TOLERANCE = 1e-5
+"""Largest sample difference between a window in a call of mixed lengths and alone
+(the masked convolutions see what a lone window sees; only the order of float sums may
+differ)."""
+HALF_SNR_DB = 14.0
+"""The bfloat16 vocoder against the float32 graph (measured 40.2-40.4 dB)."""
+HALF_MEL_DB = 1.5
+"""The same, log-mel distance (measured 0.79-0.85 dB)."""
 
 
 def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
@@ -161,6 +174,49 @@ def test_a_padded_batch_gives_each_item_its_own_output(
         assert np.array_equal(durations, d) and prior.frames == d.sum()
 
 
+def test_windows_of_different_lengths_share_a_call_each_as_alone(
+    torch_model: TorchPiperModel, onnx_stage_a: list[tuple[np.ndarray, np.ndarray]]
+) -> None:
+    """Bucketed windows of 20, 52 and 36 frames and a 1-frame one in one call, padded
+    and masked: each gets its own samples, as alone."""
+    z = onnx_stage_a[1][0]
+    windows = [np.ascontiguousarray(z[:, a:b]) for a, b in ((0, 20), (10, 62), (40, 76), (80, 81))]
+    together = torch_model.vocoder.run(windows)
+    for window, pcm in zip(windows, together, strict=True):
+        (alone,) = torch_model.vocoder.run([window])
+        assert pcm.shape == alone.shape == (window.shape[-1] * torch_model.hop,)
+        assert np.abs(pcm - alone).max() < MIXED_TOLERANCE
+
+
+def test_the_bfloat16_vocoder_keeps_the_bounds(
+    onnx_model: PiperModel,
+    items: list[AcousticInput],
+    onnx_stage_a: list[tuple[np.ndarray, np.ndarray]],
+    streams: dict[str, list[np.ndarray]],
+) -> None:
+    """Stage A stays float32 (the durations are the graph's); the vocoder's audio within
+    the bounds, on the same z; Whisper hears the engine's bfloat16 streams no worse than
+    ONNX Runtime's."""
+    half = TorchPiperModel(bundled_voice(), dtype="bfloat16")
+    for item, (z, durations) in list(zip(items, onnx_stage_a, strict=True))[:3]:
+        (_, got), = half.acoustic.run_timed([item])
+        assert np.array_equal(got, durations)
+        expected, audio = onnx_model.vocoder.run([z])[0], half.vocoder.run([z])[0]
+        assert snr_db(expected, audio) >= HALF_SNR_DB
+        assert mel_distance_db(expected, audio, sample_rate=onnx_model.sample_rate) <= HALF_MEL_DB
+    heard = _transcripts(_speak("torch", SHORT, noise=0.0, precision="bfloat16"))
+    assert _corpus_wer(SHORT, heard) <= _corpus_wer(SHORT, _transcripts(streams["onnx"]))
+
+
+def test_onnx_runtime_refuses_a_reduced_precision() -> None:
+    with pytest.raises(ValueError, match="--tts-precision bfloat16 applies to the torch runners only"):
+        TTSConfig(models=("piper",), runtime="onnx", precision="bfloat16")
+    with pytest.raises(ValueError, match="unknown TTS precision"):
+        TTSConfig(precision="float8")
+    with pytest.raises(ValueError, match="applies to the torch runners only"):  # auto resolves to onnx here
+        PiperVoice.load(TTSConfig(models=("piper",), device="cpu", precision="float16"))
+
+
 def _with_noise_inputs(model: Path) -> tuple[ort.InferenceSession, dict[str, str]]:
     """The whole voice graph with each random normal node replaced by a cut of a fed
     tensor of noise (its name by the node's), and the durations and z as outputs too."""
@@ -203,10 +259,12 @@ def test_the_voices_own_noise_scales_on_the_same_noise(onnx_model: PiperModel, t
         assert snr_db(audio.reshape(-1), torch_model.vocoder.run([z])[0]) >= SENTENCE_SNR_DB
 
 
-def _speak(runtime: str, texts: list[str], noise: float | None = None) -> list[np.ndarray]:
+def _speak(runtime: str, texts: list[str], noise: float | None = None, precision: str = "float32") -> list[np.ndarray]:
     """Each text through a TTS engine on `runtime`: its whole int16 stream; `noise`:
     both noise scales, None for the voice's own."""
-    config = TTSConfig(models=("piper",), runtime=runtime, fixed_prior=False, noise_scale=noise, noise_w=noise)
+    config = TTSConfig(
+        models=("piper",), runtime=runtime, fixed_prior=False, noise_scale=noise, noise_w=noise, precision=precision
+    )
     engine = TTSEngine(config)
     engine.start()
     try:

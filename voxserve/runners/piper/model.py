@@ -143,7 +143,8 @@ class Generator(nn.Module):
         self.resblocks = nn.ModuleList(_ResBlock(weights, f"dec.resblocks.{i}") for i in range(blocks))
         self.kernels = blocks // ups
         self.conv_post = conv_from(weights, "dec.conv_post")
-        self.hop = int(np.prod([weights.convs[f"dec.ups.{i}"].stride for i in range(ups)]))
+        self.strides = [int(weights.convs[f"dec.ups.{i}"].stride) for i in range(ups)]
+        self.hop = int(np.prod(self.strides))
 
     def forward(self, z: Tensor, frames: Tensor | None = None) -> Tensor:
         """`frames` [B]: each item's frames, where they differ (None: all fill T)."""
@@ -160,9 +161,9 @@ class Generator(nn.Module):
         mask = mask_at(1)
         x = self.conv_pre(masked(z, mask))
         scale = 1
-        for i, up in enumerate(self.ups):
+        for i, (up, stride) in enumerate(zip(self.ups, self.strides, strict=True)):
             x = up(masked(F.leaky_relu(x, LRELU_SLOPE), mask))
-            scale *= int(up.stride[0])
+            scale *= stride
             mask = mask_at(scale)
             blocks = self.resblocks[i * self.kernels : (i + 1) * self.kernels]
             total = blocks[0](x, mask)
