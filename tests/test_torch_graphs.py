@@ -1,6 +1,9 @@
 """The CUDA graph cache and what it captures, proven on the CPU.
 
 - Batch buckets; on the CPU a call runs as it is, its host flags passed through.
+- On a CUDA device (skipped elsewhere): a padded graph gives each item what it gives
+  alone; a key is captured at warm-up or after a few hits; a key whose capture fails
+  runs eagerly and the others keep their graphs, the caller's stream restored.
 - Every step the cache captures (the Kokoro decoder, the Piper vocoder) traces whole
   under `torch.export` and runs without reading the device from the host: a `.item()`,
   a `bool()` of a tensor or a copy to the host in it fails here, as it would fail a
@@ -21,7 +24,7 @@ from torch.overrides import TorchFunctionMode
 from voxserve.runners.kokoro.model import HARMONICS, Decoder, running_phase
 from voxserve.runners.piper.onnx_runner import bundled_voice
 from voxserve.runners.piper.torch_runner import TorchPiperModel
-from voxserve.runners.torch_graphs import BUCKETS, BatchGraphs, bucket
+from voxserve.runners.torch_graphs import BUCKETS, HITS_TO_CAPTURE, BatchGraphs, bucket
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -122,3 +125,42 @@ def test_the_piper_vocoder_step_holds_no_host_read() -> None:
     out = assert_capturable(vits, (z, torch.tensor([6, 4])), {"masked": True})
     assert out.shape == (2, 6 * vits.dec.hop)
     assert_capturable(vits, (z, torch.tensor([6, 6])), {"masked": False})
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+def test_a_padded_graph_gives_each_item_what_it_gives_alone() -> None:
+    conv = torch.nn.Conv1d(4, 2, 3, padding=1).cuda()
+    graphs = BatchGraphs(conv)
+    x = torch.randn(5, 4, 10, device="cuda")
+    with torch.inference_mode():
+        assert graphs.capture(x) and len(graphs) == 1  # warm-up: the bucket of 8
+        out = graphs(x)
+        assert out.shape == (5, 2, 10) and torch.allclose(out, conv(x), atol=1e-5)
+        for _ in range(HITS_TO_CAPTURE - 1):  # the bucket of 4: eager until seen often enough
+            assert torch.allclose(graphs(x[:3]), conv(x[:3]), atol=1e-5)
+            assert len(graphs) == 1
+        assert torch.allclose(graphs(x[:3]), conv(x[:3]), atol=1e-5)
+    assert len(graphs) == 2
+
+
+@cuda
+def test_a_key_that_cannot_be_captured_runs_eagerly_and_the_others_keep_their_graphs() -> None:
+    conv = torch.nn.Conv1d(4, 2, 3, padding=1).cuda()
+
+    def step(x: torch.Tensor, *, sync: bool) -> torch.Tensor:
+        y = conv(x)
+        return y * float(y.sum()) if sync else y  # float(): a host read, which a capture refuses
+
+    graphs = BatchGraphs(step)
+    x = torch.randn(4, 4, 10, device="cuda")
+    stream = torch.cuda.current_stream()
+    with torch.inference_mode():
+        assert not graphs.capture(x, sync=True)
+        assert torch.cuda.current_stream() == stream
+        expected = conv(x)
+        assert torch.allclose(graphs(x, sync=True), expected * float(expected.sum()), rtol=1e-4)
+        assert graphs.capture(x, sync=False) and len(graphs) == 1
+        assert torch.allclose(graphs(x, sync=False), expected, atol=1e-5)
