@@ -108,7 +108,7 @@ def test_help_comes_from_the_docstring() -> None:
     assert "\n" not in field_docs(ServerConfig)["request_timeout_s"]
 
 
-_CHOICES = {"device": "cpu", "runtime": "torch"}
+_CHOICES = {"device": "cpu", "runtime": "torch", "precision": "bfloat16"}
 """Fields that take one of a few names: a valid one other than the default."""
 
 
