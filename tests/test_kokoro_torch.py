@@ -33,6 +33,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.asr_support import SHORT, wer
+from tests.audio_parity import mel_distance_db
 from voxserve.audio.mel import LogMel
 from voxserve.config import TTSConfig
 from voxserve.engine.adapters.kokoro import KokoroItem, KokoroVoice
@@ -70,28 +71,6 @@ the order of float sums differs)."""
 def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
     err = reference.astype(np.float64) - test
     return float(10 * np.log10(np.sum(reference.astype(np.float64) ** 2) / max(float(np.sum(err**2)), 1e-30)))
-
-
-def mel_distance_db(
-    a: np.ndarray, b: np.ndarray, n_fft: int = 1024, hop: int = 256, bands: int = 80, sample_rate: int = SAMPLE_RATE
-) -> float:
-    """Mean absolute log-mel difference (dB) over the frames louder than -60 dB of a's peak."""
-
-    def log_mel(pcm: np.ndarray) -> np.ndarray:
-        frames = 1 + max(0, len(pcm) - n_fft) // hop
-        window = np.hanning(n_fft)
-        spec = np.abs(np.fft.rfft(np.stack([pcm[i * hop : i * hop + n_fft] * window for i in range(frames)]))) ** 2
-        mel = 2595 * np.log10(1 + np.linspace(0, sample_rate / 2, spec.shape[1]) / 700)
-        edges = np.linspace(0, mel[-1], bands + 2)
-        fb = np.stack(
-            [np.clip(np.minimum((mel - lo) / (mid - lo), (hi - mel) / (hi - mid)), 0, None)
-             for lo, mid, hi in zip(edges, edges[1:], edges[2:], strict=False)]
-        )
-        return np.asarray(10 * np.log10(spec @ fb.T + 1e-10))
-
-    ma, mb = log_mel(a), log_mel(b)
-    loud = ma.max(axis=1) > ma.max() - 60
-    return float(np.mean(np.abs(ma[loud] - mb[loud])))
 
 
 def ort_dft() -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
@@ -181,7 +160,7 @@ def test_stage_b_audio_is_within_the_stated_snr(
     (own,) = torch_model.decoder.run([decoder_input])
     assert own.shape == first_audio.shape
     assert snr_db(first_audio, own) >= SNR_OWN_FFT_DB
-    assert mel_distance_db(first_audio, own) <= MEL_DB
+    assert mel_distance_db(first_audio, own, sample_rate=SAMPLE_RATE) <= MEL_DB
     monkeypatch.setattr(torch_model.decoder.module.generator, "dft", ort_dft())
     (same_stft,) = torch_model.decoder.run([decoder_input])
     assert snr_db(first_audio, same_stft) >= SNR_ORT_STFT_DB
@@ -268,7 +247,7 @@ def test_the_bfloat16_decoder_keeps_the_float32_paths_bounds(
         assert np.array_equal(got.durations, ref.durations) and got.frames == ref.frames
     pcm = [half.decoder.run([ref.decoder_input])[0] for ref in reference[: len(prompts)]]
     assert snr_db(first_audio, pcm[0]) >= SNR_OWN_FFT_DB
-    assert mel_distance_db(first_audio, pcm[0]) <= MEL_DB
+    assert mel_distance_db(first_audio, pcm[0], sample_rate=SAMPLE_RATE) <= MEL_DB
     half_wer = np.mean([wer(t, _transcribe(whisper, p)) for t, p in zip(WHISPER_TEXTS, pcm, strict=True)])
     assert half_wer <= onnx_wer, (half_wer, onnx_wer)
 

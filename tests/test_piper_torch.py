@@ -30,7 +30,7 @@ import soxr
 from onnx import TensorProto, helper
 
 from tests.asr_support import SHORT, wer
-from tests.test_kokoro_torch import mel_distance_db
+from tests.audio_parity import mel_distance_db
 from voxserve.audio.mel import LogMel
 from voxserve.config import TTSConfig
 from voxserve.engine.adapters.piper import PiperVoice

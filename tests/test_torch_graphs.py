@@ -151,7 +151,7 @@ def test_a_key_that_cannot_be_captured_runs_eagerly_and_the_others_keep_their_gr
     conv = torch.nn.Conv1d(4, 2, 3, padding=1).cuda()
 
     def step(x: torch.Tensor, *, sync: bool) -> torch.Tensor:
-        y = conv(x)
+        y: torch.Tensor = conv(x)
         return y * float(y.sum()) if sync else y  # float(): a host read, which a capture refuses
 
     graphs = BatchGraphs(step)
