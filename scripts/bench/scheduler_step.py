@@ -29,6 +29,7 @@ import numpy as np
 from voxserve.engine.adapters import kokoro, piper
 from voxserve.engine.scheduler import Budget, Scheduler
 from voxserve.engine.work import AcousticWork, Latent, ModelProfile, VocoderWork, Work
+from voxserve.runners.kokoro.onnx_runner import HOP, SAMPLE_RATE
 
 STEP_BASE_S = 0.004
 """A step's fixed device time (launches, one graph replay)."""
@@ -42,7 +43,7 @@ def profile(name: str) -> ModelProfile:
     """A profile like the adapter's (its chunk plan, growth and buckets, where it has them)."""
     if name == "kokoro":
         base = ModelProfile(
-            "kokoro", kokoro.HOP, kokoro.SAMPLE_RATE, kokoro.CHUNKING, acoustic_s_per_id=2e-3,
+            "kokoro", HOP, SAMPLE_RATE, kokoro.CHUNKING, acoustic_s_per_id=2e-3,
             chunk_growth=kokoro.GROWTH, crossfade=kokoro.CROSSFADE,
         )
     else:
