@@ -37,7 +37,7 @@ from voxserve.engine.scheduler import CREDITS, Budget, Scheduler
 from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
-from voxserve.engine.work import AcousticWork, StageInput, VocoderWork, Work
+from voxserve.engine.work import AcousticWork, StageInput, VocoderChunking, VocoderWork, Work
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.text.split import normalize, segment
 
@@ -236,22 +236,21 @@ class EngineStats:
     starting, a live stream about to run dry, or no room in the load budget."""
     step_units: dict[str, dict[int, int]] = field(default_factory=lambda: {"acoustic": {}, "vocoder": {}})
     """Device steps by stage and by the units they held (a CPU step holds one)."""
-    step_frames: dict[str, int] = field(default_factory=lambda: {"kept": 0, "context": 0, "padding": 0})
-    """Frames the vocoder steps decoded, in three parts: `kept`, the chunks' own frames;
-    `context`, the frames decoded around them and cropped away (the plan's context, and
-    what a window bucket adds); `padding`, what a batched call adds to each span to
-    make it as long as the step's longest (`step_frames_of`)."""
+    step_frames: dict[str, int] = field(
+        default_factory=lambda: {"kept": 0, "context": 0, "bucket": 0, "padding": 0}
+    )
+    """Frames the vocoder steps decoded, by part (`step_frames_of`)."""
     units: dict[str, float] = field(default_factory=dict)
     """Each model's mean units per vocoder step, recent steps weighing most
     (`UNITS_WEIGHT`); absent before its first step."""
 
-    def step(self, model: str, stage: str, step: Sequence[Work]) -> None:
-        """Count one device step of `stage` on `model`."""
+    def step(self, model: str, stage: str, step: Sequence[Work], chunking: VocoderChunking | None = None) -> None:
+        """Count one device step of `stage` on `model` (whose chunk plan is `chunking`)."""
         counts = self.step_units[stage]
         counts[len(step)] = counts.get(len(step), 0) + 1
         if stage != "vocoder":
             return
-        for part, frames in step_frames_of([w for w in step if isinstance(w, VocoderWork)]).items():
+        for part, frames in step_frames_of([w for w in step if isinstance(w, VocoderWork)], chunking).items():
             self.step_frames[part] += frames
         mean = self.units.get(model)
         self.units[model] = len(step) if mean is None else mean + UNITS_WEIGHT * (len(step) - mean)
@@ -262,14 +261,29 @@ class EngineStats:
         return self.step_frames["padding"] / total if total else None
 
 
-def step_frames_of(step: Sequence[VocoderWork]) -> dict[str, int]:
-    """A vocoder step's frames by part (`EngineStats.step_frames`): kept, context, and
-    the padding that brings every span of the call to its longest span's length."""
+def step_frames_of(step: Sequence[VocoderWork], chunking: VocoderChunking | None = None) -> dict[str, int]:
+    """A vocoder step's frames by part:
+    - `kept`: the chunks' own frames, the audio they send;
+    - `context`: the plan's context frames around them (`chunking`), decoded and
+      cropped away so that joins are seamless;
+    - `bucket`: the further context a window bucket adds (`bucket_window`), decoded and
+      cropped away too, so that windows of different plan points share one call;
+    - `padding`: what a batched call adds to each span to make it as long as the
+      step's longest span: computed and thrown away, never a frame of the latent.
+    Padding's share of all four is what a batched step wastes to run spans of
+    different lengths together."""
     spans = [work.hi - work.lo for work in step if work.hi > work.lo]
     kept = sum(work.end - work.start for work in step)
+    context = 0
+    for work in step:
+        if chunking is not None:
+            frames = work.latent.frames
+            context += min(chunking.left_context, work.start) + min(chunking.right_context, frames - work.end)
+    context = min(context, sum(spans) - kept)
     return {
         "kept": kept,
-        "context": sum(spans) - kept,
+        "context": context,
+        "bucket": sum(spans) - kept - context,
         "padding": len(spans) * max(spans, default=0) - sum(spans),
     }
 
@@ -700,7 +714,7 @@ class TTSEngine(WorkerEngine):
                 busy[index] = busy.get(index, 0.0) + spent
                 stage = "acoustic" if isinstance(step[0], AcousticWork) else "vocoder"
                 self.stats.costs[model.name].add(stage, spent, audio, step[0].threads, len(step))
-                self.stats.step(model.name, stage, step)
+                self.stats.step(model.name, stage, step, model.profile.chunking)
 
     def _worker_died(self, index: int, exc: BaseException) -> None:
         with self._cond:

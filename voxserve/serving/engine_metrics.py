@@ -150,14 +150,16 @@ class EngineCollector(Collector):
         yield units
         yield f.counter_by(
             "voxserve_tts_step_frames",
-            "Frames decoded by vocoder steps: the chunks' own (part=kept), the context decoded "
-            "around them and cropped (part=context, window buckets included), and padding to "
-            "the longest span of a batched step (part=padding)",
+            "Frames decoded by vocoder steps: the chunks' own (part=kept), the plan's context "
+            "decoded around them and cropped (part=context), the further context a window "
+            "bucket adds (part=bucket), and padding to the longest span of a batched step "
+            "(part=padding)",
             "part", lambda s: s.get("step_frames", {}).items(),
         )
         yield f.gauge(
             "voxserve_tts_padded_frame_share",
-            "Padding's share of the frames vocoder steps decoded (-1 before any step)",
+            "Padding's share of the frames vocoder steps decoded, all four parts of "
+            "voxserve_tts_step_frames_total (-1 before any step)",
             lambda s: -1.0 if s.get("padded_share") is None else s["padded_share"],
         )
 
