@@ -5,6 +5,7 @@ frames; and the units per step reach `/metrics`."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import statistics
 from dataclasses import dataclass
@@ -17,7 +18,14 @@ from tests.conftest import RunningServer
 from voxserve.engine.adapters import kokoro, piper
 from voxserve.engine.scheduler import Budget, Scheduler
 from voxserve.engine.tts import step_frames_of
-from voxserve.engine.work import AcousticWork, Latent, ModelProfile, VocoderWork, Work, bucket_window
+from voxserve.engine.work import (
+    AcousticWork,
+    Latent,
+    ModelProfile,
+    VocoderWork,
+    Work,
+    bucket_window,
+)
 from voxserve.runners.kokoro.onnx_runner import HOP, SAMPLE_RATE
 
 KOKORO = ModelProfile(
@@ -140,7 +148,7 @@ def test_the_kept_frames_of_a_latent_tile_it_exactly() -> None:
                 s.complete_vocoder(work, (work.end - work.start) * HOP, now)
     for segment, spans in kept.items():
         assert spans[0][0] == 0 and spans[-1][1] == frames[segment]
-        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
 
 
 def test_a_window_grows_to_its_bucket_with_real_context() -> None:
