@@ -16,8 +16,9 @@ of one stream. One policy serves every device:
   runs out, one sentence ahead at most.
 - **One budget** (`Budget`): a device's slots, each unit holding the slots of its
   threads. A CPU worker's step is one unit (`next_work`); a batched device's step (a GPU)
-  is up to `batch` units of one stage, one model and one window size, filled from the
-  head of the ranking down (`next_step`). Stage A holds at most `acoustic_slots` (a CPU:
+  is up to `batch` units of one stage, one model and one window bucket, filled best
+  first: the head's kind if it is urgent, else the kind with the most units waiting
+  (`next_step`). Stage A holds at most `acoustic_slots` (a CPU:
   all its workers but one) while chunks wait, unless a newcomer's stage A would make no live stream
   urgent, or it is itself urgent and no chunk is (`_may_take_vocoders_worker`).
 - **Spare capacity**, the slots the ranked units leave free, is spent, never left idle:
@@ -230,6 +231,15 @@ class _Stream:
     (`Scheduler._queues`) of an older version are stale."""
     window: tuple[int, int, int, int, int] | None = None
     """Its next chunk's window (`Scheduler._window`), kept until its state changes."""
+    queued: list[_Queues] = field(default_factory=list)
+    """The queues that hold its current (not stale) entries."""
+
+    def unqueue(self) -> None:
+        """Make its queued entries stale."""
+        self.version += 1
+        for queues in self.queued:
+            queues.size -= 1
+        self.queued.clear()
 
     def open_latent(self) -> _Latent | None:
         for lat in self.latents:
@@ -256,6 +266,19 @@ class _Queues:
     kind: tuple[str, int]
     live: list[_Entry] = field(default_factory=list)
     new: list[_Entry] = field(default_factory=list)
+    size: int = 0
+    """Entries that are not stale: the units of this kind that may be claimed now."""
+
+    def push(self, heap: list[_Entry], entry: _Entry) -> None:
+        heapq.heappush(heap, entry)
+        self.size += 1
+        entry[4].queued.append(self)
+
+    def _pop(self, heap: list[_Entry]) -> _Stream:
+        stream = heapq.heappop(heap)[4]
+        self.size -= 1
+        stream.queued.remove(self)
+        return stream
 
     def head_live(self) -> _Entry | None:
         return _head(self.live)
@@ -268,11 +291,11 @@ class _Queues:
         new streams', then the other live units."""
         out: list[_Stream] = []
         while len(out) < n and (top := _head(self.live)) is not None and top[0] - now <= slack:
-            out.append(heapq.heappop(self.live)[4])
-        while len(out) < n and (top := _head(self.new)) is not None:
-            out.append(heapq.heappop(self.new)[4])
-        while len(out) < n and (top := _head(self.live)) is not None:
-            out.append(heapq.heappop(self.live)[4])
+            out.append(self._pop(self.live))
+        while len(out) < n and _head(self.new) is not None:
+            out.append(self._pop(self.new))
+        while len(out) < n and _head(self.live) is not None:
+            out.append(self._pop(self.live))
         return out
 
 
@@ -377,7 +400,7 @@ class Scheduler:
         """Forget a stream; its in-flight work is discarded on completion."""
         stream = self._streams.pop(stream_id, None)
         if stream is not None:
-            stream.version += 1
+            stream.unqueue()
         return stream is not None
 
     def taken(self, stream_id: int) -> None:
@@ -453,7 +476,7 @@ class Scheduler:
         does, and a step reads that at its own `now`."""
         if not self.budget.stepped:
             return
-        stream.version += 1
+        stream.unqueue()
         stream.window = None
         if stream.id not in self._streams:
             return
@@ -465,13 +488,13 @@ class Scheduler:
             if queues is None:
                 queues = self._queues[kind] = _Queues(kind)
             if stream.first_packet_at is None:
-                heapq.heappush(queues.new, (stream.arrival, stream.id, acoustic, stream.version, stream))
+                queues.push(queues.new, (stream.arrival, stream.id, acoustic, stream.version, stream))
             else:
                 deadline = self._deadline(stream, acoustic)
                 if not acoustic:
                     lo, hi, _, _, _ = self._next_window(stream)
                     deadline -= self._vocoder_s_per_frame.get(stream.profile.name, 0.0) * (hi - lo)
-                heapq.heappush(queues.live, (deadline, stream.id, acoustic, stream.version, stream))
+                queues.push(queues.live, (deadline, stream.id, acoustic, stream.version, stream))
             self._entries += 1
         if self._entries > 4 * len(self._streams) + 1024:
             self._compact()
@@ -657,9 +680,10 @@ class Scheduler:
 
     def next_step(self, now: float, elsewhere: bool = False) -> list[Work]:
         """The units of the next step: one unit on a CPU worker (`next_work`); on a batched
-        device, up to `batch` units that one call can run together, taken from the head
-        of the same ranking: the best unit decides the stage, the model and (for a
-        chunk) the window size, and the next best units of that kind fill the step.
+        device, up to `batch` units that one call can run together (one kind: `_kind`),
+        best first by the same ranking. The best unit's kind, if it is urgent; else the
+        kind with the most units waiting, so that steps fill: a step costs the device
+        little more for more units, and an urgent unit still goes first.
         Room left in the step goes to a further chunk of the streams already in it (the
         budget's `spare_chunks`), which a batched call runs for little more time.
         Empty when nothing can run or every slot is held."""
@@ -685,8 +709,11 @@ class Scheduler:
                     head, chosen = key, queues
         if head is None or chosen is None:
             return []
-        acoustic = head[3]
+        fullest = max(self._queues.values(), key=lambda queues: queues.size)
+        if head[0] != Rank.URGENT and fullest.size > chosen.size:
+            chosen = fullest  # nothing is urgent: the kind with the most units waiting
         units = chosen.take(free, now, self.urgent_slack)
+        acoustic = chosen.kind[1] == -1
         step: list[Work] = [self._claim_acoustic(unit) if acoustic else self._claim_vocoder(unit) for unit in units]
         if not acoustic:
             for work in list(step):
@@ -833,7 +860,7 @@ class Scheduler:
             self._release_workers(work)
         stream = self._streams.pop(stream_id, None)
         if stream is not None:
-            stream.version += 1
+            stream.unqueue()
 
     def _release_workers(self, work: Work) -> None:
         self._busy = max(0, self._busy - work.threads)
