@@ -17,8 +17,8 @@ of one stream. One policy serves every device:
 - **One budget** (`Budget`): a device's slots, each unit holding the slots of its
   threads. A CPU worker's step is one unit (`next_work`); a batched device's step (a GPU)
   is up to `batch` units of one stage, one model and one window bucket, filled best
-  first: the head's kind if it is urgent, else the kind with the most units waiting
-  (`next_step`). Stage A holds at most `acoustic_slots` (a CPU:
+  first: the head's kind if it is urgent (or a new stream's that waited `NEW_WAIT_S`),
+  else the kind with the most units waiting (`next_step`). Stage A holds at most `acoustic_slots` (a CPU:
   all its workers but one) while chunks wait, unless a newcomer's stage A would make no live stream
   urgent, or it is itself urgent and no chunk is (`_may_take_vocoders_worker`).
 - **Spare capacity**, the slots the ranked units leave free, is spent, never left idle:
@@ -102,6 +102,12 @@ Chunks are independent given their context frames."""
 BURST_WAITING = 3
 """A stream whose first chunk is claimed while at least this many other new streams wait
 for theirs starts with the plan's second chunk size (`Scheduler._burst`)."""
+
+
+NEW_WAIT_S = 0.05
+"""On a batched device, how long the best new stream's unit may wait while steps go to
+a fuller kind (`Scheduler.next_step`): about two full steps of a GPU, so that a new
+stream's first audio waits a few tens of ms for steps that fill, and no longer."""
 
 
 class Rank(IntEnum):
@@ -681,9 +687,10 @@ class Scheduler:
     def next_step(self, now: float, elsewhere: bool = False) -> list[Work]:
         """The units of the next step: one unit on a CPU worker (`next_work`); on a batched
         device, up to `batch` units that one call can run together (one kind: `_kind`),
-        best first by the same ranking. The best unit's kind, if it is urgent; else the
-        kind with the most units waiting, so that steps fill: a step costs the device
-        little more for more units, and an urgent unit still goes first.
+        best first by the same ranking. The best unit's kind, if it is urgent or a new
+        stream's that has waited `NEW_WAIT_S`; else the kind with the most units
+        waiting, so that steps fill: a step costs the device little more for more
+        units, and urgent units and first audio still go first.
         Room left in the step goes to a further chunk of the streams already in it (the
         budget's `spare_chunks`), which a batched call runs for little more time.
         Empty when nothing can run or every slot is held."""
@@ -710,7 +717,8 @@ class Scheduler:
         if head is None or chosen is None:
             return []
         fullest = max(self._queues.values(), key=lambda queues: queues.size)
-        if head[0] != Rank.URGENT and fullest.size > chosen.size:
+        waited = head[0] == Rank.NEW and now - head[1] >= NEW_WAIT_S
+        if head[0] != Rank.URGENT and not waited and fullest.size > chosen.size:
             chosen = fullest  # nothing is urgent: the kind with the most units waiting
         units = chosen.take(free, now, self.urgent_slack)
         acoustic = chosen.kind[1] == -1
