@@ -122,15 +122,16 @@ class Sim:
         p = self.profiles[name]
         return p.hop, p.sample_rate
 
-    def run(self, steps: int, timed: list[float] | None = None) -> None:
+    def run(self, steps: int, timed: list[float] | None = None, claimed: list[int] | None = None) -> None:
         done = 0
         while done < steps:
             while len(self.in_flight) < 2:
                 t0 = time.perf_counter_ns()
                 step = self.sched.next_step(self.now)
                 t1 = time.perf_counter_ns()
-                if timed is not None:
+                if timed is not None and claimed is not None:
                     timed.append((t1 - t0) / 1e3)
+                    claimed.append(len(step))
                 if not step:
                     break
                 stage = "acoustic" if isinstance(step[0], AcousticWork) else "vocoder"
@@ -163,8 +164,9 @@ def main() -> None:
     sim.run(args.warm)
     sim.units = {"acoustic": [], "vocoder": []}
     timed: list[float] = []
+    claimed: list[int] = []
     while len(timed) < args.calls:
-        sim.run(50, timed)
+        sim.run(50, timed, claimed)
     q = statistics.quantiles(timed, n=100)
     vocoder = sim.units["vocoder"]
     print(
@@ -172,7 +174,7 @@ def main() -> None:
         f"next_step p50={q[49]:.1f} us p99={q[98]:.1f} us "
         f"mean units/vocoder step={statistics.fmean(vocoder):.1f} "
         f"mean units/stage A step={statistics.fmean(sim.units['acoustic'] or [0]):.1f} "
-        f"ready at the end={sum(1 for _ in sim.sched.ids())} live"
+        f"us per unit claimed={sum(timed) / max(1, sum(claimed)):.2f}"
     )
 
 
