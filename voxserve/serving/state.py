@@ -175,6 +175,7 @@ class AppState:
             "capacity": self.engine.capacity_streams(),
             "costs": self.engine.costs(),
             "gated": self.admission.gated,
+            **self.engine.step_stats(),
         }
 
 

@@ -48,7 +48,7 @@ from voxserve.text.phonemize import Phonemizer
 if TYPE_CHECKING:
     from voxserve.runners.piper.torch_runner import TorchAcousticRunner, TorchPiperModel
 
-__all__ = ["CHUNKING", "OUTPUT_GAIN", "PiperItem", "PiperVoice"]
+__all__ = ["CHUNKING", "OUTPUT_GAIN", "WINDOW_BUCKETS", "PiperItem", "PiperVoice"]
 
 CHUNKING = VocoderChunking(
     first_chunk_frames=16,
@@ -63,6 +63,14 @@ second is due; 12 for a stream that arrives alone, which leaves sooner and still
 the second chunk time to arrive on the free cores. Chunks then
 double up to 128 frames, where the context frames cost 1.16x the frames kept; 10 frames of
 context on each side make the joins seamless. Figures: docs/BENCHMARKS.md."""
+
+WINDOW_BUCKETS = (26, 52, 84, 116, 148, 164)
+"""Window sizes (frames, context included) a batched device decodes Piper's chunks in
+(`ModelProfile.window_buckets`): the plan's first three windows (16, 32 and 64 frames
+with their context), its full 128-frame window, one between for a sentence's last
+chunk, and the largest a last chunk can be (128 + 15 frames merged + 20 of context).
+Piper's decoder is convolutional, so the extra context frames leave a chunk's own
+samples as they were."""
 
 OUTPUT_GAIN = 1.15
 """Fixed gain on the raw vocoder output, the same for every sentence so that a chunk can
@@ -126,7 +134,10 @@ class PiperVoice:
         self.phonemizer = Phonemizer(model.config)
         self._name = name or model.name
         self._model_ids = model_ids
-        self._profile = ModelProfile(self._name, model.hop, model.sample_rate, chunking)
+        self._profile = ModelProfile(
+            self._name, model.hop, model.sample_rate, chunking,
+            window_buckets=WINDOW_BUCKETS if chunking is not None else (),
+        )
         self._flow_head = 0
         """The segment's head whose chunks run a deferred flow on their own windows: up to
         where the third chunk's window ends (see `_DeferredFlow`); 0 without chunking."""
