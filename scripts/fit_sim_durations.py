@@ -6,8 +6,10 @@ Kokoro, its mean energy) to `voxserve/runners/sim/durations.json`:
 
     .venv/bin/python scripts/fit_sim_durations.py [--out PATH]
 
-Kokoro is fitted on the voices the bench and the warm-up use, at speed 1; Piper on its
-one speaker at the voice's own scales (its duration noise included, as served).
+Each prompt is cut into segments as the engine cuts it. Kokoro is fitted on the voice the
+bench and the warm-up use (af_alloy, OpenAI's "alloy"), at speed 1: other voices speak up
+to about 10 % faster or slower. Piper is fitted on its one speaker at the voice's own
+scales (its duration noise included, as served).
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from voxserve.bench.prompts import BUILTIN_PROMPTS
 from voxserve.config import TTSConfig
 from voxserve.engine.adapters.kokoro import KokoroVoice
 from voxserve.engine.adapters.piper import PiperVoice
+from voxserve.engine.tts import FIRST_SEGMENT_CHARS, MAX_SEGMENT_CHARS
 from voxserve.runners.kokoro.onnx_runner import KokoroInput
 from voxserve.runners.sim.durations import TABLE_FILE
 from voxserve.text.kokoro_vocab import KOKORO_VOCAB
+from voxserve.text.split import normalize, segment
 
-KOKORO_VOICES = ("af_alloy", "am_onyx", "af_heart")
+KOKORO_VOICES = ("af_alloy",)
 
 
 def _table(frames: dict[int, list[float]], levels: dict[int, list[float]], vocabulary: int) -> dict[str, object]:
@@ -38,12 +42,26 @@ def _table(frames: dict[int, list[float]], levels: dict[int, list[float]], vocab
     return {"vocabulary": vocabulary, "ids": ids}
 
 
+def _segments(prompts: list[str], sentence_chars: int | None) -> list[str]:
+    """The prompts cut as `TTSEngine.prepare` cuts them for a model whose profile has
+    `sentence_chars`."""
+    return [
+        piece
+        for text in prompts
+        for piece in segment(
+            normalize(text),
+            first_max_chars=FIRST_SEGMENT_CHARS if sentence_chars is None else None,
+            max_chars=MAX_SEGMENT_CHARS if sentence_chars is None else sentence_chars,
+        )
+    ]
+
+
 def fit_piper(prompts: list[str]) -> dict[str, object]:
     voice = PiperVoice.load(TTSConfig(models=("piper",), device="cpu", runtime="onnx", fixed_prior=False))
     speaker = voice.voices[0]
     frames: dict[int, list[float]] = defaultdict(list)
     levels: dict[int, list[float]] = defaultdict(list)
-    for text in prompts:
+    for text in _segments(prompts, voice.profile.sentence_chars):
         items = voice.inputs(text, speaker, 1.0)
         for item, (_, durations) in zip(items, voice.model.acoustic.run_timed(items), strict=True):
             for i, d in zip(item.ids.tolist(), durations.tolist(), strict=True):
@@ -62,7 +80,7 @@ def fit_kokoro(prompts: list[str]) -> dict[str, object]:
     pad_levels: list[float] = []
     for name in KOKORO_VOICES:
         ref = voice.resolve_voice(name)
-        for text in prompts:
+        for text in _segments(prompts, voice.profile.sentence_chars):
             items = voice.inputs(text, ref, 1.0)
             out = runner.run([KokoroInput(i.ids, i.style, i.speed) for i in items])
             for item, result in zip(items, out, strict=True):
