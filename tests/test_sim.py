@@ -4,6 +4,7 @@ models, and a real server on it serving both voice models to a real client."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -140,4 +141,19 @@ def test_a_server_on_the_sim_device_serves_both_models_and_says_what_it_is() -> 
         assert 'voxserve_device_info{device="sim",engine="speech"} 1.0' in metrics
         busy = [line for line in metrics.splitlines() if line.startswith("voxserve_sim_device_busy_seconds_total")]
         assert busy and float(busy[0].split()[-1]) > 0
+
+
+def test_the_load_tool_spreads_its_clients_over_processes(tmp_path: Path) -> None:
+    config = server_config(build_parser().parse_args(["serve", "--device", "sim", "--no-asr", "--tts-gpu-batch", "8"]))
+    with run_server(config) as srv:
+        out = tmp_path / "spread.json"
+        argv = ["bench", "speech", "--base-url", srv.base_url, "--concurrency", "4", "--num-prompts", "8",
+                "--processes", "2", "--warmup", "1", "--no-progress", "-o", str(out)]
+        assert main(argv) == 0
+    result = json.loads(out.read_text())
+    level = result["levels"][0]
+    assert result["settings"]["processes"] == 2
+    assert [r["index"] for r in level["records"]] == list(range(8))
+    assert level["summary"]["completed"] == 8 and level["summary"]["audio_s"] > 0
+    assert level["client_lag_s"]["n"] > 0  # the children's own loops were measured
 

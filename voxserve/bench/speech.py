@@ -21,6 +21,7 @@ import aiohttp
 from voxserve.bench.levels import BenchError, measure_levels
 from voxserve.bench.load import LevelRun, run_level
 from voxserve.bench.metrics import continuity_ok_rate, max_underrun, parse_server_timing, summarize
+from voxserve.bench.spread import run_spread_level
 
 __all__ = [
     "SpeechApi",
@@ -266,8 +267,10 @@ async def bench_speech(target: SpeechApi, prompts: list[str], levels: list[int],
                        request_rate: float | None = None, warmup: int = 2,
                        threshold_s: float = 0.1, probe_health: bool = True,
                        health_interval_s: float = 0.05, progress: bool = True,
-                       seed: int = 0) -> dict[str, Any]:
-    """Warm up, then run every level: {"levels": [...], "health": {...}}."""
+                       seed: int = 0, processes: int = 1) -> dict[str, Any]:
+    """Warm up, then run every level: {"levels": [...], "health": {...}}. With
+    `processes` > 1 each level's clients run in that many child processes
+    (`bench/spread.py`), so that the client is not the bound."""
     if probe_health and target.health_path is None:
         raise BenchError(f"{target.url} has no health endpoint to probe; turn probing off")
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)  # 0: no pool limit
@@ -281,6 +284,10 @@ async def bench_speech(target: SpeechApi, prompts: list[str], levels: list[int],
                                  f"(status {rec.status}): {rec.error}")
 
         async def level(concurrency: int) -> tuple[LevelRun[SpeechRecord], dict[str, Any]]:
+            if processes > 1:
+                spread, lag = await run_spread_level(target, prompts, concurrency, request_rate, seed, processes)
+                spread.client_lag_s = lag
+                return spread, summarize_speech(spread.results, spread.wall_s, threshold_s)
             start = time.perf_counter()
 
             async def request(index: int, scheduled: float) -> SpeechRecord:
