@@ -64,7 +64,8 @@ def test_one_simulated_gpu_runs_one_step_at_a_time_while_hosts_overlap() -> None
         t.join(5)
     # Two 0.1 s device shares queue one behind the other.
     assert max(ends) >= 0.2 - 1e-3 and min(ends) >= 0.1 - 1e-3, ends
-    assert device.steps == 2 and device.busy_s == pytest.approx(0.2)
+    busy, by_stage = device.use()
+    assert busy == pytest.approx(0.2) and by_stage == {"": (2, 2)}
 
 
 def test_the_host_share_is_this_threads_cpu() -> None:
@@ -141,6 +142,7 @@ def test_a_server_on_the_sim_device_serves_both_models_and_says_what_it_is() -> 
         assert 'voxserve_device_info{device="sim",engine="speech"} 1.0' in metrics
         busy = [line for line in metrics.splitlines() if line.startswith("voxserve_sim_device_busy_seconds_total")]
         assert busy and float(busy[0].split()[-1]) > 0
+        assert 'voxserve_sim_device_calls_total{stage="kokoro.decoder"}' in metrics
 
 
 def test_the_load_tool_spreads_its_clients_over_processes(tmp_path: Path) -> None:

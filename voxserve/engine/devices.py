@@ -48,9 +48,9 @@ def resolve_device(device: str, runtime: str, cpu_runtime: str) -> tuple[str, st
     return device, runtime
 
 
-def sim_device_use() -> tuple[float, int]:
-    """The simulated GPU's device seconds and calls so far in this process."""
+def sim_device_use() -> tuple[float, dict[str, tuple[int, int]]]:
+    """The simulated GPU's device seconds so far in this process, and its (calls, items)
+    by stage."""
     from voxserve.runners.sim.device import sim_device
 
-    device = sim_device()
-    return device.busy_s, device.steps
+    return sim_device().use()

@@ -68,15 +68,22 @@ _REALTIME_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5,
 
 
 class _SimDeviceCollector(Collector):
-    """The simulated GPU's use: device seconds run and calls, since start."""
+    """The simulated GPU's use since start: device seconds, and calls and the items they
+    held by stage (items / calls is the mean batch of a step)."""
 
-    def __init__(self, read: Callable[[], tuple[float, int]]):
+    def __init__(self, read: Callable[[], tuple[float, dict[str, tuple[int, int]]]]):
         self._read = read
 
     def collect(self) -> Iterator[Metric]:
-        busy, steps = self._read()
+        busy, by_stage = self._read()
         yield CounterMetricFamily("voxserve_sim_device_busy_seconds", "Device seconds the simulated H200 ran", busy)
-        yield CounterMetricFamily("voxserve_sim_device_steps", "Calls the simulated H200 ran", steps)
+        calls = CounterMetricFamily("voxserve_sim_device_calls", "Calls the simulated H200 ran, by stage", labels=["stage"])
+        items = CounterMetricFamily("voxserve_sim_device_items", "Items those calls held, by stage", labels=["stage"])
+        for stage, (n, held) in sorted(by_stage.items()):
+            calls.add_metric([stage], n)
+            items.add_metric([stage], held)
+        yield calls
+        yield items
 
 
 class Metrics:
@@ -151,7 +158,9 @@ class Metrics:
             "voxserve_realtime_deltas", "Partial transcripts sent to live sessions", registry=r
         )
 
-    def attach_devices(self, devices: dict[str, str], sim_use: Callable[[], tuple[float, int]] | None) -> None:
+    def attach_devices(
+        self, devices: dict[str, str], sim_use: Callable[[], tuple[float, dict[str, tuple[int, int]]]] | None
+    ) -> None:
         """Export where each engine runs (`voxserve_device_info`), and on the sim device
         its simulated GPU's busy seconds and calls."""
         info = Gauge("voxserve_device_info", "1 for the device each engine runs on (sim: simulated, no speech)",

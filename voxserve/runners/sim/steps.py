@@ -38,4 +38,4 @@ class SimStage:
 
     def step(self, batch: int, length: int) -> None:
         host_work(self.cost.host_s(batch, length, self.graphed))
-        self.device.run(self.cost.device_s(batch, length))
+        self.device.run(self.cost.device_s(batch, length), self.cost.name, batch)
