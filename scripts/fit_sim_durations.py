@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +89,7 @@ def fit_kokoro(prompts: list[str]) -> dict[str, object]:
                 ends = np.concatenate(([0], np.cumsum(durations)))
                 noise = result.decoder_input.noise
                 energy = [float(np.mean(noise[2 * a : 2 * b])) if b > a else 0.0
-                          for a, b in zip(ends[:-1], ends[1:], strict=True)]
+                          for a, b in pairwise(ends)]
                 lead.append(float(durations[0]))
                 tail.append(float(durations[-1]))
                 pad_levels += [energy[0], energy[-1]]
