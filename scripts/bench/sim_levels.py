@@ -54,6 +54,7 @@ def wait_ready(base: str, server: subprocess.Popen[bytes], timeout_s: float = 30
 
 
 def level_figures(before: dict[str, float], after: dict[str, float], bench: dict[str, object]) -> dict[str, object]:
+    """The level's figures from the `/metrics` deltas and the bench's summary."""
     def delta(key: str) -> float:
         return after.get(key, 0.0) - before.get(key, 0.0)
 
@@ -105,6 +106,7 @@ def main() -> None:
             wait_ready(base, server)
             for c in levels:
                 before = scrape(base)
+                load = os.getloadavg()[0]
                 out = args.out / f"bench-{args.model}-c{c}.json"
                 bench = [python, "-m", "voxserve.cli", "bench", "speech", "--base-url", base, "--model", args.model,
                          "--concurrency", str(c), "--num-prompts", str(args.rounds * c), "--processes",
@@ -112,6 +114,7 @@ def main() -> None:
                 subprocess.run(bench, check=True, stdout=subprocess.DEVNULL)
                 after = scrape(base)
                 figures = level_figures(before, after, json.loads(out.read_text())["levels"][0])
+                figures["load_average_1m"] = load  # other work on the machine skews every figure
                 results["levels"][str(c)] = {"bench": bench[2:], **figures}  # type: ignore[index]
                 print(f"{args.model} c={c}: {json.dumps(figures)}", flush=True)
         finally:
