@@ -11,6 +11,7 @@ records and the metrics stay here, shared.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -18,10 +19,11 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from voxserve.bench.health import LoopLag
 from voxserve.bench.levels import BenchError, measure_levels
 from voxserve.bench.load import LevelRun, run_level
 from voxserve.bench.metrics import continuity_ok_rate, max_underrun, parse_server_timing, summarize
-from voxserve.bench.spread import run_spread_level
+from voxserve.bench.spread import Share, run_spread_level
 
 __all__ = [
     "SpeechApi",
@@ -285,7 +287,8 @@ async def bench_speech(target: SpeechApi, prompts: list[str], levels: list[int],
 
         async def level(concurrency: int) -> tuple[LevelRun[SpeechRecord], dict[str, Any]]:
             if processes > 1:
-                spread, lag = await run_spread_level(target, prompts, concurrency, request_rate, seed, processes)
+                spread, lag = await run_spread_level(_run_share, target, prompts, concurrency, request_rate,
+                                                     seed, processes)
                 spread.client_lag_s = lag
                 return spread, summarize_speech(spread.results, spread.wall_s, threshold_s)
             start = time.perf_counter()
@@ -302,3 +305,27 @@ async def bench_speech(target: SpeechApi, prompts: list[str], levels: list[int],
 
         return await measure_levels(levels, level, target.base_url, probe_health,
                                     health_interval_s, target.health_path or "/health")
+
+
+async def _run_share(job: Share, start_at: float) -> tuple[list[SpeechRecord], float, list[float]]:
+    """One client process's share of a level (`bench/spread.py`), from the common start:
+    its records, when it ended, and its own loop's lag."""
+    lag = LoopLag()
+    lag.start()
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+    timeout = aiohttp.ClientTimeout(total=job.target.timeout_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        delay = start_at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+        async def request(local: int, scheduled: float) -> SpeechRecord:
+            text = job.texts[local]
+            record = SpeechRecord(job.indices[local], len(text), scheduled - start_at, time.perf_counter() - start_at)
+            return await speak(session, job.target, text, record)
+
+        run = await run_level(request, len(job.texts), job.concurrency, job.request_rate, job.seed, progress=False)
+    ended = time.perf_counter()
+    samples = lag.between(start_at, ended)
+    await lag.stop()
+    return run.results, ended, samples

@@ -1,4 +1,4 @@
-"""A speech level's clients spread over several processes (`bench speech --processes N`).
+"""A level's clients spread over several processes (`bench speech --processes N`).
 
 One Python process with hundreds of streaming clients spends its one core parsing
 chunks, and then the bench, not the server, bounds what is measured. Here each of N
@@ -10,7 +10,9 @@ level whose times count from that instant. Each process measures its own event l
 lag; the merged level reports all of it.
 
 The parent keeps its own loop for the `/health` prober and waits on the children with
-a bound: a child that dies fails the level.
+a bound: a child that dies fails the level. What a request is stays with the caller
+(`bench.speech` passes the function that runs a share); this module only deals the
+shares, starts them together and merges what comes back.
 """
 
 from __future__ import annotations
@@ -18,22 +20,18 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-import aiohttp
-
-from voxserve.bench.health import LoopLag
 from voxserve.bench.levels import BenchError
-from voxserve.bench.load import LevelRun, run_level
+from voxserve.bench.load import LevelRun
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
-    from voxserve.bench.speech import SpeechApi, SpeechRecord
-
-__all__ = ["MAX_PROCESSES", "run_spread_level", "share"]
+__all__ = ["MAX_PROCESSES", "Share", "ShareRunner", "run_spread_level", "share"]
 
 MAX_PROCESSES = 64
 """Most client processes one bench may start."""
@@ -49,8 +47,11 @@ def share(total: int, parts: int, index: int) -> int:
 
 
 @dataclass(frozen=True)
-class _Share:
-    target: SpeechApi
+class Share:
+    """One process's part of a level."""
+
+    target: Any
+    """Where and how to ask (a `bench.speech.SpeechApi`)."""
     texts: list[str]
     indices: list[int]
     """Each text's index in the whole level."""
@@ -59,36 +60,25 @@ class _Share:
     seed: int
 
 
-async def _run_share(job: _Share, start_at: float) -> tuple[list[SpeechRecord], float, list[float]]:
-    from voxserve.bench.speech import SpeechRecord, speak
-
-    lag = LoopLag()
-    lag.start()
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
-    timeout = aiohttp.ClientTimeout(total=job.target.timeout_s)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        delay = start_at - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-
-        async def request(local: int, scheduled: float) -> SpeechRecord:
-            text = job.texts[local]
-            record = SpeechRecord(job.indices[local], len(text), scheduled - start_at, time.perf_counter() - start_at)
-            return await speak(session, job.target, text, record)
-
-        run = await run_level(request, len(job.texts), job.concurrency, job.request_rate, job.seed, progress=False)
-    ended = time.perf_counter()
-    samples = lag.between(start_at, ended)
-    await lag.stop()
-    return run.results, ended, samples
+class _Indexed(Protocol):
+    @property
+    def index(self) -> int: ...
 
 
-def _child(conn: Connection, job: _Share) -> None:
+R = TypeVar("R", bound=_Indexed)
+
+ShareRunner = Callable[[Share, float], Coroutine[Any, Any, tuple[list[R], float, list[float]]]]
+"""Runs a share from the common start (a perf_counter time) in a child process: its
+records, when it ended, and its loop's lag samples. A module-level function, so that it
+pickles by name (`bench.speech` passes its own)."""
+
+
+def _child(conn: Connection, runner: ShareRunner[Any], job: Share) -> None:
     """A client process: report ready, wait for the common start, run, send the records."""
     try:
         conn.send("ready")
         start_at = conn.recv()
-        conn.send(asyncio.run(_run_share(job, start_at)))
+        conn.send(asyncio.run(runner(job, start_at)))
     except Exception as exc:  # noqa: BLE001 - the parent reports it: a child has no one else to tell
         conn.send(f"{type(exc).__name__}: {exc}")
     finally:
@@ -107,8 +97,9 @@ def _receive(conn: Connection, process: BaseProcess, timeout_s: float | None) ->
 
 
 async def run_spread_level(
-    target: SpeechApi, prompts: list[str], concurrency: int, request_rate: float | None, seed: int, processes: int
-) -> tuple[LevelRun[SpeechRecord], list[float]]:
+    runner: ShareRunner[R], target: Any, prompts: list[str], concurrency: int, request_rate: float | None,
+    seed: int, processes: int,
+) -> tuple[LevelRun[R], list[float]]:
     """One level of `concurrency` clients over `prompts`, run by `processes` child
     processes (at most one per client): the merged run, and every child's loop lag."""
     if not 1 <= processes <= MAX_PROCESSES:
@@ -121,9 +112,9 @@ async def run_spread_level(
         for i in range(parts):
             mine, theirs = context.Pipe()
             indices = list(range(i, len(prompts), parts))
-            job = _Share(target, [prompts[j] for j in indices], indices, share(concurrency, parts, i),
+            job = Share(target, [prompts[j] for j in indices], indices, share(concurrency, parts, i),
                          None if request_rate is None else request_rate / parts, seed + i)
-            process = context.Process(target=_child, args=(theirs, job), name=f"bench-client-{i}", daemon=True)
+            process = context.Process(target=_child, args=(theirs, runner, job), name=f"bench-client-{i}", daemon=True)
             process.start()
             theirs.close()
             children.append((mine, process))
@@ -142,13 +133,13 @@ async def run_spread_level(
             if child.is_alive():
                 child.kill()
                 child.join(5)
-    records: list[SpeechRecord] = []
+    records: list[R] = []
     lag: list[float] = []
     ended = start_at
     for answer in answers:
         if isinstance(answer, str):
             raise BenchError(f"a client process failed: {answer}")
-        part, end, samples = cast("tuple[list[SpeechRecord], float, list[float]]", answer)
+        part, end, samples = cast("tuple[list[R], float, list[float]]", answer)
         records += part
         lag += samples
         ended = max(ended, end)
