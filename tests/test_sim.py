@@ -21,10 +21,11 @@ from voxserve.config import ASRConfig, TTSConfig
 from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.devices import resolve_device
 from voxserve.runners.kokoro.onnx_runner import KokoroInput, KokoroModel, style_row
-from voxserve.runners.sim.costs import SOURCES, STAGES, Source
+from voxserve.runners.sim.costs import PIPER_VOCODER, SOURCES, STAGES, Source
 from voxserve.runners.sim.device import SimDevice, host_work
 from voxserve.runners.sim.kokoro import SimKokoroModel
-from voxserve.runners.sim.steps import TONE_LEVEL
+from voxserve.runners.sim.piper import SimPiperVocoder
+from voxserve.runners.sim.steps import TONE_LEVEL, SimStage
 from voxserve.text.kokoro_g2p import KokoroG2P
 from voxserve.text.kokoro_vocab import KOKORO_VOCAB
 
@@ -159,3 +160,13 @@ def test_the_load_tool_spreads_its_clients_over_processes(tmp_path: Path) -> Non
     assert level["summary"]["completed"] == 8 and level["summary"]["audio_s"] > 0
     assert level["client_lag_s"]["n"] > 0  # the children's own loops were measured
 
+
+
+def test_a_vocoder_step_takes_windows_of_different_lengths_each_as_if_alone() -> None:
+    device = SimDevice()
+    piper = SimPiperVocoder(256, SimStage(PIPER_VOCODER, graphed=True, device=device))
+    mixed = piper.run([np.zeros((0, 20), np.float32), np.zeros((0, 52), np.float32)])
+    alone = piper.run([np.zeros((0, 20), np.float32)])
+    assert [len(a) for a in mixed] == [20 * 256, 52 * 256]
+    np.testing.assert_array_equal(mixed[0], alone[0])
+    assert device.use()[1] == {"piper.vocoder": (2, 3)}  # one call of two windows, then one of one
