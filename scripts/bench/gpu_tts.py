@@ -224,7 +224,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if shutil.which("nvidia-smi"):
         query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
         result["gpu_name"] = subprocess.run(query, capture_output=True, text=True, check=False).stdout.strip()
-    common = ["--device", args.device, "--tts-runtime", "torch", "--tts-max-streams", str(max(args.levels) + 8),
+    runtime = "auto" if args.device == "sim" else "torch"  # the sim device runs its own stand-ins
+    common = ["--device", args.device, "--tts-runtime", runtime, "--tts-max-streams", str(max(args.levels) + 8),
               "--tts-max-queue", str(max(args.levels) + 8), "--tts-queue-timeout", "600"]  # fmt: skip
     for model in args.models:
         setups = [("voxserve", args.gpu_batch, args.levels), ("one-at-a-time", 1, args.peer_levels)]
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--target", type=Path, required=True)
     m = sub.add_parser("measure", help="serve and measure on this machine's device")
     m.add_argument("--out", type=Path, required=True)
-    m.add_argument("--device", default="cuda")
+    m.add_argument("--device", default="cuda", help="cuda, cpu, or sim (the simulated H200: docs/SIMULATION.md)")
     m.add_argument("--gpu-batch", type=int, default=256)
     m.add_argument("--models", type=lambda s: s.split(","), default=list(MODELS))
     m.add_argument("--levels", type=_levels, default=list(LEVELS))

@@ -345,7 +345,8 @@ class TTSEngine(WorkerEngine):
         and steps of up to `gpu_batch` units on a GPU (`Budget.batched`)."""
         self.device, self.runtime = resolve_device(config.device, config.runtime, "onnx")
         if budget is None:
-            budget = Budget.batched(config.gpu_batch) if self.device == "cuda" else Budget.cpu(config.workers)
+            batched = self.device in ("cuda", "sim")  # the simulated GPU is scheduled as the real one
+            budget = Budget.batched(config.gpu_batch) if batched else Budget.cpu(config.workers)
         super().__init__(STEPS_IN_FLIGHT if budget.stepped else config.workers)
         self.capacity = 1.0 if budget.stepped else float(config.workers)
         """Device-seconds per second that admission budgets: the CPU's workers, or one

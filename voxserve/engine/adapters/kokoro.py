@@ -257,6 +257,10 @@ class KokoroVoice:
         """ONNX Runtime on the CPU, or the torch runners where the TTS runtime resolves
         to torch (`--tts-runtime torch`, or a GPU with `auto`); torch is imported only then."""
         device, runtime = resolve_device(config.device, config.runtime, "onnx")
+        if runtime == "sim":
+            from voxserve.runners.sim.kokoro import SimKokoroModel
+
+            return cls(SimKokoroModel(config.sim_graphs))
         if runtime == "torch":
             from voxserve.runners.kokoro.torch_runner import TorchKokoroModel
 

@@ -47,6 +47,7 @@ from voxserve.text.phonemize import Phonemizer
 
 if TYPE_CHECKING:
     from voxserve.runners.piper.torch_runner import TorchAcousticRunner, TorchPiperModel
+    from voxserve.runners.sim.piper import SimPiperAcoustic, SimPiperModel
 
 __all__ = ["CHUNKING", "OUTPUT_GAIN", "WINDOW_BUCKETS", "PiperItem", "PiperVoice"]
 
@@ -95,7 +96,7 @@ class _DeferredFlow:
     segment's end (under a lock: chunks in flight together may both ask), kept for the
     rest."""
 
-    def __init__(self, runner: AcousticRunner | TorchAcousticRunner, prior: Prior, head: int):
+    def __init__(self, runner: AcousticRunner | TorchAcousticRunner | SimPiperAcoustic, prior: Prior, head: int):
         self._runner = runner
         self._prior = prior
         self._head = head
@@ -120,7 +121,7 @@ class PiperVoice:
 
     def __init__(
         self,
-        model: PiperModel | TorchPiperModel,
+        model: PiperModel | TorchPiperModel | SimPiperModel,
         chunking: VocoderChunking | None,
         output_gain: float,
         noise_scale: float | None = None,
@@ -168,8 +169,12 @@ class PiperVoice:
         graph on first use, `runners.piper.weights`), else on ONNX Runtime."""
         files = find_voice_files(config.voice_dir) if config.voice_dir else bundled_voice()
         device, runtime = resolve_device(config.device, config.runtime, "onnx")
-        model: PiperModel | TorchPiperModel
-        if runtime == "torch":
+        model: PiperModel | TorchPiperModel | SimPiperModel
+        if runtime == "sim":
+            from voxserve.runners.sim.piper import SimPiperModel
+
+            model = SimPiperModel(files, config.sim_graphs)
+        elif runtime == "torch":
             from voxserve.runners.piper.torch_runner import TorchPiperModel
 
             model = TorchPiperModel(files, device, config.cache_dir)
