@@ -18,11 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from voxserve.config import DEVICES
+
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "scripts" / "gpu"
 MIB = 2**20
 
 pytestmark = pytest.mark.timeout(120)
+
+DEVICE = "sim" if "sim" in DEVICES else "cpu"
+"""The simulated GPU where the server has it, else the CPU."""
 
 
 def _free_port() -> int:
@@ -57,7 +62,7 @@ def test_staged_calls_fit_and_a_dry_run_returns_its_archive(tmp_path: Path) -> N
     run_env = {**env, "VOX_WORK": str(work), "OUT": str(out), "PYTHON": sys.executable, "VOX_LIMIT": "90"}
     for k in range(1, len(calls) + 1):
         subprocess.run(
-            [str(GPU / "call.sh"), str(k), "--dry", "--stage", str(stage), "--models", "piper",
+            [str(GPU / "call.sh"), str(k), "--dry", "--device", DEVICE, "--stage", str(stage), "--models", "piper",
              "--setups", "batched", "--port", str(_free_port())],
             check=True, env=run_env, capture_output=True, timeout=100,
         )  # fmt: skip

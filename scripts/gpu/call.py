@@ -302,7 +302,8 @@ def measure_speech(call: Call, model: str) -> None:
     levels = DRY_LEVELS[model] if call.dry else LEVELS[model]
     single = DRY_ONE_AT_A_TIME[model] if call.dry else ONE_AT_A_TIME_LEVELS[model]
     most = max(levels)
-    common = ["--no-asr", "--device", call.device, "--tts-runtime", "torch", "--tts-models", model,
+    runtime = [] if call.device == "sim" else ["--tts-runtime", "torch"]  # the sim device has its own
+    common = ["--no-asr", "--device", call.device, *runtime, "--tts-models", model,
               "--tts-max-streams", str(most + 8), "--tts-max-queue", str(most + 8), "--tts-queue-timeout", "300"]  # fmt: skip
     if model == "piper":
         common += ["--tts-voice-dir", str(call.work / "voices" / "piper")]
@@ -357,7 +358,8 @@ def measure_transcription(call: Call) -> None:
             tar.extractall(clips, filter="data")
     weights = files / "tiny.en.npz"
     voice = call.work / "voices" / "piper"
-    args = ["--asr", "--asr-device", call.device, "--asr-runtime", "torch", "--asr-model", str(weights),
+    runtime = [] if call.device == "sim" else ["--asr-runtime", "torch"]
+    args = ["--asr", "--asr-device", call.device, *runtime, "--asr-model", str(weights),
             "--tts-models", "piper", "--tts-device", "cpu", "--tts-runtime", "onnx"]  # fmt: skip
     if voice.is_dir():
         args += ["--tts-voice-dir", str(voice)]
