@@ -328,7 +328,7 @@ def measure_speech(call: Call, model: str) -> None:
                     continue
                 started = time.monotonic()
                 try:
-                    short = ["--prompts", str(HERE / "dry-prompts.txt")] if call.dry else []
+                    short = ["--prompts", str(HERE / "dry-prompts.txt"), "--warmup", "0"] if call.dry else []
                     raw = _bench(call, ["speech", "--model", SPEECH_MODEL[model], "--concurrency", str(level),
                                         "--num-prompts", str(prompts), "--timeout", "120", "--no-probe-health", *short],
                                  call.mine / "bench.json", limit=call.left() - 10)  # fmt: skip
