@@ -174,7 +174,9 @@ class GreedyLoop:
             with torch.cuda.stream(side):
                 self._run()  # warm-up: kernels choose their algorithms outside the graph
             torch.cuda.current_stream().wait_stream(side)
-            with torch.cuda.graph(self.graph):
+            # thread_local: another thread's allocation or sync meanwhile (a log-mel in the
+            # audio pool) does not break this capture.
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
                 self._run()
 
     def _run(self) -> None:
