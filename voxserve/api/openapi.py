@@ -77,6 +77,10 @@ class VoiceList(BaseModel):
 class Health(BaseModel):
     status: Literal["ok", "unhealthy"]
     dead_workers: list[str] = Field(default_factory=list, description="Only when unhealthy")
+    devices: dict[str, str] | None = Field(
+        None, description="Where each engine runs (speech, transcription); only when speech runs on the sim device"
+    )
+    simulated: str | None = Field(None, description="Only on the sim device: says the server makes no speech")
 
 
 class TranscriptionUsage(BaseModel):

@@ -7,7 +7,7 @@ into responses.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -24,6 +24,7 @@ __all__ = [
     "SPEECH_MODELS",
     "Health",
     "ServerInfo",
+    "engine_devices",
     "engines_health",
     "metrics_text",
     "model_list",
@@ -48,15 +49,22 @@ OpenAI STT `gpt-4o-mini-transcribe`, Pipecat's `gpt-transcribe` over HTTP and
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
+SIMULATED = "speech runs on a simulated H200 (--device sim): a tone, never speech; for capacity planning and CI"
+"""What `/health` says of a server whose speech runs on the sim device."""
+
+
 @dataclass(frozen=True)
 class Health:
     ok: bool
     dead_workers: list[str]
+    devices: dict[str, str] = field(default_factory=dict)
+    """Where each engine runs ("speech", "transcription"); shown when one is simulated."""
 
     def body(self) -> dict[str, Any]:
-        if self.ok:
-            return {"status": "ok"}
-        return {"status": "unhealthy", "dead_workers": self.dead_workers}
+        body: dict[str, Any] = {"status": "ok"} if self.ok else {"status": "unhealthy", "dead_workers": self.dead_workers}
+        if "sim" in self.devices.values():
+            body |= {"devices": self.devices, "simulated": SIMULATED}
+        return body
 
 
 class ServerInfo(Protocol):
@@ -75,12 +83,21 @@ class ServerInfo(Protocol):
     def voices(self) -> list[dict[str, str | None]]: ...
 
 
+def engine_devices(tts: TTSEngine | None, asr: ASREngine | None) -> dict[str, str]:
+    """Where each engine this process runs decodes: "speech" and "transcription"."""
+    devices = {"speech": tts.device} if tts is not None else {}
+    if asr is not None:
+        devices["transcription"] = asr.device
+    return devices
+
+
 def engines_health(tts: TTSEngine | None, asr: ASREngine | None) -> Health:
     """Healthy while every inference worker of the engines this process runs is alive."""
     engines: list[TTSEngine | ASREngine] = [e for e in (tts, asr) if e is not None]
+    devices = engine_devices(tts, asr)
     if all(e.healthy for e in engines):
-        return Health(True, [])
-    return Health(False, [w for e in engines for w in e.dead_workers])
+        return Health(True, [], devices)
+    return Health(False, [w for e in engines for w in e.dead_workers], devices)
 
 
 def speech_model(engine: TTSEngine, model_id: str) -> VoiceModel[Any]:

@@ -1,0 +1,184 @@
+"""The H200 cost model of the simulated device: what one step of each stage costs the
+host and the GPU, by batch and length, and the measured figures it is fitted to.
+
+A step's cost has two shares:
+- **host**: Python and driver work that holds the GIL: an eager call's kernel launches,
+  or a graph replay with the copies around it. It runs on the server's CPU.
+- **device**: the GPU's own time for the step's kernels. It waits with the GIL released,
+  and the one GPU runs one step's kernels at a time (`device.SimDevice`).
+
+Each stage is one `StageCost`, a line in batch x length: a fixed floor (a call's kernels
+cost a few microseconds each however small the batch) plus a cost per padded unit (frame
+or phoneme id, times the batch). Its figures come from `SOURCES`, the H200 measurements
+(docs/SIMULATION.md); where no figure exists the field says what it assumes.
+Whisper's stages belong in `STAGES` beside the speech ones.
+
+Nothing here imports torch or touches a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "KOKORO_ACOUSTIC",
+    "KOKORO_DECODER",
+    "PIPER_ACOUSTIC",
+    "PIPER_VOCODER",
+    "SOURCES",
+    "STAGES",
+    "Source",
+    "StageCost",
+]
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One stage's step on one H200: host seconds (GIL held) and device seconds (GIL
+    released, serialized with every other step on the GPU) for `batch` items padded to
+    `length` units each (frames for a vocoder, phoneme ids for an acoustic model)."""
+
+    name: str
+    unit: str
+    """What `length` counts: "frame" or "id"."""
+    launch_s: float
+    """Host seconds of an eager call: its kernel launches and syncs, paid once per call
+    whatever the batch (the kernels are batched, not their launches)."""
+    replay_s: float
+    """Host seconds of a call replayed from a captured graph, with the copies of its
+    inputs and outputs."""
+    floor_s: float
+    """Device seconds of the call's kernels at the smallest size."""
+    unit_s: float
+    """Device seconds per padded unit (batch x length)."""
+
+    def host_s(self, batch: int, length: int, graphed: bool = True) -> float:
+        """Host seconds of one call; a batch's launches are the same as one item's."""
+        del batch, length  # a graph's replay and an eager call's launches do not grow with them
+        return self.replay_s if graphed else self.launch_s
+
+    def device_s(self, batch: int, length: int) -> float:
+        """Device seconds of one call of `batch` items padded to `length` units."""
+        if batch < 1 or length < 1:
+            raise ValueError(f"a step holds at least one item of one unit, not {batch} x {length}")
+        return self.floor_s + self.unit_s * batch * length
+
+    def step_s(self, batch: int, length: int, graphed: bool = True) -> float:
+        """Wall seconds of one call run alone: the host share, then the device's."""
+        return self.host_s(batch, length, graphed) + self.device_s(batch, length)
+
+
+PIPER_HOP_S = 256 / 22050
+"""Seconds of audio per Piper frame (the bundled voice: hop 256 at 22,050 Hz)."""
+KOKORO_HOP_S = 600 / 24000
+"""Seconds of audio per Kokoro frame (hop 600 at 24 kHz)."""
+
+KOKORO_DECODER = StageCost(
+    name="kokoro.decoder",
+    unit="frame",
+    # About 1,500 launches a call at ~15 us each: the middle of the 15-30 ms of GIL an eager call takes.
+    launch_s=22.5e-3,
+    # Assumed: one graph launch plus the copies of five inputs and the output; Piper's
+    # replay fits 0.15 ms with one input.
+    replay_s=0.3e-3,
+    # Fitted to 63 audio-s/s at batch 1 and 1,505 at batch 256 (2 s segments, eager):
+    # the two calls' walls are 31.7 ms and 340 ms.
+    floor_s=8.0e-3,
+    unit_s=15.12e-6,
+)
+
+KOKORO_ACOUSTIC = StageCost(
+    name="kokoro.acoustic",
+    unit="id",
+    # Launch-bound: 20-30 ms a call eager at batch 1 and at batch 64 alike; most of it
+    # is launches and about 15 syncs.
+    launch_s=21.0e-3,
+    # Assumed: with the lengths taken on the host, two captured pieces (before and
+    # after the alignment) replayed, 0.25 ms each with their copies.
+    replay_s=0.5e-3,
+    floor_s=3.0e-3,
+    # Assumed small: the stage is launch-bound, so 64 items of 60 ids add ~2 ms.
+    unit_s=0.5e-6,
+)
+
+PIPER_VOCODER = StageCost(
+    name="piper.vocoder",
+    unit="frame",
+    # Fitted to 2.3 ms a 52-frame chunk eager, 0.43 ms replayed from a graph, and 7,056
+    # audio-s/s at batch 256 (fp32, eager): a replay's host share taken as 0.15 ms.
+    launch_s=2.02e-3,
+    replay_s=0.15e-3,
+    floor_s=0.203e-3,
+    unit_s=1.4804e-6,
+)
+
+PIPER_ACOUSTIC = StageCost(
+    name="piper.acoustic",
+    unit="id",
+    # Assumed (no H200 figure): launch-bound like Kokoro's stage A, with about 500
+    # launches (6 encoder layers, the duration predictor, 4 flow couplings) at ~15 us.
+    launch_s=7.5e-3,
+    replay_s=0.3e-3,
+    floor_s=1.0e-3,
+    unit_s=0.3e-6,
+)
+
+STAGES: dict[str, StageCost] = {
+    stage.name: stage for stage in (PIPER_ACOUSTIC, PIPER_VOCODER, KOKORO_ACOUSTIC, KOKORO_DECODER)
+}
+"""Every stage the simulated device can run, by name."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One measured H200 figure as the wall seconds of one call (or its host share), and
+    how close the model must come to it."""
+
+    stage: str
+    batch: int
+    length: int
+    graphed: bool
+    seconds: float
+    """The figure as seconds a call."""
+    tolerance: float
+    """Relative error allowed."""
+    share: str = "wall"
+    """"wall" (host then device, run alone) or "host"."""
+    figure: str = ""
+    """The figure as published, and where."""
+
+    def modelled(self) -> float:
+        stage = STAGES[self.stage]
+        if self.share == "host":
+            return stage.host_s(self.batch, self.length, self.graphed)
+        return stage.step_s(self.batch, self.length, self.graphed)
+
+
+def _audio_s(segments: int, seconds: float, rate: float) -> float:
+    """Seconds a call takes that renders `segments` of `seconds` audio at `rate` audio-s/s."""
+    return segments * seconds / rate
+
+
+_KOKORO_2S = round(2 / KOKORO_HOP_S)
+_PIPER_52_S = 52 * PIPER_HOP_S
+
+SOURCES: tuple[Source, ...] = (
+    Source("kokoro.decoder", 1, _KOKORO_2S, False, _audio_s(1, 2.0, 63), 0.02,
+           figure="Kokoro decoder, 2 s segments, fp16 eager, batch 1: 63 audio-s/s (BENCHMARKS.md)"),
+    Source("kokoro.decoder", 256, _KOKORO_2S, False, _audio_s(256, 2.0, 1505), 0.02,
+           figure="Kokoro decoder, 2 s segments, fp16 eager, batch 256: 1,505 audio-s/s (BENCHMARKS.md)"),
+    Source("kokoro.decoder", 1, _KOKORO_2S, False, 22.5e-3, 0.34, share="host",
+           figure="an eager Kokoro decoder call holds the GIL 15-30 ms (SIMULATION.md)"),
+    Source("kokoro.acoustic", 1, 60, False, 25e-3, 0.2,
+           figure="Kokoro stage A, eager: 20-30 ms a call at batch 1 (BENCHMARKS.md)"),
+    Source("kokoro.acoustic", 64, 60, False, 25e-3, 0.2,
+           figure="Kokoro stage A, eager: 20-30 ms a call at batch 64 (BENCHMARKS.md)"),
+    Source("piper.vocoder", 1, 52, False, 2.3e-3, 0.02,
+           figure="Piper vocoder, 52-frame chunk, fp32 eager, batch 1: 2.3 ms (BENCHMARKS.md)"),
+    Source("piper.vocoder", 1, 52, True, 0.43e-3, 0.02,
+           figure="Piper vocoder, 52-frame chunk, replayed from a graph: 0.43 ms (BENCHMARKS.md)"),
+    Source("piper.vocoder", 256, 52, False, _audio_s(256, _PIPER_52_S, 7056), 0.02,
+           figure="Piper vocoder, 52-frame chunks, fp32 eager, batch 256: 7,056 audio-s/s (BENCHMARKS.md)"),
+)
+"""The H200 figures the speech stages are fitted to (docs/SIMULATION.md, "The cost
+model")."""
