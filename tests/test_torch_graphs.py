@@ -25,7 +25,13 @@ from voxserve.config import TTSConfig
 from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.runners.kokoro.model import HARMONICS, Decoder, running_phase
 from voxserve.runners.piper.torch_runner import TorchPiperModel
-from voxserve.runners.torch_graphs import BUCKETS, HITS_TO_CAPTURE, BatchGraphs, bucket
+from voxserve.runners.torch_graphs import (
+    BUCKETS,
+    HITS_TO_CAPTURE,
+    BatchGraphs,
+    bucket,
+    padded_width,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -169,3 +175,10 @@ def test_a_key_that_cannot_be_captured_runs_eagerly_and_the_others_keep_their_gr
         assert torch.allclose(graphs(x, sync=True), expected * float(expected.sum()), rtol=1e-4)
         assert graphs.capture(x, sync=False) and len(graphs) == 1
         assert torch.allclose(graphs(x, sync=False), expected, atol=1e-5)
+
+
+def test_a_step_pads_its_windows_up_to_the_smallest_captured_width() -> None:
+    assert padded_width(40, (26, 52, 84)) == 52
+    assert padded_width(52, (26, 52, 84)) == 52
+    assert padded_width(90, (26, 52, 84)) == 90
+    assert padded_width(17, ()) == 17

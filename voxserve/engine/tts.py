@@ -420,7 +420,9 @@ class TTSEngine(WorkerEngine):
         not a client's. For each model: one short utterance (about 4 s of audio, enough to
         seed the cost meter that admission uses), then one segment of the longest length
         per worker, all at once, so that every worker's sessions size their memory arenas
-        now rather than while clients are served (RSS then stays flat from the start)."""
+        now rather than while clients are served (RSS then stays flat from the start). On
+        a batched device, the model first captures its step graphs for every window bucket
+        (`VoiceModel.capture_graphs`), then a step's worth of mixed streams runs."""
         words = ("the quick brown fox jumps over a lazy dog near the quiet river bank " * 8).split()
         longest = ""
         for word in words:
@@ -433,6 +435,9 @@ class TTSEngine(WorkerEngine):
             self.synthesize(short, voice)
             budget = self._sched.budget
             if budget.stepped:
+                # Graphs for every window bucket and batch bucket before any client, so
+                # that no capture runs during traffic (a no-op but on CUDA).
+                model.capture_graphs(model.profile.window_buckets, budget.batch)
                 # A batched device: a step's worth of streams of different texts at
                 # once, so that steps hold units at different points of their plans, as
                 # under traffic: it measures the cost and the units per step that

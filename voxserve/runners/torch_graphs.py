@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["BUCKETS", "DEVICE_LOCK", "HITS_TO_CAPTURE", "MAX_GRAPHS", "BatchGraphs", "bucket"]
+__all__ = ["BUCKETS", "DEVICE_LOCK", "HITS_TO_CAPTURE", "MAX_GRAPHS", "BatchGraphs", "bucket", "padded_width"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,18 @@ once or twice runs eagerly instead of costing two eager runs and a capture."""
 DEVICE_LOCK = threading.RLock()
 """Held by every capture (of every model's cache) and by the calls of runners that share
 the device with one: a capture must not see another thread allocate or sync."""
+
+
+def padded_width(frames: int, widths: tuple[int, ...]) -> int:
+    """The width a call of windows up to `frames` long runs at: the smallest of `widths`
+    (ascending; the window sizes captured at warm-up) that holds them, so that a step
+    whose windows all fell short of their bucket (windows at sentence ends) still replays
+    a graph; `frames` itself when none does. The runners mask what lies past each
+    window's end, so the padding changes no window's audio."""
+    for width in widths:
+        if width >= frames:
+            return width
+    return frames
 
 
 def bucket(n: int) -> int:

@@ -57,7 +57,7 @@ from voxserve.runners.kokoro.onnx_runner import (
     model_file,
 )
 from voxserve.runners.kokoro.weights import load_weights, torch_state
-from voxserve.runners.torch_graphs import BUCKETS, BatchGraphs, bucket
+from voxserve.runners.torch_graphs import BUCKETS, BatchGraphs, bucket, padded_width
 from voxserve.text.kokoro_vocab import MAX_PHONEMES, PAD_ID
 
 __all__ = ["DTYPES", "TorchAcousticRunner", "TorchDecoderRunner", "TorchKokoroModel"]
@@ -153,6 +153,9 @@ class TorchDecoderRunner:
     def __init__(self, module: Decoder, device: _Device):
         self.module = module
         self._device = device
+        self._widths: tuple[int, ...] = ()
+        """The window sizes captured at warm-up: a call pads its windows up to the
+        smallest that holds them, so that it replays a captured graph (CUDA only)."""
         self._graphs = BatchGraphs(module)
         """On CUDA, the decoder replayed from a graph per (batch bucket, window frames,
         flags): a batched device's steps hold windows of a few bucketed sizes."""
@@ -161,7 +164,7 @@ class TorchDecoderRunner:
         if not batch:
             return []
         frames = [item.frames for item in batch]
-        width = max(frames)
+        width = padded_width(max(frames), self._widths)
         inputs, flags = self._inputs(batch, width)
         with self._device.decoder_call():
             pcm = self._graphs(*inputs, **flags).float().cpu().numpy()
@@ -174,6 +177,7 @@ class TorchDecoderRunner:
         replays. Returns the graphs captured (0 off CUDA)."""
         if self._device.device.type != "cuda":
             return 0
+        self._widths = tuple(sorted(set(window_frames)))
         captured = 0
         sizes = [b for b in BUCKETS if b <= bucket(max(1, max_batch))]
         style = np.zeros(STYLE_DIM, np.float32)

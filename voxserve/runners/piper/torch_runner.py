@@ -48,7 +48,7 @@ from voxserve.runners.piper.onnx_runner import (
     VoiceFiles,
 )
 from voxserve.runners.piper.weights import load_weights
-from voxserve.runners.torch_graphs import BUCKETS, BatchGraphs, bucket
+from voxserve.runners.torch_graphs import BUCKETS, BatchGraphs, bucket, padded_width
 
 __all__ = ["DTYPES", "Noise", "TorchAcousticRunner", "TorchPiperModel", "TorchVocoderRunner"]
 
@@ -158,6 +158,9 @@ class TorchVocoderRunner:
     def __init__(self, device: _Device, hop: int):
         self._device = device
         self.hop = hop
+        self._widths: tuple[int, ...] = ()
+        """The window sizes captured at warm-up: a call pads its windows up to the
+        smallest that holds them, so that it replays a captured graph (CUDA only)."""
         self._graphs = BatchGraphs(device.vits)
         """On CUDA, the vocoder replayed from a graph per (batch bucket, window frames,
         masked): a 52-frame window costs 0.43 ms replayed against 2.3 ms eager."""
@@ -167,7 +170,7 @@ class TorchVocoderRunner:
         if not batch:
             return []
         lengths = [int(z.shape[-1]) for z in batch]
-        z, frames, masked = self._inputs(batch, max(lengths))
+        z, frames, masked = self._inputs(batch, padded_width(max(lengths), self._widths))
         with self._device.lock, torch.inference_mode(), self._device.vocoder_call():
             pcm = self._graphs(z, frames, masked=masked).float().cpu().numpy()
         return [np.ascontiguousarray(pcm[row, : n * self.hop]) for row, n in enumerate(lengths)]
@@ -178,6 +181,7 @@ class TorchVocoderRunner:
         work, so that traffic replays. Returns the graphs captured (0 off CUDA)."""
         if self._device.device.type != "cuda":
             return 0
+        self._widths = tuple(sorted(set(window_frames)))
         captured = 0
         channels = self._device.vits.channels
         sizes = [b for b in BUCKETS if b <= bucket(max(1, max_batch))]
