@@ -12,8 +12,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEVICES = ("auto", "cpu", "cuda")
-"""Where a model may run; auto picks CUDA when torch sees a GPU."""
+DEVICES = ("auto", "cpu", "cuda", "sim")
+"""Where a model may run; auto picks CUDA when torch sees a GPU. sim is a simulated H200
+(`runners/sim/`): the real server with the models replaced by their measured costs."""
 ASR_RUNTIMES = ("auto", "ct2", "torch")
 TTS_RUNTIMES = ("auto", "onnx", "torch")
 CPU_MAX_STREAMS = 24
@@ -109,8 +110,9 @@ class ASRConfig:
     compute_type: str = "int8"
     """CTranslate2 compute type (int8 is the fast one on CPU)."""
     device: str = "auto"
-    """Where transcription runs: cpu, cuda, or auto (CUDA when torch is installed and
-    sees a GPU, else the CPU)."""
+    """Where transcription runs: cpu, cuda, sim (a simulated H200: real server and
+    batching, the model's time from its measured costs, `[sim]` text), or auto (CUDA
+    when torch is installed and sees a GPU, else the CPU)."""
     runtime: str = "auto"
     """What runs the Whisper model: ct2 (CTranslate2, CPU only), torch (the `gpu` extra;
     on a CPU it checks the GPU path), or auto (torch on CUDA, ct2 on the CPU)."""
@@ -166,6 +168,8 @@ class ASRConfig:
             raise ValueError(f"unknown ASR device {self.device!r}: use one of {', '.join(DEVICES)}")
         if self.runtime not in ASR_RUNTIMES:
             raise ValueError(f"unknown ASR runtime {self.runtime!r}: use one of {', '.join(ASR_RUNTIMES)}")
+        if self.device == "sim" and self.runtime != "auto":
+            raise ValueError("--asr-device sim runs the simulated runner: leave --asr-runtime at auto")
         if self.device == "cuda" and self.runtime == "ct2":
             raise ValueError("CTranslate2 runs on the CPU only here: use --asr-runtime torch (or auto) with --asr-device cuda")
         if self.batch_wait_ms < 0 or self.max_upload_mb <= 0 or self.max_audio_seconds <= 0:
