@@ -77,6 +77,11 @@ class VoiceList(BaseModel):
 class Health(BaseModel):
     status: Literal["ok", "unhealthy"]
     dead_workers: list[str] = Field(default_factory=list, description="Only when unhealthy")
+    devices: dict[str, str] = Field(
+        default_factory=dict,
+        description='The engines off the CPU and where they run: {"transcription": "cuda"}; '
+        "sim is a simulated GPU, whose transcripts are marked [sim]. Absent on a CPU server",
+    )
 
 
 class TranscriptionUsage(BaseModel):

@@ -175,6 +175,8 @@ def _transcribe(args: argparse.Namespace) -> int:
     measured = asyncio.run(bench_transcribe(
         target, clips, args.concurrency, args.request_rate, args.warmup, args.probe_health,
         args.health_interval_ms / 1e3, args.progress, args.seed))
+    if "wer_refused" in measured:
+        print(measured["wer_refused"])
     return _finish("transcribe", args, settings, measured, started)
 
 

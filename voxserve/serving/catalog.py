@@ -7,7 +7,7 @@ into responses.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -52,11 +52,16 @@ METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 class Health:
     ok: bool
     dead_workers: list[str]
+    devices: dict[str, str] = field(default_factory=dict)
+    """The engines that run off the CPU ("speech", "transcription") and where (cuda or
+    sim), so a client can tell a simulated device's output from a model's. Engines on
+    the CPU are left out: a CPU server's body stays `{"status": "ok"}`."""
 
     def body(self) -> dict[str, Any]:
-        if self.ok:
-            return {"status": "ok"}
-        return {"status": "unhealthy", "dead_workers": self.dead_workers}
+        body: dict[str, Any] = {"status": "ok"} if self.ok else {"status": "unhealthy", "dead_workers": self.dead_workers}
+        if self.devices:
+            body["devices"] = self.devices
+        return body
 
 
 class ServerInfo(Protocol):
@@ -78,9 +83,12 @@ class ServerInfo(Protocol):
 def engines_health(tts: TTSEngine | None, asr: ASREngine | None) -> Health:
     """Healthy while every inference worker of the engines this process runs is alive."""
     engines: list[TTSEngine | ASREngine] = [e for e in (tts, asr) if e is not None]
+    devices = {
+        name: e.device for name, e in (("speech", tts), ("transcription", asr)) if e is not None and e.device != "cpu"
+    }
     if all(e.healthy for e in engines):
-        return Health(True, [])
-    return Health(False, [w for e in engines for w in e.dead_workers])
+        return Health(True, [], devices)
+    return Health(False, [w for e in engines for w in e.dead_workers], devices)
 
 
 def speech_model(engine: TTSEngine, model_id: str) -> VoiceModel[Any]:
