@@ -193,3 +193,18 @@ def test_bench_refuses_wer_on_a_sim_server(sim_server: RunningServer, tmp_path: 
 def test_audio_input_counts_its_frames() -> None:
     assert AudioInput(np.zeros(16_000, np.float32), 1000).frames == 100
     assert AudioInput(np.zeros(10, np.float32), 1000).frames == 1
+
+
+@pytest.mark.parametrize("fmt", ["wav", "mp3", "opus", "flac", "aac"])
+def test_a_short_probe_decodes_the_same_samples(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Uploads are opened with a 4 KiB probe (`audio/decode.py`): every container gives
+    exactly the samples of FFmpeg's full probe."""
+    from voxserve.audio import decode
+    from voxserve.audio.encode import make_encoder
+
+    encoder = make_encoder(fmt, 24000)
+    data = encoder.feed((_talk(3.0, 5) * 20000).astype(np.int16)) + encoder.flush()
+    short = decode.decode_audio(data, 60.0)
+    monkeypatch.delitem(decode._OPEN_OPTIONS, "probesize")
+    np.testing.assert_array_equal(short, decode.decode_audio(data, 60.0))
+    assert len(short) > 30_000  # 2 s at 16 kHz
