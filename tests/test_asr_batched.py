@@ -22,7 +22,7 @@ from voxserve.bench.transcribe import Clip, TranscribeTarget, bench_transcribe
 from voxserve.config import ASRConfig
 from voxserve.engine.asr import BATCHED_FILE_WAIT_S, ASREngine, TranscribeOptions
 from voxserve.engine.transcribe import start_transcription
-from voxserve.runners.sim.costs import WHISPER_TINY
+from voxserve.runners.sim.costs import WHISPER_SOURCES, WhisperSource
 from voxserve.runners.whisper.interface import AudioInput
 
 RATE = 16000
@@ -129,20 +129,9 @@ def test_batched_log_mel_equals_each_piece_alone() -> None:
             np.testing.assert_allclose(got, own[:, :width], atol=2e-5)
 
 
-def test_whisper_costs_follow_the_h200_figures() -> None:
-    """The cost model gives back the figures it was fitted to: 30 s windows, greedy, 86 steps."""
-    steps = 85  # plus the end of text
-
-    def rtfx(batch: int, graphs: bool) -> float:
-        cost = WHISPER_TINY.batch(batch, batch, 3000, steps, graphs, False)
-        return batch * 30 / (cost.device_s - WHISPER_TINY.mel_s - WHISPER_TINY.mel_per_window_s * batch)
-
-    assert 30 / rtfx(1, False) == pytest.approx(0.219, rel=0.02)
-    assert 30 / rtfx(1, True) == pytest.approx(0.035, rel=0.02)
-    assert rtfx(128, False) == pytest.approx(14_501, rel=0.02)
-    assert rtfx(128, True) == pytest.approx(33_839, rel=0.02)
-    beam = WHISPER_TINY.batch(64, 320, 3000, steps, True, False)
-    assert 64 * 30 / beam.device_s == pytest.approx(5_764, rel=0.03)
+@pytest.mark.parametrize("source", WHISPER_SOURCES, ids=lambda s: s.figure)
+def test_whisper_costs_follow_the_h200_figures(source: WhisperSource) -> None:
+    assert source.modelled() == pytest.approx(source.rtfx, rel=source.tolerance)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ graph is read from the source with `ast`, so nothing is imported to build it.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,16 @@ def _module_name(path: Path) -> str:
 
 def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+@functools.cache
+def _trees() -> dict[str, tuple[Path, ast.Module]]:
+    """Every module's path and parsed source, read once for all the tests (they only
+    read the trees)."""
+    return {
+        name: (path, ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        for name, path in _modules().items()
+    }
 
 
 def _imported(tree: ast.Module, name: str, is_package: bool, modules: dict[str, Path]) -> set[str]:
@@ -48,14 +59,18 @@ def _imported(tree: ast.Module, name: str, is_package: bool, modules: dict[str, 
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
     modules = _modules()
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        edges = _imported(tree, name, path.name == "__init__.py", modules)
-        graph[name] = edges
-    return graph
+    return {
+        name: frozenset(_imported(tree, name, path.name == "__init__.py", modules))
+        for name, (path, tree) in _trees().items()
+    }
+
+
+def import_graph() -> dict[str, set[str]]:
+    """voxserve's import graph: each module and the voxserve modules it imports."""
+    return {name: set(edges) for name, edges in _graph().items()}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -165,8 +180,8 @@ _RUNTIMES = ("ctranslate2", "torch")
 def test_only_runners_import_a_runtime(runtime: str) -> None:
     wrong = sorted(
         name
-        for name, path in _modules().items()
-        if runtime in _third_party(ast.parse(path.read_text(encoding="utf-8")))
+        for name, (_, tree) in _trees().items()
+        if runtime in _third_party(tree)
         and not name.startswith("voxserve.runners.")
     )
     assert not wrong

@@ -1,58 +1,233 @@
-"""The simulated device's cost model: what each model call costs an H200, in device time
-and in host time, from the figures measured there.
+"""The H200 cost model of the simulated device: what one step of each stage costs the
+host and the GPU, by batch and length, and the measured figures it is fitted to.
 
-Sources (H200, fp16, torch 2.11 + CUDA 13; docs/BENCHMARKS.md, "Transcription on a GPU"):
+A step's cost has two shares:
+- **host**: Python and driver work that holds the GIL: an eager call's kernel launches,
+  or a graph replay with the copies around it. It runs on the server's CPU.
+- **device**: the GPU's own time for the step's kernels. It waits with the GIL released,
+  and the one GPU runs one step's kernels at a time (`device.SimDevice`).
 
-| figure | value | used for |
-|---|---|---|
-| Whisper tiny.en, 30 s window, greedy, one at a time, eager | 219 ms | eager step, encoder |
-| the same under a CUDA graph (static cache), batch 1 | 35 ms | graphed step, encoder |
-| greedy, batch 128, eager | 14,501x real time | encoder per extra window |
-| greedy, batch 128, graphed | 33,839x real time | step per extra row |
-| a decoder step, eager / graphed | 2.5 ms / 0.36 ms | host and device share |
-| beam 5, graphed, batch 1 / 64 | 329x / 5,764x | beam bookkeeping per step |
+Each stage is one `StageCost`, a line in batch x length: a fixed floor (a call's kernels
+cost a few microseconds each however small the batch) plus a cost per padded unit (frame
+or phoneme id, times the batch). Its figures come from `SOURCES`, the H200 measurements
+(docs/BENCHMARKS.md, docs/SCALING.md "The simulated device"); where no figure exists the
+field says what it assumes.
 
-Derived (a 30 s window of the bench's speech decodes in about 86 steps):
-- encoder: 4 ms for one 30 s window (219 - 86 x 2.5 and 35 - 86 x 0.36 agree), plus
-  0.362 ms for each further window in the batch (the eager batch of 128 is 264.8 ms, of
-  which 86 steps of 2.5 ms are the host's); windows shorter than 30 s cost in
-  proportion to their frames (assumed: tiny's encoder is mostly matrix products
-  over frames);
-- a step's kernels: 0.36 ms plus 0.003 ms per further row (the graphed batch of 128 is
-  113.5 ms); eager, the host's 2.5 ms of launches per step bound it, and the device
-  waits between them;
-- beam (and sampling, best of 5): the host's top-k and cache reordering take 1.01 ms a
-  step at batch 1 and 0.0405 ms more per further piece (91 ms and 333 ms for the two
-  batches), more than the kernels: the host bounds the step;
-- under a graph the host spends 0.06 ms a step (replay and reading the next tokens;
-  assumed, not measured); the log-mel of a batch 0.1 ms plus 0.01 ms per 30 s window
-  (assumed: a few kernels).
+Whisper is costed per batch, not per step (`WhisperCost`): one call runs the log-mel,
+the encoder and a loop of decoder steps whose number the text decides, and an eager
+step's kernels run behind its own launches, so a step costs the larger of its host and
+device shares, not their sum. Its figures are `WHISPER_SOURCES`.
 
-Host time is Python holding the GIL; device time is waited for with the GIL released.
+Nothing here imports torch or touches a GPU.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["WHISPER_TINY", "Cost", "WhisperCosts"]
+__all__ = [
+    "KOKORO_ACOUSTIC",
+    "KOKORO_DECODER",
+    "PIPER_ACOUSTIC",
+    "PIPER_VOCODER",
+    "SOURCES",
+    "STAGES",
+    "WHISPER_SOURCES",
+    "WHISPER_TINY",
+    "Cost",
+    "Source",
+    "StageCost",
+    "WhisperCost",
+    "WhisperSource",
+]
 
-FULL_WINDOW = 3000
+
+@dataclass(frozen=True)
+class StageCost:
+    """One stage's step on one H200: host seconds (GIL held) and device seconds (GIL
+    released, serialized with every other step on the GPU) for `batch` items padded to
+    `length` units each (frames for a vocoder, phoneme ids for an acoustic model)."""
+
+    name: str
+    unit: str
+    """What `length` counts: "frame" or "id"."""
+    launch_s: float
+    """Host seconds of an eager call: its kernel launches and syncs, paid once per call
+    whatever the batch (the kernels are batched, not their launches)."""
+    replay_s: float
+    """Host seconds of a call replayed from a captured graph, with the copies of its
+    inputs and outputs."""
+    floor_s: float
+    """Device seconds of the call's kernels at the smallest size."""
+    unit_s: float
+    """Device seconds per padded unit (batch x length)."""
+
+    def host_s(self, batch: int, length: int, graphed: bool = True) -> float:
+        """Host seconds of one call; a batch's launches are the same as one item's."""
+        del batch, length  # a graph's replay and an eager call's launches do not grow with them
+        return self.replay_s if graphed else self.launch_s
+
+    def device_s(self, batch: int, length: int) -> float:
+        """Device seconds of one call of `batch` items padded to `length` units."""
+        if batch < 1 or length < 1:
+            raise ValueError(f"a step holds at least one item of one unit, not {batch} x {length}")
+        return self.floor_s + self.unit_s * batch * length
+
+    def step_s(self, batch: int, length: int, graphed: bool = True) -> float:
+        """Wall seconds of one call run alone: the host share, then the device's."""
+        return self.host_s(batch, length, graphed) + self.device_s(batch, length)
+
+
+PIPER_HOP_S = 256 / 22050
+"""Seconds of audio per Piper frame (the bundled voice: hop 256 at 22,050 Hz)."""
+KOKORO_HOP_S = 600 / 24000
+"""Seconds of audio per Kokoro frame (hop 600 at 24 kHz)."""
+
+KOKORO_DECODER = StageCost(
+    name="kokoro.decoder",
+    unit="frame",
+    # About 1,500 launches a call at ~15 us each: the middle of the 15-30 ms of GIL an eager call takes.
+    launch_s=22.5e-3,
+    # Assumed: one graph launch plus the copies of five inputs and the output; Piper's
+    # replay fits 0.15 ms with one input.
+    replay_s=0.3e-3,
+    # Fitted to 63 audio-s/s at batch 1 and 1,505 at batch 256 (2 s segments, eager):
+    # the two calls' walls are 31.7 ms and 340 ms.
+    floor_s=8.0e-3,
+    unit_s=15.12e-6,
+)
+
+KOKORO_ACOUSTIC = StageCost(
+    name="kokoro.acoustic",
+    unit="id",
+    # Launch-bound: 20-30 ms a call eager at batch 1 and at batch 64 alike; most of it
+    # is launches and about 15 syncs.
+    launch_s=21.0e-3,
+    # Assumed: with the lengths taken on the host, two captured pieces (before and
+    # after the alignment) replayed, 0.25 ms each with their copies.
+    replay_s=0.5e-3,
+    floor_s=3.0e-3,
+    # Assumed small: the stage is launch-bound, so 64 items of 60 ids add ~2 ms.
+    unit_s=0.5e-6,
+)
+
+PIPER_VOCODER = StageCost(
+    name="piper.vocoder",
+    unit="frame",
+    # Fitted to 2.3 ms a 52-frame chunk eager, 0.43 ms replayed from a graph, and 7,056
+    # audio-s/s at batch 256 (fp32, eager): a replay's host share taken as 0.15 ms.
+    launch_s=2.02e-3,
+    replay_s=0.15e-3,
+    floor_s=0.203e-3,
+    unit_s=1.4804e-6,
+)
+
+PIPER_ACOUSTIC = StageCost(
+    name="piper.acoustic",
+    unit="id",
+    # Assumed (no H200 figure): launch-bound like Kokoro's stage A, with about 500
+    # launches (6 encoder layers, the duration predictor, 4 flow couplings) at ~15 us.
+    launch_s=7.5e-3,
+    replay_s=0.3e-3,
+    floor_s=1.0e-3,
+    unit_s=0.3e-6,
+)
+
+STAGES: dict[str, StageCost] = {
+    stage.name: stage for stage in (PIPER_ACOUSTIC, PIPER_VOCODER, KOKORO_ACOUSTIC, KOKORO_DECODER)
+}
+"""Every stage the simulated device can run, by name."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One measured H200 figure as the wall seconds of one call (or its host share), and
+    how close the model must come to it."""
+
+    stage: str
+    batch: int
+    length: int
+    graphed: bool
+    seconds: float
+    """The figure as seconds a call."""
+    tolerance: float
+    """Relative error allowed."""
+    share: str = "wall"
+    """"wall" (host then device, run alone) or "host"."""
+    figure: str = ""
+    """The figure as published, and where."""
+
+    def modelled(self) -> float:
+        stage = STAGES[self.stage]
+        if self.share == "host":
+            return stage.host_s(self.batch, self.length, self.graphed)
+        return stage.step_s(self.batch, self.length, self.graphed)
+
+
+def _audio_s(segments: int, seconds: float, rate: float) -> float:
+    """Seconds a call takes that renders `segments` of `seconds` audio at `rate` audio-s/s."""
+    return segments * seconds / rate
+
+
+_KOKORO_2S = round(2 / KOKORO_HOP_S)
+_PIPER_52_S = 52 * PIPER_HOP_S
+
+SOURCES: tuple[Source, ...] = (
+    Source("kokoro.decoder", 1, _KOKORO_2S, False, _audio_s(1, 2.0, 63), 0.02,
+           figure="Kokoro decoder, 2 s segments, fp16 eager, batch 1: 63 audio-s/s (BENCHMARKS.md)"),
+    Source("kokoro.decoder", 256, _KOKORO_2S, False, _audio_s(256, 2.0, 1505), 0.02,
+           figure="Kokoro decoder, 2 s segments, fp16 eager, batch 256: 1,505 audio-s/s (BENCHMARKS.md)"),
+    Source("kokoro.decoder", 1, _KOKORO_2S, False, 22.5e-3, 0.34, share="host",
+           figure="an eager Kokoro decoder call holds the GIL 15-30 ms (SCALING.md)"),
+    Source("kokoro.acoustic", 1, 60, False, 25e-3, 0.2,
+           figure="Kokoro stage A, eager: 20-30 ms a call at batch 1 (BENCHMARKS.md)"),
+    Source("kokoro.acoustic", 64, 60, False, 25e-3, 0.2,
+           figure="Kokoro stage A, eager: 20-30 ms a call at batch 64 (BENCHMARKS.md)"),
+    Source("piper.vocoder", 1, 52, False, 2.3e-3, 0.02,
+           figure="Piper vocoder, 52-frame chunk, fp32 eager, batch 1: 2.3 ms (BENCHMARKS.md)"),
+    Source("piper.vocoder", 1, 52, True, 0.43e-3, 0.02,
+           figure="Piper vocoder, 52-frame chunk, replayed from a graph: 0.43 ms (BENCHMARKS.md)"),
+    Source("piper.vocoder", 256, 52, False, _audio_s(256, _PIPER_52_S, 7056), 0.02,
+           figure="Piper vocoder, 52-frame chunks, fp32 eager, batch 256: 7,056 audio-s/s (BENCHMARKS.md)"),
+)
+"""The H200 figures the speech stages are fitted to (docs/BENCHMARKS.md; the host
+shares in docs/SCALING.md "The simulated device")."""
+
+
+# -- Whisper ---------------------------------------------------------------------------
+WHISPER_FULL_WINDOW = 3000
 """Feature frames in Whisper's 30 s window."""
+WHISPER_30S_STEPS = 85
+"""Decoder steps of a 30 s window of the bench's speech, the end of text aside (about
+2.8 tokens a second): what turns the per-window figures into per-step ones."""
 
 
 @dataclass(frozen=True)
 class Cost:
-    """One call: how long it holds the device, and how much of that the host spends
-    holding the GIL (overlapping the device time)."""
+    """One call: the seconds it holds the device, and the host seconds (GIL held) spent
+    meanwhile, overlapping them."""
 
     device_s: float
     host_s: float
 
 
 @dataclass(frozen=True)
-class WhisperCosts:
-    """Whisper's costs per batch (`batch`); the fields are the derived figures above."""
+class WhisperCost:
+    """Whisper's cost per batch on one H200 (`batch`), fitted to `WHISPER_SOURCES`:
+
+    - encoder: `encoder_s` for one 30 s window plus `encoder_per_window_s` for each
+      further piece (the eager batch of 128 is 264.8 ms, of which 86 steps of 2.5 ms are
+      the host's launches), in proportion to the window's frames (assumed: tiny's
+      encoder is mostly matrix products over frames);
+    - a step's kernels: `step_s` plus `step_per_row_s` per further row (the graphed
+      batch of 128 is 113.5 ms); eager, the host's `eager_host_step_s` of launches
+      bounds each step and the device waits between them;
+    - beam search (and sampling, best of 5): top-k and cache reordering on the host take
+      `beam_host_step_s` a step plus `beam_host_step_per_piece_s` per further piece,
+      more than the kernels: the host bounds the step;
+    - under a graph the host spends `graph_host_step_s` a step (assumed: the replay and
+      reading the next tokens); the log-mel of a batch `mel_s` plus `mel_per_window_s`
+      per 30 s window (assumed: a few kernels)."""
 
     encoder_s: float = 4.0e-3
     encoder_per_window_s: float = 0.362e-3
@@ -67,11 +242,11 @@ class WhisperCosts:
 
     def batch(self, pieces: int, rows: int, width: int, steps: int, graphs: bool, align: bool) -> Cost:
         """A batch of `pieces` in an encoder window of `width` frames, decoded over `rows`
-        (pieces times the beam) for `steps` steps (the longest piece's tokens, plus the
-        end), and aligned once more if `align`."""
-        windows = pieces * width / FULL_WINDOW
-        mel = self.mel_s + self.mel_per_window_s * windows
-        encoder = (self.encoder_s + self.encoder_per_window_s * (pieces - 1)) * width / FULL_WINDOW
+        (pieces times the beam) for `steps` steps (the longest piece's tokens and the
+        end of text), and aligned once more if `align`."""
+        scale = width / WHISPER_FULL_WINDOW
+        mel = self.mel_s + self.mel_per_window_s * pieces * scale
+        encoder = (self.encoder_s + self.encoder_per_window_s * (pieces - 1)) * scale
         kernels = self.step_s + self.step_per_row_s * (rows - 1)
         host = self.graph_host_step_s if graphs else self.eager_host_step_s
         if rows > pieces:
@@ -80,5 +255,38 @@ class WhisperCosts:
         return Cost(mel + encoder + steps * max(kernels, host), steps * host)
 
 
-WHISPER_TINY = WhisperCosts()
-"""Whisper tiny.en on the H200."""
+WHISPER_TINY = WhisperCost()
+"""Whisper tiny.en on the H200, fp16."""
+
+
+@dataclass(frozen=True)
+class WhisperSource:
+    """One measured Whisper figure: audio seconds per second for a batch of 30 s
+    windows, and how close the model must come to it."""
+
+    batch: int
+    beam: int
+    graphed: bool
+    rtfx: float
+    tolerance: float
+    figure: str
+
+    def modelled(self) -> float:
+        """The model's real-time factor for this batch (the log-mel left out: the probes
+        fed features)."""
+        cost = WHISPER_TINY.batch(self.batch, self.batch * self.beam, WHISPER_FULL_WINDOW, WHISPER_30S_STEPS + 1, self.graphed, False)
+        mel = WHISPER_TINY.mel_s + WHISPER_TINY.mel_per_window_s * self.batch
+        return self.batch * 30.0 / (cost.device_s - mel)
+
+
+WHISPER_SOURCES: tuple[WhisperSource, ...] = (
+    WhisperSource(1, 1, False, 30 / 0.219, 0.02, "tiny.en, 30 s window, greedy, one at a time, eager: 219 ms (DESIGN)"),
+    WhisperSource(1, 1, True, 30 / 0.035, 0.02, "the same under a CUDA graph, static cache: 35 ms, 857x (DESIGN)"),
+    WhisperSource(128, 1, False, 14_501, 0.02, "greedy, batch 128, eager: 14,501x (DESIGN)"),
+    WhisperSource(128, 1, True, 33_839, 0.02, "greedy, batch 128, graphed: 33,839x (DESIGN)"),
+    WhisperSource(1, 5, True, 329, 0.03, "beam 5, graphed, batch 1: 329x (BENCHMARKS.md)"),
+    WhisperSource(64, 5, True, 5_764, 0.03, "beam 5, graphed, batch 64: 5,764x (BENCHMARKS.md)"),
+)
+"""The H200 figures Whisper's costs are fitted to (docs/BENCHMARKS.md, "Transcription
+on a GPU"; the one-at-a-time and batch-128 probes of 2026-11-27). A decoder step is
+2.5 ms eager and 0.36 ms replayed from a graph."""

@@ -1,5 +1,5 @@
 """Whisper on the simulated GPU: the torch runner's interface with the model replaced by
-its H200 costs (`costs.py: WhisperCosts`), for measuring the engine's batching and the
+its H200 costs (`costs.py: WhisperCost`), for measuring the engine's batching and the
 host's share without a GPU.
 
 Everything around the model is real: the tokenizer (the bundled tiny.en's), the decoding
@@ -15,6 +15,7 @@ No torch here: the sim runs wherever the CPU package does.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import tokenizers
 
-from voxserve.runners.sim.costs import WHISPER_TINY, WhisperCosts
-from voxserve.runners.sim.device import SimDevice, sim_device
+from voxserve.runners.sim.costs import WHISPER_TINY, WhisperCost
+from voxserve.runners.sim.device import SimDevice, host_work, sim_device
 from voxserve.runners.whisper.interface import (
     HOP,
     Alignment,
@@ -71,7 +72,7 @@ class SimWhisperRunner:
         self,
         model_dir: Path | None = None,
         device: SimDevice | None = None,
-        costs: WhisperCosts = WHISPER_TINY,
+        costs: WhisperCost = WHISPER_TINY,
         graphs: bool = True,
     ):
         """`graphs`: cost the decoder steps as replayed graphs (the CUDA runner's default),
@@ -118,7 +119,12 @@ class SimWhisperRunner:
         width = max(x.window for x in inputs)
         steps = max(len(t) for t in tokens) + 1 + len(opts.previous)
         cost = self.costs.batch(len(inputs), rows, width, steps, self.graphs, any(x.align for x in inputs))
-        self.device.run(cost.device_s, cost.host_s)
+        # The kernels are queued at once and run while the host does its share (launches,
+        # the search's bookkeeping): the call ends when both have.
+        end = self.device.reserve(cost.device_s)
+        host_work(cost.host_s)
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(left)
         return [
             DecodeOutput(t, -0.25, 0.01, None, _diagonal(t, x.frames) if x.align else None)
             for t, x in zip(tokens, inputs, strict=True)
