@@ -197,3 +197,12 @@ def test_a_short_probe_decodes_the_same_samples(fmt: str, monkeypatch: pytest.Mo
     monkeypatch.delitem(decode._OPEN_OPTIONS, "probesize")
     np.testing.assert_array_equal(short, decode.decode_audio(data, 60.0))
     assert len(short) > 30_000  # 2 s at 16 kHz
+
+
+def test_the_audio_pool_follows_the_device() -> None:
+    """Two audio threads on a CPU; on a batched device every core but two (the event
+    loop, the device's worker), since there upload decoding bounds throughput."""
+    from voxserve.engine.asr import audio_pool_size
+
+    assert audio_pool_size(False, 16) == 2 and audio_pool_size(False, 1) == 1
+    assert audio_pool_size(True, 16) == 14 and audio_pool_size(True, 2) == 2

@@ -130,8 +130,12 @@ class ASRConfig:
     """How long a ready segment may wait for others to share its batch."""
     beam_size: int = 5
     """Beam width at temperature 0 (1 is greedy: faster, a little less accurate)."""
-    audio_workers: int = field(default_factory=lambda: min(default_cores(), 2))
-    """Threads that decode uploads, resample, cut and compute log-mel features."""
+    audio_workers: int = 0
+    """Threads that decode uploads, resample, cut and (on a CPU) compute log-mel features.
+    0: two on a CPU (the decoding workers hold the other cores); on a batched device
+    (cuda, sim) every core but two, one for the event loop and one for the device's
+    worker: 5,000x real time needs about 6 cores of upload decoding for WAV and 13 for
+    MP3 (docs/BENCHMARKS.md, "The host side")."""
     max_upload_mb: float = 25.0
     """Largest accepted request body, in MiB; larger ones get 413 while still uploading."""
     max_buffered_upload_mb: float = 256.0
@@ -160,8 +164,8 @@ class ASRConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.nice <= 19:
             raise ValueError("the ASR nice increment must be within 0..19")
-        if self.workers < 1 or self.audio_workers < 1 or self.solo_threads < 1:
-            raise ValueError("ASR workers, audio workers and solo threads must be at least 1")
+        if self.workers < 1 or self.audio_workers < 0 or self.solo_threads < 1:
+            raise ValueError("ASR workers and solo threads must be at least 1, audio workers at least 0 (auto)")
         if min(self.gpu_batch, self.beam_size, self.max_requests) < 1:
             raise ValueError("gpu_batch, beam_size and max_requests must be >= 1")
         if self.device not in DEVICES:

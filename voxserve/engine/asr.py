@@ -52,7 +52,7 @@ import numpy as np
 from voxserve.audio.blocks import Samples
 from voxserve.audio.cut import Span, plan_spans
 from voxserve.audio.mel import N_FRAMES, SAMPLE_RATE
-from voxserve.config import ASRConfig
+from voxserve.config import ASRConfig, default_cores
 from voxserve.engine import devices
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
@@ -86,6 +86,7 @@ __all__ = [
     "PreparedAudio",
     "TranscribeOptions",
     "WindowResult",
+    "audio_pool_size",
     "even_spans",
     "fitted_window",
     "load_runner",
@@ -106,6 +107,9 @@ BATCHED_FILE_WAIT_S = 0.025
 (a batch of 64 short pieces in 10 s windows, beam 5: 20-90 ms on the H200's figures,
 `runners/sim/costs.py`), so the pieces that arrive while one batch decodes join the next
 instead of each going alone. At most this much is added to a file's latency."""
+BATCHED_SPARE_CORES = 2
+"""Cores a batched device's audio pool leaves free: one for the event loop (HTTP), one
+for the worker that feeds the device and turns its tokens into text."""
 SEGMENTS_AHEAD = 16
 """Pieces of one request whose features may wait in the engine: bounds a long file's
 memory while keeping every worker fed."""
@@ -264,6 +268,8 @@ class ASREngine(WorkerEngine):
             # A GPU decodes one batch at a time, so one thread feeds it batches as large
             # as it takes well; several threads would only split them.
             config = replace(config, workers=1, solo_threads=1)
+        if config.audio_workers == 0:
+            config = replace(config, audio_workers=audio_pool_size(self.batched, default_cores()))
         super().__init__(config.workers)
         self.config = config
         self.max_batch = config.gpu_batch if self.batched else CPU_MAX_BATCH
@@ -786,6 +792,16 @@ def load_runner(config: ASRConfig, device: str, runtime: str) -> WhisperModel:
     from voxserve.runners.whisper.ct2_runner import WhisperRunner
 
     return WhisperRunner(config.model_dir, config.compute_type, config.workers)
+
+
+def audio_pool_size(batched: bool, cores: int) -> int:
+    """Audio threads (upload decoding, resampling, cutting) when not set: two on a CPU,
+    where the decoding workers need the other cores; on a batched device every core but
+    `BATCHED_SPARE_CORES`, because there the host's upload work, not the model, bounds
+    throughput (docs/BENCHMARKS.md, "The host side")."""
+    if not batched:
+        return min(cores, 2)
+    return max(2, cores - BATCHED_SPARE_CORES)
 
 
 def solo_threads(
