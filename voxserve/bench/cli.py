@@ -492,6 +492,8 @@ def _realtime(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     measured = asyncio.run(bench_realtime(options, clips, args.concurrency, args.utterances,
                                           args.gap_s, args.files, args.file_seconds, args.warmup))
+    if "wer_refused" in measured:
+        print(measured["wer_refused"])
     return _finish("realtime", args, settings, measured, started)
 
 
