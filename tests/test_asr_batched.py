@@ -206,3 +206,24 @@ def test_the_audio_pool_follows_the_device() -> None:
 
     assert audio_pool_size(False, 16) == 2 and audio_pool_size(False, 1) == 1
     assert audio_pool_size(True, 16) == 14 and audio_pool_size(True, 2) == 2
+
+
+def test_torch_runner_decodes_raw_pieces_as_their_padded_features(sim_server: RunningServer) -> None:
+    """`TorchWhisperRunner.run_audio` (what CUDA runs) on two pieces of different lengths
+    gives the tokens `run` gives on each piece's own features, padded to the batch's window."""
+    pytest.importorskip("torch")
+    from voxserve.audio.decode import decode_audio
+    from voxserve.runners.whisper.interface import DecodeInput
+    from voxserve.runners.whisper.torch_runner import TorchWhisperRunner
+
+    with httpx.Client(base_url=sim_server.base_url, timeout=60) as c:
+        pieces = [decode_audio(speak(c, text), 60.0) for text in SHORT[:2]]
+    runner = TorchWhisperRunner()
+    opts = runner.options("transcribe", "en", None, 1, 0.0)
+    width = 1000
+    raw = runner.run_audio([AudioInput(p, width) for p in pieces], opts)
+    mel = runner.log_mel()
+    features = [DecodeInput(mel(p)[0][:, :width].copy(), mel(p)[1]) for p in pieces]
+    alone = runner.run(features, opts)
+    assert [o.tokens for o in raw] == [o.tokens for o in alone]
+    assert all(len(o.tokens) > 5 for o in raw)
