@@ -498,13 +498,7 @@ class ASREngine(WorkerEngine):
         """Host log-mel of one piece, or None when it is silent. CPU work: run it in the
         audio pool."""
         found = self._span(prepared, index)
-        if found is None:
-            return None
-        samples, window = found
-        features, frames = self.mel(samples)
-        if window < features.shape[-1]:
-            features = np.ascontiguousarray(features[:, :window])
-        return DecodeInput(features, frames)
+        return None if found is None else self._host_features(*found)
 
     def piece(self, prepared: PreparedAudio, index: int) -> DecodeInput | AudioInput | None:
         """What one piece is decoded from: on a batched device its raw samples (the runner
@@ -535,6 +529,10 @@ class ASREngine(WorkerEngine):
         to `window`."""
         if self.batched:
             return AudioInput(np.array(samples, dtype=np.float32), window)
+        return self._host_features(samples, window)
+
+    def _host_features(self, samples: np.ndarray, window: int) -> DecodeInput:
+        """A piece's log-mel made on the host, cropped to `window`."""
         features, frames = self.mel(samples)
         if window < features.shape[-1]:
             features = np.ascontiguousarray(features[:, :window])
