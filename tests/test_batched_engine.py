@@ -86,3 +86,24 @@ def test_a_batched_step_carries_several_streams_at_once(models: list[VoiceModel[
         watched.stop()
     assert max(steps) >= 4
     assert len(steps) < sum(steps) / 2
+
+
+def test_admission_reads_the_units_its_steps_hold(engine: TTSEngine) -> None:
+    """Streams of different texts at once fill steps of several units; admission counts
+    a model's cost at the mean units its steps hold, not at the streams live."""
+    name = engine.default_model.name
+    voice = engine.default_model.voices[0]
+    handles = [engine.submit(engine.prepare(text, voice), engine.sample_rate) for text in TEXTS]
+    with ThreadPoolExecutor(len(handles)) as pool:
+        list(pool.map(lambda h: engine.collect(h, 30.0), handles))
+    stats = engine.step_stats()
+    vocoder_steps = stats["step_units"]["vocoder"]
+    assert max(vocoder_steps) > 1  # steps held several streams' chunks
+    units = stats["units"][name]
+    assert 1 <= units <= 8
+    meter = engine.stats.costs[name]
+    with engine._cond:
+        costs = engine._admission_costs({name: 100})  # 100 streams live: not a step of 100
+    ramp = engine.default_model.profile.ramp
+    assert costs[name] == pytest.approx(meter.cost(max(1, round(units))) * ramp)  # type: ignore[operator]
+    assert stats["step_frames"]["kept"] > 0

@@ -31,6 +31,7 @@ import numpy as np
 from voxserve.audio.encode import wav_file
 from voxserve.config import (
     DEVICES,
+    TTS_DEVICES,
     ASRConfig,
     RayConfig,
     RealtimeConfig,
@@ -168,10 +169,11 @@ _SERVE_RUNTIME = (
 )
 
 
-def _add_device(parser: argparse.ArgumentParser, engines: str) -> None:
+def _add_device(parser: argparse.ArgumentParser, engines: str, choices: tuple[str, ...] = DEVICES) -> None:
+    sim = "; sim: speech on a simulated H200 that makes no speech (capacity planning and CI)" if "sim" in choices else ""
     parser.add_argument(
-        "--device", choices=DEVICES,
-        help=f"where {engines} runs: cpu, cuda, or auto (cuda when torch sees a GPU); "
+        "--device", choices=choices,
+        help=f"where {engines} runs: cpu, cuda, or auto (cuda when torch sees a GPU){sim}; "
         "an engine's own --tts-device or --asr-device wins over it",
     )  # fmt: skip
 
@@ -188,7 +190,8 @@ def _asr_config(args: argparse.Namespace, serving: bool) -> ASRConfig:
     given = flags.given(args)
     fields: dict[str, Any] = {}
     if ("device",) not in given and args.device is not None:
-        fields["device"] = args.device
+        # A bare --device sim is speech's; transcription joins it only with --asr-device sim.
+        fields["device"] = "cpu" if args.device == "sim" else args.device
     if not serving:
         # No buffered-audio flag here: the budget grows to hold the one file when it must.
         longest = given.get(("max_audio_seconds",), ASRConfig.max_audio_seconds)
@@ -296,7 +299,11 @@ def _speak(args: argparse.Namespace) -> int:
     from voxserve.serving.offline import OfflineTTS
 
     try:
-        offline = OfflineTTS(_tts_config(args), args.model)
+        config = _tts_config(args)
+        if config.device == "sim":
+            raise ValueError("speak writes a speech file, and the sim device makes no speech (its file would "
+                             "still pass for one): use --device cpu, cuda or auto")
+        offline = OfflineTTS(config, args.model)
     except (ValueError, RuntimeError) as exc:  # a device or runtime this machine lacks
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -394,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--ray", nargs="?", const="", metavar="ADDRESS",
         help="serve on a Ray cluster: join ADDRESS (what `ray start --head` prints), or start a local one",
     )
-    _add_device(serve, "every engine")
+    _add_device(serve, "every engine (sim: speech only, transcription on the CPU)", TTS_DEVICES)
     for flags in serve_flags():
         flags.add_to(serve)
     add_old_spellings(
@@ -410,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     speak.add_argument("--voice", default="alloy")
     speak.add_argument("--speed", type=float, default=1.0)
     speak.add_argument("--sample-rate", type=int, default=None, help="default: the voice's own rate")
-    _add_device(speak, "speech")
+    _add_device(speak, "speech", TTS_DEVICES)
     for flags in speak_flags():
         flags.add_to(speak)
     add_old_spellings(speak, {**_TTS_RENAMED, "--runtime": "--tts-runtime"}, _TTS_CONSTANTS)

@@ -12,9 +12,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEVICES = ("auto", "cpu", "cuda", "sim")
-"""Where a model may run; auto picks CUDA when torch sees a GPU. sim is a simulated H200
-(`runners/sim/`): the real server with the models replaced by their measured costs."""
+DEVICES = ("auto", "cpu", "cuda")
+"""Where a model may run; auto picks CUDA when torch sees a GPU."""
+TTS_DEVICES = (*DEVICES, "sim")
+"""Where speech may run: also `sim`, a simulated H200 whose stand-ins make no speech
+(`runners/sim`: capacity planning and CI); auto never picks it."""
+ASR_DEVICES = (*DEVICES, "sim")
+"""Where transcription may run: also `sim`, the simulated H200, whose stand-in answers
+`[sim]` and made-up words of a plausible number; auto never picks it."""
 ASR_RUNTIMES = ("auto", "ct2", "torch")
 TTS_RUNTIMES = ("auto", "onnx", "torch")
 CPU_MAX_STREAMS = 24
@@ -41,7 +46,10 @@ class TTSConfig:
     up to 430 MB while it decodes a long segment, and 3 s more start-up). The first is
     the default: OpenAI's model names that no loaded model claims (gpt-4o-mini-tts) mean it."""
     device: str = "auto"
-    """Where speech is synthesized: cpu, cuda, or auto (cuda when torch sees a GPU)."""
+    """Where speech is synthesized: cpu, cuda, auto (cuda when torch sees a GPU), or sim: a
+    simulated H200 for capacity planning and CI, with the real server, engine and text
+    front end but stand-ins for the model calls that take an H200's time and make a
+    quiet tone, never speech (docs/SCALING.md)."""
     runtime: str = "auto"
     """What runs the voice models: onnx (ONNX Runtime, the CPU default), torch (the torch
     runners, converted once from the same ONNX graphs), or auto (torch on a GPU, else onnx)."""
@@ -74,6 +82,9 @@ class TTSConfig:
     """Threads that encode compressed formats (mp3, opus, aac, flac)."""
     max_input_chars: int = 4096
     """Longest accepted `input`, in characters (OpenAI's limit is 4096)."""
+    sim_graphs: bool = True
+    """On the sim device: time each step as a replayed CUDA graph (as the torch runners
+    intend), or with `--no-tts-sim-graphs` as an eager call, whose launches hold the GIL."""
     gpu_batch: int = 128
     """Most units (stage A items, or vocoder chunks of one size) one GPU step runs; a step
     runs as many as are ready, so few streams get small, fast steps. On cuda only."""
@@ -89,12 +100,14 @@ class TTSConfig:
             raise ValueError("workers, max_streams, max_input_chars and gpu_batch must be >= 1")
         if not self.models:
             raise ValueError("load at least one TTS model (--tts-models piper)")
-        if self.device not in DEVICES:
-            raise ValueError(f"unknown TTS device {self.device!r}: use one of {', '.join(DEVICES)}")
+        if self.device not in TTS_DEVICES:
+            raise ValueError(f"unknown TTS device {self.device!r}: use one of {', '.join(TTS_DEVICES)}")
         if self.runtime not in TTS_RUNTIMES:
             raise ValueError(f"unknown TTS runtime {self.runtime!r}: use one of {', '.join(TTS_RUNTIMES)}")
         if self.device == "cuda" and self.runtime == "onnx":
             raise ValueError("ONNX Runtime runs speech on the CPU only here: use the torch runtime with cuda")
+        if self.device == "sim" and self.runtime != "auto":
+            raise ValueError(f"the sim device runs its own stand-ins, not {self.runtime}: leave --tts-runtime auto")
         if self.max_queue < 0 or self.queue_timeout_s < 0:
             raise ValueError("max_queue and queue_timeout_s must be >= 0")
 
@@ -168,8 +181,8 @@ class ASRConfig:
             raise ValueError("ASR workers and solo threads must be at least 1, audio workers at least 0 (auto)")
         if min(self.gpu_batch, self.beam_size, self.max_requests) < 1:
             raise ValueError("gpu_batch, beam_size and max_requests must be >= 1")
-        if self.device not in DEVICES:
-            raise ValueError(f"unknown ASR device {self.device!r}: use one of {', '.join(DEVICES)}")
+        if self.device not in ASR_DEVICES:
+            raise ValueError(f"unknown ASR device {self.device!r}: use one of {', '.join(ASR_DEVICES)}")
         if self.runtime not in ASR_RUNTIMES:
             raise ValueError(f"unknown ASR runtime {self.runtime!r}: use one of {', '.join(ASR_RUNTIMES)}")
         if self.device == "sim" and self.runtime != "auto":

@@ -77,11 +77,10 @@ class VoiceList(BaseModel):
 class Health(BaseModel):
     status: Literal["ok", "unhealthy"]
     dead_workers: list[str] = Field(default_factory=list, description="Only when unhealthy")
-    devices: dict[str, str] = Field(
-        default_factory=dict,
-        description='The engines off the CPU and where they run: {"transcription": "cuda"}; '
-        "sim is a simulated GPU, whose transcripts are marked [sim]. Absent on a CPU server",
+    devices: dict[str, str] | None = Field(
+        None, description="Where each engine runs (speech, transcription); only when an engine runs on the sim device"
     )
+    simulated: str | None = Field(None, description="Only on the sim device: says which engines are simulated: no speech, and transcripts marked [sim]")
 
 
 class TranscriptionUsage(BaseModel):

@@ -1,7 +1,8 @@
 """Incremental encoders that turn mono int16 PCM into bytes for a streaming HTTP body.
 
 Owns the wire formats of synthesized audio: raw PCM, streaming WAV, and MP3 / Ogg Opus /
-AAC (ADTS) / FLAC through PyAV. Each encoder is a small stateful object: ``feed()`` returns
+AAC (ADTS) / FLAC through PyAV. PyAV is imported when a compressed stream is first
+made, so PCM and WAV need only numpy (a GPU machine's image may lack PyAV). Each encoder is a small stateful object: ``feed()`` returns
 whatever bytes are ready now and ``flush()`` ends the stream. Encoders share no mutable
 state, so one encoder per stream may live on any worker thread. This module does no I/O,
 knows nothing of HTTP, and never touches FFmpeg's global log settings.
@@ -16,10 +17,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol
 
-import av
 import numpy as np
 import soxr
-from av.audio.stream import AudioStream
 
 __all__ = ["FORMATS", "StreamEncoder", "content_type", "make_encoder", "wav_file"]
 
@@ -181,6 +180,9 @@ class _AvEncoder:
     (holding back less than one frame) and converts s16 to the codec's sample format."""
 
     def __init__(self, spec: _Codec, sample_rate: int) -> None:
+        import av
+        from av.audio.stream import AudioStream
+
         rate = _codec_rate(sample_rate, spec.rates)
         self._rate = rate
         self._time_base = Fraction(1, rate)
@@ -209,6 +211,7 @@ class _AvEncoder:
             if spec.max_bits_per_sample is not None:
                 stream.bit_rate = min(spec.bit_rate, rate * spec.max_bits_per_sample)
         self._stream = stream
+        self._frame = av.AudioFrame.from_ndarray
         # Write the container header now, so even an empty stream is well formed.
         self._container.start_encoding()
         self._pts = 0
@@ -236,7 +239,7 @@ class _AvEncoder:
     def _encode(self, pcm: np.ndarray) -> None:
         if pcm.size == 0:
             return
-        frame = av.AudioFrame.from_ndarray(
+        frame = self._frame(
             np.ascontiguousarray(pcm).reshape(1, -1), format="s16", layout="mono"
         )
         frame.sample_rate = self._rate

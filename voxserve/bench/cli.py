@@ -144,6 +144,7 @@ def _speech(args: argparse.Namespace) -> int:
     settings = _settings(args, api=args.api, url=target.url, request_fields=fields,
                          probe_health=probe, model=fields.get("model"), voice=fields.get("voice"),
                          num_prompts=args.num_prompts, prompts_source=source,
+                         processes=args.processes,
                          sample_rate_flag=args.sample_rate,
                          request_sample_rate=args.request_sample_rate,
                          underrun_threshold_s=args.underrun_threshold_ms / 1e3, prompts=prompts,
@@ -152,7 +153,7 @@ def _speech(args: argparse.Namespace) -> int:
     measured = asyncio.run(bench_speech(
         target, prompts, args.concurrency, args.request_rate, args.warmup,
         args.underrun_threshold_ms / 1e3, probe, args.health_interval_ms / 1e3,
-        args.progress, args.seed))
+        args.progress, args.seed, args.processes))
     return _finish("speech", args, settings, measured, started)
 
 
@@ -582,6 +583,9 @@ def add_bench_parser(subparsers: Any) -> None:
                         "in the body)")
     speech.add_argument("--underrun-threshold-ms", type=float, default=100.0,
                         help="a stream is continuous if its max underrun is at most this")
+    speech.add_argument("--processes", type=int, default=1, metavar="N",
+                        help="run each level's clients in N processes (at most 64), so that "
+                             "hundreds of streams are not bound by one client process")
     speech.add_argument("--fail-on-error", action="store_true",
                         help="exit 1 if any request failed")
     speech.set_defaults(func=_guarded(_speech), probe_health=None)  # None: per --api

@@ -44,7 +44,7 @@ async def measure_levels(levels: list[int], level_fn: LevelFn, base_url: str,
             level: dict[str, Any] = {
                 "concurrency": concurrency,
                 "summary": summary,
-                "client_lag_s": summarize(lag.between(start, end)),
+                "client_lag_s": summarize(lag.between(start, end) if run.client_lag_s is None else run.client_lag_s),
             }
             if prober is not None:
                 level["health"] = summarize_probes(prober.between(start, end))

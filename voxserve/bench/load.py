@@ -33,6 +33,9 @@ class LevelRun(Generic[R]):
     """perf_counter at the start of the level."""
     wall_s: float
     """From the start of the level to the end of its last request."""
+    client_lag_s: list[float] | None = None
+    """The clients' event-loop lag samples where they ran in other processes (None:
+    they ran on this loop, which measures its own)."""
 
 
 async def run_level(

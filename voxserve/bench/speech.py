@@ -11,6 +11,7 @@ records and the metrics stay here, shared.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -18,9 +19,11 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from voxserve.bench.health import LoopLag
 from voxserve.bench.levels import BenchError, measure_levels
 from voxserve.bench.load import LevelRun, run_level
 from voxserve.bench.metrics import continuity_ok_rate, max_underrun, parse_server_timing, summarize
+from voxserve.bench.spread import Share, run_spread_level
 
 __all__ = [
     "SpeechApi",
@@ -266,8 +269,10 @@ async def bench_speech(target: SpeechApi, prompts: list[str], levels: list[int],
                        request_rate: float | None = None, warmup: int = 2,
                        threshold_s: float = 0.1, probe_health: bool = True,
                        health_interval_s: float = 0.05, progress: bool = True,
-                       seed: int = 0) -> dict[str, Any]:
-    """Warm up, then run every level: {"levels": [...], "health": {...}}."""
+                       seed: int = 0, processes: int = 1) -> dict[str, Any]:
+    """Warm up, then run every level: {"levels": [...], "health": {...}}. With
+    `processes` > 1 each level's clients run in that many child processes
+    (`bench/spread.py`), so that the client is not the bound."""
     if probe_health and target.health_path is None:
         raise BenchError(f"{target.url} has no health endpoint to probe; turn probing off")
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)  # 0: no pool limit
@@ -281,6 +286,11 @@ async def bench_speech(target: SpeechApi, prompts: list[str], levels: list[int],
                                  f"(status {rec.status}): {rec.error}")
 
         async def level(concurrency: int) -> tuple[LevelRun[SpeechRecord], dict[str, Any]]:
+            if processes > 1:
+                spread, lag = await run_spread_level(_run_share, target, prompts, concurrency, request_rate,
+                                                     seed, processes)
+                spread.client_lag_s = lag
+                return spread, summarize_speech(spread.results, spread.wall_s, threshold_s)
             start = time.perf_counter()
 
             async def request(index: int, scheduled: float) -> SpeechRecord:
@@ -295,3 +305,27 @@ async def bench_speech(target: SpeechApi, prompts: list[str], levels: list[int],
 
         return await measure_levels(levels, level, target.base_url, probe_health,
                                     health_interval_s, target.health_path or "/health")
+
+
+async def _run_share(job: Share, start_at: float) -> tuple[list[SpeechRecord], float, list[float]]:
+    """One client process's share of a level (`bench/spread.py`), from the common start:
+    its records, when it ended, and its own loop's lag."""
+    lag = LoopLag()
+    lag.start()
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+    timeout = aiohttp.ClientTimeout(total=job.target.timeout_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        delay = start_at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+        async def request(local: int, scheduled: float) -> SpeechRecord:
+            text = job.texts[local]
+            record = SpeechRecord(job.indices[local], len(text), scheduled - start_at, time.perf_counter() - start_at)
+            return await speak(session, job.target, text, record)
+
+        run = await run_level(request, len(job.texts), job.concurrency, job.request_rate, job.seed, progress=False)
+    ended = time.perf_counter()
+    samples = lag.between(start_at, ended)
+    await lag.stop()
+    return run.results, ended, samples

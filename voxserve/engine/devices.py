@@ -2,7 +2,9 @@
 
 `auto` means CUDA with torch when torch is installed and sees a GPU, else the CPU with
 the model's CPU runtime (CTranslate2 for Whisper, ONNX Runtime for the voice models). A
-machine with no NVIDIA driver never imports torch to find that out.
+machine with no NVIDIA driver never imports torch to find that out. `sim` (speech only)
+is the simulated H200 of `runners/sim`, whose runtime is its own stand-ins; auto never
+picks it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-__all__ = ["gpu_present", "resolve_device"]
+__all__ = ["gpu_present", "resolve_device", "sim_device_use"]
 
 
 def gpu_present() -> bool:
@@ -31,7 +33,9 @@ def resolve_device(device: str, runtime: str, cpu_runtime: str) -> tuple[str, st
     cuda and `cpu_runtime` on the CPU, and the sim device runs the sim runtime. Raises ValueError for a choice this machine
     cannot run."""
     if device == "sim":
-        return device, "sim"  # the simulated GPU (`runners/sim/`): no torch, no GPU
+        if runtime not in ("auto", "sim"):
+            raise ValueError(f"the sim device runs its own stand-ins, not {runtime}: leave the runtime auto")
+        return "sim", "sim"
     has_torch = importlib.util.find_spec("torch") is not None
     if device == "auto":
         device = "cuda" if runtime != cpu_runtime and has_torch and gpu_present() and _cuda() else "cpu"
@@ -42,3 +46,11 @@ def resolve_device(device: str, runtime: str, cpu_runtime: str) -> tuple[str, st
     if device == "cuda" and not _cuda():
         raise ValueError("--device cuda, but torch sees no CUDA device: use --device cpu or auto")
     return device, runtime
+
+
+def sim_device_use() -> tuple[float, dict[str, tuple[int, int]]]:
+    """The simulated GPU's device seconds so far in this process, and its (calls, items)
+    by stage."""
+    from voxserve.runners.sim.device import sim_device
+
+    return sim_device().use()

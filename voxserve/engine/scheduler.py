@@ -16,8 +16,9 @@ of one stream. One policy serves every device:
   runs out, one sentence ahead at most.
 - **One budget** (`Budget`): a device's slots, each unit holding the slots of its
   threads. A CPU worker's step is one unit (`next_work`); a batched device's step (a GPU)
-  is up to `batch` units of one stage, one model and one window size, filled from the
-  head of the ranking down (`next_step`). Stage A holds at most `acoustic_slots` (a CPU:
+  is up to `batch` units of one stage, one model and one window bucket, filled best
+  first: the head's kind if it is urgent (or a new stream's that waited `NEW_WAIT_S`),
+  else the kind with the most units waiting (`next_step`). Stage A holds at most `acoustic_slots` (a CPU:
   all its workers but one) while chunks wait, unless a newcomer's stage A would make no live stream
   urgent, or it is itself urgent and no chunk is (`_may_take_vocoders_worker`).
 - **Spare capacity**, the slots the ranked units leave free, is spent, never left idle:
@@ -47,6 +48,7 @@ only profiles and frame counts.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -61,6 +63,7 @@ from voxserve.engine.work import (
     StageInput,
     VocoderWork,
     Work,
+    bucket_window,
     plan_chunk,
 )
 
@@ -101,6 +104,12 @@ BURST_WAITING = 3
 for theirs starts with the plan's second chunk size (`Scheduler._burst`)."""
 
 
+NEW_WAIT_S = 0.05
+"""On a batched device, how long the best new stream's unit may wait while steps go to
+a fuller kind (`Scheduler.next_step`): about two full steps of a GPU, so that a new
+stream's first audio waits a few tens of ms for steps that fill, and no longer."""
+
+
 class Rank(IntEnum):
     """The classes of the one ranking, best first; within a class, the earlier deadline
     (then the older stream) goes first."""
@@ -126,8 +135,9 @@ class Budget:
 
     A CPU (`Budget.cpu`): one slot per worker thread, one unit per step. A batched
     device (`Budget.batched`): a step runs up to `batch` units of one stage, one model
-    and one window size at once, and `slots` bounds the units in flight over the steps
-    that overlap (one running, the next being gathered)."""
+    and one window bucket (`ModelProfile.window_buckets`) at once, and `slots` bounds
+    the units in flight over the steps that overlap (one running, the next being
+    gathered)."""
 
     slots: int | None = None
     """Units (times their threads) in flight at most; None: unbounded, and nothing spare
@@ -222,6 +232,20 @@ class _Stream:
     """Its first chunk was claimed alone: its chunks follow the idle plan (`plan_chunk`)."""
     skip: int = 0
     """Chunk sizes its plan skips (`plan_chunk`): 1 if it started in a burst."""
+    version: int = 0
+    """Bumped at each change of its state: its entries in a batched device's queues
+    (`Scheduler._queues`) of an older version are stale."""
+    window: tuple[int, int, int, int, int] | None = None
+    """Its next chunk's window (`Scheduler._window`), kept until its state changes."""
+    queued: list[_Queues] = field(default_factory=list)
+    """The queues that hold its current (not stale) entries."""
+
+    def unqueue(self) -> None:
+        """Make its queued entries stale."""
+        self.version += 1
+        for queues in self.queued:
+            queues.size -= 1
+        self.queued.clear()
 
     def open_latent(self) -> _Latent | None:
         for lat in self.latents:
@@ -232,6 +256,63 @@ class _Stream:
     def dry_at(self) -> float:
         assert self.first_packet_at is not None
         return self.first_packet_at + self.produced / self.profile.sample_rate
+
+
+_Entry = tuple[float, int, bool, int, _Stream]
+"""A queued unit: its deadline (a new stream: its arrival), stream id, whether it is
+stage A, the stream's version when queued, and the stream."""
+
+
+@dataclass
+class _Queues:
+    """A batched device's claimable units of one kind, as two heaps: live streams' by
+    deadline, and new streams' by arrival. An entry is stale once its stream's version
+    moved on; stale entries are dropped as they reach the top."""
+
+    kind: tuple[str, int]
+    live: list[_Entry] = field(default_factory=list)
+    new: list[_Entry] = field(default_factory=list)
+    size: int = 0
+    """Entries that are not stale: the units of this kind that may be claimed now."""
+
+    def push(self, heap: list[_Entry], entry: _Entry) -> None:
+        heapq.heappush(heap, entry)
+        self.size += 1
+        entry[4].queued.append(self)
+
+    def _pop(self, heap: list[_Entry]) -> _Stream:
+        stream = heapq.heappop(heap)[4]
+        self.size -= 1
+        stream.queued.remove(self)
+        return stream
+
+    def head_live(self) -> _Entry | None:
+        return _head(self.live)
+
+    def head_new(self) -> _Entry | None:
+        return _head(self.new)
+
+    def take(self, n: int, now: float, slack: float) -> list[_Stream]:
+        """Up to n streams, best first, in the ranking's order: urgent live units, then
+        new streams', then the other live units."""
+        out: list[_Stream] = []
+        while len(out) < n and (top := _head(self.live)) is not None and top[0] - now <= slack:
+            out.append(self._pop(self.live))
+        while len(out) < n and _head(self.new) is not None:
+            out.append(self._pop(self.new))
+        while len(out) < n and _head(self.live) is not None:
+            out.append(self._pop(self.live))
+        return out
+
+
+def _head(heap: list[_Entry]) -> _Entry | None:
+    """The heap's best entry that is not stale (stale ones above it are dropped)."""
+    while heap:
+        top = heap[0]
+        if top[3] == top[4].version:
+            return top
+        heapq.heappop(heap)
+    return None
 
 
 @dataclass(frozen=True)
@@ -273,6 +354,13 @@ class Scheduler:
         """Running estimate of a one-thread vocoder call's seconds per decoded frame, per
         model, from the chunks timed so far (`complete_vocoder`)."""
         self._streams: dict[int, _Stream] = {}
+        self._queues: dict[tuple[str, int], _Queues] = {}
+        """A batched device's claimable units by kind (`_kind`), kept up to date by
+        `_touch`: a step reads the heads of a few queues instead of ranking every
+        stream, so streams waiting on their credits, their stage A or a chunk in flight
+        cost it nothing, and a step of n units costs O(n log streams)."""
+        self._entries = 0
+        """Entries in `_queues`, stale ones included (`_compact`)."""
 
     # -- requests --------------------------------------------------------------------
     def add(
@@ -290,7 +378,8 @@ class Scheduler:
         if stream_id in self._streams:
             raise ValueError(f"stream {stream_id} exists")
         self._acoustic_s_per_id.setdefault(profile.name, profile.acoustic_s_per_id)
-        self._streams[stream_id] = _Stream(stream_id, now, list(segments), profile, complete)
+        stream = self._streams[stream_id] = _Stream(stream_id, now, list(segments), profile, complete)
+        self._touch(stream)
 
     def extend(self, stream_id: int, segments: Sequence[StageInput]) -> None:
         """The rest of an incomplete stream's stage A inputs (possibly none): after them
@@ -302,12 +391,12 @@ class Scheduler:
             raise ValueError(f"stream {stream_id} is complete")
         stream.segments.extend(segments)
         stream.complete = True
-        if stream.acoustic_busy or stream.next_segment < len(stream.segments):
-            return  # a later stage A's latent ends the stream
-        if stream.open_latent() is None:
+        if not stream.acoustic_busy and stream.next_segment >= len(stream.segments) and stream.open_latent() is None:
             # Every chunk made so far was claimed before the stream knew it was ending,
-            # none of them as the last: an empty chunk ends it.
+            # none of them as the last: an empty chunk ends it. (Otherwise a later stage
+            # A's latent ends the stream.)
             stream.latents.append(_Latent(len(stream.segments), Latent(None, 0)))
+        self._touch(stream)
 
     def acoustic_s_per_id(self, model: str) -> float | None:
         """The current stage A estimate of a model (None before its first stream)."""
@@ -315,13 +404,17 @@ class Scheduler:
 
     def abort(self, stream_id: int) -> bool:
         """Forget a stream; its in-flight work is discarded on completion."""
-        return self._streams.pop(stream_id, None) is not None
+        stream = self._streams.pop(stream_id, None)
+        if stream is not None:
+            stream.unqueue()
+        return stream is not None
 
     def taken(self, stream_id: int) -> None:
         """The stream's writer took one chunk: one credit back."""
         stream = self._streams.get(stream_id)
         if stream is not None and stream.untaken > 0:
             stream.untaken -= 1
+            self._touch(stream)
 
     def has(self, stream_id: int) -> bool:
         return stream_id in self._streams
@@ -380,6 +473,50 @@ class Scheduler:
         return self._busy
 
     # -- choosing work ---------------------------------------------------------------
+    def _touch(self, stream: _Stream) -> None:
+        """After any change to a stream's state, on a batched device: queue the units it
+        may claim now (its next chunk, its next stage A) under their kinds, with their
+        deadlines as of now (a chunk's expected decode time at the current estimate),
+        and make its older entries stale. Whether a unit may be claimed does not depend
+        on the clock, so between changes it holds; only whether a deadline is urgent
+        does, and a step reads that at its own `now`."""
+        if not self.budget.stepped:
+            return
+        stream.unqueue()
+        stream.window = None
+        if stream.id not in self._streams:
+            return
+        for acoustic in (False, True):
+            if not (self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(stream, False)):
+                continue
+            kind = self._kind(stream, acoustic)
+            queues = self._queues.get(kind)
+            if queues is None:
+                queues = self._queues[kind] = _Queues(kind)
+            if stream.first_packet_at is None:
+                queues.push(queues.new, (stream.arrival, stream.id, acoustic, stream.version, stream))
+            else:
+                deadline = self._deadline(stream, acoustic)
+                if not acoustic:
+                    lo, hi, _, _, _ = self._next_window(stream)
+                    deadline -= self._vocoder_s_per_frame.get(stream.profile.name, 0.0) * (hi - lo)
+                queues.push(queues.live, (deadline, stream.id, acoustic, stream.version, stream))
+            self._entries += 1
+        if self._entries > 4 * len(self._streams) + 1024:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the stale entries of every queue."""
+        self._entries = 0
+        for kind, queues in list(self._queues.items()):
+            queues.live = [e for e in queues.live if e[3] == e[4].version]
+            queues.new = [e for e in queues.new if e[3] == e[4].version]
+            heapq.heapify(queues.live)
+            heapq.heapify(queues.new)
+            self._entries += len(queues.live) + len(queues.new)
+            if not (queues.live or queues.new):
+                del self._queues[kind]
+
     def _vocoder_candidate(self, stream: _Stream, extra: bool, now: float = 0.0) -> bool:
         """A chunk of the stream may be claimed: its first in flight, or (`extra`) one more
         beside those in flight, up to the budget's `spare_chunks`, once its first packet
@@ -418,15 +555,30 @@ class Scheduler:
         ids = len(stream.segments[stream.next_segment].ids)
         return ids * self._acoustic_s_per_id[stream.profile.name]
 
-    def _window(self, stream: _Stream, latent: _Latent) -> tuple[int, int, int, int]:
-        """`plan_chunk`'s window for the stream's next chunk, cut from `latent`. A batched
-        device keeps the plan's exact sizes (no move to a quiet frame), so that the
-        streams at one point of the plan share a window size and one call."""
-        level = None if self.budget.stepped else latent.latent.level
-        return plan_chunk(
+    def _window(self, stream: _Stream, latent: _Latent) -> tuple[int, int, int, int, int]:
+        """`plan_chunk`'s window for the stream's next chunk, cut from `latent`, and its
+        bucket (0: none). A batched device keeps the plan's kept frames exact (no move to
+        a quiet frame) and grows the window with context to one of the model's
+        `window_buckets` (`bucket_window`), so that streams at different points of their
+        plans share a window size and one call."""
+        stepped = self.budget.stepped
+        lo, hi, start, end = plan_chunk(
             latent.frames, latent.claimed, stream.claimed, stream.profile.chunking, stream.alone,
-            stream.skip, level, stream.profile.chunk_growth,
+            stream.skip, None if stepped else latent.latent.level, stream.profile.chunk_growth,
         )
+        buckets = stream.profile.window_buckets
+        if not (stepped and buckets):
+            return lo, hi, start, end, 0
+        lo, hi, bucket = bucket_window(latent.frames, lo, hi, buckets)
+        return lo, hi, start, end, bucket
+
+    def _next_window(self, stream: _Stream) -> tuple[int, int, int, int, int]:
+        """The stream's next chunk's window, computed once per change of its state."""
+        if stream.window is None:
+            latent = stream.open_latent()
+            assert latent is not None
+            stream.window = self._window(stream, latent)
+        return stream.window
 
     def _decode_time(self, stream: _Stream) -> float:
         """How long the stream's next chunk is expected to take on one thread (0 before any
@@ -437,7 +589,7 @@ class Scheduler:
         latent = stream.open_latent()
         if not per_frame or latent is None:
             return 0.0
-        lo, hi, _, _ = self._window(stream, latent)
+        lo, hi, _, _, _ = self._window(stream, latent)
         return per_frame * (hi - lo)
 
     def _rank(self, stream: _Stream, acoustic: bool, now: float) -> Candidate:
@@ -534,9 +686,11 @@ class Scheduler:
 
     def next_step(self, now: float, elsewhere: bool = False) -> list[Work]:
         """The units of the next step: one unit on a CPU worker (`next_work`); on a batched
-        device, up to `batch` units that one call can run together, taken from the head
-        of the same ranking: the best unit decides the stage, the model and (for a
-        chunk) the window size, and the next best units of that kind fill the step.
+        device, up to `batch` units that one call can run together (one kind: `_kind`),
+        best first by the same ranking. The best unit's kind, if it is urgent or a new
+        stream's that has waited `NEW_WAIT_S`; else the kind with the most units
+        waiting, so that steps fill: a step costs the device little more for more
+        units, and urgent units and first audio still go first.
         Room left in the step goes to a further chunk of the streams already in it (the
         budget's `spare_chunks`), which a batched call runs for little more time.
         Empty when nothing can run or every slot is held."""
@@ -547,30 +701,32 @@ class Scheduler:
         free = budget.batch if budget.slots is None else min(budget.batch, budget.slots - self._busy)
         if free <= 0:
             return []
-        ranked = sorted(
-            (
-                self._rank(stream, acoustic, now)
-                for stream in self._streams.values()
-                for acoustic in (False, True)
-                if (self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(stream, False))
-            ),
-            key=lambda c: (c.order, c.acoustic),
-        )
-        if not ranked:
+        head: tuple[Rank, float, int, bool] | None = None
+        chosen: _Queues | None = None
+        for queues in self._queues.values():
+            live, new = queues.head_live(), queues.head_new()
+            if live is not None:
+                rank = Rank.URGENT if live[0] - now <= self.urgent_slack else Rank.AHEAD
+                key = (rank, live[0], live[1], live[2])
+                if head is None or key < head:
+                    head, chosen = key, queues
+            if new is not None:
+                key = (Rank.NEW, new[0], new[1], new[2])
+                if head is None or key < head:
+                    head, chosen = key, queues
+        if head is None or chosen is None:
             return []
-        acoustic = ranked[0].acoustic
-        kind = self._kind(ranked[0].stream, acoustic)
-        step: list[Work] = []
-        for unit in ranked:
-            if len(step) == free:
-                break
-            if unit.acoustic != acoustic or self._kind(unit.stream, unit.acoustic) != kind:
-                continue
-            step.append(self._claim_acoustic(unit.stream) if unit.acoustic else self._claim_vocoder(unit.stream))
+        fullest = max(self._queues.values(), key=lambda queues: queues.size)
+        waited = head[0] == Rank.NEW and now - head[1] >= NEW_WAIT_S
+        if head[0] != Rank.URGENT and not waited and fullest.size > chosen.size:
+            chosen = fullest  # nothing is urgent: the kind with the most units waiting
+        units = chosen.take(free, now, self.urgent_slack)
+        acoustic = chosen.kind[1] == -1
+        step: list[Work] = [self._claim_acoustic(unit) if acoustic else self._claim_vocoder(unit) for unit in units]
         if not acoustic:
             for work in list(step):
                 stream = self._streams[work.stream_id]
-                if len(step) < free and self._vocoder_candidate(stream, True, now) and self._kind(stream, False) == kind:
+                if len(step) < free and self._vocoder_candidate(stream, True, now) and self._kind(stream, False) == chosen.kind:
                     step.append(self._claim_vocoder(stream))
                     self.spread["chunks"] += 1
         self._busy += len(step)
@@ -578,18 +734,18 @@ class Scheduler:
 
     def _kind(self, stream: _Stream, acoustic: bool) -> tuple[str, int]:
         """What units must share to run in one batched call: the model, and for a chunk
-        its window's frames (-1 for stage A, whose items the model pads and masks)."""
+        its window's bucket, or its frames where the model has no buckets (-1 for stage
+        A, whose items the model pads and masks)."""
         if acoustic:
             return stream.profile.name, -1
-        latent = stream.open_latent()
-        assert latent is not None
-        lo, hi, _, _ = self._window(stream, latent)
-        return stream.profile.name, hi - lo
+        lo, hi, _, _, bucket = self._next_window(stream)
+        return stream.profile.name, bucket or hi - lo
 
     def _claim_acoustic(self, stream: _Stream) -> AcousticWork:
         stream.acoustic_busy = True
         self._acoustic_in_flight += 1
         index = stream.next_segment
+        self._touch(stream)
         return AcousticWork(stream.id, index, stream.segments[index], stream.profile.name)
 
     def _burst(self, stream: _Stream) -> bool:
@@ -614,7 +770,11 @@ class Scheduler:
         if seq == 0:
             stream.alone = alone
             stream.skip = int(not alone and self._burst(stream))
-        lo, hi, start, end = self._window(stream, latent)
+        # The window its queue entry was kept under, where no claim changed the plan's
+        # start since (`_touch` forgets it at every change; `alone` and `skip` are set
+        # above only for a first chunk, which a batched device never claims alone).
+        window = stream.window if self.budget.stepped and seq > 0 else None
+        lo, hi, start, end, bucket = window or self._window(stream, latent)
         stream.claimed += 1
         stream.in_flight += 1
         stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
@@ -627,7 +787,8 @@ class Scheduler:
             and not stream.acoustic_busy
             and stream.complete
         )
-        return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq)
+        self._touch(stream)
+        return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, bucket=bucket)
 
     # -- results ---------------------------------------------------------------------
     def complete_acoustic(
@@ -652,6 +813,7 @@ class Scheduler:
         if latent.frames > 0 or (stream.complete and stream.next_segment >= len(stream.segments)):
             # An empty last segment still yields one (empty) final chunk to end the stream.
             stream.latents.append(_Latent(work.segment, latent))
+        self._touch(stream)
 
     def complete_vocoder(
         self, work: VocoderWork, samples: int, now: float, elapsed: float | None = None
@@ -695,6 +857,7 @@ class Scheduler:
             last = last and not stream.in_flight and not stream.early
         if last:
             del self._streams[stream.id]
+        self._touch(stream)
         return Chunk(stream.id, total, first, last, released)
 
     def fail(self, stream_id: int, work: Work | None = None) -> None:
@@ -703,7 +866,9 @@ class Scheduler:
             self._acoustic_in_flight -= 1
         if work is not None:
             self._release_workers(work)
-        self._streams.pop(stream_id, None)
+        stream = self._streams.pop(stream_id, None)
+        if stream is not None:
+            stream.unqueue()
 
     def _release_workers(self, work: Work) -> None:
         self._busy = max(0, self._busy - work.threads)

@@ -37,7 +37,7 @@ from voxserve.engine.scheduler import CREDITS, Budget, Scheduler
 from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
-from voxserve.engine.work import AcousticWork, StageInput, VocoderWork, Work
+from voxserve.engine.work import AcousticWork, StageInput, VocoderChunking, VocoderWork, Work
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.text.split import normalize, segment
 
@@ -49,6 +49,7 @@ __all__ = [
     "decode_chunk",
     "decode_chunks",
     "load_models",
+    "step_frames_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,28 @@ inputs are copied, so the device does not wait on Python between steps."""
 
 WARM_BATCH = 16
 """On a batched device, warm-up also runs this many streams at once, then a full step."""
+
+WARM_TEXTS = (
+    "Warming up the voice: one, two, three, four, five, six, seven.",
+    "A short one.",
+    (
+        "The quick brown fox jumps over a lazy dog near the quiet river bank, and then it "
+        "rests. It sleeps until the sun comes up again."
+    ),
+    (
+        "Numbers help too: twelve, forty, a hundred and six. Then a pause. Then a much longer "
+        "sentence follows, so that this stream is still speaking when the short ones are done."
+    ),
+    "Hello there. How are you today? I am fine, thank you.",
+)
+"""What the streams of a batched device's warm-up say, in turn: texts of different
+lengths and sentence counts, so that at any moment the streams stand at different points
+of their chunk plans and the steps hold what steps under real traffic hold."""
+
+UNITS_WEIGHT = 0.05
+"""Weight of each vocoder step in a model's mean units per step (`EngineStats.units`):
+the mean follows the last few dozen steps, so admission reads the batch that steps hold
+under the load of now."""
 
 WARM_LONG_COST = 0.25
 """Start-up warms every worker with a longest segment only for a model cheaper than this
@@ -211,6 +234,58 @@ class EngineStats:
     held: dict[str, int] = field(default_factory=lambda: {"starting": 0, "lagging": 0, "load": 0})
     """Times `keeping_up` said no, by the first reason that held: too many streams
     starting, a live stream about to run dry, or no room in the load budget."""
+    step_units: dict[str, dict[int, int]] = field(default_factory=lambda: {"acoustic": {}, "vocoder": {}})
+    """Device steps by stage and by the units they held (a CPU step holds one)."""
+    step_frames: dict[str, int] = field(
+        default_factory=lambda: {"kept": 0, "context": 0, "bucket": 0, "padding": 0}
+    )
+    """Frames the vocoder steps decoded, by part (`step_frames_of`)."""
+    units: dict[str, float] = field(default_factory=dict)
+    """Each model's mean units per vocoder step, recent steps weighing most
+    (`UNITS_WEIGHT`); absent before its first step."""
+
+    def step(self, model: str, stage: str, step: Sequence[Work], chunking: VocoderChunking | None = None) -> None:
+        """Count one device step of `stage` on `model` (whose chunk plan is `chunking`)."""
+        counts = self.step_units[stage]
+        counts[len(step)] = counts.get(len(step), 0) + 1
+        if stage != "vocoder":
+            return
+        for part, frames in step_frames_of([w for w in step if isinstance(w, VocoderWork)], chunking).items():
+            self.step_frames[part] += frames
+        mean = self.units.get(model)
+        self.units[model] = len(step) if mean is None else mean + UNITS_WEIGHT * (len(step) - mean)
+
+    def padded_share(self) -> float | None:
+        """Padding's share of the frames the vocoder steps decoded (None before any)."""
+        total = sum(self.step_frames.values())
+        return self.step_frames["padding"] / total if total else None
+
+
+def step_frames_of(step: Sequence[VocoderWork], chunking: VocoderChunking | None = None) -> dict[str, int]:
+    """A vocoder step's frames by part:
+    - `kept`: the chunks' own frames, the audio they send;
+    - `context`: the plan's context frames around them (`chunking`), decoded and
+      cropped away so that joins are seamless;
+    - `bucket`: the further context a window bucket adds (`bucket_window`), decoded and
+      cropped away too, so that windows of different plan points share one call;
+    - `padding`: what a batched call adds to each span to make it as long as the
+      step's longest span: computed and thrown away, never a frame of the latent.
+    Padding's share of all four is what a batched step wastes to run spans of
+    different lengths together."""
+    spans = [work.hi - work.lo for work in step if work.hi > work.lo]
+    kept = sum(work.end - work.start for work in step)
+    context = 0
+    for work in step:
+        if chunking is not None:
+            frames = work.latent.frames
+            context += min(chunking.left_context, work.start) + min(chunking.right_context, frames - work.end)
+    context = min(context, sum(spans) - kept)
+    return {
+        "kept": kept,
+        "context": context,
+        "bucket": sum(spans) - kept - context,
+        "padding": len(spans) * max(spans, default=0) - sum(spans),
+    }
 
 
 def fades(model: VoiceModel[Any], work: VocoderWork) -> tuple[int, int]:
@@ -270,7 +345,8 @@ class TTSEngine(WorkerEngine):
         and steps of up to `gpu_batch` units on a GPU (`Budget.batched`)."""
         self.device, self.runtime = resolve_device(config.device, config.runtime, "onnx")
         if budget is None:
-            budget = Budget.batched(config.gpu_batch) if self.device == "cuda" else Budget.cpu(config.workers)
+            batched = self.device in ("cuda", "sim")  # the simulated GPU is scheduled as the real one
+            budget = Budget.batched(config.gpu_batch) if batched else Budget.cpu(config.workers)
         super().__init__(STEPS_IN_FLIGHT if budget.stepped else config.workers)
         self.capacity = 1.0 if budget.stepped else float(config.workers)
         """Device-seconds per second that admission budgets: the CPU's workers, or one
@@ -357,12 +433,15 @@ class TTSEngine(WorkerEngine):
             self.synthesize(short, voice)
             budget = self._sched.budget
             if budget.stepped:
-                # A batched device: the same utterance on a step's worth of streams at
-                # once measures the cost at that batch (admission reads it there) and
-                # makes the runners' per-size work (graphs, kernels) before any client.
+                # A batched device: a step's worth of streams of different texts at
+                # once, so that steps hold units at different points of their plans, as
+                # under traffic: it measures the cost and the units per step that
+                # admission reads, and makes the runners' per-size work (graphs,
+                # kernels) before any client.
                 for size in sorted({min(budget.batch, WARM_BATCH), budget.batch}):
+                    texts = [WARM_TEXTS[i % len(WARM_TEXTS)] for i in range(size)]
                     with ThreadPoolExecutor(size, thread_name_prefix="warmup") as pool:
-                        list(pool.map(self.synthesize, [short] * size, [voice] * size))
+                        list(pool.map(self.synthesize, texts, [voice] * size))
                 continue
             cost = self.costs().get(model.name)
             if cost is None or cost > WARM_LONG_COST:
@@ -529,13 +608,20 @@ class TTSEngine(WorkerEngine):
             return {name: meter.cost() for name, meter in self.stats.costs.items()}
 
     def _admission_costs(self, live: Mapping[str, int]) -> dict[str, float | None]:
-        """Each model's cost as admission counts it: measured at the batch its `live`
-        streams make on a batched device (one unit a step on a CPU), times its profile's
-        `ramp`. Call under the lock."""
+        """Each model's cost as admission counts it, times its profile's `ramp`: on a
+        CPU, at one unit a step; on a batched device, at the batch its steps hold,
+        observed (`EngineStats.units`, the mean units of its recent vocoder steps; the
+        warm-up's mixed streams give the first figure), and never more than its `live`
+        streams and the newcomer could make. A step holds only the streams at one kind
+        of unit, so the streams live are not the batch. Call under the lock."""
         budget = self._sched.budget
         costs: dict[str, float | None] = {}
         for name, meter in self.stats.costs.items():
-            batch = min(budget.batch, max(1, live.get(name, 0) + 1)) if budget.stepped else 1
+            batch = 1
+            if budget.stepped:
+                most = min(budget.batch, max(1, live.get(name, 0) + 1))
+                observed = self.stats.units.get(name)
+                batch = most if observed is None else max(1, min(most, round(observed)))
             cost = meter.cost(batch)
             costs[name] = None if cost is None else cost * self.models[name].profile.ramp
         return costs
@@ -555,6 +641,19 @@ class TTSEngine(WorkerEngine):
         """How often `keeping_up` held a newcomer, by reason (`EngineStats.held`)."""
         with self._cond:
             return dict(self.stats.held)
+
+    def step_stats(self) -> dict[str, Any]:
+        """Units per device step by stage (`{stage: {units: steps}}`), the vocoder steps'
+        frames by part (`EngineStats.step_frames`), padding's share of them, and each
+        model's recent mean units per vocoder step."""
+        with self._cond:
+            stats = self.stats
+            return {
+                "step_units": {stage: dict(counts) for stage, counts in stats.step_units.items()},
+                "step_frames": dict(stats.step_frames),
+                "padded_share": stats.padded_share(),
+                "units": dict(stats.units),
+            }
 
     def idle_core_units(self) -> dict[str, int]:
         """How often a lone stream used the idle core: units run on several threads
@@ -616,6 +715,7 @@ class TTSEngine(WorkerEngine):
                 busy[index] = busy.get(index, 0.0) + spent
                 stage = "acoustic" if isinstance(step[0], AcousticWork) else "vocoder"
                 self.stats.costs[model.name].add(stage, spent, audio, step[0].threads, len(step))
+                self.stats.step(model.name, stage, step, model.profile.chunking)
 
     def _worker_died(self, index: int, exc: BaseException) -> None:
         with self._cond:

@@ -24,6 +24,7 @@ __all__ = [
     "VocoderChunking",
     "VocoderWork",
     "Work",
+    "bucket_window",
     "plan_chunk",
 ]
 
@@ -93,6 +94,16 @@ class ModelProfile:
     decoder whose windows join exactly given their context (Piper); more for one whose
     windows differ slightly at a join (Kokoro normalizes over its window), so that no
     join clicks. At most a context frame's samples."""
+    window_buckets: tuple[int, ...] = ()
+    """Window sizes (frames, context included, ascending) that a batched device decodes
+    chunks of this model in (`bucket_window`): chunks whose windows fall in one bucket
+    share a step, whatever point of its plan each stream is at. Empty: each window keeps
+    its own size, and only equal windows share a step. A CPU ignores them."""
+
+    def __post_init__(self) -> None:
+        buckets = self.window_buckets
+        if any(b < 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
+            raise ValueError("window_buckets must be distinct positive frame counts, ascending")
 
 
 class StageInput(Protocol):
@@ -149,6 +160,10 @@ class VocoderWork:
     order, whatever order chunks in flight finish in."""
     threads: int = 1
     """Intra-op threads to run it on (and workers it holds)."""
+    bucket: int = 0
+    """The window size a batched step groups it by (`bucket_window`): hi - lo where the
+    latent has that many frames, else more than hi - lo (the runner pads the span). 0:
+    not bucketed (a CPU, or a model without buckets)."""
 
     @property
     def crop(self) -> tuple[int, int]:
@@ -231,3 +246,18 @@ def plan_chunk(
         if end < hi:
             end += int(np.argmin(level[end:hi]))
     return max(0, start - c.left_context), min(frames, end + c.right_context), start, end
+
+
+def bucket_window(frames: int, lo: int, hi: int, buckets: tuple[int, ...]) -> tuple[int, int, int]:
+    """Window [lo, hi) of a latent of `frames` frames grown to the smallest of `buckets`
+    that holds it, with more real frames of the latent as context: on the right, then
+    (at the latent's end) on the left. Returns the new lo, hi and the bucket. Where the
+    latent has fewer frames than the bucket, the window is the whole latent, shorter
+    than its bucket. A window larger than every bucket keeps its size (its own bucket).
+    The kept frames do not move, so a chunk's crop (`VocoderWork.crop`) still yields
+    exactly its own samples."""
+    size = hi - lo
+    bucket = next((b for b in buckets if b >= size), size)
+    hi = min(frames, lo + bucket)
+    lo = max(0, hi - bucket)
+    return lo, hi, bucket

@@ -24,6 +24,7 @@ __all__ = [
     "SPEECH_MODELS",
     "Health",
     "ServerInfo",
+    "engine_devices",
     "engines_health",
     "metrics_text",
     "model_list",
@@ -48,19 +49,25 @@ OpenAI STT `gpt-4o-mini-transcribe`, Pipecat's `gpt-transcribe` over HTTP and
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
+SIMULATED = {
+    "speech": "speech runs on a simulated H200 (--device sim): a tone, never speech",
+    "transcription": "transcription runs on a simulated H200 (--asr-device sim): text marked [sim], never a transcript",
+}
+"""What `/health` says of each engine that runs on the sim device."""
+
+
 @dataclass(frozen=True)
 class Health:
     ok: bool
     dead_workers: list[str]
     devices: dict[str, str] = field(default_factory=dict)
-    """The engines that run off the CPU ("speech", "transcription") and where (cuda or
-    sim), so a client can tell a simulated device's output from a model's. Engines on
-    the CPU are left out: a CPU server's body stays `{"status": "ok"}`."""
+    """Where each engine runs ("speech", "transcription"); shown when one is simulated."""
 
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {"status": "ok"} if self.ok else {"status": "unhealthy", "dead_workers": self.dead_workers}
-        if self.devices:
-            body["devices"] = self.devices
+        if "sim" in self.devices.values():
+            simulated = [SIMULATED[name] for name, device in self.devices.items() if device == "sim"]
+            body |= {"devices": self.devices, "simulated": "; ".join(simulated) + "; for capacity planning and CI"}
         return body
 
 
@@ -80,12 +87,18 @@ class ServerInfo(Protocol):
     def voices(self) -> list[dict[str, str | None]]: ...
 
 
+def engine_devices(tts: TTSEngine | None, asr: ASREngine | None) -> dict[str, str]:
+    """Where each engine this process runs decodes: "speech" and "transcription"."""
+    devices = {"speech": tts.device} if tts is not None else {}
+    if asr is not None:
+        devices["transcription"] = asr.device
+    return devices
+
+
 def engines_health(tts: TTSEngine | None, asr: ASREngine | None) -> Health:
     """Healthy while every inference worker of the engines this process runs is alive."""
     engines: list[TTSEngine | ASREngine] = [e for e in (tts, asr) if e is not None]
-    devices = {
-        name: e.device for name, e in (("speech", tts), ("transcription", asr)) if e is not None and e.device != "cpu"
-    }
+    devices = engine_devices(tts, asr)
     if all(e.healthy for e in engines):
         return Health(True, [], devices)
     return Health(False, [w for e in engines for w in e.dead_workers], devices)

@@ -32,6 +32,16 @@ _Family = GaugeMetricFamily | CounterMetricFamily
 _BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 48, 64, 96, 128)
 """Pieces per ASR batch: a CPU call takes at most 8, a batched device up to `--asr-gpu-batch`."""
 
+_UNIT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def _histogram(family: HistogramMetricFamily, labels: list[str], counts: Mapping[Any, int], bounds: Sequence[int]) -> None:
+    """One histogram sample from counts by observed value (an int, or its string)."""
+    seen = [(int(value), n) for value, n in counts.items()]
+    buckets = [(str(bound), float(sum(n for value, n in seen if value <= bound))) for bound in bounds]
+    buckets.append(("+Inf", float(sum(n for _, n in seen))))
+    family.add_metric(labels, buckets, float(sum(value * n for value, n in seen)))
+
 
 class _Families:
     """Metric families with the collector's labels, one sample per row."""
@@ -129,6 +139,29 @@ class EngineCollector(Collector):
         )
         yield f.counter(
             "voxserve_tts_admission_gated", "Times admission held a stream for capacity", lambda s: s.get("gated", 0)
+        )
+        units = HistogramMetricFamily(
+            "voxserve_tts_step_units",
+            "Units (one stream's stage A or chunk) per device step, by stage; a CPU step holds one",
+            labels=[*self._labels, "stage"],
+        )
+        for values, s in f.rows:
+            for stage, counts in sorted(s.get("step_units", {}).items()):
+                _histogram(units, [*values, stage], counts, _UNIT_BUCKETS)
+        yield units
+        yield f.counter_by(
+            "voxserve_tts_step_frames",
+            "Frames decoded by vocoder steps: the chunks' own (part=kept), the plan's context "
+            "decoded around them and cropped (part=context), the further context a window "
+            "bucket adds (part=bucket), and padding to the longest span of a batched step "
+            "(part=padding)",
+            "part", lambda s: s.get("step_frames", {}).items(),
+        )
+        yield f.gauge(
+            "voxserve_tts_padded_frame_share",
+            "Padding's share of the frames vocoder steps decoded, all four parts of "
+            "voxserve_tts_step_frames_total (-1 before any step)",
+            lambda s: -1.0 if s.get("padded_share") is None else s["padded_share"],
         )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from voxserve.serving.engine_metrics import ASRCollector, EngineCollector, Rows
@@ -65,6 +65,25 @@ def _os_threads() -> int | None:
     return None
 
 _REALTIME_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0, 3.0, 5.0, 10.0)
+
+
+class _SimDeviceCollector(Collector):
+    """The simulated GPU's use since start: device seconds, and calls and the items they
+    held by stage (items / calls is the mean batch of a step)."""
+
+    def __init__(self, read: Callable[[], tuple[float, dict[str, tuple[int, int]]]]):
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        busy, by_stage = self._read()
+        yield CounterMetricFamily("voxserve_sim_device_busy_seconds", "Device seconds the simulated H200 ran", busy)
+        calls = CounterMetricFamily("voxserve_sim_device_calls", "Calls the simulated H200 ran, by stage", labels=["stage"])
+        items = CounterMetricFamily("voxserve_sim_device_items", "Items those calls held, by stage", labels=["stage"])
+        for stage, (n, held) in sorted(by_stage.items()):
+            calls.add_metric([stage], n)
+            items.add_metric([stage], held)
+        yield calls
+        yield items
 
 
 class Metrics:
@@ -138,6 +157,18 @@ class Metrics:
         self.realtime_deltas = Counter(
             "voxserve_realtime_deltas", "Partial transcripts sent to live sessions", registry=r
         )
+
+    def attach_devices(
+        self, devices: dict[str, str], sim_use: Callable[[], tuple[float, dict[str, tuple[int, int]]]] | None
+    ) -> None:
+        """Export where each engine runs (`voxserve_device_info`), and on the sim device
+        its simulated GPU's busy seconds and calls."""
+        info = Gauge("voxserve_device_info", "1 for the device each engine runs on (sim: simulated, no speech)",
+                     ["engine", "device"], registry=self.registry)
+        for engine, device in devices.items():
+            info.labels(engine, device).set(1)
+        if sim_use is not None:
+            self.registry.register(_SimDeviceCollector(sim_use))
 
     def attach_asr(self, read_asr: Callable[[], dict[str, Any]]) -> None:
         """Export the ASR engine's counters (only when the server runs one)."""

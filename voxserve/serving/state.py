@@ -21,12 +21,14 @@ from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
 from voxserve.engine.cores import SharedCores
+from voxserve.engine.devices import sim_device_use
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.engine.vad import VADEngine
 from voxserve.serving.catalog import (
     Health,
+    engine_devices,
     engines_health,
     served_models,
     speech_models,
@@ -175,6 +177,7 @@ class AppState:
             "capacity": self.engine.capacity_streams(),
             "costs": self.engine.costs(),
             "gated": self.admission.gated,
+            **self.engine.step_stats(),
         }
 
 
@@ -227,7 +230,17 @@ async def running_state(
     if asr is not None:
         await asyncio.get_running_loop().run_in_executor(None, asr.estimate_live)
     lag = asyncio.create_task(state.metrics.watch_loop_lag())
-    log.info("voxserve ready: voice models %s, %d workers", ", ".join(engine.models), tts.workers)
+    devices = engine_devices(engine, asr)
+    state.metrics.attach_devices(devices, sim_device_use if "sim" in devices.values() else None)
+    if devices.get("transcription") == "sim":
+        log.warning("transcription runs on the sim device: a simulated H200 whose stand-in answers "
+                    "[sim] and made-up words, never a transcript (capacity planning and CI)")
+    if engine.device == "sim":
+        log.warning("speech runs on the sim device: a simulated H200 whose stand-ins make a tone, "
+                    "never speech (capacity planning and CI); transcription runs on %s",
+                    devices.get("transcription", "no engine"))
+    log.info("voxserve ready: voice models %s on %s, %d workers", ", ".join(engine.models),
+             engine.device, tts.workers)
     try:
         yield state
     finally:

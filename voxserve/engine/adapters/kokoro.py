@@ -53,6 +53,7 @@ __all__ = [
     "LEAD_FRAMES",
     "SENTENCE_CHARS",
     "TAIL_FRAMES",
+    "WINDOW_BUCKETS",
     "KokoroRuntime",
     "KokoroSegment",
     "KokoroVoice",
@@ -91,6 +92,16 @@ GROWTH = 1.25
 """Each window after the second is this many times the one before: two streams on two
 workers then stay continuous at up to 0.6 of real time per thread, where doubling
 stalls them (tests/test_kokoro_plan.py)."""
+
+WINDOW_BUCKETS = (60, 72, 104, 152, 224, 304)
+"""Window sizes (frames, context included) a batched device decodes Kokoro's chunks in
+(`ModelProfile.window_buckets`): the plan's first two windows (48 frames with one and
+two contexts), then steps of about 1.45x up to the largest window, a 256-frame chunk
+with a merged 23-frame tail and both contexts. Sentences end at arbitrary frames, so
+most windows past the second are a sentence's rest; six sizes let streams at any point
+of their plans share a step, at under half a bucket step of extra context each. The
+decoder masks a span's padding, and extra real context only widens the window its
+statistics are taken over."""
 
 CROSSFADE = HOP
 """Samples (one frame, 25 ms) over which two windows of a sentence are crossfaded: a hard
@@ -227,6 +238,7 @@ class KokoroVoice:
             chunk_growth=GROWTH,
             ramp=GROWTH,
             crossfade=CROSSFADE,
+            window_buckets=WINDOW_BUCKETS,
         )
         self._gain = output_gain
         self._voices = [
@@ -245,6 +257,10 @@ class KokoroVoice:
         """ONNX Runtime on the CPU, or the torch runners where the TTS runtime resolves
         to torch (`--tts-runtime torch`, or a GPU with `auto`); torch is imported only then."""
         device, runtime = resolve_device(config.device, config.runtime, "onnx")
+        if runtime == "sim":
+            from voxserve.runners.sim.kokoro import SimKokoroModel
+
+            return cls(SimKokoroModel(config.sim_graphs))
         if runtime == "torch":
             from voxserve.runners.kokoro.torch_runner import TorchKokoroModel
 

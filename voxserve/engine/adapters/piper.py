@@ -47,8 +47,9 @@ from voxserve.text.phonemize import Phonemizer
 
 if TYPE_CHECKING:
     from voxserve.runners.piper.torch_runner import TorchAcousticRunner, TorchPiperModel
+    from voxserve.runners.sim.piper import SimPiperAcoustic, SimPiperModel
 
-__all__ = ["CHUNKING", "OUTPUT_GAIN", "PiperItem", "PiperVoice"]
+__all__ = ["CHUNKING", "OUTPUT_GAIN", "WINDOW_BUCKETS", "PiperItem", "PiperVoice"]
 
 CHUNKING = VocoderChunking(
     first_chunk_frames=16,
@@ -63,6 +64,14 @@ second is due; 12 for a stream that arrives alone, which leaves sooner and still
 the second chunk time to arrive on the free cores. Chunks then
 double up to 128 frames, where the context frames cost 1.16x the frames kept; 10 frames of
 context on each side make the joins seamless. Figures: docs/BENCHMARKS.md."""
+
+WINDOW_BUCKETS = (26, 52, 84, 116, 148, 164)
+"""Window sizes (frames, context included) a batched device decodes Piper's chunks in
+(`ModelProfile.window_buckets`): the plan's first three windows (16, 32 and 64 frames
+with their context), its full 128-frame window, one between for a sentence's last
+chunk, and the largest a last chunk can be (128 + 15 frames merged + 20 of context).
+Piper's decoder is convolutional, so the extra context frames leave a chunk's own
+samples as they were."""
 
 OUTPUT_GAIN = 1.15
 """Fixed gain on the raw vocoder output, the same for every sentence so that a chunk can
@@ -87,7 +96,7 @@ class _DeferredFlow:
     segment's end (under a lock: chunks in flight together may both ask), kept for the
     rest."""
 
-    def __init__(self, runner: AcousticRunner | TorchAcousticRunner, prior: Prior, head: int):
+    def __init__(self, runner: AcousticRunner | TorchAcousticRunner | SimPiperAcoustic, prior: Prior, head: int):
         self._runner = runner
         self._prior = prior
         self._head = head
@@ -112,7 +121,7 @@ class PiperVoice:
 
     def __init__(
         self,
-        model: PiperModel | TorchPiperModel,
+        model: PiperModel | TorchPiperModel | SimPiperModel,
         chunking: VocoderChunking | None,
         output_gain: float,
         noise_scale: float | None = None,
@@ -126,7 +135,10 @@ class PiperVoice:
         self.phonemizer = Phonemizer(model.config)
         self._name = name or model.name
         self._model_ids = model_ids
-        self._profile = ModelProfile(self._name, model.hop, model.sample_rate, chunking)
+        self._profile = ModelProfile(
+            self._name, model.hop, model.sample_rate, chunking,
+            window_buckets=WINDOW_BUCKETS if chunking is not None else (),
+        )
         self._flow_head = 0
         """The segment's head whose chunks run a deferred flow on their own windows: up to
         where the third chunk's window ends (see `_DeferredFlow`); 0 without chunking."""
@@ -157,8 +169,12 @@ class PiperVoice:
         graph on first use, `runners.piper.weights`), else on ONNX Runtime."""
         files = find_voice_files(config.voice_dir) if config.voice_dir else bundled_voice()
         device, runtime = resolve_device(config.device, config.runtime, "onnx")
-        model: PiperModel | TorchPiperModel
-        if runtime == "torch":
+        model: PiperModel | TorchPiperModel | SimPiperModel
+        if runtime == "sim":
+            from voxserve.runners.sim.piper import SimPiperModel
+
+            model = SimPiperModel(files, config.sim_graphs)
+        elif runtime == "torch":
             from voxserve.runners.piper.torch_runner import TorchPiperModel
 
             model = TorchPiperModel(files, device, config.cache_dir)

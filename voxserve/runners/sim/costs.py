@@ -10,8 +10,7 @@ A step's cost has two shares:
 Each stage is one `StageCost`, a line in batch x length: a fixed floor (a call's kernels
 cost a few microseconds each however small the batch) plus a cost per padded unit (frame
 or phoneme id, times the batch). Its figures come from `SOURCES`, the H200 measurements
-(docs/BENCHMARKS.md, docs/SCALING.md "The simulated device"); where no figure exists the
-field says what it assumes.
+(docs/SIMULATION.md); where no figure exists the field says what it assumes.
 
 Whisper is costed per batch, not per step (`WhisperCost`): one call runs the log-mel,
 the encoder and a loop of decoder steps whose number the text decides, and an eager
@@ -178,7 +177,7 @@ SOURCES: tuple[Source, ...] = (
     Source("kokoro.decoder", 256, _KOKORO_2S, False, _audio_s(256, 2.0, 1505), 0.02,
            figure="Kokoro decoder, 2 s segments, fp16 eager, batch 256: 1,505 audio-s/s (BENCHMARKS.md)"),
     Source("kokoro.decoder", 1, _KOKORO_2S, False, 22.5e-3, 0.34, share="host",
-           figure="an eager Kokoro decoder call holds the GIL 15-30 ms (SCALING.md)"),
+           figure="an eager Kokoro decoder call holds the GIL 15-30 ms (SIMULATION.md)"),
     Source("kokoro.acoustic", 1, 60, False, 25e-3, 0.2,
            figure="Kokoro stage A, eager: 20-30 ms a call at batch 1 (BENCHMARKS.md)"),
     Source("kokoro.acoustic", 64, 60, False, 25e-3, 0.2,
@@ -190,8 +189,8 @@ SOURCES: tuple[Source, ...] = (
     Source("piper.vocoder", 256, 52, False, _audio_s(256, _PIPER_52_S, 7056), 0.02,
            figure="Piper vocoder, 52-frame chunks, fp32 eager, batch 256: 7,056 audio-s/s (BENCHMARKS.md)"),
 )
-"""The H200 figures the speech stages are fitted to (docs/BENCHMARKS.md; the host
-shares in docs/SCALING.md "The simulated device")."""
+"""The H200 figures the speech stages are fitted to (docs/SIMULATION.md, "The cost
+model")."""
 
 
 # -- Whisper ---------------------------------------------------------------------------

@@ -53,9 +53,12 @@ class SimDevice:
         """Device seconds run since start."""
         self.steps = 0
         """Device calls run since start."""
+        self.by_stage: dict[str, tuple[int, int]] = {}
+        """(calls, items) run since start, by stage (`costs.StageCost.name`)."""
 
-    def reserve(self, seconds: float) -> float:
-        """Queue `seconds` of device work behind what is reserved; returns when it ends."""
+    def reserve(self, seconds: float, stage: str = "", items: int = 1) -> float:
+        """Queue `seconds` of device work (a call of `items` items of `stage`) behind what
+        is reserved; returns when it ends."""
         if seconds < 0:
             raise ValueError(f"device time must be >= 0, not {seconds}")
         with self._lock:
@@ -63,12 +66,19 @@ class SimDevice:
             self._free_at = start + seconds
             self.busy_s += seconds
             self.steps += 1
+            calls, held = self.by_stage.get(stage, (0, 0))
+            self.by_stage[stage] = (calls + 1, held + items)
             return self._free_at
 
-    def run(self, seconds: float) -> None:
+    def use(self) -> tuple[float, dict[str, tuple[int, int]]]:
+        """Device seconds run, and (calls, items) by stage, since start."""
+        with self._lock:
+            return self.busy_s, dict(self.by_stage)
+
+    def run(self, seconds: float, stage: str = "", items: int = 1) -> None:
         """Run `seconds` of device work: wait, GIL released, until the device has run it
         after everything reserved before it."""
-        end = self.reserve(seconds)
+        end = self.reserve(seconds, stage, items)
         while (left := end - self._clock()) > 0:
             self._sleep(left)
 

@@ -10,7 +10,8 @@ and times on the same weights.
 
 On a CPU it computes in float32, eagerly. On CUDA it computes in float16, makes the
 log-mel on the device (`runners/whisper/mel.py`) and replays a CUDA graph of the decoder
-step per batch shape (`runners/whisper/graphs.py`); calls are serialized, because the
+step per batch shape (`runners/whisper/graphs.py`); greedy decoding replays a graph of
+eight whole steps at a time, the host asking only whether every row has ended; calls are serialized, because the
 graphs own their buffers and the GPU runs one batch at a time anyway.
 
 This module and its helpers are the only ones that import torch. It knows nothing of
@@ -31,7 +32,7 @@ import torch
 from torch import Tensor
 
 from voxserve.runners.whisper.align import alignment_matrix, negative_dtw
-from voxserve.runners.whisper.graphs import StepGraphs
+from voxserve.runners.whisper.graphs import GreedyLoop, StepGraphs
 from voxserve.runners.whisper.interface import (
     MAX_LENGTH,
     TIME_PRECISION,
@@ -249,6 +250,13 @@ class TorchWhisperRunner:
         max_steps = min(MAX_LENGTH // 2, MAX_LENGTH - length)
         if opts.temperature > 0:
             hyps = sample(step_fn, start, per_piece, opts.temperature, max_steps, rules, first_logits=first_logits)
+        elif per_piece == 1 and not rules.timestamps and (graph is not None or self._fixed_steps):
+            loop = (
+                graph.greedy_loop(self._eot, max_steps)
+                if graph is not None
+                else GreedyLoop(decoder, cache, self._eot, max_steps, capture=False)
+            )
+            hyps = loop.decode(lambda tokens: step_fn(tokens, 0), start, length, max_steps, rules, first_logits)
         elif per_piece == 1 and not rules.timestamps:
             hyps = greedy(step_fn, start, max_steps, rules, first_logits=first_logits)
         else:

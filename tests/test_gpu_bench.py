@@ -1,0 +1,84 @@
+"""The GPU bench (`scripts/gpu/`), checked end to end on this machine: the parts staged
+from what is here (no download: the wheels are fetched only by a real staging run, so
+here the plan holds the models, the voice and the clips), each call's size measured on
+disk against the lent machine's 64 MiB, then every call run in its dry form: slices
+joined and checked, what is complete installed, the Piper call measured against a real
+server with the modules the GPU image lacks refused at import, and one archive under
+$OUT holding a JSON per step and level."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from voxserve.config import DEVICES
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU = ROOT / "scripts" / "gpu"
+MIB = 2**20
+
+pytestmark = pytest.mark.timeout(120)
+
+DEVICE = "sim" if "sim" in DEVICES else "cpu"
+"""The simulated GPU where the server has it, else the CPU."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_staged_calls_fit_and_a_dry_run_returns_its_archive(tmp_path: Path) -> None:
+    stage = tmp_path / "stage"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(
+        [sys.executable, str(GPU / "stage.py"), "--no-download", "--clips", "1", "--out", str(stage)],
+        check=True, env=env, capture_output=True, timeout=90,
+    )  # fmt: skip
+    calls = sorted(stage.glob("call*"))
+    plan = json.loads((calls[0] / "plan.json").read_text())
+    assert 1 <= len(calls) <= 4
+    for call in calls:
+        carried = sum(p.stat().st_size for p in call.iterdir())
+        assert carried + plan["tree_bytes"] <= 64 * MIB, f"{call.name}: {(carried + plan['tree_bytes']) / MIB:.1f} MiB"
+    # Every file is sliced whole, in order, and the slices on disk are those of the plan.
+    for f in plan["files"]:
+        assert sum(size for _, _, size in f["slices"]) == f["size"]
+        for k, name, size in f["slices"]:
+            assert (stage / f"call{k}" / name).stat().st_size == size
+    assert set(plan["ready"]) == {"piper", "kokoro", "whisper"}
+    assert plan["ready"]["piper"] == 1
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    run_env = {**env, "VOX_WORK": str(work), "OUT": str(out), "PYTHON": sys.executable, "VOX_LIMIT": "90"}
+    for k in range(1, len(calls) + 1):
+        subprocess.run(
+            [str(GPU / "call.sh"), str(k), "--dry", "--device", DEVICE, "--stage", str(stage), "--models", "piper",
+             "--setups", "batched", "--port", str(_free_port())],
+            check=True, env=run_env, capture_output=True, timeout=100,
+        )  # fmt: skip
+        assert [p.name for p in out.iterdir()] == ["results.tar.gz"]
+    with tarfile.open(out / "results.tar.gz") as tar:
+        names = set(tar.getnames())
+        level = json.load(tar.extractfile("results/call1/piper-batched-c1.json"))  # type: ignore[arg-type]
+        stage1 = json.load(tar.extractfile("results/call1/stage.json"))  # type: ignore[arg-type]
+        last = json.load(tar.extractfile(f"results/call{len(calls)}/stage.json"))  # type: ignore[arg-type]
+    for k in range(1, len(calls) + 1):
+        assert {f"results/call{k}/{n}" for n in ("call.json", "stage.json", "done.json", "log.txt")} <= names
+    assert "results/call1/piper-batched-server.json" in names
+    assert level["requests"] == 1 and level["failed"] == 0 and level["first_audio_p50_ms"] > 0
+    assert level["audio_s_per_s"] > 0
+    assert stage1["copied_bytes"] > 0 and last["waiting"] == []
+    # Everything was joined, checked against its sha256, and the staged voice and model
+    # are where the servers read them.
+    assert (work / "voices" / "piper").is_dir()
+    assert any((work / "cache" / "voxserve" / "kokoro").rglob("kokoro-v1.0.int8.onnx"))
