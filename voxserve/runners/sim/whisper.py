@@ -121,7 +121,7 @@ class SimWhisperRunner:
         cost = self.costs.batch(len(inputs), rows, width, steps, self.graphs, any(x.align for x in inputs))
         # The kernels are queued at once and run while the host does its share (launches,
         # the search's bookkeeping): the call ends when both have.
-        end = self.device.reserve(cost.device_s)
+        end = self.device.reserve(cost.device_s, "whisper", len(inputs))
         host_work(cost.host_s)
         while (left := end - time.monotonic()) > 0:
             time.sleep(left)
