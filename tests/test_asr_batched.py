@@ -228,3 +228,11 @@ def test_torch_runner_decodes_raw_pieces_as_their_padded_features(sim_server: Ru
     alone = runner.run(features, opts)
     assert [o.tokens for o in raw] == [o.tokens for o in alone]
     assert all(len(o.tokens) > 5 for o in raw)
+
+
+def test_file_groups_wait_one_batch_time_within_bounds() -> None:
+    from voxserve.engine.asr import BATCHED_FILE_WAIT_MAX_S, file_wait
+
+    assert file_wait(0.047, 0.005) == 0.047
+    assert file_wait(0.002, 0.005) == 0.005  # never under --asr-batch-wait-ms
+    assert file_wait(3.0, 0.005) == BATCHED_FILE_WAIT_MAX_S

@@ -25,7 +25,7 @@ holds every core: file batches wait for it, live ones do not.
 
 On a batched device (CUDA, or the simulated one) one worker feeds the device, and a
 batch fills instead: pieces of every width share it, padded to the widest; a file group
-waits up to `BATCHED_FILE_WAIT_S` for company; and pieces arrive as raw audio, whose
+waits up to one batch's time for company (`file_wait`); and pieces arrive as raw audio, whose
 log-mel the runner computes for the whole batch where the model runs (`AudioInput`).
 
 Audio work (decode, cut, and log-mel on a CPU) is not done here: `prepare` and
@@ -88,6 +88,7 @@ __all__ = [
     "WindowResult",
     "audio_pool_size",
     "even_spans",
+    "file_wait",
     "fitted_window",
     "load_runner",
     "resolve_device",
@@ -103,10 +104,16 @@ one, and the workers already decode in parallel. (A GPU takes `--asr-gpu-batch`.
 BATCHED_DEVICES = ("cuda", "sim")
 """Devices that run one batch at a time and take large ones well."""
 BATCHED_FILE_WAIT_S = 0.025
-"""How long a file group waits to fill on a batched device: about one batch's time there
-(a batch of 64 short pieces in 10 s windows, beam 5: 20-90 ms on the H200's figures,
-`runners/sim/costs.py`), so the pieces that arrive while one batch decodes join the next
-instead of each going alone. At most this much is added to a file's latency."""
+"""How long a file group waits to fill on a batched device before any batch has run:
+about one batch's time there (short pieces, greedy: 15-25 ms on the H200's figures,
+`runners/sim/costs.py`). After that the wait is one batch's time as measured
+(`file_wait`)."""
+BATCHED_FILE_WAIT_MAX_S = 0.1
+"""The longest a file group waits to fill on a batched device: a full batch of 64 short
+pieces at beam 5 takes about this long on the H200, so at most one batch's time is added
+to a file's latency."""
+BATCH_TIME_WEIGHT = 0.25
+"""Weight of the latest file batch in the running batch time (`file_wait`)."""
 BATCHED_SPARE_CORES = 2
 """Cores a batched device's audio pool leaves free: one for the event loop (HTTP), one
 for the worker that feeds the device and turns its tokens into text."""
@@ -299,6 +306,8 @@ class ASREngine(WorkerEngine):
             workers=config.workers,
             spread=not self.batched,
         )
+        self._batch_s: float | None = None
+        """Running wall time of a file batch on a batched device (`file_wait`)."""
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
         self._stopping = False
@@ -687,6 +696,9 @@ class ASREngine(WorkerEngine):
                 busy[index] = busy.get(index, 0.0) + took
                 if live:
                     self.live_policy.ran(took, threads)
+                elif self.batched:
+                    self._batch_s = took if self._batch_s is None else self._batch_s + BATCH_TIME_WEIGHT * (took - self._batch_s)
+                    self._batcher.wait_s = file_wait(self._batch_s, self.config.batch_wait_ms / 1000)
                 self._cond.notify_all()
 
     def _still_to_come(self, batch: list[Pending[_Piece]]) -> int:
@@ -790,6 +802,16 @@ def load_runner(config: ASRConfig, device: str, runtime: str) -> WhisperModel:
     from voxserve.runners.whisper.ct2_runner import WhisperRunner
 
     return WhisperRunner(config.model_dir, config.compute_type, config.workers)
+
+
+def file_wait(batch_s: float, floor_s: float) -> float:
+    """How long a file group waits to fill on a batched device: one batch's time
+    (`batch_s`, as measured), at least `floor_s` (`--asr-batch-wait-ms`), at most
+    `BATCHED_FILE_WAIT_MAX_S`. The pieces that arrive while a batch decodes then join the
+    next one instead of going in small batches: on a device with room to spare that costs
+    little latency, and every batch saved is host time (launches, the search's
+    bookkeeping) given back to the uploads."""
+    return max(floor_s, min(BATCHED_FILE_WAIT_MAX_S, batch_s))
 
 
 def audio_pool_size(batched: bool, cores: int) -> int:
