@@ -80,8 +80,8 @@ def test_sim_resolves_only_when_asked() -> None:
     assert resolve_device("auto", "auto", "onnx")[0] != "sim"
     with pytest.raises(ValueError, match="stand-ins"):
         TTSConfig(device="sim", runtime="onnx")
-    with pytest.raises(ValueError, match="speech only"):
-        ASRConfig(device="sim")
+    with pytest.raises(ValueError, match="simulated runner"):
+        ASRConfig(device="sim", runtime="torch")
 
 
 def test_serve_device_sim_puts_speech_on_it_and_transcription_on_the_cpu() -> None:

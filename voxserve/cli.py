@@ -190,7 +190,7 @@ def _asr_config(args: argparse.Namespace, serving: bool) -> ASRConfig:
     given = flags.given(args)
     fields: dict[str, Any] = {}
     if ("device",) not in given and args.device is not None:
-        # The sim device simulates speech only: transcription then runs on the CPU.
+        # A bare --device sim is speech's; transcription joins it only with --asr-device sim.
         fields["device"] = "cpu" if args.device == "sim" else args.device
     if not serving:
         # No buffered-audio flag here: the budget grows to hold the one file when it must.

@@ -17,6 +17,9 @@ DEVICES = ("auto", "cpu", "cuda")
 TTS_DEVICES = (*DEVICES, "sim")
 """Where speech may run: also `sim`, a simulated H200 whose stand-ins make no speech
 (`runners/sim`: capacity planning and CI); auto never picks it."""
+ASR_DEVICES = (*DEVICES, "sim")
+"""Where transcription may run: also `sim`, the simulated H200, whose stand-in answers
+`[sim]` and made-up words of a plausible number; auto never picks it."""
 ASR_RUNTIMES = ("auto", "ct2", "torch")
 TTS_RUNTIMES = ("auto", "onnx", "torch")
 TTS_PRECISIONS = ("float32", "bfloat16", "float16")
@@ -137,8 +140,9 @@ class ASRConfig:
     compute_type: str = "int8"
     """CTranslate2 compute type (int8 is the fast one on CPU)."""
     device: str = "auto"
-    """Where transcription runs: cpu, cuda, or auto (CUDA when torch is installed and
-    sees a GPU, else the CPU)."""
+    """Where transcription runs: cpu, cuda, sim (a simulated H200: real server and
+    batching, the model's time from its measured costs, `[sim]` text), or auto (CUDA
+    when torch is installed and sees a GPU, else the CPU)."""
     runtime: str = "auto"
     """What runs the Whisper model: ct2 (CTranslate2, CPU only), torch (the `gpu` extra;
     on a CPU it checks the GPU path), or auto (torch on CUDA, ct2 on the CPU)."""
@@ -156,8 +160,12 @@ class ASRConfig:
     """How long a ready segment may wait for others to share its batch."""
     beam_size: int = 5
     """Beam width at temperature 0 (1 is greedy: faster, a little less accurate)."""
-    audio_workers: int = field(default_factory=lambda: min(default_cores(), 2))
-    """Threads that decode uploads, resample, cut and compute log-mel features."""
+    audio_workers: int = 0
+    """Threads that decode uploads, resample, cut and (on a CPU) compute log-mel features.
+    0: two on a CPU (the decoding workers hold the other cores); on a batched device
+    (cuda, sim) every core but two, one for the event loop and one for the device's
+    worker: 5,000x real time needs about 6 cores of upload decoding for WAV and 13 for
+    MP3 (docs/BENCHMARKS.md, "The host side")."""
     max_upload_mb: float = 25.0
     """Largest accepted request body, in MiB; larger ones get 413 while still uploading."""
     max_buffered_upload_mb: float = 256.0
@@ -186,16 +194,16 @@ class ASRConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.nice <= 19:
             raise ValueError("the ASR nice increment must be within 0..19")
-        if self.workers < 1 or self.audio_workers < 1 or self.solo_threads < 1:
-            raise ValueError("ASR workers, audio workers and solo threads must be at least 1")
+        if self.workers < 1 or self.audio_workers < 0 or self.solo_threads < 1:
+            raise ValueError("ASR workers and solo threads must be at least 1, audio workers at least 0 (auto)")
         if min(self.gpu_batch, self.beam_size, self.max_requests) < 1:
             raise ValueError("gpu_batch, beam_size and max_requests must be >= 1")
-        if self.device == "sim":
-            raise ValueError("the sim device simulates speech only: run transcription on cpu, cuda or auto")
-        if self.device not in DEVICES:
-            raise ValueError(f"unknown ASR device {self.device!r}: use one of {', '.join(DEVICES)}")
+        if self.device not in ASR_DEVICES:
+            raise ValueError(f"unknown ASR device {self.device!r}: use one of {', '.join(ASR_DEVICES)}")
         if self.runtime not in ASR_RUNTIMES:
             raise ValueError(f"unknown ASR runtime {self.runtime!r}: use one of {', '.join(ASR_RUNTIMES)}")
+        if self.device == "sim" and self.runtime != "auto":
+            raise ValueError("--asr-device sim runs the simulated runner: leave --asr-runtime at auto")
         if self.device == "cuda" and self.runtime == "ct2":
             raise ValueError("CTranslate2 runs on the CPU only here: use --asr-runtime torch (or auto) with --asr-device cuda")
         if self.batch_wait_ms < 0 or self.max_upload_mb <= 0 or self.max_audio_seconds <= 0:

@@ -78,9 +78,9 @@ class Health(BaseModel):
     status: Literal["ok", "unhealthy"]
     dead_workers: list[str] = Field(default_factory=list, description="Only when unhealthy")
     devices: dict[str, str] | None = Field(
-        None, description="Where each engine runs (speech, transcription); only when speech runs on the sim device"
+        None, description="Where each engine runs (speech, transcription); only when an engine runs on the sim device"
     )
-    simulated: str | None = Field(None, description="Only on the sim device: says the server makes no speech")
+    simulated: str | None = Field(None, description="Only on the sim device: says which engines are simulated: no speech, and transcripts marked [sim]")
 
 
 class TranscriptionUsage(BaseModel):

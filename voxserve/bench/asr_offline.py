@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     def best(times: list[float]) -> float:
         return min(times)
 
-    with ThreadPoolExecutor(config.audio_workers) as pool:
+    with ThreadPoolExecutor(engine.config.audio_workers) as pool:
         # Long form: alternate the two modes so that both see the same neighbours.
         eng_times, seq_times = [], []
         eng_text = seq_text = ""

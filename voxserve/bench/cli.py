@@ -176,6 +176,8 @@ def _transcribe(args: argparse.Namespace) -> int:
     measured = asyncio.run(bench_transcribe(
         target, clips, args.concurrency, args.request_rate, args.warmup, args.probe_health,
         args.health_interval_ms / 1e3, args.progress, args.seed))
+    if "wer_refused" in measured:
+        print(measured["wer_refused"])
     return _finish("transcribe", args, settings, measured, started)
 
 
@@ -491,6 +493,8 @@ def _realtime(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     measured = asyncio.run(bench_realtime(options, clips, args.concurrency, args.utterances,
                                           args.gap_s, args.files, args.file_seconds, args.warmup))
+    if "wer_refused" in measured:
+        print(measured["wer_refused"])
     return _finish("realtime", args, settings, measured, started)
 
 

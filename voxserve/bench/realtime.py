@@ -47,11 +47,13 @@ from voxserve.bench.rtclient import (
     latency_summary,
 )
 from voxserve.bench.transcribe import (
+    SIM_REFUSAL,
     Clip,
     TranscribeRecord,
     TranscribeTarget,
     summarize_transcribe,
     transcribe,
+    transcription_simulated,
 )
 
 __all__ = ["SessionRecord", "bench_realtime", "check_plan", "run_session", "summarize_realtime"]
@@ -293,7 +295,13 @@ async def bench_realtime(options: LiveOptions, clips: list[LiveClip], levels: li
                 r.latency_s or 0.0 for r in file_pass)), "records": [asdict(r) for r in file_pass]}
             if files:
                 summary["files"] = _files_summary(file_records)
+            if simulated:
+                summary["wer_live"] = summary["wer_file"] = summary["file_pass"]["wer"] = None
             return LevelRun(list(sessions), origin, wall), summary
 
-        return await measure_levels(levels, level, options.base_url, options.probe_health,
-                                    options.health_interval_s)
+        simulated = await transcription_simulated(http, options.base_url)
+        result = await measure_levels(levels, level, options.base_url, options.probe_health,
+                                      options.health_interval_s)
+        if simulated:
+            result["wer_refused"] = SIM_REFUSAL
+        return result

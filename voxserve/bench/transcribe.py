@@ -10,7 +10,7 @@ import json
 import mimetypes
 import time
 import wave
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,11 @@ from voxserve.bench.levels import BenchError, measure_levels
 from voxserve.bench.load import LevelRun, run_level
 from voxserve.bench.metrics import summarize, word_errors
 
-__all__ = ["Clip", "TranscribeRecord", "TranscribeTarget", "bench_transcribe", "load_audio_dir",
-           "load_manifest", "summarize_transcribe"]
+__all__ = ["SIM_REFUSAL", "Clip", "TranscribeRecord", "TranscribeTarget", "bench_transcribe", "load_audio_dir",
+           "load_manifest", "summarize_transcribe", "transcription_simulated"]
 
+SIM_REFUSAL = ("no WER: the server transcribes on the simulated device (--asr-device sim), "
+               "whose text is made up")
 AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".webm", ".mp4", ".aac")
 _ERROR_CHARS = 300
 
@@ -185,6 +187,9 @@ async def bench_transcribe(target: TranscribeTarget, clips: list[Clip], levels: 
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
     timeout = aiohttp.ClientTimeout(total=target.timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        simulated = await transcription_simulated(session, target.base_url)
+        if simulated:
+            clips = [replace(c, reference=None) for c in clips]
         for i in range(warmup):
             clip = clips[i % len(clips)]
             rec = await transcribe(session, target, clip, data[clip.path],
@@ -208,5 +213,19 @@ async def bench_transcribe(target: TranscribeTarget, clips: list[Clip], levels: 
                                   progress, desc=f"transcribe c={concurrency}")
             return run, summarize_transcribe(run.results, run.wall_s)
 
-        return await measure_levels(levels, level, target.base_url, probe_health,
-                                    health_interval_s)
+        result = await measure_levels(levels, level, target.base_url, probe_health, health_interval_s)
+        if simulated:
+            result["wer_refused"] = SIM_REFUSAL
+        return result
+
+
+async def transcription_simulated(session: aiohttp.ClientSession, base_url: str) -> bool:
+    """Whether the server transcribes on the simulated device (its `/health` says so):
+    its text is made up, so there is no word error rate to report."""
+    try:
+        async with session.get(base_url.rstrip("/") + "/health") as resp:
+            body = await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return False
+    devices = body.get("devices") if isinstance(body, dict) else None
+    return isinstance(devices, dict) and devices.get("transcription") == "sim"

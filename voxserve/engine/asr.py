@@ -23,8 +23,14 @@ open) runs on `solo_threads` intra-op threads, so a lone short clip, or the last
 a long file, uses the cores that would idle (`solo_threads`, pure). While it runs it
 holds every core: file batches wait for it, live ones do not.
 
-Audio work (decode, cut, log-mel) is not done here: `prepare` and `features` are pure
-steps that callers run in their audio pool. This module knows nothing of HTTP.
+On a batched device (CUDA, or the simulated one) one worker feeds the device, and a
+batch fills instead: pieces of every width share it, padded to the widest; a file group
+waits up to one batch's time for company (`file_wait`); and pieces arrive as raw audio, whose
+log-mel the runner computes for the whole batch where the model runs (`AudioInput`).
+
+Audio work (decode, cut, and log-mel on a CPU) is not done here: `prepare` and
+`features` are pure steps that callers run in their audio pool. This module knows
+nothing of HTTP.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ import numpy as np
 from voxserve.audio.blocks import Samples
 from voxserve.audio.cut import Span, plan_spans
 from voxserve.audio.mel import N_FRAMES, SAMPLE_RATE
-from voxserve.config import ASRConfig
+from voxserve.config import ASRConfig, default_cores
 from voxserve.engine import devices
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
@@ -65,6 +71,8 @@ from voxserve.engine.segments import (
 from voxserve.engine.threads import lower_priority, prestart, run_lowered
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.runners.whisper.interface import (
+    AudioInput,
+    BatchedWhisperModel,
     DecodeInput,
     DecodeOptions,
     DecodeOutput,
@@ -72,12 +80,15 @@ from voxserve.runners.whisper.interface import (
 )
 
 __all__ = [
+    "BATCHED_DEVICES",
     "ASREngine",
     "ASRHandle",
     "PreparedAudio",
     "TranscribeOptions",
     "WindowResult",
+    "audio_pool_size",
     "even_spans",
+    "file_wait",
     "fitted_window",
     "load_runner",
     "resolve_device",
@@ -90,6 +101,22 @@ FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 CPU_MAX_BATCH = 8
 """Most pieces one CPU decoding call takes: past it a batch's pieces wait for its longest
 one, and the workers already decode in parallel. (A GPU takes `--asr-gpu-batch`.)"""
+BATCHED_DEVICES = ("cuda", "sim")
+"""Devices that run one batch at a time and take large ones well."""
+BATCHED_FILE_WAIT_S = 0.025
+"""How long a file group waits to fill on a batched device before any batch has run:
+about one batch's time there (short pieces, greedy: 15-25 ms on the H200's figures,
+`runners/sim/costs.py`). After that the wait is one batch's time as measured
+(`file_wait`)."""
+BATCHED_FILE_WAIT_MAX_S = 0.1
+"""The longest a file group waits to fill on a batched device: a full batch of 64 short
+pieces at beam 5 takes about this long on the H200, so at most one batch's time is added
+to a file's latency."""
+BATCH_TIME_WEIGHT = 0.25
+"""Weight of the latest file batch in the running batch time (`file_wait`)."""
+BATCHED_SPARE_CORES = 2
+"""Cores a batched device's audio pool leaves free: one for the event loop (HTTP), one
+for the worker that feeds the device and turns its tokens into text."""
 SEGMENTS_AHEAD = 16
 """Pieces of one request whose features may wait in the engine: bounds a long file's
 memory while keeping every worker fed."""
@@ -198,9 +225,24 @@ class _Piece:
     index: int
     offset: float
     duration: float
-    input: DecodeInput
+    input: DecodeInput | AudioInput
+    """Host features (CPU), or raw audio whose features the runner makes (batched device)."""
     attempt: int = 0
     tried: list[tuple[DecodeOutput, str, float]] = field(default_factory=list)
+
+
+def _width(piece: DecodeInput | AudioInput) -> int:
+    """Feature frames of the encoder window a piece asks for."""
+    return piece.window if isinstance(piece, AudioInput) else piece.features.shape[-1]
+
+
+def _widened(piece: DecodeInput | AudioInput) -> DecodeInput | AudioInput:
+    """The piece in Whisper's own 30 s window. Host features past the piece's audio are
+    zeros (`LogMel`), so padding them gives exactly those."""
+    if isinstance(piece, AudioInput):
+        return replace(piece, window=N_FRAMES)
+    width = piece.features.shape[-1]
+    return replace(piece, features=np.pad(piece.features, ((0, 0), (0, N_FRAMES - width))))
 
 
 @dataclass
@@ -226,13 +268,18 @@ class ASREngine(WorkerEngine):
 
     def __init__(self, config: ASRConfig, clock: Callable[[], float] = time.monotonic):
         device, runtime = resolve_device(config)
-        if device == "cuda":
+        self.batched = device in BATCHED_DEVICES
+        """Whether batches fill (one device, one batch at a time) rather than spread over
+        CPU workers."""
+        if self.batched:
             # A GPU decodes one batch at a time, so one thread feeds it batches as large
             # as it takes well; several threads would only split them.
             config = replace(config, workers=1, solo_threads=1)
+        if config.audio_workers == 0:
+            config = replace(config, audio_workers=audio_pool_size(self.batched, default_cores()))
         super().__init__(config.workers)
         self.config = config
-        self.max_batch = config.gpu_batch if device == "cuda" else CPU_MAX_BATCH
+        self.max_batch = config.gpu_batch if self.batched else CPU_MAX_BATCH
         """Most pieces one decoding call takes."""
         self.even_piece_s = EVEN_PIECE_S
         """`EVEN_PIECE_S`; a probe that compares cut limits sets its own."""
@@ -252,9 +299,15 @@ class ASREngine(WorkerEngine):
             )
         self._clock = clock
         self._cond = threading.Condition()
+        wait_s = config.batch_wait_ms / 1000
         self._batcher: Batcher[_Piece] = Batcher(
-            self.max_batch, config.batch_wait_ms / 1000, workers=config.workers
+            self.max_batch,
+            max(wait_s, BATCHED_FILE_WAIT_S) if self.batched else wait_s,
+            workers=config.workers,
+            spread=not self.batched,
         )
+        self._batch_s: float | None = None
+        """Running wall time of a file batch on a batched device (`file_wait`)."""
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
         self._stopping = False
@@ -270,7 +323,7 @@ class ASREngine(WorkerEngine):
         self.live_policy = LivePolicy(
             self._live_view,
             clock,
-            slots=config.workers if device == "cpu" else self.max_batch,
+            slots=self.max_batch if self.batched else config.workers,
             workers=config.workers,
         )
         """When live sessions decode, and how many the workers sustain (`engine/live.py`)."""
@@ -294,8 +347,13 @@ class ASREngine(WorkerEngine):
 
     def _warm(self) -> None:
         """Decode one second of silence so that first-call costs are not a client's."""
-        features, frames = self.mel(np.zeros(SAMPLE_RATE, dtype=np.float32))
         opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0)
+        silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
+        if self.batched:
+            self._batched_runner().run_audio([AudioInput(silence, fitted_window(len(silence)), True)], opts)
+            self.estimate_live()
+            return
+        features, frames = self.mel(silence)
         inputs = [DecodeInput(features, frames, align=True)]
         self.runner.run(inputs, opts)
         if self.config.solo_threads > 1:
@@ -310,12 +368,11 @@ class ASREngine(WorkerEngine):
         warmed up, when no other warm-up shares the cores."""
         opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0)
         turn = np.zeros(int(TURN_ESTIMATE_S * SAMPLE_RATE), dtype=np.float32)
-        features, frames = self.mel(turn)
-        live = [DecodeInput(np.ascontiguousarray(features[:, : fitted_window(len(turn))]), frames)]
+        piece = self._piece_input(turn, fitted_window(len(turn)))
         took = self._live_decode_s
         for _ in range(3):
             started = time.perf_counter()
-            self.runner.run(live, opts)
+            self._decode([piece], opts)
             took = min(took, time.perf_counter() - started)
         self._live_decode_s = took
         self.live_policy.estimate = LiveEstimate.from_warmup(took)
@@ -447,21 +504,60 @@ class ASREngine(WorkerEngine):
         return not (self._live_sessions and workers > 1 and self._file_batches >= workers - 1)
 
     def features(self, prepared: PreparedAudio, index: int) -> DecodeInput | None:
-        """Log-mel of one piece, or None when it is silent. CPU work: run it in the audio pool."""
+        """Host log-mel of one piece, or None when it is silent. CPU work: run it in the
+        audio pool."""
+        found = self._span(prepared, index)
+        return None if found is None else self._host_features(*found)
+
+    def piece(self, prepared: PreparedAudio, index: int) -> DecodeInput | AudioInput | None:
+        """What one piece is decoded from: on a batched device its raw samples (the runner
+        makes the whole batch's log-mel on the device), else its host log-mel
+        (`features`); None when it is silent. CPU work: run it in the audio pool."""
+        if not self.batched:
+            return self.features(prepared, index)
+        found = self._span(prepared, index)
+        return None if found is None else self._piece_input(*found)
+
+    def _span(self, prepared: PreparedAudio, index: int) -> tuple[np.ndarray, int] | None:
+        """A piece's samples and the encoder window it gets, or None when it is silent."""
         span = prepared.spans[index]
         samples = prepared.audio[span.start : span.end]
         if not len(samples) or max(-float(samples.min()), float(samples.max())) < SILENCE_PEAK:
             return None
-        features, frames = self.mel(samples)
         if prepared.window is not None:
             window = prepared.window
         elif prepared.fitted or FITTED_WINDOWS:
             window = fitted_window(len(samples))
         else:
             window = N_FRAMES
+        return samples, window
+
+    def _piece_input(self, samples: np.ndarray, window: int) -> DecodeInput | AudioInput:
+        """What the runner takes for one piece: on a batched device its raw samples (the
+        runner makes the batch's log-mel on the device), else its host features cropped
+        to `window`."""
+        if self.batched:
+            return AudioInput(np.array(samples, dtype=np.float32), window)
+        return self._host_features(samples, window)
+
+    def _host_features(self, samples: np.ndarray, window: int) -> DecodeInput:
+        """A piece's log-mel made on the host, cropped to `window`."""
+        features, frames = self.mel(samples)
         if window < features.shape[-1]:
             features = np.ascontiguousarray(features[:, :window])
         return DecodeInput(features, frames)
+
+    def _batched_runner(self) -> BatchedWhisperModel:
+        runner = self.runner
+        if not isinstance(runner, BatchedWhisperModel):
+            raise TypeError(f"{type(runner).__name__} takes no raw audio: it cannot serve a batched device")
+        return runner
+
+    def _decode(self, inputs: Sequence[DecodeInput | AudioInput], opts: DecodeOptions, threads: int = 1) -> list[DecodeOutput]:
+        """Run the runner on one batch: raw audio on a batched device, features on a CPU."""
+        if self.batched:
+            return self._batched_runner().run_audio([x for x in inputs if isinstance(x, AudioInput)], opts)
+        return self.runner.run([x for x in inputs if isinstance(x, DecodeInput)], opts, threads)
 
     def open(
         self,
@@ -494,7 +590,7 @@ class ASREngine(WorkerEngine):
         return handle
 
     def submit(
-        self, handle: ASRHandle, prepared: PreparedAudio, index: int, decode_input: DecodeInput | None
+        self, handle: ASRHandle, prepared: PreparedAudio, index: int, decode_input: DecodeInput | AudioInput | None
     ) -> bool:
         """Queue one piece whose features are ready (None: silent, no text); False if the
         request is gone."""
@@ -504,7 +600,7 @@ class ASREngine(WorkerEngine):
         self,
         handle: ASRHandle,
         prepared: PreparedAudio,
-        pieces: Sequence[tuple[int, DecodeInput | None]],
+        pieces: Sequence[tuple[int, DecodeInput | AudioInput | None]],
     ) -> bool:
         """Queue pieces whose features are ready, as `submit` does, all under one lock: a
         worker that wakes meanwhile sees them together, so a long file's first pieces fill
@@ -523,12 +619,18 @@ class ASREngine(WorkerEngine):
                     continue
                 decode_input = replace(decode_input, align=job.timings)
                 piece = _Piece(handle.id, index, offset, duration, decode_input)
-                key = (job.ladder[0], decode_input.features.shape[-1])
+                key = self._key(job.ladder[0], decode_input)
                 self._batcher.add(Pending(handle.id, index, key, piece, job.deadline), now)
             self._cond.notify(len(pieces))
         for index, offset, duration in silent:
             self._complete(job, WindowResult(index, offset, offset + duration, [], None), duration)
         return True
+
+    def _key(self, opts: DecodeOptions, piece: DecodeInput | AudioInput) -> tuple[DecodeOptions, int]:
+        """What a batch shares: the decoding options, and on a CPU the encoder window too
+        (a batched device pads a batch to its widest piece instead: one fuller batch
+        costs it less than several narrow ones)."""
+        return (opts, 0 if self.batched else _width(piece))
 
     def abort(self, handle: ASRHandle) -> None:
         """Drop a request and its queued pieces; pieces in flight are discarded later."""
@@ -594,6 +696,9 @@ class ASREngine(WorkerEngine):
                 busy[index] = busy.get(index, 0.0) + took
                 if live:
                     self.live_policy.ran(took, threads)
+                elif self.batched:
+                    self._batch_s = took if self._batch_s is None else self._batch_s + BATCH_TIME_WEIGHT * (took - self._batch_s)
+                    self._batcher.wait_s = file_wait(self._batch_s, self.config.batch_wait_ms / 1000)
                 self._cond.notify_all()
 
     def _still_to_come(self, batch: list[Pending[_Piece]]) -> int:
@@ -603,11 +708,11 @@ class ASREngine(WorkerEngine):
         return sum(max(0, job.left - n) for j, n in mine.items() if (job := self._jobs.get(j)) is not None)
 
     def _run(self, batch: list[Pending[_Piece]], threads: int) -> None:
-        key = batch[0].key  # (decoding options, encoder window width)
+        key = batch[0].key  # (decoding options, encoder window width or 0)
         assert isinstance(key, tuple) and isinstance(key[0], DecodeOptions)
         opts: DecodeOptions = key[0]
         try:
-            outputs = self.runner.run([p.payload.input for p in batch], opts, threads)
+            outputs = self._decode([p.payload.input for p in batch], opts, threads)
         except Exception as exc:  # noqa: BLE001 - an inference error fails only this batch
             self._fail({p.request for p in batch}, exc)
             return
@@ -624,12 +729,9 @@ class ASREngine(WorkerEngine):
             return  # aborted while decoding
         tok = self.runner.tokenizer(job.task, out.language or job.language)
         text = tok.decode([t for t in out.tokens if t < tok.eot])
-        width = piece.input.features.shape[-1]
-        if width < N_FRAMES and ends_in_a_loop(text):
-            # Decode this attempt again in Whisper's own 30 s window. The features past
-            # the piece's audio are zeros (`LogMel`), so padding gives exactly those.
-            full = np.pad(piece.input.features, ((0, 0), (0, N_FRAMES - width)))
-            piece.input = replace(piece.input, features=full)
+        if _width(piece.input) < N_FRAMES and ends_in_a_loop(text):
+            # Decode this attempt again in Whisper's own 30 s window.
+            piece.input = _widened(piece.input)
             self._requeue(job, piece, widened=True)
             return
         piece.tried.append((out, text, opts.temperature))
@@ -653,7 +755,7 @@ class ASREngine(WorkerEngine):
                 self.stats.widened += 1
             else:
                 self.stats.fallbacks += 1
-            key = (job.ladder[piece.attempt], piece.input.features.shape[-1])
+            key = self._key(job.ladder[piece.attempt], piece.input)
             self._batcher.add(Pending(piece.job, piece.index, key, piece, job.deadline), self._clock())
             self._cond.notify()
 
@@ -689,6 +791,10 @@ def resolve_device(config: ASRConfig) -> tuple[str, str]:
 def load_runner(config: ASRConfig, device: str, runtime: str) -> WhisperModel:
     """The Whisper runner for this runtime; only the chosen runtime's module is imported
     (the torch path never loads ctranslate2, the CTranslate2 path never loads torch)."""
+    if runtime == "sim":
+        from voxserve.runners.sim.whisper import SimWhisperRunner
+
+        return SimWhisperRunner(config.model_dir)
     if runtime == "torch":
         from voxserve.runners.whisper.torch_runner import TorchWhisperRunner
 
@@ -696,6 +802,26 @@ def load_runner(config: ASRConfig, device: str, runtime: str) -> WhisperModel:
     from voxserve.runners.whisper.ct2_runner import WhisperRunner
 
     return WhisperRunner(config.model_dir, config.compute_type, config.workers)
+
+
+def file_wait(batch_s: float, floor_s: float) -> float:
+    """How long a file group waits to fill on a batched device: one batch's time
+    (`batch_s`, as measured), at least `floor_s` (`--asr-batch-wait-ms`), at most
+    `BATCHED_FILE_WAIT_MAX_S`. The pieces that arrive while a batch decodes then join the
+    next one instead of going in small batches: on a device with room to spare that costs
+    little latency, and every batch saved is host time (launches, the search's
+    bookkeeping) given back to the uploads."""
+    return max(floor_s, min(BATCHED_FILE_WAIT_MAX_S, batch_s))
+
+
+def audio_pool_size(batched: bool, cores: int) -> int:
+    """Audio threads (upload decoding, resampling, cutting) when not set: two on a CPU,
+    where the decoding workers need the other cores; on a batched device every core but
+    `BATCHED_SPARE_CORES`, because there the host's upload work, not the model, bounds
+    throughput (docs/BENCHMARKS.md, "The host side")."""
+    if not batched:
+        return min(cores, 2)
+    return max(2, cores - BATCHED_SPARE_CORES)
 
 
 def solo_threads(

@@ -22,8 +22,9 @@ in one place:
   caller counted in), so five waiting pieces become batches of three and two on two
   idle workers instead of one batch of five while the other worker idles, and a file's
   eight pieces go as four and four, not four, two and two. On CPU a batch costs about
-  the sum of its items, so spreading beats stacking; on a GPU, set `workers` to 1 and
-  batches fill up.
+  the sum of its items, so spreading beats stacking. A batched device (`spread=False`)
+  costs little more for a full batch than for one piece: its batches take all they
+  may, up to `max_batch`.
 """
 
 from __future__ import annotations
@@ -65,12 +66,13 @@ class Pending(Generic[P]):
 
 
 class Batcher(Generic[P]):
-    def __init__(self, max_batch: int, wait_s: float, workers: int = 1):
+    def __init__(self, max_batch: int, wait_s: float, workers: int = 1, spread: bool = True):
         if max_batch < 1 or workers < 1:
             raise ValueError("max_batch and workers must be at least 1")
         self.max_batch = max_batch
         self.wait_s = wait_s
         self.workers = workers
+        self.spread = spread
         self._groups: dict[tuple[Hashable, bool], list[Pending[P]]] = {}
         self._seq = itertools.count()
 
@@ -122,7 +124,7 @@ class Batcher(Generic[P]):
             return None
         _, key = min(due, key=lambda d: d[0])
         group = sorted(self._groups[key], key=lambda p: p.rank)
-        share = self.workers if idle is None else max(1, min(idle, self.workers))
+        share = 1 if not self.spread else self.workers if idle is None else max(1, min(idle, self.workers))
         size = min(self.max_batch, math.ceil(len(group) / share))
         batch, rest = group[:size], group[size:]
         if rest:

@@ -30,7 +30,7 @@ def _cuda() -> bool:
 def resolve_device(device: str, runtime: str, cpu_runtime: str) -> tuple[str, str]:
     """(device, runtime) for a model whose CPU runtime is `cpu_runtime`: an auto device is
     cuda when a GPU is there and the runtime may be torch, an auto runtime is torch on
-    cuda and `cpu_runtime` on the CPU. Raises ValueError for a choice this machine
+    cuda and `cpu_runtime` on the CPU, and the sim device runs the sim runtime. Raises ValueError for a choice this machine
     cannot run."""
     if device == "sim":
         if runtime not in ("auto", "sim"):

@@ -1,7 +1,8 @@
 """One transcription request from upload bytes to an ordered transcript, on asyncio.
 
-Decoding and cutting run in the audio pool; a feeder task then computes each piece's
-log-mel in the pool and submits it to the engine, staying at most
+Decoding and cutting run in the audio pool; a feeder task then prepares each piece in
+the pool (its log-mel on a CPU; on a batched device only its raw samples, whose log-mel
+the runner makes for the whole batch on the device) and submits it to the engine, staying at most
 `SEGMENTS_AHEAD` pieces ahead of the results so a long file never holds all its features
 at once. The HTTP handler and `voxserve transcribe` share this path. No HTTP here.
 """
@@ -27,7 +28,7 @@ from voxserve.engine.asr import (
 )
 from voxserve.engine.segments import TimedSegment
 from voxserve.errors import ServerError
-from voxserve.runners.whisper.interface import DecodeInput
+from voxserve.runners.whisper.interface import AudioInput, DecodeInput
 
 __all__ = ["Transcript", "Transcription", "build_transcript", "start_live", "start_transcription"]
 
@@ -169,8 +170,8 @@ async def _feed(engine: ASREngine, handle: ASRHandle, prepared: PreparedAudio, p
     pieces = len(prepared.spans)
     width = engine.config.audio_workers
 
-    def features(index: int) -> asyncio.Future[DecodeInput | None]:
-        return loop.run_in_executor(pool, engine.features, prepared, index)
+    def features(index: int) -> asyncio.Future[DecodeInput | AudioInput | None]:
+        return loop.run_in_executor(pool, engine.piece, prepared, index)
 
     try:
         # The first `ahead` pieces are featurized first (`width` at a time, so other
@@ -178,7 +179,7 @@ async def _feed(engine: ASREngine, handle: ASRHandle, prepared: PreparedAudio, p
         # a long file's first batches then fill, instead of its first pieces starting
         # alone at batch 1 while the rest are still being featurized.
         first = min(pieces, ahead)
-        ready: list[DecodeInput | None] = []
+        ready: list[DecodeInput | AudioInput | None] = []
         for start in range(0, first, width):
             ready += await asyncio.gather(*(features(i) for i in range(start, min(first, start + width))))
         if not engine.submit_all(handle, prepared, list(enumerate(ready))):

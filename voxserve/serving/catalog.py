@@ -49,8 +49,11 @@ OpenAI STT `gpt-4o-mini-transcribe`, Pipecat's `gpt-transcribe` over HTTP and
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-SIMULATED = "speech runs on a simulated H200 (--device sim): a tone, never speech; for capacity planning and CI"
-"""What `/health` says of a server whose speech runs on the sim device."""
+SIMULATED = {
+    "speech": "speech runs on a simulated H200 (--device sim): a tone, never speech",
+    "transcription": "transcription runs on a simulated H200 (--asr-device sim): text marked [sim], never a transcript",
+}
+"""What `/health` says of each engine that runs on the sim device."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,8 @@ class Health:
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {"status": "ok"} if self.ok else {"status": "unhealthy", "dead_workers": self.dead_workers}
         if "sim" in self.devices.values():
-            body |= {"devices": self.devices, "simulated": SIMULATED}
+            simulated = [SIMULATED[name] for name, device in self.devices.items() if device == "sim"]
+            body |= {"devices": self.devices, "simulated": "; ".join(simulated) + "; for capacity planning and CI"}
         return body
 
 

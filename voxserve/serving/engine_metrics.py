@@ -29,7 +29,8 @@ Rows = Callable[[], Sequence[Row]]
 
 _Family = GaugeMetricFamily | CounterMetricFamily
 
-_BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
+_BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 48, 64, 96, 128)
+"""Pieces per ASR batch: a CPU call takes at most 8, a batched device up to `--asr-gpu-batch`."""
 
 _UNIT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 

@@ -231,7 +231,10 @@ async def running_state(
         await asyncio.get_running_loop().run_in_executor(None, asr.estimate_live)
     lag = asyncio.create_task(state.metrics.watch_loop_lag())
     devices = engine_devices(engine, asr)
-    state.metrics.attach_devices(devices, sim_device_use if engine.device == "sim" else None)
+    state.metrics.attach_devices(devices, sim_device_use if "sim" in devices.values() else None)
+    if devices.get("transcription") == "sim":
+        log.warning("transcription runs on the sim device: a simulated H200 whose stand-in answers "
+                    "[sim] and made-up words, never a transcript (capacity planning and CI)")
     if engine.device == "sim":
         log.warning("speech runs on the sim device: a simulated H200 whose stand-ins make a tone, "
                     "never speech (capacity planning and CI); transcription runs on %s",

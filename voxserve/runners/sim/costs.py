@@ -11,7 +11,11 @@ Each stage is one `StageCost`, a line in batch x length: a fixed floor (a call's
 cost a few microseconds each however small the batch) plus a cost per padded unit (frame
 or phoneme id, times the batch). Its figures come from `SOURCES`, the H200 measurements
 (docs/SIMULATION.md); where no figure exists the field says what it assumes.
-Whisper's stages belong in `STAGES` beside the speech ones.
+
+Whisper is costed per batch, not per step (`WhisperCost`): one call runs the log-mel,
+the encoder and a loop of decoder steps whose number the text decides, and an eager
+step's kernels run behind its own launches, so a step costs the larger of its host and
+device shares, not their sum. Its figures are `WHISPER_SOURCES`.
 
 Nothing here imports torch or touches a GPU.
 """
@@ -27,8 +31,13 @@ __all__ = [
     "PIPER_VOCODER",
     "SOURCES",
     "STAGES",
+    "WHISPER_SOURCES",
+    "WHISPER_TINY",
+    "Cost",
     "Source",
     "StageCost",
+    "WhisperCost",
+    "WhisperSource",
 ]
 
 
@@ -182,3 +191,101 @@ SOURCES: tuple[Source, ...] = (
 )
 """The H200 figures the speech stages are fitted to (docs/SIMULATION.md, "The cost
 model")."""
+
+
+# -- Whisper ---------------------------------------------------------------------------
+WHISPER_FULL_WINDOW = 3000
+"""Feature frames in Whisper's 30 s window."""
+WHISPER_30S_STEPS = 85
+"""Decoder steps of a 30 s window of the bench's speech, the end of text aside (about
+2.8 tokens a second): what turns the per-window figures into per-step ones."""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One call: the seconds it holds the device, and the host seconds (GIL held) spent
+    meanwhile, overlapping them."""
+
+    device_s: float
+    host_s: float
+
+
+@dataclass(frozen=True)
+class WhisperCost:
+    """Whisper's cost per batch on one H200 (`batch`), fitted to `WHISPER_SOURCES`:
+
+    - encoder: `encoder_s` for one 30 s window plus `encoder_per_window_s` for each
+      further piece (the eager batch of 128 is 264.8 ms, of which 86 steps of 2.5 ms are
+      the host's launches), in proportion to the window's frames (assumed: tiny's
+      encoder is mostly matrix products over frames);
+    - a step's kernels: `step_s` plus `step_per_row_s` per further row (the graphed
+      batch of 128 is 113.5 ms); eager, the host's `eager_host_step_s` of launches
+      bounds each step and the device waits between them;
+    - beam search (and sampling, best of 5): top-k and cache reordering on the host take
+      `beam_host_step_s` a step plus `beam_host_step_per_piece_s` per further piece,
+      more than the kernels: the host bounds the step;
+    - under a graph the host spends `graph_host_step_s` a step (assumed: the replay and
+      reading the next tokens); the log-mel of a batch `mel_s` plus `mel_per_window_s`
+      per 30 s window (assumed: a few kernels)."""
+
+    encoder_s: float = 4.0e-3
+    encoder_per_window_s: float = 0.362e-3
+    step_s: float = 0.36e-3
+    step_per_row_s: float = 0.003e-3
+    eager_host_step_s: float = 2.5e-3
+    graph_host_step_s: float = 0.06e-3
+    beam_host_step_s: float = 1.01e-3
+    beam_host_step_per_piece_s: float = 0.0405e-3
+    mel_s: float = 0.1e-3
+    mel_per_window_s: float = 0.01e-3
+
+    def batch(self, pieces: int, rows: int, width: int, steps: int, graphs: bool, align: bool) -> Cost:
+        """A batch of `pieces` in an encoder window of `width` frames, decoded over `rows`
+        (pieces times the beam) for `steps` steps (the longest piece's tokens and the
+        end of text), and aligned once more if `align`."""
+        scale = width / WHISPER_FULL_WINDOW
+        mel = self.mel_s + self.mel_per_window_s * pieces * scale
+        encoder = (self.encoder_s + self.encoder_per_window_s * (pieces - 1)) * scale
+        kernels = self.step_s + self.step_per_row_s * (rows - 1)
+        host = self.graph_host_step_s if graphs else self.eager_host_step_s
+        if rows > pieces:
+            host += self.beam_host_step_s + self.beam_host_step_per_piece_s * (pieces - 1) - self.graph_host_step_s
+        steps += 1 if align else 0
+        return Cost(mel + encoder + steps * max(kernels, host), steps * host)
+
+
+WHISPER_TINY = WhisperCost()
+"""Whisper tiny.en on the H200, fp16."""
+
+
+@dataclass(frozen=True)
+class WhisperSource:
+    """One measured Whisper figure: audio seconds per second for a batch of 30 s
+    windows, and how close the model must come to it."""
+
+    batch: int
+    beam: int
+    graphed: bool
+    rtfx: float
+    tolerance: float
+    figure: str
+
+    def modelled(self) -> float:
+        """The model's real-time factor for this batch (the log-mel left out: the probes
+        fed features)."""
+        cost = WHISPER_TINY.batch(self.batch, self.batch * self.beam, WHISPER_FULL_WINDOW, WHISPER_30S_STEPS + 1, self.graphed, False)
+        mel = WHISPER_TINY.mel_s + WHISPER_TINY.mel_per_window_s * self.batch
+        return self.batch * 30.0 / (cost.device_s - mel)
+
+
+WHISPER_SOURCES: tuple[WhisperSource, ...] = (
+    WhisperSource(1, 1, False, 30 / 0.219, 0.02, "tiny.en, 30 s window, greedy, one at a time, eager: 219 ms (DESIGN)"),
+    WhisperSource(1, 1, True, 30 / 0.035, 0.02, "the same under a CUDA graph, static cache: 35 ms, 857x (DESIGN)"),
+    WhisperSource(128, 1, False, 14_501, 0.02, "greedy, batch 128, eager: 14,501x (DESIGN)"),
+    WhisperSource(128, 1, True, 33_839, 0.02, "greedy, batch 128, graphed: 33,839x (DESIGN)"),
+    WhisperSource(1, 5, True, 329, 0.03, "beam 5, graphed, batch 1: 329x (BENCHMARKS.md)"),
+    WhisperSource(64, 5, True, 5_764, 0.03, "beam 5, graphed, batch 64: 5,764x (BENCHMARKS.md)"),
+)
+"""The H200 figures Whisper's costs are fitted to (docs/BENCHMARKS.md, "Transcription
+on a GPU"; the one-at-a-time and batch-128 probes of 2026-11-27). A decoder step is
+2.5 ms eager and 0.36 ms replayed from a graph."""

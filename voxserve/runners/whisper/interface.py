@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -19,6 +19,8 @@ __all__ = [
     "MAX_LENGTH",
     "TIME_PRECISION",
     "Alignment",
+    "AudioInput",
+    "BatchedWhisperModel",
     "DecodeInput",
     "DecodeOptions",
     "DecodeOutput",
@@ -29,6 +31,10 @@ __all__ = [
     "decode_options",
 ]
 
+HOP = 160
+"""Samples per log-mel frame at 16 kHz."""
+N_FRAMES = 3000
+"""Feature frames of Whisper's 30 s window."""
 MAX_LENGTH = 448
 """Whisper's decoder context, prompt included."""
 TIME_PRECISION = 0.02
@@ -72,6 +78,25 @@ class DecodeInput:
     """Feature frames that hold real audio (for word alignment)."""
     align: bool = False
     """Also align the text to the audio (word timings from the alignment heads)."""
+
+
+@dataclass(frozen=True)
+class AudioInput:
+    """One piece to decode on a batched device, as raw audio: the runner computes the
+    whole batch's log-mel where the model runs, so features never travel back to the
+    host and up again."""
+
+    samples: np.ndarray
+    """The piece's 16 kHz mono float32 samples (at most 30 s)."""
+    window: int
+    """Feature frames of the encoder window this piece needs; a batch is padded to its widest."""
+    align: bool = False
+    """Also align the text to the audio (word timings from the alignment heads)."""
+
+    @property
+    def frames(self) -> int:
+        """Feature frames that hold real audio (as `DecodeInput.frames`)."""
+        return max(1, min(N_FRAMES, len(self.samples) // HOP))
 
 
 @dataclass(frozen=True)
@@ -164,3 +189,11 @@ class WhisperModel(Protocol):
     ) -> DecodeOptions: ...
 
     def run(self, inputs: Sequence[DecodeInput], opts: DecodeOptions, threads: int = 1) -> list[DecodeOutput]: ...
+
+
+@runtime_checkable
+class BatchedWhisperModel(WhisperModel, Protocol):
+    """A runner on a batched device (CUDA, or the simulated one): it takes a batch as raw
+    audio and makes the features itself, on the device."""
+
+    def run_audio(self, inputs: Sequence[AudioInput], opts: DecodeOptions) -> list[DecodeOutput]: ...

@@ -6,7 +6,8 @@ periodic Hann window, hop 160, reflected edges) whose last frame is dropped, pow
 through the Slaney-style mel filterbank, log10 floored at 1e-10 and at 8 below the
 piece's loudest value, scaled as (x + 4) / 4; the piece's last frame is dropped too, and
 the result is zero-padded to 3000 frames (30 s). On a GPU the STFT of a whole batch of
-30 s windows is one call (`batch`).
+30 s windows is one call (`batch`), and so are a batch of pieces of different lengths
+(`pieces`), each equal to its own features.
 """
 
 from __future__ import annotations
@@ -87,3 +88,27 @@ class TorchLogMel:
         """Features [batch, n_mels, 3000] of full 30 s windows [batch, 480000] already on
         the device (the offline path: no host round trip)."""
         return self._log_mel(audio)[:, :, :N_FRAMES]
+
+    def pieces(self, audio: Tensor, lengths: Tensor, width: int) -> Tensor:
+        """Features [batch, n_mels, width] of pieces zero-padded into `audio` [batch,
+        samples] on the device, `lengths` [batch] their own sample counts (on the device):
+        each row equal to `__call__` on its piece alone, cropped or zero-padded to `width`.
+
+        Why the padding changes nothing: a kept frame's STFT window ends at most 40
+        samples past its piece, inside the 160 zeros `__call__` appends, so it sees the
+        same zeros here; the loudest value is taken over the piece's own frames only (the
+        frame after the last kept one included, as alone), and frames past the piece are
+        zeroed."""
+        if audio.shape[-1] < HOP:
+            audio = torch.nn.functional.pad(audio, (0, HOP - audio.shape[-1]))
+        audio = torch.nn.functional.pad(audio, (0, HOP))
+        spectrum = torch.stft(audio, N_FFT, HOP, window=self.window, center=True, pad_mode="reflect", return_complex=True)
+        power = spectrum[..., :-1].abs() ** 2
+        log = torch.clamp(self.filters @ power, min=1e-10).log10()
+        kept = torch.clamp(lengths // HOP, min=1, max=N_FRAMES)[:, None, None]
+        index = torch.arange(log.shape[-1], device=log.device)[None, None, :]
+        floor = torch.where(index <= kept, log, torch.full_like(log, -torch.inf)).amax(dim=(-2, -1), keepdim=True) - 8.0
+        features = torch.where(index < kept, (torch.maximum(log, floor) + 4.0) / 4.0, torch.zeros_like(log))
+        if features.shape[-1] >= width:
+            return features[..., :width]
+        return torch.nn.functional.pad(features, (0, width - features.shape[-1]))

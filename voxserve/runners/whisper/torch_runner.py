@@ -37,6 +37,7 @@ from voxserve.runners.whisper.interface import (
     MAX_LENGTH,
     TIME_PRECISION,
     Alignment,
+    AudioInput,
     DecodeInput,
     DecodeOptions,
     DecodeOutput,
@@ -96,6 +97,7 @@ class TorchWhisperRunner:
         self._heads = list(weights.alignment_heads)
         self._graphs = StepGraphs(self.model.decoder) if self.cuda and graphs else None
         self._fixed_steps = fixed_steps
+        self._mel = TorchLogMel(self.n_mels, self.device)
         # One batch at a time on a GPU (the graphs own their buffers). On a CPU, workers
         # decode side by side, each on one intra-op thread, as the CTranslate2 replicas
         # do: on a loaded 2-core machine, two OpenMP threads per call made one clip 5x
@@ -138,6 +140,22 @@ class TorchWhisperRunner:
         `threads` is accepted for the engine's sake; torch's thread count is process-wide."""
         features = torch.from_numpy(np.stack([x.features for x in inputs]))
         return self.decode(features, [x.frames for x in inputs], [x.align for x in inputs], opts)
+
+    def run_audio(self, inputs: Sequence[AudioInput], opts: DecodeOptions) -> list[DecodeOutput]:
+        """`run` on raw pieces of any lengths: one upload of the batch's samples, zero-padded
+        to the longest, its log-mel made on the device (`TorchLogMel.pieces`) in the
+        widest piece's window, and the whole batch encoded in that window."""
+        longest = max(len(x.samples) for x in inputs)
+        host = np.zeros((len(inputs), max(1, longest)), dtype=np.float32)
+        for row, x in zip(host, inputs, strict=True):
+            row[: len(x.samples)] = x.samples
+        width = max(x.window for x in inputs)
+        with self._lock, torch.inference_mode():
+            audio = torch.from_numpy(host).to(self.device, non_blocking=True)
+            lengths = torch.tensor([len(x.samples) for x in inputs], device=self.device)
+            features = self._mel.pieces(audio, lengths, width)
+            encoded = self.model.encoder(features.to(self.dtype))
+            return self._decode(encoded, [x.frames for x in inputs], [x.align for x in inputs], opts)
 
     def decode(
         self, features: Tensor, frames: Sequence[int], align: Sequence[bool], opts: DecodeOptions
