@@ -84,8 +84,10 @@ def test_sim_resolves_only_when_asked() -> None:
         ASRConfig(device="sim", runtime="torch")
 
 
-def test_serve_device_sim_puts_speech_on_it_and_transcription_on_the_cpu() -> None:
+def test_serve_device_sim_puts_both_engines_on_it_unless_one_is_named() -> None:
     config = server_config(build_parser().parse_args(["serve", "--device", "sim"]))
+    assert (config.tts.device, config.asr.device) == ("sim", "sim")
+    config = server_config(build_parser().parse_args(["serve", "--device", "sim", "--asr-device", "cpu"]))
     assert (config.tts.device, config.asr.device) == ("sim", "cpu")
 
 

@@ -170,7 +170,11 @@ _SERVE_RUNTIME = (
 
 
 def _add_device(parser: argparse.ArgumentParser, engines: str, choices: tuple[str, ...] = DEVICES) -> None:
-    sim = "; sim: speech on a simulated H200 that makes no speech (capacity planning and CI)" if "sim" in choices else ""
+    sim = (
+        "; sim: a simulated H200 that makes no speech and no transcript (capacity planning and CI)"
+        if "sim" in choices
+        else ""
+    )
     parser.add_argument(
         "--device", choices=choices,
         help=f"where {engines} runs: cpu, cuda, or auto (cuda when torch sees a GPU){sim}; "
@@ -190,8 +194,7 @@ def _asr_config(args: argparse.Namespace, serving: bool) -> ASRConfig:
     given = flags.given(args)
     fields: dict[str, Any] = {}
     if ("device",) not in given and args.device is not None:
-        # A bare --device sim is speech's; transcription joins it only with --asr-device sim.
-        fields["device"] = "cpu" if args.device == "sim" else args.device
+        fields["device"] = args.device
     if not serving:
         # No buffered-audio flag here: the budget grows to hold the one file when it must.
         longest = given.get(("max_audio_seconds",), ASRConfig.max_audio_seconds)
@@ -401,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--ray", nargs="?", const="", metavar="ADDRESS",
         help="serve on a Ray cluster: join ADDRESS (what `ray start --head` prints), or start a local one",
     )
-    _add_device(serve, "every engine (sim: speech only, transcription on the CPU)", TTS_DEVICES)
+    _add_device(serve, "every engine", TTS_DEVICES)
     for flags in serve_flags():
         flags.add_to(serve)
     add_old_spellings(

@@ -2,8 +2,8 @@
 
 `auto` means CUDA with torch when torch is installed and sees a GPU, else the CPU with
 the model's CPU runtime (CTranslate2 for Whisper, ONNX Runtime for the voice models). A
-machine with no NVIDIA driver never imports torch to find that out. `sim` (speech only)
-is the simulated H200 of `runners/sim`, whose runtime is its own stand-ins; auto never
+machine with no NVIDIA driver never imports torch to find that out. `sim` is the
+simulated H200 of `runners/sim`, whose runtime is its own stand-ins; auto never
 picks it.
 """
 
