@@ -236,3 +236,12 @@ def test_file_groups_wait_one_batch_time_within_bounds() -> None:
     assert file_wait(0.047, 0.005) == 0.047
     assert file_wait(0.002, 0.005) == 0.005  # never under --asr-batch-wait-ms
     assert file_wait(3.0, 0.005) == BATCHED_FILE_WAIT_MAX_S
+
+
+def test_a_batched_device_admits_enough_uploads_to_fill_its_batches(sim_server: RunningServer) -> None:
+    """An unset request limit is 32 on a CPU and twice the batch on a batched device:
+    a 3-8 s upload is one piece, so a batch fills only with that many in progress."""
+    from voxserve.engine.asr import requests_limit
+
+    assert requests_limit(False, 64) == 32 and requests_limit(True, 64) == 128
+    assert sim_server.asr_admission.limit == 2 * ASRConfig().gpu_batch

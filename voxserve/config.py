@@ -180,8 +180,10 @@ class ASRConfig:
     """Decoded audio held by all transcriptions together, in seconds (230 MB per hour); an
     upload whose decoding would pass it gets 429. Keep it at 2 x `max_audio_seconds` or
     more (the server warns otherwise)."""
-    max_requests: int = 32
-    """Transcriptions in progress at once, upload to response (each holds its decoded audio)."""
+    max_requests: int = 0
+    """Transcriptions in progress at once, upload to response (each holds its decoded
+    audio). 0: 32 on a CPU; on a batched device (cuda, sim) twice `gpu_batch`, so that a
+    batch can fill with the pieces of that many uploads while the next one gathers."""
     max_queue: int = 64
     """Transcriptions that may wait for a slot, unread; past it, 429."""
     queue_timeout_s: float = 30.0
@@ -196,8 +198,8 @@ class ASRConfig:
             raise ValueError("the ASR nice increment must be within 0..19")
         if self.workers < 1 or self.audio_workers < 0 or self.solo_threads < 1:
             raise ValueError("ASR workers and solo threads must be at least 1, audio workers at least 0 (auto)")
-        if min(self.gpu_batch, self.beam_size, self.max_requests) < 1:
-            raise ValueError("gpu_batch, beam_size and max_requests must be >= 1")
+        if min(self.gpu_batch, self.beam_size) < 1 or self.max_requests < 0:
+            raise ValueError("gpu_batch and beam_size must be >= 1, max_requests >= 0 (auto)")
         if self.device not in ASR_DEVICES:
             raise ValueError(f"unknown ASR device {self.device!r}: use one of {', '.join(ASR_DEVICES)}")
         if self.runtime not in ASR_RUNTIMES:

@@ -79,21 +79,7 @@ from voxserve.runners.whisper.interface import (
     WhisperModel,
 )
 
-__all__ = [
-    "BATCHED_DEVICES",
-    "ASREngine",
-    "ASRHandle",
-    "PreparedAudio",
-    "TranscribeOptions",
-    "WindowResult",
-    "audio_pool_size",
-    "even_spans",
-    "file_wait",
-    "fitted_window",
-    "load_runner",
-    "resolve_device",
-    "solo_threads",
-]
+__all__ = ["BATCHED_DEVICES", "CPU_MAX_REQUESTS", "ASREngine", "ASRHandle", "PreparedAudio", "TranscribeOptions", "WindowResult", "audio_pool_size", "even_spans", "file_wait", "fitted_window", "load_runner", "requests_limit", "resolve_device", "solo_threads"]
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +263,8 @@ class ASREngine(WorkerEngine):
             config = replace(config, workers=1, solo_threads=1)
         if config.audio_workers == 0:
             config = replace(config, audio_workers=audio_pool_size(self.batched, default_cores()))
+        if config.max_requests == 0:
+            config = replace(config, max_requests=requests_limit(self.batched, config.gpu_batch))
         super().__init__(config.workers)
         self.config = config
         self.max_batch = config.gpu_batch if self.batched else CPU_MAX_BATCH
@@ -812,6 +800,17 @@ def file_wait(batch_s: float, floor_s: float) -> float:
     little latency, and every batch saved is host time (launches, the search's
     bookkeeping) given back to the uploads."""
     return max(floor_s, min(BATCHED_FILE_WAIT_MAX_S, batch_s))
+
+
+CPU_MAX_REQUESTS = 32
+"""Transcriptions in progress at once on a CPU when not set (`ASRConfig.max_requests`)."""
+
+
+def requests_limit(batched: bool, gpu_batch: int) -> int:
+    """Transcriptions in progress at once when not set: `CPU_MAX_REQUESTS` on a CPU; on
+    a batched device twice its batch, since a 3-8 s upload is one piece and a batch fills
+    only with as many uploads in progress (one batch decoding, the next gathering)."""
+    return 2 * gpu_batch if batched else CPU_MAX_REQUESTS
 
 
 def audio_pool_size(batched: bool, cores: int) -> int:

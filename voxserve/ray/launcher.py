@@ -30,6 +30,7 @@ from ray.serve.deployment import Application
 from ray.serve.schema import ApplicationStatus
 
 from voxserve.config import RayConfig, Replicas, ServerConfig, default_cores
+from voxserve.engine.asr import requests_limit
 from voxserve.ray.environment import LOOPBACK, LocalRuntime, adopt_orphans
 from voxserve.ray.frontend import Frontend
 from voxserve.ray.leases import SessionKeeper
@@ -98,8 +99,13 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
         asr_deployment = serve.deployment(
             name="ASR",
             ray_actor_options={"num_cpus": asr.workers},
-            # A live session holds one call for its life and makes one more at a time.
-            max_ongoing_requests=asr.max_requests + asr.max_queue + 2 * config.realtime.max_sessions + CONTROL_CALLS,
+            # A live session holds one call for its life and makes one more at a time. An
+            # unset request limit counts at a batched device's (the larger), since the
+            # replica resolves its device itself; its own admission holds the rest.
+            max_ongoing_requests=(
+                (asr.max_requests or requests_limit(True, asr.gpu_batch))
+                + asr.max_queue + 2 * config.realtime.max_sessions + CONTROL_CALLS
+            ),
             request_router_config={
                 "request_router_class": HeadroomRouter,
                 "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S,
