@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -56,7 +57,7 @@ def wait_ready(base: str, server: subprocess.Popen[bytes], timeout_s: float = 30
     raise SystemExit("the server did not get ready")
 
 
-def level_figures(before: dict[str, float], after: dict[str, float], bench: dict[str, object]) -> dict[str, object]:
+def level_figures(before: dict[str, float], after: dict[str, float], bench: dict[str, Any]) -> dict[str, object]:
     """The level's figures from the `/metrics` deltas and the bench's summary."""
     def delta(key: str) -> float:
         return after.get(key, 0.0) - before.get(key, 0.0)
@@ -77,10 +78,10 @@ def level_figures(before: dict[str, float], after: dict[str, float], bench: dict
     frames = {
         part: delta(f'voxserve_tts_step_frames_total{{part="{part}"}}') for part in ("kept", "context", "bucket", "padding")
     }
-    summary = bench["summary"]  # type: ignore[index]
-    audio = float(summary["audio_s"])  # type: ignore[index]
+    summary = bench["summary"]
+    audio = float(summary["audio_s"])
     cpu = delta("process_cpu_seconds_total")
-    wall = float(summary["wall_s"])  # type: ignore[index]
+    wall = float(summary["wall_s"])
     busy = delta("voxserve_sim_device_busy_seconds_total")
     return {
         "step_units": step_units,
@@ -93,18 +94,18 @@ def level_figures(before: dict[str, float], after: dict[str, float], bench: dict
         "server_cpu_s": cpu,
         "audio_s": audio,
         "server_cpu_ms_per_audio_s": 1e3 * cpu / audio if audio else None,
-        "continuity": summary["continuity_ok_rate"],  # type: ignore[index]
-        "ttfp_p50_ms": 1e3 * summary["ttfp_s"]["p50"],  # type: ignore[index]
-        "ttfp_p99_ms": 1e3 * summary["ttfp_s"]["p99"],  # type: ignore[index]
-        "audio_per_s": summary["audio_throughput"],  # type: ignore[index]
-        "first_audio_tail_ms": {k: round(1e3 * v, 1) for k, v in summary.get("first_packet_tail_s", {}).items()  # type: ignore[union-attr]
+        "continuity": summary["continuity_ok_rate"],
+        "ttfp_p50_ms": 1e3 * summary["ttfp_s"]["p50"],
+        "ttfp_p99_ms": 1e3 * summary["ttfp_s"]["p99"],
+        "audio_per_s": summary["audio_throughput"],
+        "first_audio_tail_ms": {k: round(1e3 * v, 1) for k, v in summary.get("first_packet_tail_s", {}).items()
                                 if k != "n"},
         "admission_held": {
             k[k.index('"') + 1 : k.rindex('"')]: delta(k) for k in after if k.startswith("voxserve_tts_admission_held_total")
         },
-        "completed": summary["completed"],  # type: ignore[index]
-        "failed": summary["failed"],  # type: ignore[index]
-        "wall_s": summary["wall_s"],  # type: ignore[index]
+        "completed": summary["completed"],
+        "failed": summary["failed"],
+        "wall_s": summary["wall_s"],
     }
 
 
