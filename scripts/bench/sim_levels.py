@@ -124,7 +124,10 @@ def main() -> None:
     python = sys.executable
     levels = [int(x) for x in args.levels.split(",")]
     serve = [python, "-m", "voxserve.cli", "serve", "--device", "sim", "--no-asr", "--port", str(args.port),
-             "--tts-models", MODELS[args.model], "--tts-max-queue", str(max(levels)), *args.server_args]
+             "--tts-models", MODELS[args.model], "--tts-max-queue", str(max(levels)),
+             # a closed loop's client may open its next connection before the server
+             # has seen its last one close: room for both, past the 1024 default
+             "--limit-concurrency", str(2 * max(levels) + 64), *args.server_args]
     with (args.out / "server.log").open("wb") as log:
         server = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
         results: dict[str, object] = {"server": serve[2:], "levels": {}}
