@@ -107,3 +107,15 @@ def test_admission_reads_the_units_its_steps_hold(engine: TTSEngine) -> None:
     ramp = engine.default_model.profile.ramp
     assert costs[name] == pytest.approx(meter.cost(max(1, round(units))) * ramp)  # type: ignore[operator]
     assert stats["step_frames"]["kept"] > 0
+
+
+def test_steps_in_flight_cost_the_device_its_busy_time_once(engine: TTSEngine) -> None:
+    """Two steps overlap on a batched device (one is launched while the other runs), but
+    the device runs one at a time: the cost meter counts each step's share of the
+    device's busy timeline, so overlapping steps are not counted twice."""
+    with engine._cond:
+        engine._device_until = 0.0
+        assert engine._device_share(10.00, 10.05) == pytest.approx(0.05)  # alone
+        assert engine._device_share(10.01, 10.09) == pytest.approx(0.04)  # launched while the first ran
+        assert engine._device_share(10.02, 10.08) == 0.0  # ended within the one before
+        assert engine._device_share(10.20, 10.25) == pytest.approx(0.05)  # after an idle gap

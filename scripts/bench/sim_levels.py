@@ -4,8 +4,11 @@ Starts `voxserve serve --device sim` with one voice model, then for each level r
 `voxserve bench speech` (a closed loop of C clients, `--rounds` rounds of the built-in
 English prompts, the clients spread over `--processes` processes) and reads the server's
 `/metrics` before and after it. Per level it prints and writes (JSON):
-- items per device call of each stage (the mean units per step), from the sim device;
-- the server process's CPU seconds per audio-second delivered;
+- the mean units per step of each stage (decoder/vocoder and stage A), from the engine's
+  `voxserve_tts_step_units` histogram, and the padded frames' share of what the vocoder
+  steps decoded (`voxserve_tts_step_frames_total` by part);
+- items per call of each stage as the simulated GPU counts them, and its busy share;
+- the server process's CPU milliseconds per audio-second delivered;
 - the bench's continuity, first audio p50 / p99 and audio-s/s.
 
     .venv/bin/python scripts/bench/sim_levels.py --model tts-1-hd --levels 64,256 --out /tmp/sim
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -53,7 +57,7 @@ def wait_ready(base: str, server: subprocess.Popen[bytes], timeout_s: float = 30
     raise SystemExit("the server did not get ready")
 
 
-def level_figures(before: dict[str, float], after: dict[str, float], bench: dict[str, object]) -> dict[str, object]:
+def level_figures(before: dict[str, float], after: dict[str, float], bench: dict[str, Any]) -> dict[str, object]:
     """The level's figures from the `/metrics` deltas and the bench's summary."""
     def delta(key: str) -> float:
         return after.get(key, 0.0) - before.get(key, 0.0)
@@ -63,23 +67,45 @@ def level_figures(before: dict[str, float], after: dict[str, float], bench: dict
         s: delta(f'voxserve_sim_device_items_total{{stage="{s}"}}') / max(1.0, delta(f'voxserve_sim_device_calls_total{{stage="{s}"}}'))
         for s in stages
     }
-    summary = bench["summary"]  # type: ignore[index]
-    audio = float(summary["audio_s"])  # type: ignore[index]
+    step_stages = sorted(
+        {k[k.index('stage="') + 7 : k.index('"', k.index('stage="') + 7)] for k in after
+         if k.startswith("voxserve_tts_step_units_count")}
+    )
+    step_units = {
+        s: delta(f'voxserve_tts_step_units_sum{{stage="{s}"}}') / max(1.0, delta(f'voxserve_tts_step_units_count{{stage="{s}"}}'))
+        for s in step_stages
+    }
+    frames = {
+        part: delta(f'voxserve_tts_step_frames_total{{part="{part}"}}') for part in ("kept", "context", "bucket", "padding")
+    }
+    summary = bench["summary"]
+    audio = float(summary["audio_s"])
     cpu = delta("process_cpu_seconds_total")
+    wall = float(summary["wall_s"])
+    busy = delta("voxserve_sim_device_busy_seconds_total")
     return {
+        "step_units": step_units,
+        "padded_share": frames["padding"] / sum(frames.values()) if sum(frames.values()) else None,
+        "step_frames": frames,
         "units_per_call": units,
         "calls": {s: delta(f'voxserve_sim_device_calls_total{{stage="{s}"}}') for s in stages},
-        "device_busy_s": delta("voxserve_sim_device_busy_seconds_total"),
+        "device_busy_s": busy,
+        "device_busy_share": busy / wall if wall else None,
         "server_cpu_s": cpu,
         "audio_s": audio,
         "server_cpu_ms_per_audio_s": 1e3 * cpu / audio if audio else None,
-        "continuity": summary["continuity_ok_rate"],  # type: ignore[index]
-        "ttfp_p50_ms": 1e3 * summary["ttfp_s"]["p50"],  # type: ignore[index]
-        "ttfp_p99_ms": 1e3 * summary["ttfp_s"]["p99"],  # type: ignore[index]
-        "audio_per_s": summary["audio_throughput"],  # type: ignore[index]
-        "completed": summary["completed"],  # type: ignore[index]
-        "failed": summary["failed"],  # type: ignore[index]
-        "wall_s": summary["wall_s"],  # type: ignore[index]
+        "continuity": summary["continuity_ok_rate"],
+        "ttfp_p50_ms": 1e3 * summary["ttfp_s"]["p50"],
+        "ttfp_p99_ms": 1e3 * summary["ttfp_s"]["p99"],
+        "audio_per_s": summary["audio_throughput"],
+        "first_audio_tail_ms": {k: round(1e3 * v, 1) for k, v in summary.get("first_packet_tail_s", {}).items()
+                                if k != "n"},
+        "admission_held": {
+            k[k.index('"') + 1 : k.rindex('"')]: delta(k) for k in after if k.startswith("voxserve_tts_admission_held_total")
+        },
+        "completed": summary["completed"],
+        "failed": summary["failed"],
+        "wall_s": summary["wall_s"],
     }
 
 
@@ -98,7 +124,10 @@ def main() -> None:
     python = sys.executable
     levels = [int(x) for x in args.levels.split(",")]
     serve = [python, "-m", "voxserve.cli", "serve", "--device", "sim", "--no-asr", "--port", str(args.port),
-             "--tts-models", MODELS[args.model], "--tts-max-queue", str(max(levels)), *args.server_args]
+             "--tts-models", MODELS[args.model], "--tts-max-queue", str(max(levels)),
+             # a closed loop's client may open its next connection before the server
+             # has seen its last one close: room for both, past the 1024 default
+             "--limit-concurrency", str(2 * max(levels) + 64), *args.server_args]
     with (args.out / "server.log").open("wb") as log:
         server = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
         results: dict[str, object] = {"server": serve[2:], "levels": {}}

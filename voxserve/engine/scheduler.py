@@ -505,6 +505,23 @@ class Scheduler:
         if self._entries > 4 * len(self._streams) + 1024:
             self._compact()
 
+    def _claimed(self, stream: _Stream, acoustic: bool) -> None:
+        """After a claim of the stream's stage A (`acoustic`) or chunk. On a CPU: as after
+        any change (`_touch`). On a batched device the claimed unit's entry has already
+        left its queue (`_Queues.take`; a further chunk of a step has none), and the
+        stream's other queued unit, if any, holds as it was: a chunk's claim moves
+        neither whether stage A may run nor its deadline (the latents' frames left to
+        play and the player's position stay), and stage A's claim moves neither the
+        next chunk's window nor its deadline. No further chunk may be queued after a
+        claim, since one is now in flight. So the queues are left as they are, and only
+        a chunk's claim forgets the cached window, which starts where the claim ended:
+        a step of a hundred units then costs a hundred claims, not a hundred re-queuings
+        of stage A entries."""
+        if not self.budget.stepped:
+            self._touch(stream)
+        elif not acoustic:
+            stream.window = None
+
     def _compact(self) -> None:
         """Drop the stale entries of every queue."""
         self._entries = 0
@@ -745,7 +762,7 @@ class Scheduler:
         stream.acoustic_busy = True
         self._acoustic_in_flight += 1
         index = stream.next_segment
-        self._touch(stream)
+        self._claimed(stream, acoustic=True)
         return AcousticWork(stream.id, index, stream.segments[index], stream.profile.name)
 
     def _burst(self, stream: _Stream) -> bool:
@@ -787,7 +804,7 @@ class Scheduler:
             and not stream.acoustic_busy
             and stream.complete
         )
-        self._touch(stream)
+        self._claimed(stream, acoustic=False)
         return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, bucket=bucket)
 
     # -- results ---------------------------------------------------------------------

@@ -370,6 +370,8 @@ class TTSEngine(WorkerEngine):
         self._ids = itertools.count(1)
         self._stopping = False
         self._in_hand: dict[int, list[Work]] = {}
+        self._device_until = 0.0
+        """When the last step to end ended (`_device_share`)."""
         """What each worker is running, by worker index; failed if the worker dies."""
         self.cores = SharedCores()
         """What the transcription engine does on the same cores; the server sets it. While
@@ -719,8 +721,26 @@ class TTSEngine(WorkerEngine):
                 busy = self.stats.busy_s
                 busy[index] = busy.get(index, 0.0) + spent
                 stage = "acoustic" if isinstance(step[0], AcousticWork) else "vocoder"
-                self.stats.costs[model.name].add(stage, spent, audio, step[0].threads, len(step))
+                share = self._device_share(started, started + spent)
+                self.stats.costs[model.name].add(stage, share, audio, step[0].threads, len(step))
                 self.stats.step(model.name, stage, step, model.profile.chunking)
+
+    def _device_share(self, started: float, ended: float) -> float:
+        """The time a step that ran from `started` to `ended` costs its device, as the
+        cost meter counts it. Call under the lock.
+
+        A CPU worker's step costs its wall time. A batched device runs one step at a
+        time while the next is gathered and launched (`STEPS_IN_FLIGHT`), so a step's
+        wall time holds the tail of the one before it: counted whole, two steps in
+        flight read up to twice the device's time, and admission would see a device
+        half as large as it is. There a step costs what it adds to the device's busy
+        timeline: from the end of the step before (or its own start, if later) to its
+        end."""
+        if not self._sched.budget.stepped:
+            return ended - started
+        share = max(0.0, ended - max(started, self._device_until))
+        self._device_until = max(self._device_until, ended)
+        return share
 
     def _worker_died(self, index: int, exc: BaseException) -> None:
         with self._cond:
