@@ -69,6 +69,15 @@ def test_voice_dir_without_a_voice_is_a_clear_error(tmp_path: Path) -> None:
         find_voice(tmp_path)
 
 
+def test_voices_names_a_missing_or_empty_voice_dir_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["voices", "--tts-voice-dir", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["voices", "--tts-voice-dir", str(tmp_path)]) == 2
+    assert "exactly one Piper voice" in capsys.readouterr().err
+
+
 # -- the API key from a file: out of `ps` and of the environment ---------------------------
 
 KEY = "vx-file-key-8d2e61"

@@ -97,6 +97,13 @@ def test_speak_refuses_the_sim_device(capsys: pytest.CaptureFixture[str], tmp_pa
         assert "makes no speech" in capsys.readouterr().err
 
 
+def test_transcribe_refuses_the_sim_device(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    clip = tmp_path / "clip.wav"
+    clip.write_bytes(b"RIFF")  # refused before the file is read
+    assert main(["transcribe", str(clip), "--asr-device", "sim"]) == 2
+    assert "makes none" in capsys.readouterr().err
+
+
 def _total_frames(durations: np.ndarray) -> int:
     return int(np.sum(durations))
 

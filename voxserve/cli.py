@@ -333,7 +333,11 @@ def _transcribe(args: argparse.Namespace) -> int:
     from voxserve.serving.offline import OfflineASR
 
     try:
-        asr = OfflineASR(_asr_config(args, serving=False))
+        config = _asr_config(args, serving=False)
+        if config.device == "sim":
+            raise ValueError("transcribe writes a transcript, and the sim device makes none (its `[sim]` "
+                             "words stand for timing only): use --device cpu, cuda or auto")
+        asr = OfflineASR(config)
     except (ValueError, RuntimeError) as exc:  # a device or runtime this machine lacks
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -373,7 +377,11 @@ def _transcribe(args: argparse.Namespace) -> int:
 def _voices(args: argparse.Namespace) -> int:
     from voxserve.serving.offline import voice_catalog
 
-    catalog = voice_catalog(args.tts_voice_dir, args.tts_cache_dir)
+    try:
+        catalog = voice_catalog(args.tts_voice_dir, args.tts_cache_dir)
+    except (FileNotFoundError, ValueError) as exc:  # no such folder, or no voice in it
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"model {catalog.model} ({catalog.sample_rate} Hz)")
     for voice in catalog.voices:
         if voice["alias_of"] is None:
