@@ -13,7 +13,6 @@ import itertools
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -21,9 +20,8 @@ import numpy as np
 import pytest
 from websockets.sync.client import connect
 
-from tests.conftest import RunningServer, run_server
+from tests.conftest import RunningServer
 from voxserve.bench.kokoro_prosody import PROSODY_TEXTS, mid_phrase_pauses
-from voxserve.config import ServerConfig, TTSConfig
 from voxserve.engine.adapters.kokoro import TAIL_FRAMES, KokoroVoice
 from voxserve.engine.tts import PreparedText, TTSEngine
 from voxserve.engine.voices import Span
@@ -32,9 +30,10 @@ from voxserve.runners.kokoro.onnx_runner import HOP, SAMPLE_RATE, KokoroInput
 
 pytestmark = pytest.mark.timeout(120)
 
-TEXT = "Hello there, my friend. Now the offsets."
+TEXT = "Hello there, my friend. This second sentence checks the offsets."
 """Two sentences, so two segments for either model (the second's times carry the first's
-length), the first of two clauses; short, since every Kokoro request of it is seconds of CPU."""
+length), the first of two clauses; no longer, since every Kokoro request of it is seconds
+of CPU."""
 
 
 def test_word_frames_follow_the_durations_after_the_lead() -> None:
@@ -97,11 +96,10 @@ def test_piper_words_that_espeak_joins_keep_their_own_ids() -> None:
     assert spans["the"] < spans["from"] < spans["playground"]
 
 
-@pytest.fixture(scope="module")
-def both() -> Iterator[RunningServer]:
-    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0))
-    with run_server(config, kokoro=True) as srv:
-        yield srv
+@pytest.fixture()
+def both(kokoro_server: RunningServer) -> RunningServer:
+    """Piper (without noise) and Kokoro (tests/conftest.py)."""
+    return kokoro_server
 
 
 @pytest.fixture()
