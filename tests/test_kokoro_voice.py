@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.asr_support import join_whisper_base, wer
+from tests.asr_support import wer
 from tests.conftest import RunningServer
 from voxserve.bench.metrics import character_errors
 from voxserve.config import ASRConfig
@@ -141,9 +141,8 @@ PROMPTS = {"zh": "以下是普通话的句子。"}
 
 
 @pytest.fixture(scope="module")
-def whisper_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ASREngine]:
-    folder = join_whisper_base(tmp_path_factory.mktemp("whisper-base"))
-    engine = ASREngine(ASRConfig(model_dir=folder, workers=1, runtime="ct2"))
+def whisper_base(whisper_base_dir: Path) -> Iterator[ASREngine]:
+    engine = ASREngine(ASRConfig(model_dir=whisper_base_dir, workers=1, runtime="ct2"))
     engine.start()
     yield engine
     engine.stop()
