@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
@@ -172,12 +173,14 @@ class _Shared(Generic[T]):
     """A server that several modules share: started by the first test that asks for it,
     stopped right after the last one, not at the end of the session. While it lives it
     counts in this process's RSS, which tests/test_overload.py measures through the
-    server's /metrics: share only between modules on one side of it (a Kokoro server
-    holds ~700 MB, so tests/test_kokoro_voice.py and tests/test_word_timings.py each
-    start their own)."""
+    server's /metrics: share only between modules on one side of it, or set `adjacent`,
+    and the modules that use it run one after another, where the first of them stood
+    (`pytest_collection_modifyitems`)."""
 
-    def __init__(self, name: str, start: Callable[[], contextlib.AbstractContextManager[T]]) -> None:
-        self.name, self.start = name, start
+    def __init__(
+        self, name: str, start: Callable[[], contextlib.AbstractContextManager[T]], adjacent: bool = False
+    ) -> None:
+        self.name, self.start, self.adjacent = name, start, adjacent
         self.last: str | None = None
         """The node id of the last selected test that uses it."""
         self._stack = contextlib.ExitStack()
@@ -208,6 +211,16 @@ _TIGHT = _Shared(
 )
 
 
+_KOKORO = _Shared(
+    "kokoro_server",
+    lambda: run_server(
+        ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0)), kokoro=True
+    ),
+    # ~700 MB while it lives: its modules run together, away from tests/test_overload.py.
+    adjacent=True,
+)
+
+
 def _ray_cluster() -> contextlib.AbstractContextManager[RayDeployment]:
     from tests.ray_support import running_deployment  # imports Ray: only where it is used
 
@@ -215,7 +228,23 @@ def _ray_cluster() -> contextlib.AbstractContextManager[RayDeployment]:
 
 
 _RAY = _Shared("ray_deployment", _ray_cluster)
-_SHARED: tuple[_Shared[Any], ...] = (_KEYED, _TIGHT, _RAY)
+_SHARED: tuple[_Shared[Any], ...] = (_KEYED, _TIGHT, _KOKORO, _RAY)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each `adjacent` shared server's modules, moved up to run right after the first of
+    them, in their own order; every other test keeps its place."""
+    for shared in _SHARED:
+        if not shared.adjacent:
+            continue
+        users = {item.path for item in items if shared.name in getattr(item, "fixturenames", ())}
+        if not users:
+            continue
+        first = next(i for i, item in enumerate(items) if item.path in users)
+        moved = [item for item in items if item.path in users]
+        rest = [item for item in items if item.path not in users]
+        at = len([item for item in items[:first] if item.path not in users])
+        items[:] = rest[:at] + moved + rest[at:]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -251,11 +280,28 @@ def tight_server() -> RunningServer:
 
 
 @pytest.fixture()
+def kokoro_server() -> RunningServer:
+    """Piper and Kokoro, Piper without noise (the same text gives the same audio).
+    Shared by tests/test_kokoro_voice.py and tests/test_word_timings.py: a start with
+    Kokoro costs seconds of the machine."""
+    return _KOKORO.get()
+
+
+@pytest.fixture()
 def ray_deployment() -> RayDeployment:
     """The two-node Ray cluster with voxserve deployed (tests/ray_support.py). Shared by
     tests/test_ray.py and tests/test_ray_ws.py: starting it costs half a minute of the
     machine."""
     return _RAY.get()
+
+
+@pytest.fixture(scope="session")
+def whisper_base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The multilingual Whisper base model's folder, joined once for the session
+    (tests/asr_support.py): a join copies and hashes ~145 MB."""
+    from tests.asr_support import join_whisper_base
+
+    return join_whisper_base(tmp_path_factory.mktemp("whisper-base"))
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.asr_support import join_whisper_base
 from voxserve.cli import main
 from voxserve.config import ASRConfig
 from voxserve.engine.asr import ASREngine, TranscribeOptions
@@ -24,8 +23,8 @@ SENTENCE = "The quick brown fox jumps over the lazy dog."
 
 
 @pytest.fixture(scope="module")
-def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return join_whisper_base(tmp_path_factory.mktemp("whisper-base"))
+def base_dir(whisper_base_dir: Path) -> Path:
+    return whisper_base_dir
 
 
 @pytest.fixture(scope="module", params=["ct2", "torch"])

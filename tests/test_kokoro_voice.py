@@ -17,17 +17,16 @@ import math
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-from tests.asr_support import join_whisper_base, wer
-from tests.conftest import RunningServer, run_server
+from tests.asr_support import wer
+from tests.conftest import RunningServer
 from voxserve.bench.metrics import character_errors
-from voxserve.config import ASRConfig, ServerConfig, TTSConfig
+from voxserve.config import ASRConfig
 from voxserve.engine.admission import TARGET_UTILIZATION, room_for
 from voxserve.engine.asr import ASREngine, TranscribeOptions
 from voxserve.engine.transcribe import start_transcription
@@ -37,11 +36,10 @@ pytestmark = pytest.mark.timeout(600)
 SENTENCE = "Please call Stella and ask her to bring these things with her."
 
 
-@pytest.fixture(scope="module")
-def both() -> Iterator[RunningServer]:
-    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro")))
-    with run_server(config, kokoro=True) as srv:
-        yield srv
+@pytest.fixture()
+def both(kokoro_server: RunningServer) -> RunningServer:
+    """Piper and Kokoro (tests/conftest.py)."""
+    return kokoro_server
 
 
 @pytest.fixture()
@@ -143,9 +141,8 @@ PROMPTS = {"zh": "以下是普通话的句子。"}
 
 
 @pytest.fixture(scope="module")
-def whisper_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ASREngine]:
-    folder = join_whisper_base(tmp_path_factory.mktemp("whisper-base"))
-    engine = ASREngine(ASRConfig(model_dir=folder, workers=1, runtime="ct2"))
+def whisper_base(whisper_base_dir: Path) -> Iterator[ASREngine]:
+    engine = ASREngine(ASRConfig(model_dir=whisper_base_dir, workers=1, runtime="ct2"))
     engine.start()
     yield engine
     engine.stop()

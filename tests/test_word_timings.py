@@ -13,7 +13,6 @@ import itertools
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -21,9 +20,8 @@ import numpy as np
 import pytest
 from websockets.sync.client import connect
 
-from tests.conftest import RunningServer, run_server
+from tests.conftest import RunningServer
 from voxserve.bench.kokoro_prosody import PROSODY_TEXTS, mid_phrase_pauses
-from voxserve.config import ServerConfig, TTSConfig
 from voxserve.engine.adapters.kokoro import TAIL_FRAMES, KokoroVoice
 from voxserve.engine.tts import PreparedText, TTSEngine
 from voxserve.engine.voices import Span
@@ -32,7 +30,10 @@ from voxserve.runners.kokoro.onnx_runner import HOP, SAMPLE_RATE, KokoroInput
 
 pytestmark = pytest.mark.timeout(120)
 
-TEXT = "Hello there, my friend. This is a longer second sentence, to check the offsets."
+TEXT = "Hello there, my friend. This second sentence checks the offsets."
+"""Two sentences, so two segments for either model (the second's times carry the first's
+length), the first of two clauses; no longer, since every Kokoro request of it is seconds
+of CPU."""
 
 
 def test_word_frames_follow_the_durations_after_the_lead() -> None:
@@ -95,11 +96,10 @@ def test_piper_words_that_espeak_joins_keep_their_own_ids() -> None:
     assert spans["the"] < spans["from"] < spans["playground"]
 
 
-@pytest.fixture(scope="module")
-def both() -> Iterator[RunningServer]:
-    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0))
-    with run_server(config, kokoro=True) as srv:
-        yield srv
+@pytest.fixture()
+def both(kokoro_server: RunningServer) -> RunningServer:
+    """Piper (without noise) and Kokoro (tests/conftest.py)."""
+    return kokoro_server
 
 
 @pytest.fixture()
@@ -132,15 +132,32 @@ def _collect(engine: TTSEngine, prepared: PreparedText, rate: int) -> tuple[list
         engine.abort(handle.id)
 
 
+_STREAMS: dict[tuple[int, float], tuple[list[WordTime], float]] = {}
+"""TEXT streamed by the engine, per (rate, speed): each is one Kokoro synthesis, which
+the tests below share instead of repeating."""
+
+
+def _shared_stream(engine: TTSEngine, rate: int, speed: float) -> tuple[list[WordTime], float]:
+    if (rate, speed) not in _STREAMS:
+        _STREAMS[rate, speed] = _stream(engine, TEXT, rate, speed)
+    return _STREAMS[rate, speed]
+
+
+SPEEDS = {24000: 0.8, 16000: 1.25}
+"""Each output rate is streamed at one of the two speeds the speed test compares."""
+
+
 @pytest.mark.parametrize("rate", [24000, 16000])
 def test_kokoro_words_cover_a_stream_of_several_segments(kokoro_engine: TTSEngine, rate: int) -> None:
-    words, seconds = _stream(kokoro_engine, TEXT, rate)
+    words, seconds = _shared_stream(kokoro_engine, rate, SPEEDS[rate])
     check_timings(words, seconds, re.findall(r"\w+", TEXT))
 
 
 def test_kokoro_speed_is_in_the_timings(kokoro_engine: TTSEngine) -> None:
-    slow, slow_s = _stream(kokoro_engine, TEXT, 24000, speed=0.8)
-    fast, fast_s = _stream(kokoro_engine, TEXT, 24000, speed=1.25)
+    """Word times are seconds whatever the output rate, so a slow stream at one rate and
+    a fast one at the other compare."""
+    slow, slow_s = _shared_stream(kokoro_engine, 24000, 0.8)
+    fast, fast_s = _shared_stream(kokoro_engine, 16000, 1.25)
     assert slow[-1].end > fast[-1].end * 1.3
     assert seconds_close(slow[-1].end, slow_s) and seconds_close(fast[-1].end, fast_s)
 
