@@ -131,8 +131,11 @@ class Latent:
     audible."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class AcousticWork:
+    """Run stage A on one segment of a stream. Slotted and not frozen, as `VocoderWork`:
+    one is built for every unit claimed, and nothing changes it once it is handed out."""
+
     stream_id: int
     segment: int
     input: StageInput
@@ -142,9 +145,14 @@ class AcousticWork:
     """Intra-op threads to run it on (and workers it holds)."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class VocoderWork:
-    """Decode frames [lo, hi) of a latent and keep samples of frames [start, end)."""
+    """Decode frames [lo, hi) of a latent and keep samples of frames [start, end).
+
+    Slotted and not frozen: a batched step builds up to a hundred of these under the
+    engine lock, and a frozen dataclass's constructor costs about four times a plain
+    one's. Nothing changes a unit once the scheduler has handed it out (a changed copy
+    is made with `dataclasses.replace`)."""
 
     stream_id: int
     segment: int
