@@ -833,13 +833,21 @@ class Scheduler:
         computed once for it and kept (`_next_window`), the latent looked up once, and
         `_claimed` done in place (a chunk's claim only forgets the kept window). A step
         makes up to `batch` of these under the engine lock."""
-        latent = stream.open_latent()
-        assert latent is not None
+        for latent in stream.latents:  # `_Stream.open_latent`, inline
+            if latent.claims == 0 or latent.claimed < latent.latent.frames:
+                break
+        else:
+            raise AssertionError("a claimed chunk has an open latent")
         seq = stream.claimed
+        window = stream.window
         if seq == 0:
+            # The kept window was planned with the defaults (not alone, no skip); a
+            # batched step never claims a first chunk alone, and a burst may skip.
+            skip = int(self._burst(stream))
+            if skip != stream.skip or stream.alone:
+                window = None
             stream.alone = False
-            stream.skip = int(self._burst(stream))
-        window = stream.window if seq > 0 else None
+            stream.skip = skip
         if window is None:
             window = self._window(stream, latent)
         lo, hi, start, end, bucket = window

@@ -114,7 +114,7 @@ class StageInput(Protocol):
     def ids(self) -> np.ndarray: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Latent:
     """Stage A's result for one segment: the model's own features over `frames` frames."""
 
@@ -194,7 +194,7 @@ class Playback:
     """Its client has not taken `credits` chunks: the client is the slow part."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Chunk:
     """What `complete_vocoder` reports for a finished vocoder chunk: the chunks it released
     in stream order (none while an earlier chunk is still in flight)."""
