@@ -760,10 +760,21 @@ class Scheduler:
         else:
             claim = self._claim_vocoder_stepped
             step = [claim(unit) for unit in units]
+            credits, spare, slack = self.credits, budget.spare_chunks, self.urgent_slack
             for stream in units:
                 if len(step) >= free:
                     break
-                if self._vocoder_candidate(stream, True, now) and self._kind(stream, False) == chosen.kind:
+                # `_vocoder_candidate(stream, True, now)`, inline: a step checks up to
+                # `batch` streams for a further chunk.
+                if (
+                    stream.untaken >= credits
+                    or not 0 < stream.in_flight < spare
+                    or stream.first_packet_at is None
+                    or stream.open_latent() is None
+                    or stream.dry_at() - now <= slack
+                ):
+                    continue
+                if self._kind(stream, False) == chosen.kind:
                     step.append(claim(stream))
                     self.spread["chunks"] += 1
         self._busy += len(step)
