@@ -869,4 +869,4 @@ def test_a_batched_step_plans_a_first_chunk_of_a_burst_by_the_streams_still_wait
     for w in plain.next_step(0.0):
         assert isinstance(w, AcousticWork)
         plain.complete_acoustic(w, latent(300))
-    assert [(w.start, w.end) for w in plain.next_step(0.0)] == [(0, 16)] * 3
+    assert [(w.start, w.end) for w in plain.next_step(0.0) if isinstance(w, VocoderWork)] == [(0, 16)] * 3
