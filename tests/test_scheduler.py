@@ -846,3 +846,27 @@ def test_a_batched_device_keeps_the_plans_exact_sizes() -> None:
         s.complete_acoustic(a, quiet)
         (chunk,) = s.next_step(0.0)
         assert isinstance(chunk, VocoderWork) and chunk.end == end
+
+
+def test_a_batched_step_plans_a_first_chunk_of_a_burst_by_the_streams_still_waiting() -> None:
+    """A batched step claims a first chunk with the window its queue entry was planned
+    with, unless the stream starts in a burst (`Budget.burst_waiting`): then its plan
+    skips the smallest size, counted at its own claim, as on a CPU worker."""
+    s = Scheduler(credits=4, budget=Budget(slots=16, batch=8, spare_chunks=2, burst_waiting=2))
+    for sid in (1, 2, 3):
+        s.add(sid, [seg()], 0.0, PIPER)
+    stage_a = s.next_step(0.0)
+    for w in stage_a:
+        assert isinstance(w, AcousticWork)
+        s.complete_acoustic(w, latent(300))
+    chunks = s.next_step(0.0)
+    kept = [(w.stream_id, w.start, w.end) for w in chunks if isinstance(w, VocoderWork) and w.seq == 0]
+    # Stream 1 is claimed while 2 and 3 wait; stream 2 while only 3 does; 3 then alone.
+    assert kept == [(1, 0, 32), (2, 0, 16), (3, 0, 16)]
+    plain = batched()
+    for sid in (1, 2, 3):
+        plain.add(sid, [seg()], 0.0, PIPER)
+    for w in plain.next_step(0.0):
+        assert isinstance(w, AcousticWork)
+        plain.complete_acoustic(w, latent(300))
+    assert [(w.start, w.end) for w in plain.next_step(0.0) if isinstance(w, VocoderWork)] == [(0, 16)] * 3

@@ -13,12 +13,20 @@ its credits are spent, as behind a real-time listener. After `--warm` steps it t
 (`perf_counter_ns`) and by the thread's CPU time (`thread_time_ns`: on a shared machine the
 wall clock also counts the time the thread waited for a core), and the mean units per
 step.
+
+The garbage collector runs with Python's defaults, as in the server, and its collections
+land in whichever call allocates past the threshold; a `gc.callbacks` hook times each
+one, and the line also gives the p99 of a call's CPU time less the collections inside
+it, and how many calls held one. (`gc.freeze()` after warm-up would not help: the
+collections that land in a step are of the young generations, sized by the objects
+made since the last one, not the old ones a freeze sets aside.)
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import heapq
 import random
 import statistics
@@ -126,11 +134,12 @@ class Sim:
 
     def run(
         self, steps: int, timed: list[float] | None = None, claimed: list[int] | None = None,
-        cpu: list[float] | None = None,
+        cpu: list[float] | None = None, collecting: list[float] | None = None,
     ) -> None:
         done = 0
         while done < steps:
             while len(self.in_flight) < 2:
+                g0 = GC.spent_ns
                 c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
                 step = self.sched.next_step(self.now)
                 t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
@@ -138,6 +147,8 @@ class Sim:
                     timed.append((t1 - t0) / 1e3)
                     cpu.append((c1 - c0) / 1e3)
                     claimed.append(len(step))
+                    if collecting is not None:
+                        collecting.append((GC.spent_ns - g0) / 1e3)
                 if not step:
                     break
                 stage = "acoustic" if isinstance(step[0], AcousticWork) else "vocoder"
@@ -158,6 +169,23 @@ class Sim:
             done += 1
 
 
+class GCTimer:
+    """Wall time spent in the garbage collector so far (a `gc.callbacks` hook)."""
+
+    def __init__(self) -> None:
+        self.spent_ns = 0
+        self._start = 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter_ns()
+        else:
+            self.spent_ns += time.perf_counter_ns() - self._start
+
+
+GC = GCTimer()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=1000)
@@ -172,17 +200,24 @@ def main() -> None:
     timed: list[float] = []
     claimed: list[int] = []
     cpu: list[float] = []
+    collecting: list[float] = []
+    gc.callbacks.append(GC)
     while len(timed) < args.calls:
-        sim.run(50, timed, claimed, cpu)
+        sim.run(50, timed, claimed, cpu, collecting)
+    gc.callbacks.remove(GC)
     q = statistics.quantiles(timed, n=100)
     qc = statistics.quantiles(cpu, n=100)
+    qn = statistics.quantiles([max(0.0, c - g) for c, g in zip(cpu, collecting, strict=True)], n=100)
+    collected = [g for g in collecting if g > 0]
     vocoder = sim.units["vocoder"]
     print(
         f"streams={args.streams} model={args.model} calls={len(timed)} "
         f"next_step p50={q[49]:.1f} us p99={q[98]:.1f} us (CPU p50={qc[49]:.1f} us p99={qc[98]:.1f} us) "
         f"mean units/vocoder step={statistics.fmean(vocoder):.1f} "
         f"mean units/stage A step={statistics.fmean(sim.units['acoustic'] or [0]):.1f} "
-        f"us per unit claimed={sum(timed) / max(1, sum(claimed)):.2f} (CPU {sum(cpu) / max(1, sum(claimed)):.2f})"
+        f"us per unit claimed={sum(timed) / max(1, sum(claimed)):.2f} (CPU {sum(cpu) / max(1, sum(claimed)):.2f}) "
+        f"CPU p99 less GC={qn[98]:.1f} us, calls with a collection={len(collected)} "
+        f"(median {statistics.median(collected or [0.0]):.0f} us in GC)"
     )
 
 

@@ -179,7 +179,7 @@ class Budget:
         return self.batch > 1
 
 
-@dataclass
+@dataclass(slots=True)
 class _Latent:
     segment: int
     latent: Latent
@@ -206,7 +206,7 @@ class _Latent:
         return not self.open and self.done == self.claims
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class _Stream:
     id: int
     arrival: float
@@ -249,7 +249,7 @@ class _Stream:
 
     def open_latent(self) -> _Latent | None:
         for lat in self.latents:
-            if lat.open:
+            if lat.claims == 0 or lat.claimed < lat.latent.frames:  # `_Latent.open`
                 return lat
         return None
 
@@ -263,7 +263,7 @@ _Entry = tuple[float, int, bool, int, _Stream]
 stage A, the stream's version when queued, and the stream."""
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class _Queues:
     """A batched device's claimable units of one kind, as two heaps: live streams' by
     deadline, and new streams' by arrival. An entry is stale once its stream's version
@@ -294,14 +294,30 @@ class _Queues:
 
     def take(self, n: int, now: float, slack: float) -> list[_Stream]:
         """Up to n streams, best first, in the ranking's order: urgent live units, then
-        new streams', then the other live units."""
+        new streams', then the other live units. Stale entries met on the way are
+        dropped. (The loops inline `_head` and `_pop`: a step takes up to a hundred.)"""
         out: list[_Stream] = []
-        while len(out) < n and (top := _head(self.live)) is not None and top[0] - now <= slack:
-            out.append(self._pop(self.live))
-        while len(out) < n and _head(self.new) is not None:
-            out.append(self._pop(self.new))
-        while len(out) < n and _head(self.live) is not None:
-            out.append(self._pop(self.live))
+        live, new = self.live, self.new
+        pop = heapq.heappop
+        while len(out) < n and live:
+            top = live[0]
+            if top[3] != top[4].version:
+                pop(live)
+            elif top[0] - now <= slack:
+                out.append(pop(live)[4])
+            else:
+                break
+        while len(out) < n and new:
+            top = pop(new)
+            if top[3] == top[4].version:
+                out.append(top[4])
+        while len(out) < n and live:
+            top = pop(live)
+            if top[3] == top[4].version:
+                out.append(top[4])
+        self.size -= len(out)
+        for stream in out:
+            stream.queued.remove(self)
         return out
 
 
@@ -738,13 +754,28 @@ class Scheduler:
         if head[0] != Rank.URGENT and not waited and fullest.size > chosen.size:
             chosen = fullest  # nothing is urgent: the kind with the most units waiting
         units = chosen.take(free, now, self.urgent_slack)
-        acoustic = chosen.kind[1] == -1
-        step: list[Work] = [self._claim_acoustic(unit) if acoustic else self._claim_vocoder(unit) for unit in units]
-        if not acoustic:
-            for work in list(step):
-                stream = self._streams[work.stream_id]
-                if len(step) < free and self._vocoder_candidate(stream, True, now) and self._kind(stream, False) == chosen.kind:
-                    step.append(self._claim_vocoder(stream))
+        step: list[Work]
+        if chosen.kind[1] == -1:
+            step = [self._claim_acoustic(unit) for unit in units]
+        else:
+            claim = self._claim_vocoder_stepped
+            step = [claim(unit) for unit in units]
+            credits, spare, slack = self.credits, budget.spare_chunks, self.urgent_slack
+            for stream in units:
+                if len(step) >= free:
+                    break
+                # `_vocoder_candidate(stream, True, now)`, inline: a step checks up to
+                # `batch` streams for a further chunk.
+                if (
+                    stream.untaken >= credits
+                    or not 0 < stream.in_flight < spare
+                    or stream.first_packet_at is None
+                    or stream.open_latent() is None
+                    or stream.dry_at() - now <= slack
+                ):
+                    continue
+                if self._kind(stream, False) == chosen.kind:
+                    step.append(claim(stream))
                     self.spread["chunks"] += 1
         self._busy += len(step)
         return step
@@ -806,6 +837,46 @@ class Scheduler:
         )
         self._claimed(stream, acoustic=False)
         return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, bucket=bucket)
+
+    def _claim_vocoder_stepped(self, stream: _Stream) -> VocoderWork:
+        """`_claim_vocoder` on a batched device, for a stream whose next chunk's kind was
+        just read (its queue entry's or `_kind`'s): the same claim, with the window
+        computed once for it and kept (`_next_window`), the latent looked up once, and
+        `_claimed` done in place (a chunk's claim only forgets the kept window). A step
+        makes up to `batch` of these under the engine lock."""
+        for latent in stream.latents:  # `_Stream.open_latent`, inline
+            if latent.claims == 0 or latent.claimed < latent.latent.frames:
+                break
+        else:
+            raise AssertionError("a claimed chunk has an open latent")
+        seq = stream.claimed
+        window = stream.window
+        if seq == 0:
+            # The kept window was planned with the defaults (not alone, no skip); a
+            # batched step never claims a first chunk alone, and a burst may skip.
+            skip = int(self._burst(stream))
+            if skip != stream.skip or stream.alone:
+                window = None
+            stream.alone = False
+            stream.skip = skip
+        if window is None:
+            window = self._window(stream, latent)
+        lo, hi, start, end, bucket = window
+        stream.claimed = seq + 1
+        stream.in_flight += 1
+        stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
+        latent.claimed = end
+        latent.claims += 1
+        frames = latent.latent.frames
+        last = (
+            end == frames
+            and latent is stream.latents[-1]
+            and stream.next_segment >= len(stream.segments)
+            and not stream.acoustic_busy
+            and stream.complete
+        )
+        stream.window = None
+        return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, 1, bucket)
 
     # -- results ---------------------------------------------------------------------
     def complete_acoustic(

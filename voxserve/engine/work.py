@@ -114,7 +114,7 @@ class StageInput(Protocol):
     def ids(self) -> np.ndarray: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Latent:
     """Stage A's result for one segment: the model's own features over `frames` frames."""
 
@@ -131,8 +131,11 @@ class Latent:
     audible."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class AcousticWork:
+    """Run stage A on one segment of a stream. Slotted and not frozen, as `VocoderWork`:
+    one is built for every unit claimed, and nothing changes it once it is handed out."""
+
     stream_id: int
     segment: int
     input: StageInput
@@ -142,9 +145,14 @@ class AcousticWork:
     """Intra-op threads to run it on (and workers it holds)."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class VocoderWork:
-    """Decode frames [lo, hi) of a latent and keep samples of frames [start, end)."""
+    """Decode frames [lo, hi) of a latent and keep samples of frames [start, end).
+
+    Slotted and not frozen: a batched step builds up to a hundred of these under the
+    engine lock, and a frozen dataclass's constructor costs about four times a plain
+    one's. Nothing changes a unit once the scheduler has handed it out (a changed copy
+    is made with `dataclasses.replace`)."""
 
     stream_id: int
     segment: int
@@ -186,7 +194,7 @@ class Playback:
     """Its client has not taken `credits` chunks: the client is the slow part."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Chunk:
     """What `complete_vocoder` reports for a finished vocoder chunk: the chunks it released
     in stream order (none while an earlier chunk is still in flight)."""
