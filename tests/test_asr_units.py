@@ -104,6 +104,28 @@ def test_batch_waits_for_company_then_goes() -> None:
     assert b.next_batch(1.0) is None and b.deadline() is None
 
 
+def test_a_file_group_that_queued_behind_a_batch_waits_from_its_end() -> None:
+    """On a batched device the wait counts from the later of the oldest piece and the
+    end of the last file batch: a piece that queued while a batch ran gathers those
+    arriving just after it, and still goes within one wait; live pieces go at once."""
+    b: Batcher[str] = Batcher(max_batch=4, wait_s=0.05, spread=False)
+    b.add(_pending(1, 0), now=0.0)
+    b.free_at = 0.2  # a file batch ran from before 0.0 until 0.2
+    assert b.next_batch(0.2) is None
+    assert b.deadline() == pytest.approx(0.25)
+    b.add(_pending(2, 0), now=0.22)
+    b.add(_live(3, deadline=0.5), now=0.23)
+    live = b.next_batch(0.23)
+    assert live is not None and [p.payload for p in live] == ["live3"]
+    assert b.next_batch(0.24) is None
+    batch = b.next_batch(0.25)
+    assert batch is not None and [p.payload for p in batch] == ["1:0", "2:0"]
+    # A batch that ended long before the oldest piece arrived changes nothing.
+    b.add(_pending(4, 0), now=1.0)
+    assert b.deadline() == pytest.approx(1.05)
+    assert b.next_batch(1.04) is None and b.next_batch(1.05) is not None
+
+
 def test_batches_spread_over_workers() -> None:
     b: Batcher[str] = Batcher(max_batch=8, wait_s=0.0, workers=2)
     for i in range(5):

@@ -2,9 +2,12 @@
 from what is here (no download: the wheels are fetched only by a real staging run, so
 here the plan holds the models, the voice and the clips), each call's size measured on
 disk against the lent machine's 64 MiB, then every call run in its dry form: slices
-joined and checked, what is complete installed, the Piper call measured against a real
-server with the modules the GPU image lacks refused at import, and one archive under
-$OUT holding a JSON per step and level."""
+joined and checked, what is complete installed, each model measured in the call that
+completes it (Piper, Kokoro, and Whisper through HTTP) against a real server on the
+simulated GPU with the modules the GPU image lacks refused at import, and one archive
+under $OUT holding a JSON per step and level. The dry levels are one stream and a few
+uploads, and only the batched speech setup runs, so the three servers' start-up is most
+of the time."""
 
 from __future__ import annotations
 
@@ -15,19 +18,20 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from voxserve.config import DEVICES
+from voxserve.config import ASR_DEVICES, TTS_DEVICES
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "scripts" / "gpu"
 MIB = 2**20
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(240)
 
-DEVICE = "sim" if "sim" in DEVICES else "cpu"
-"""The simulated GPU where the server has it, else the CPU."""
+DEVICE = "sim"
+"""The simulated GPU: the server's batched path, scheduled as on CUDA."""
 
 
 def _free_port() -> int:
@@ -38,6 +42,7 @@ def _free_port() -> int:
 
 
 def test_staged_calls_fit_and_a_dry_run_returns_its_archive(tmp_path: Path) -> None:
+    assert DEVICE in TTS_DEVICES and DEVICE in ASR_DEVICES
     stage = tmp_path / "stage"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run(
@@ -59,24 +64,40 @@ def test_staged_calls_fit_and_a_dry_run_returns_its_archive(tmp_path: Path) -> N
     assert plan["ready"]["piper"] == 1
 
     work, out = tmp_path / "work", tmp_path / "out"
-    run_env = {**env, "VOX_WORK": str(work), "OUT": str(out), "PYTHON": sys.executable, "VOX_LIMIT": "90"}
+    run_env = {**env, "VOX_WORK": str(work), "OUT": str(out), "PYTHON": sys.executable, "VOX_LIMIT": "150"}
     for k in range(1, len(calls) + 1):
         subprocess.run(
-            [str(GPU / "call.sh"), str(k), "--dry", "--device", DEVICE, "--stage", str(stage), "--models", "piper",
-             "--setups", "batched", "--port", str(_free_port())],
-            check=True, env=run_env, capture_output=True, timeout=100,
+            [str(GPU / "call.sh"), str(k), "--dry", "--device", DEVICE, "--stage", str(stage), "--models",
+             "piper,kokoro,whisper", "--setups", "batched", "--port", str(_free_port())],
+            check=True, env=run_env, capture_output=True, timeout=170,
         )  # fmt: skip
         assert [p.name for p in out.iterdir()] == ["results.tar.gz"]
     with tarfile.open(out / "results.tar.gz") as tar:
         names = set(tar.getnames())
-        level = json.load(tar.extractfile("results/call1/piper-batched-c1.json"))  # type: ignore[arg-type]
-        stage1 = json.load(tar.extractfile("results/call1/stage.json"))  # type: ignore[arg-type]
-        last = json.load(tar.extractfile(f"results/call{len(calls)}/stage.json"))  # type: ignore[arg-type]
+
+        def result(call: int, name: str) -> dict[str, Any]:
+            data: dict[str, Any] = json.load(tar.extractfile(f"results/call{call}/{name}.json"))  # type: ignore[arg-type]
+            return data
+
+        level = result(plan["ready"]["piper"], "piper-batched-c1")
+        kokoro = result(plan["ready"]["kokoro"], "kokoro-batched-c1")
+        k = plan["ready"]["whisper"]
+        files, short = result(k, "whisper-files"), result(k, "whisper-short-c1")
+        stage1 = result(1, "stage")
+        last = result(len(calls), "stage")
     for k in range(1, len(calls) + 1):
         assert {f"results/call{k}/{n}" for n in ("call.json", "stage.json", "done.json", "log.txt")} <= names
     assert "results/call1/piper-batched-server.json" in names
     assert level["requests"] == 1 and level["failed"] == 0 and level["first_audio_p50_ms"] > 0
     assert level["audio_s_per_s"] > 0
+    assert f"results/call{plan['ready']['kokoro']}/kokoro-batched-server.json" in names
+    assert kokoro["requests"] == 1 and kokoro["failed"] == 0 and kokoro["first_audio_p50_ms"] > 0
+    assert kokoro["audio_s_per_s"] > 0
+    # Whisper through HTTP: every upload answered, /health probed meanwhile, and no WER
+    # from the simulated device's made-up text.
+    assert files["requests"] == 4 and files["failed"] == 0 and files["rtfx"] > 0
+    assert files["latency_p50_ms"] > 0 and files["health_p99_ms"] is not None and files["wer"] is None
+    assert short["requests"] == 2 and short["failed"] == 0 and short["latency_p50_ms"] > 0
     assert stage1["copied_bytes"] > 0 and last["waiting"] == []
     # Everything was joined, checked against its sha256, and the staged voice and model
     # are where the servers read them.

@@ -25,7 +25,9 @@ holds every core: file batches wait for it, live ones do not.
 
 On a batched device (CUDA, or the simulated one) one worker feeds the device, and a
 batch fills instead: pieces of every width share it, padded to the widest; a file group
-waits up to one batch's time for company (`file_wait`); and pieces arrive as raw audio, whose
+waits up to one batch's time for company (`file_wait`), counted from when the last file
+batch ended if that is later than its oldest piece (`Batcher.free_at`), so pieces that
+queued behind a batch gather those arriving just after it; and pieces arrive as raw audio, whose
 log-mel the runner computes for the whole batch where the model runs (`AudioInput`).
 
 Audio work (decode, cut, and log-mel on a CPU) is not done here: `prepare` and
@@ -685,6 +687,7 @@ class ASREngine(WorkerEngine):
                 if live:
                     self.live_policy.ran(took, threads)
                 elif self.batched:
+                    self._batcher.free_at = self._clock()
                     self._batch_s = took if self._batch_s is None else self._batch_s + BATCH_TIME_WEIGHT * (took - self._batch_s)
                     self._batcher.wait_s = file_wait(self._batch_s, self.config.batch_wait_ms / 1000)
                 self._cond.notify_all()
@@ -795,8 +798,10 @@ def load_runner(config: ASRConfig, device: str, runtime: str) -> WhisperModel:
 def file_wait(batch_s: float, floor_s: float) -> float:
     """How long a file group waits to fill on a batched device: one batch's time
     (`batch_s`, as measured), at least `floor_s` (`--asr-batch-wait-ms`), at most
-    `BATCHED_FILE_WAIT_MAX_S`. The pieces that arrive while a batch decodes then join the
-    next one instead of going in small batches: on a device with room to spare that costs
+    `BATCHED_FILE_WAIT_MAX_S`, counted from when the last file batch ended if later
+    than the group's oldest piece (`Batcher.free_at`). The pieces that arrive while a
+    batch decodes, and those just after it, then join the next one instead of going in
+    small batches: on a device with room to spare that costs
     little latency, and every batch saved is host time (launches, the search's
     bookkeeping) given back to the uploads."""
     return max(floor_s, min(BATCHED_FILE_WAIT_MAX_S, batch_s))

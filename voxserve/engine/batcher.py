@@ -6,7 +6,10 @@ in one place:
 
 - only segments with equal decoding options (the `key`) share a batch;
 - a group goes as soon as it holds `max_batch` segments, or once its oldest segment has
-  waited `wait_s`; a worker that finds nothing due sleeps until `deadline()`;
+  waited `wait_s`; a worker that finds nothing due sleeps until `deadline()`. On a
+  batched device the engine also sets `free_at`, when its last file batch ended: a
+  file group's wait then counts from it if later, so pieces that queued behind a batch
+  gather the ones arriving just after it instead of going alone the moment it ends;
 - a live segment (one with a `deadline`: an utterance of a realtime session) is due at
   once and never shares a batch with file segments;
 - among due groups, the one holding the most urgent segment goes first. Live segments
@@ -73,6 +76,10 @@ class Batcher(Generic[P]):
         self.wait_s = wait_s
         self.workers = workers
         self.spread = spread
+        self.free_at = -math.inf
+        """When the last file batch ended (the engine's clock; batched devices only):
+        a file group waits `wait_s` from its oldest segment or from this, whichever is
+        later."""
         self._groups: dict[tuple[Hashable, bool], list[Pending[P]]] = {}
         self._seq = itertools.count()
 
@@ -106,8 +113,12 @@ class Batcher(Generic[P]):
     def _due(self, group: list[Pending[P]], now: float) -> bool:
         if group[0].live:
             return True
-        oldest = min(p.ready_at for p in group)
-        return len(group) >= self.max_batch or now >= oldest + self.wait_s
+        return len(group) >= self.max_batch or now >= self._since(group) + self.wait_s
+
+    def _since(self, group: list[Pending[P]]) -> float:
+        """Where a file group's wait starts: its oldest segment's arrival, or when the
+        last file batch ended if later."""
+        return max(min(p.ready_at for p in group), self.free_at)
 
     def next_batch(
         self, now: float, files: bool = True, idle: int | None = None
@@ -138,4 +149,4 @@ class Batcher(Generic[P]):
         waits = [g for k, g in self._groups.items() if files or k[1]]
         if not waits:
             return None
-        return min(min(p.ready_at for p in g) for g in waits) + self.wait_s
+        return min(min(p.ready_at for p in g) if g[0].live else self._since(g) for g in waits) + self.wait_s
