@@ -78,7 +78,11 @@ class SimDevice:
     def run(self, seconds: float, stage: str = "", items: int = 1) -> None:
         """Run `seconds` of device work: wait, GIL released, until the device has run it
         after everything reserved before it."""
-        end = self.reserve(seconds, stage, items)
+        self.wait_until(self.reserve(seconds, stage, items))
+
+    def wait_until(self, end: float) -> None:
+        """Wait, GIL released, until `end` on the device's clock (what `reserve` returned):
+        a caller that does its host share between reserving and waiting overlaps the two."""
         while (left := end - self._clock()) > 0:
             self._sleep(left)
 

@@ -15,7 +15,6 @@ No torch here: the sim runs wherever the CPU package does.
 
 from __future__ import annotations
 
-import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -123,8 +122,7 @@ class SimWhisperRunner:
         # the search's bookkeeping): the call ends when both have.
         end = self.device.reserve(cost.device_s, "whisper", len(inputs))
         host_work(cost.host_s)
-        while (left := end - time.monotonic()) > 0:
-            time.sleep(left)
+        self.device.wait_until(end)
         return [
             DecodeOutput(t, -0.25, 0.01, None, _diagonal(t, x.frames) if x.align else None)
             for t, x in zip(tokens, inputs, strict=True)
