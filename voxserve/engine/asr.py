@@ -81,7 +81,7 @@ from voxserve.runners.whisper.interface import (
     WhisperModel,
 )
 
-__all__ = ["BATCHED_DEVICES", "CPU_MAX_REQUESTS", "ASREngine", "ASRHandle", "PreparedAudio", "TranscribeOptions", "WindowResult", "audio_pool_size", "even_spans", "file_wait", "fitted_window", "load_runner", "requests_limit", "resolve_device", "solo_threads"]
+__all__ = ["CPU_MAX_REQUESTS", "ASREngine", "ASRHandle", "PreparedAudio", "TranscribeOptions", "WindowResult", "audio_pool_size", "even_spans", "file_wait", "fitted_window", "load_runner", "requests_limit", "resolve_device", "solo_threads"]
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,6 @@ FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 CPU_MAX_BATCH = 8
 """Most pieces one CPU decoding call takes: past it a batch's pieces wait for its longest
 one, and the workers already decode in parallel. (A GPU takes `--asr-gpu-batch`.)"""
-BATCHED_DEVICES = ("cuda", "sim")
-"""Devices that run one batch at a time and take large ones well."""
 BATCHED_FILE_WAIT_S = 0.025
 """How long a file group waits to fill on a batched device before any batch has run:
 about one batch's time there (short pieces, greedy: 15-25 ms on the H200's figures,
@@ -256,7 +254,7 @@ class ASREngine(WorkerEngine):
 
     def __init__(self, config: ASRConfig, clock: Callable[[], float] = time.monotonic):
         device, runtime = resolve_device(config)
-        self.batched = device in BATCHED_DEVICES
+        self.batched = device in devices.BATCHED_DEVICES
         """Whether batches fill (one device, one batch at a time) rather than spread over
         CPU workers."""
         if self.batched:

@@ -12,7 +12,11 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-__all__ = ["gpu_present", "resolve_device", "sim_device_use"]
+__all__ = ["BATCHED_DEVICES", "gpu_present", "resolve_device", "sim_device_use"]
+
+BATCHED_DEVICES = ("cuda", "sim")
+"""Devices that run one batch at a time and take large ones well: a GPU, and the
+simulated one, scheduled exactly as the real one."""
 
 
 def gpu_present() -> bool:

@@ -31,7 +31,7 @@ from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.admission import TARGET_UTILIZATION, LoadView, hold_reason, stream_capacity
 from voxserve.engine.cores import SharedCores
 from voxserve.engine.cost import CostMeter
-from voxserve.engine.devices import resolve_device
+from voxserve.engine.devices import BATCHED_DEVICES, resolve_device
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.scheduler import CREDITS, Budget, Scheduler
 from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
@@ -275,10 +275,11 @@ def step_frames_of(step: Sequence[VocoderWork], chunking: VocoderChunking | None
     spans = [work.hi - work.lo for work in step if work.hi > work.lo]
     kept = sum(work.end - work.start for work in step)
     context = 0
-    for work in step:
-        if chunking is not None:
-            frames = work.latent.frames
-            context += min(chunking.left_context, work.start) + min(chunking.right_context, frames - work.end)
+    if chunking is not None:
+        context = sum(
+            min(chunking.left_context, work.start) + min(chunking.right_context, work.latent.frames - work.end)
+            for work in step
+        )
     context = min(context, sum(spans) - kept)
     return {
         "kept": kept,
@@ -345,7 +346,7 @@ class TTSEngine(WorkerEngine):
         and steps of up to `gpu_batch` units on a GPU (`Budget.batched`)."""
         self.device, self.runtime = resolve_device(config.device, config.runtime, "onnx")
         if budget is None:
-            batched = self.device in ("cuda", "sim")  # the simulated GPU is scheduled as the real one
+            batched = self.device in BATCHED_DEVICES
             budget = Budget.batched(config.gpu_batch) if batched else Budget.cpu(config.workers)
         super().__init__(STEPS_IN_FLIGHT if budget.stepped else config.workers)
         self.capacity = 1.0 if budget.stepped else float(config.workers)
@@ -370,9 +371,9 @@ class TTSEngine(WorkerEngine):
         self._ids = itertools.count(1)
         self._stopping = False
         self._in_hand: dict[int, list[Work]] = {}
+        """What each worker is running, by worker index; failed if the worker dies."""
         self._device_until = 0.0
         """When the last step to end ended (`_device_share`)."""
-        """What each worker is running, by worker index; failed if the worker dies."""
         self.cores = SharedCores()
         """What the transcription engine does on the same cores; the server sets it. While
         it runs, no unit spreads onto the idle core (`Scheduler.next_work`). Asked with
