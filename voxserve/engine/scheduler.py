@@ -280,12 +280,6 @@ class _Queues:
         self.size += 1
         entry[4].queued.append(self)
 
-    def _pop(self, heap: list[_Entry]) -> _Stream:
-        stream = heapq.heappop(heap)[4]
-        self.size -= 1
-        stream.queued.remove(self)
-        return stream
-
     def head_live(self) -> _Entry | None:
         return _head(self.live)
 
@@ -295,7 +289,8 @@ class _Queues:
     def take(self, n: int, now: float, slack: float) -> list[_Stream]:
         """Up to n streams, best first, in the ranking's order: urgent live units, then
         new streams', then the other live units. Stale entries met on the way are
-        dropped. (The loops inline `_head` and `_pop`: a step takes up to a hundred.)"""
+        dropped. (The loops inline `_head`, and the count and the streams' `queued` are
+        settled once at the end: a step takes up to a hundred.)"""
         out: list[_Stream] = []
         live, new = self.live, self.new
         pop = heapq.heappop
