@@ -14,7 +14,7 @@ from voxserve.audio.mel import TURN_FRAMES, TURN_SAMPLES, TurnFeatures
 from voxserve.engine.vad import VADEngine
 from voxserve.errors import InvalidRequest, Unavailable
 from voxserve.runners.turn import SmartTurn, default_model_path
-from voxserve.serving.realtime import _Audio, _trails_off
+from voxserve.serving.realtime import EAGERNESS_WAIT_S, _Audio, _probes, _trails_off
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -68,10 +68,30 @@ def test_without_the_model_semantic_vad_is_refused(tmp_path: Path) -> None:
         ("Set a timer for...", True),
         ("We are looking for a hotel near the…", True),
         ("My order number is 456,", True),
+        ("Set a timer for.", True),
+        ("My order number is.", True),
+        ("Could you book a table for?", True),
+        ("I’m looking for the.", True),
+        ("Thank you.", False),
+        ("Turn the lights on.", False),
+        ("Yes, I do.", False),
     ],
 )
 def test_a_transcript_trails_off_without_a_final_mark(text: str, trails: bool) -> None:
     assert _trails_off(text) is trails
+
+
+def test_function_words_count_only_in_english() -> None:
+    assert _trails_off("Set a timer for.", english=True)
+    assert not _trails_off("Set a timer for.", english=False)
+    assert _trails_off("Je voudrais une table pour", english=False)  # no final mark
+
+
+@pytest.mark.parametrize(("eagerness", "first"), [("high", 250.0), ("medium", 700.0), ("auto", 700.0), ("low", 1000.0)])
+def test_the_model_is_first_asked_at_the_eagerness_s_silence(eagerness: str, first: float) -> None:
+    due = _probes(eagerness)
+    assert due[0] == first and list(due) == sorted(due)
+    assert due[-1] < EAGERNESS_WAIT_S[eagerness] * 1000
 
 
 def test_audio_with_holes_keeps_stream_indices() -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -95,12 +96,40 @@ PREFIX_S = 0.3
 EAGERNESS_WAIT_S = {"low": 8.0, "medium": 4.0, "high": 2.0, "auto": 4.0}
 """semantic_vad: the longest silence that ends a turn the model calls unfinished (OpenAI's
 documented maxima; `auto` is `medium`)."""
-PROBES_MS = (96.0, 1000.0)
-"""semantic_vad: silence after which the end-of-turn model is asked whether the thought is
-complete. The first probe is as early as the early final starts; the second rescues a
-finished sentence the model first misjudged, after the pauses speakers make mid-thought."""
+EAGERNESS_FIRST_MS = {"low": 1000.0, "medium": 700.0, "high": 250.0, "auto": 700.0}
+"""semantic_vad: the shortest silence after which the end-of-turn model may end a turn.
+Speakers pause mid-thought, and often after words that already make a sentence ("Please
+send the report | to my manager"): on 185 sentences with a 600 ms pause put in mid-thought,
+in four voices, the model and the transcript together took about a quarter of those
+pauses for an end at any silence under 600 ms, and the voices' own phrase pauses inside
+whole sentences ran to 384 ms. So `medium` (and `auto`) waits out 700 ms, `low` a second,
+and `high` ends turns at 250 ms and cuts thoughts at their pauses (the measured figures:
+docs/REALTIME.md, `scripts/bench/turn_rule.py`)."""
+PROBES_MS = (96.0, 250.0, 400.0, 550.0, 700.0, 1000.0, 1500.0, 2000.0, 3000.0)
+"""semantic_vad: silences at which the end-of-turn model is asked again whether the thought
+is complete (from the eagerness's first one on): its answer firms up as the silence grows."""
+DOUBT_AFTER_MS = 1000.0
+"""semantic_vad: after this much silence a turn ends at `DOUBTFUL_AT` rather than
+`COMPLETE_AT`: a long pause after words that do not trail off is more likely an end than
+a hesitation."""
+DOUBTFUL_AT = 0.2
+WORDS_ALONE_AFTER_MS = 1500.0
+"""semantic_vad: after this much silence, words that do not trail off end the turn
+whatever the model says, so one that never warms to a finished sentence costs 1.5 s,
+not the eagerness's longest wait (by which time the speaker has often begun the next)."""
 OPEN_ENDINGS = ("...", "…", "-", "–", "—", ",", ";", ":")
 """A transcript that ends so (or on a letter or digit) trails off: the thought goes on."""
+OPEN_WORDS_EN = frozenset({
+    "a", "an", "the", "my", "your", "our", "their", "its",
+    "and", "or", "but", "nor", "because", "if", "than",
+    "to", "for", "of", "with", "from", "at", "into", "onto", "between", "through", "during", "without",
+    "i'm", "i'd", "i'll", "you're", "we're", "they're", "is", "are", "um", "uh", "er",
+})
+"""English words a finished sentence rarely ends on (articles, possessives, conjunctions,
+prepositions that are not also particles, a subject with its verb): Whisper writes "Set a
+timer for." or "My order number is." at a hesitation, so a transcript whose last word is
+one of these trails off whatever its final mark. Words that end short answers ("I do.",
+"Thank you.", "Turn it on.") are left out: a wrong entry only makes a turn wait longer."""
 
 
 @dataclass(frozen=True)
@@ -369,7 +398,8 @@ class _Turn:
     pause: int | None = None
     pause_wall: float = 0.0
     early: asyncio.Task[str] | None = None
-    early_end: int = 0
+    early_pause: int | None = None
+    """The pause whose final `early` decodes: a commit at that pause takes it as it is."""
     delta: asyncio.Task[str] | None = None
     delta_at: float = 0.0
     """When the last delta decode started (monotonic)."""
@@ -644,34 +674,43 @@ class LiveSession:
         if turn.pause is not None:
             self._maybe_early_final(turn, td)
             if td.semantic:
-                self._maybe_probe(turn)
+                self._maybe_probe(turn, td)
         else:
             self._maybe_delta(turn)
 
     # -- semantic_vad ---------------------------------------------------------------------
-    def _maybe_probe(self, turn: _Turn) -> None:
-        """Ask the end-of-turn model once the pause has lasted the next of `PROBES_MS`."""
-        if turn.pause is None or turn.probe is not None or turn.probes >= len(PROBES_MS):
+    def _maybe_probe(self, turn: _Turn, td: TurnDetection) -> None:
+        """Ask the end-of-turn model once the pause has lasted the next of `PROBES_MS`, from
+        the eagerness's first silence on (one question at a time; one that answers late
+        skips the silences it overran)."""
+        if turn.pause is None or turn.probe is not None:
             return
-        if self._audio.end - turn.pause < PROBES_MS[turn.probes] * RATE / 1000:
+        due = _probes(td.eagerness)
+        silence_ms = (self._audio.end - turn.pause) * 1000 / RATE
+        if turn.probes >= len(due) or silence_ms < due[turn.probes]:
             return
+        while turn.probes + 1 < len(due) and silence_ms >= due[turn.probes + 1]:
+            turn.probes += 1
         turn.probes += 1
         samples = self._audio.take(turn.start, self._audio.end)
-        turn.probe = self._spawn(self._probe(turn, turn.pause, samples))
+        turn.probe = self._spawn(self._probe(turn, turn.pause, samples, silence_ms))
 
-    async def _probe(self, turn: _Turn, pause: int, samples: np.ndarray) -> None:
-        """End the turn at `pause` if the model hears a finished thought and the turn's
-        early final (when one is decoding) does not trail off (`OPEN_ENDINGS`): the model
-        hears how the words are said, Whisper's punctuation what they say."""
+    async def _probe(self, turn: _Turn, pause: int, samples: np.ndarray, silence_ms: float) -> None:
+        """End the turn at `pause` if the model hears a finished thought (`COMPLETE_AT`;
+        `DOUBTFUL_AT` after `DOUBT_AFTER_MS`; no longer asked after `WORDS_ALONE_AFTER_MS`)
+        and the turn's early final (when one is decoding) does not trail off: the model
+        hears how the words are said, the transcript what they say."""
         try:
             p = await self._live.vad.complete(samples)
-            complete = p >= COMPLETE_AT
+            needed = DOUBTFUL_AT if silence_ms >= DOUBT_AFTER_MS else COMPLETE_AT
+            complete = p >= needed or silence_ms >= WORDS_ALONE_AFTER_MS
             early = turn.early
             text = None
             if complete and early is not None:
                 text = await asyncio.shield(early)
-                complete = not _trails_off(text)
-            log.debug("turn %s: probe %d, p(complete) %.2f, early final %r", turn.item_id, turn.probes, p, text)
+                complete = not _trails_off(text, self._english())
+            log.debug("turn %s: probe at %.0f ms, p(complete) %.2f, early final %r",
+                      turn.item_id, silence_ms, p, text)
         except (VoxError, asyncio.CancelledError):
             if self._closed:
                 raise
@@ -687,6 +726,14 @@ class LiveSession:
         log.debug("turn %s: the end-of-turn model ended it %.0f ms into the pause",
                   turn.item_id, (time.monotonic() - turn.pause_wall) * 1000)
         await self._commit(turn, pause + self._tail(), turn.pause_wall)
+
+    def _english(self) -> bool:
+        """Whether transcripts are English (`OPEN_WORDS_EN` applies): the session's
+        language, or an English-only model when none is set."""
+        language = (self.settings.language or "").lower()
+        if language:
+            return language == "en" or language.startswith("en-")
+        return tuple(self._live.engine.runner.languages) == ("en",)
 
     async def _force_split(self, turn: _Turn) -> None:
         """A turn of `max_turn_s`: commit it as it stands and go on in a new one."""
@@ -708,13 +755,13 @@ class LiveSession:
         end = turn.pause + self._tail()
         if self._audio.end < end:
             return
-        wait_ms = PROBES_MS[0] if td.semantic else td.silence_duration_ms
+        wait_ms = EAGERNESS_FIRST_MS[td.eagerness] if td.semantic else td.silence_duration_ms
         rest = max(0.0, wait_ms / 1000 - (self._audio.end - turn.pause) / RATE)
         deadline = self._live.engine.live_policy.early_final_deadline(rest, self._config.final_target_ms / 1000)
         if deadline is None:
             return
         turn.early = self._spawn(self._decode(self._audio.take(turn.start, end), deadline))
-        turn.early_end = end
+        turn.early_pause = turn.pause
         log.debug("turn %s: early final started %.0f ms after the pause was seen",
                   turn.item_id, (time.monotonic() - turn.pause_wall) * 1000)
 
@@ -767,7 +814,7 @@ class LiveSession:
         self._emit(Committed(turn.item_id, self._previous))
         self._previous = turn.item_id
         seconds = self._audio.count(turn.start, end) / RATE
-        if turn.early is not None and turn.early_end == end and not turn.early.cancelled():
+        if turn.early is not None and turn.early_pause == turn.pause and not turn.early.cancelled():
             decoding = turn.early
             log.debug("turn %s: committed %.0f ms after the end of speech, early final in flight",
                       turn.item_id, (time.monotonic() - speech_end_wall) * 1000)
@@ -855,13 +902,26 @@ class LiveSession:
         return self._turn.item_id if self._turn is not None else "live"
 
 
-def _trails_off(text: str) -> bool:
-    """Whether a transcript ends mid-thought: on a letter or digit, or an `OPEN_ENDINGS`
-    mark. An empty one does not (nothing was said to go on with)."""
+@functools.cache
+def _probes(eagerness: str) -> tuple[float, ...]:
+    """`PROBES_MS` from this eagerness's first silence on, short of its longest wait."""
+    first, last = EAGERNESS_FIRST_MS[eagerness], EAGERNESS_WAIT_S[eagerness] * 1000
+    return tuple(t for t in PROBES_MS if first <= t < last)
+
+
+def _trails_off(text: str, english: bool = True) -> bool:
+    """Whether a transcript ends mid-thought: on a letter or digit, an `OPEN_ENDINGS` mark,
+    or (in English) one of `OPEN_WORDS_EN`. An empty one does not (nothing was said to go on
+    with)."""
     text = text.strip()
     if not text:
         return False
-    return text.endswith(OPEN_ENDINGS) or text[-1].isalnum()
+    if text.endswith(OPEN_ENDINGS) or text[-1].isalnum():
+        return True
+    if not english:
+        return False
+    words = "".join(c if c.isalnum() or c == "'" else " " for c in text.lower().replace("’", "'")).split()
+    return bool(words) and words[-1] in OPEN_WORDS_EN
 
 
 def _ms(sample: int) -> int:
