@@ -750,10 +750,14 @@ class LiveSession:
         return int(max(EARLY_FINAL_MS / 1000, MIN_TAIL_S) * RATE)
 
     def _maybe_early_final(self, turn: _Turn, td: TurnDetection) -> None:
+        """Decode the final while the pause runs: `EARLY_FINAL_MS` into it, or under
+        semantic VAD halfway to the model's first question, since speech resumes after
+        most shorter pauses and each decode they start is thrown away."""
         if turn.early is not None or EARLY_FINAL_MS <= 0 or turn.pause is None:
             return
         end = turn.pause + self._tail()
-        if self._audio.end < end:
+        lead_ms = max(EARLY_FINAL_MS, EAGERNESS_FIRST_MS[td.eagerness] / 2) if td.semantic else EARLY_FINAL_MS
+        if self._audio.end < max(end, turn.pause + int(lead_ms * RATE / 1000)):
             return
         wait_ms = EAGERNESS_FIRST_MS[td.eagerness] if td.semantic else td.silence_duration_ms
         rest = max(0.0, wait_ms / 1000 - (self._audio.end - turn.pause) / RATE)
