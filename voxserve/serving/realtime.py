@@ -117,6 +117,11 @@ WORDS_ALONE_AFTER_MS = 1500.0
 """semantic_vad: after this much silence, words that do not trail off end the turn
 whatever the model says, so one that never warms to a finished sentence costs 1.5 s,
 not the eagerness's longest wait (by which time the speaker has often begun the next)."""
+TEXT_WAIT_MS = 300.0
+"""semantic_vad: how long a probe that heard a finished thought waits for the early final's
+text before it ends the turn on the model's word alone. On a busy machine the decode of a
+long turn can outlast the pause after it; waiting it out would let the next utterance
+resume the turn, and the turn, grown, would decode slower still."""
 OPEN_ENDINGS = ("...", "…", "-", "–", "—", ",", ";", ":")
 """A transcript that ends so (or on a letter or digit) trails off: the thought goes on."""
 OPEN_WORDS_EN = frozenset({
@@ -707,8 +712,12 @@ class LiveSession:
             early = turn.early
             text = None
             if complete and early is not None:
-                text = await asyncio.shield(early)
-                complete = not _trails_off(text, self._english())
+                try:
+                    text = await asyncio.wait_for(asyncio.shield(early), TEXT_WAIT_MS / 1000)
+                except TimeoutError:
+                    text = None  # the model's word stands
+                else:
+                    complete = not _trails_off(text, self._english())
             log.debug("turn %s: probe at %.0f ms, p(complete) %.2f, early final %r",
                       turn.item_id, silence_ms, p, text)
         except (VoxError, asyncio.CancelledError):
