@@ -56,6 +56,7 @@ from enum import IntEnum
 
 from voxserve.engine.work import (
     AcousticWork,
+    BatchedWindows,
     Chunk,
     Latent,
     ModelProfile,
@@ -63,7 +64,6 @@ from voxserve.engine.work import (
     StageInput,
     VocoderWork,
     Work,
-    bucket_window,
     plan_chunk,
 )
 
@@ -237,15 +237,22 @@ class _Stream:
     (`Scheduler._queues`) of an older version are stale."""
     window: tuple[int, int, int, int, int] | None = None
     """Its next chunk's window (`Scheduler._window`), kept until its state changes."""
-    queued: list[_Queues] = field(default_factory=list)
-    """The queues that hold its current (not stale) entries."""
+    windows: BatchedWindows | None = None
+    """Its profile's window tables, on a batched device (`Scheduler._window`)."""
+    queued_vocoder: _Queues | None = None
+    """The queue that holds its current (not stale) chunk entry, if any."""
+    queued_acoustic: _Queues | None = None
+    """The queue that holds its current (not stale) stage A entry, if any."""
 
     def unqueue(self) -> None:
         """Make its queued entries stale."""
         self.version += 1
-        for queues in self.queued:
-            queues.size -= 1
-        self.queued.clear()
+        if self.queued_vocoder is not None:
+            self.queued_vocoder.size -= 1
+            self.queued_vocoder = None
+        if self.queued_acoustic is not None:
+            self.queued_acoustic.size -= 1
+            self.queued_acoustic = None
 
     def open_latent(self) -> _Latent | None:
         for lat in self.latents:
@@ -270,6 +277,8 @@ class _Queues:
     moved on; stale entries are dropped as they reach the top."""
 
     kind: tuple[str, int]
+    acoustic: bool = False
+    """Its units are stage A (`kind[1]` is -1)."""
     live: list[_Entry] = field(default_factory=list)
     new: list[_Entry] = field(default_factory=list)
     size: int = 0
@@ -278,18 +287,15 @@ class _Queues:
     def push(self, heap: list[_Entry], entry: _Entry) -> None:
         heapq.heappush(heap, entry)
         self.size += 1
-        entry[4].queued.append(self)
-
-    def head_live(self) -> _Entry | None:
-        return _head(self.live)
-
-    def head_new(self) -> _Entry | None:
-        return _head(self.new)
+        if self.acoustic:
+            entry[4].queued_acoustic = self
+        else:
+            entry[4].queued_vocoder = self
 
     def take(self, n: int, now: float, slack: float) -> list[_Stream]:
         """Up to n streams, best first, in the ranking's order: urgent live units, then
         new streams', then the other live units. Stale entries met on the way are
-        dropped. (The loops inline `_head`, and the count and the streams' `queued` are
+        dropped. (The loops inline `_head`, and the count and the streams' `queued_*` are
         settled once at the end: a step takes up to a hundred.)"""
         out: list[_Stream] = []
         live, new = self.live, self.new
@@ -311,19 +317,23 @@ class _Queues:
             if top[3] == top[4].version:
                 out.append(top[4])
         self.size -= len(out)
-        for stream in out:
-            stream.queued.remove(self)
+        if self.acoustic:
+            for stream in out:
+                stream.queued_acoustic = None
+        else:
+            for stream in out:
+                stream.queued_vocoder = None
         return out
 
-
-def _head(heap: list[_Entry]) -> _Entry | None:
-    """The heap's best entry that is not stale (stale ones above it are dropped)."""
-    while heap:
-        top = heap[0]
-        if top[3] == top[4].version:
-            return top
-        heapq.heappop(heap)
-    return None
+    def head(self) -> tuple[_Entry | None, _Entry | None]:
+        """The best live and the best new entry that are not stale (stale ones above them
+        are dropped)."""
+        live, new = self.live, self.new
+        while live and live[0][3] != live[0][4].version:
+            heapq.heappop(live)
+        while new and new[0][3] != new[0][4].version:
+            heapq.heappop(new)
+        return (live[0] if live else None), (new[0] if new else None)
 
 
 @dataclass(frozen=True)
@@ -372,6 +382,8 @@ class Scheduler:
         cost it nothing, and a step of n units costs O(n log streams)."""
         self._entries = 0
         """Entries in `_queues`, stale ones included (`_compact`)."""
+        self._windows: dict[ModelProfile, BatchedWindows] = {}
+        """Each profile's window tables, on a batched device."""
 
     # -- requests --------------------------------------------------------------------
     def add(
@@ -390,6 +402,11 @@ class Scheduler:
             raise ValueError(f"stream {stream_id} exists")
         self._acoustic_s_per_id.setdefault(profile.name, profile.acoustic_s_per_id)
         stream = self._streams[stream_id] = _Stream(stream_id, now, list(segments), profile, complete)
+        if self.budget.stepped:
+            windows = self._windows.get(profile)
+            if windows is None:
+                windows = self._windows[profile] = BatchedWindows(profile)
+            stream.windows = windows
         self._touch(stream)
 
     def extend(self, stream_id: int, segments: Sequence[StageInput]) -> None:
@@ -503,7 +520,7 @@ class Scheduler:
             kind = self._kind(stream, acoustic)
             queues = self._queues.get(kind)
             if queues is None:
-                queues = self._queues[kind] = _Queues(kind)
+                queues = self._queues[kind] = _Queues(kind, acoustic)
             if stream.first_packet_at is None:
                 queues.push(queues.new, (stream.arrival, stream.id, acoustic, stream.version, stream))
             else:
@@ -588,17 +605,14 @@ class Scheduler:
         bucket (0: none). A batched device keeps the plan's kept frames exact (no move to
         a quiet frame) and grows the window with context to one of the model's
         `window_buckets` (`bucket_window`), so that streams at different points of their
-        plans share a window size and one call."""
-        stepped = self.budget.stepped
+        plans share a window size and one call (`BatchedWindows`)."""
+        if stream.windows is not None:
+            return stream.windows.window(latent.latent.frames, latent.claimed, stream.claimed, stream.alone, stream.skip)
         lo, hi, start, end = plan_chunk(
             latent.frames, latent.claimed, stream.claimed, stream.profile.chunking, stream.alone,
-            stream.skip, None if stepped else latent.latent.level, stream.profile.chunk_growth,
+            stream.skip, latent.latent.level, stream.profile.chunk_growth,
         )
-        buckets = stream.profile.window_buckets
-        if not (stepped and buckets):
-            return lo, hi, start, end, 0
-        lo, hi, bucket = bucket_window(latent.frames, lo, hi, buckets)
-        return lo, hi, start, end, bucket
+        return lo, hi, start, end, 0
 
     def _next_window(self, stream: _Stream) -> tuple[int, int, int, int, int]:
         """The stream's next chunk's window, computed once per change of its state."""
@@ -729,50 +743,68 @@ class Scheduler:
         free = budget.batch if budget.slots is None else min(budget.batch, budget.slots - self._busy)
         if free <= 0:
             return []
+        slack = self.urgent_slack
         head: tuple[Rank, float, int, bool] | None = None
         chosen: _Queues | None = None
+        fullest: _Queues | None = None
         for queues in self._queues.values():
-            live, new = queues.head_live(), queues.head_new()
+            live, new = queues.head()
             if live is not None:
-                rank = Rank.URGENT if live[0] - now <= self.urgent_slack else Rank.AHEAD
-                key = (rank, live[0], live[1], live[2])
+                key = (Rank.URGENT if live[0] - now <= slack else Rank.AHEAD, live[0], live[1], live[2])
                 if head is None or key < head:
                     head, chosen = key, queues
             if new is not None:
                 key = (Rank.NEW, new[0], new[1], new[2])
                 if head is None or key < head:
                     head, chosen = key, queues
-        if head is None or chosen is None:
+            if fullest is None or queues.size > fullest.size:
+                fullest = queues
+        if head is None or chosen is None or fullest is None:
             return []
-        fullest = max(self._queues.values(), key=lambda queues: queues.size)
         waited = head[0] == Rank.NEW and now - head[1] >= NEW_WAIT_S
         if head[0] != Rank.URGENT and not waited and fullest.size > chosen.size:
             chosen = fullest  # nothing is urgent: the kind with the most units waiting
-        units = chosen.take(free, now, self.urgent_slack)
+        units = chosen.take(free, now, slack)
         step: list[Work]
-        if chosen.kind[1] == -1:
+        if chosen.acoustic:
             step = [self._claim_acoustic(unit) for unit in units]
         else:
-            claim = self._claim_vocoder_stepped
-            step = [claim(unit) for unit in units]
-            credits, spare, slack = self.credits, budget.spare_chunks, self.urgent_slack
-            for stream in units:
-                if len(step) >= free:
-                    break
-                # `_vocoder_candidate(stream, True, now)`, inline: a step checks up to
-                # `batch` streams for a further chunk.
-                if (
-                    stream.untaken >= credits
-                    or not 0 < stream.in_flight < spare
-                    or stream.first_packet_at is None
-                    or stream.open_latent() is None
-                    or stream.dry_at() - now <= slack
-                ):
-                    continue
-                if self._kind(stream, False) == chosen.kind:
-                    step.append(claim(stream))
-                    self.spread["chunks"] += 1
+            step = self._claim_chunks(units, chosen.kind[1], free, now)
         self._busy += len(step)
+        return step
+
+    def _claim_chunks(self, units: list[_Stream], size: int, free: int, now: float) -> list[Work]:
+        """A batched step's chunks, of window kind `size` (`_kind`): the next chunk of each
+        of `units`, then, while the step has fewer than `free`, a further chunk of those
+        streams that may run one (`_vocoder_candidate(stream, True, now)`) and whose next
+        window is of the same kind. (The checks and the open latent's lookup are inline,
+        and the latent and window found are handed to the claim: a step checks up to
+        `batch` streams.)"""
+        claim = self._claim_vocoder_stepped
+        step: list[Work] = [claim(stream, None, stream.window) for stream in units]
+        credits, spare, slack = self.credits, self.budget.spare_chunks, self.urgent_slack
+        further = 0
+        for stream in units:
+            if len(step) >= free:
+                break
+            first_packet_at = stream.first_packet_at
+            if stream.untaken >= credits or not 0 < stream.in_flight < spare or first_packet_at is None:
+                continue
+            for latent in stream.latents:  # `_Stream.open_latent`
+                if latent.claims == 0 or latent.claimed < latent.latent.frames:
+                    break
+            else:
+                continue
+            if first_packet_at + stream.produced / stream.profile.sample_rate - now <= slack:  # `dry_at`
+                continue
+            # The units share the step's model, so the kind is the window's bucket.
+            window = stream.window
+            if window is None:
+                window = stream.window = self._window(stream, latent)
+            if (window[4] or window[1] - window[0]) == size:
+                step.append(claim(stream, latent, window))
+                further += 1
+        self.spread["chunks"] += further
         return step
 
     def _kind(self, stream: _Stream, acoustic: bool) -> tuple[str, int]:
@@ -833,19 +865,22 @@ class Scheduler:
         self._claimed(stream, acoustic=False)
         return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, bucket=bucket)
 
-    def _claim_vocoder_stepped(self, stream: _Stream) -> VocoderWork:
+    def _claim_vocoder_stepped(
+        self, stream: _Stream, latent: _Latent | None, window: tuple[int, int, int, int, int] | None
+    ) -> VocoderWork:
         """`_claim_vocoder` on a batched device, for a stream whose next chunk's kind was
-        just read (its queue entry's or `_kind`'s): the same claim, with the window
-        computed once for it and kept (`_next_window`), the latent looked up once, and
-        `_claimed` done in place (a chunk's claim only forgets the kept window). A step
-        makes up to `batch` of these under the engine lock."""
-        for latent in stream.latents:  # `_Stream.open_latent`, inline
-            if latent.claims == 0 or latent.claimed < latent.latent.frames:
-                break
-        else:
-            raise AssertionError("a claimed chunk has an open latent")
+        just read (its queue entry's or `_claim_chunks`'s): the same claim, with the
+        `window` computed once for it and kept (`_next_window`; None: compute it), its
+        open `latent` where the caller has found it, and `_claimed` done in place (a
+        chunk's claim only forgets the kept window). A step makes up to `batch` of these
+        under the engine lock."""
+        if latent is None:
+            for latent in stream.latents:  # `_Stream.open_latent`, inline
+                if latent.claims == 0 or latent.claimed < latent.latent.frames:
+                    break
+            else:
+                raise AssertionError("a claimed chunk has an open latent")
         seq = stream.claimed
-        window = stream.window
         if seq == 0:
             # The kept window was planned with the defaults (not alone, no skip); a
             # batched step never claims a first chunk alone, and a burst may skip.
