@@ -438,11 +438,17 @@ class Scheduler:
         return stream is not None
 
     def taken(self, stream_id: int) -> None:
-        """The stream's writer took one chunk: one credit back."""
+        """The stream's writer took one chunk: one credit back. Credits decide only
+        whether a stream that had spent them all may claim a chunk
+        (`_vocoder_candidate`), so only then are its units queued again (`_touch`);
+        otherwise its queued units and their deadlines hold as they were, and the event
+        loop, which calls this for every chunk, leaves no stale entry behind."""
         stream = self._streams.get(stream_id)
         if stream is not None and stream.untaken > 0:
+            spent = stream.untaken >= self.credits
             stream.untaken -= 1
-            self._touch(stream)
+            if spent:
+                self._touch(stream)
 
     def has(self, stream_id: int) -> bool:
         return stream_id in self._streams
@@ -504,8 +510,9 @@ class Scheduler:
     def _touch(self, stream: _Stream) -> None:
         """After any change to a stream's state, on a batched device: queue the units it
         may claim now (its next chunk, its next stage A) under their kinds, with their
-        deadlines as of now (a chunk's expected decode time at the current estimate),
-        and make its older entries stale. Whether a unit may be claimed does not depend
+        deadlines as of now (a chunk's expected decode time at the current estimate,
+        which an entry keeps until the stream's next change), and make its older
+        entries stale. Whether a unit may be claimed does not depend
         on the clock, so between changes it holds; only whether a deadline is urgent
         does, and a step reads that at its own `now`."""
         if not self.budget.stepped:
