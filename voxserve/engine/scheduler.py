@@ -298,24 +298,25 @@ class _Queues:
         dropped. (The loops inline `_head`, and the count and the streams' `queued_*` are
         settled once at the end: a step takes up to a hundred.)"""
         out: list[_Stream] = []
+        append = out.append
         live, new = self.live, self.new
         pop = heapq.heappop
-        while len(out) < n and live:
+        while live and len(out) < n:
             top = live[0]
             if top[3] != top[4].version:
                 pop(live)
             elif top[0] - now <= slack:
-                out.append(pop(live)[4])
+                append(pop(live)[4])
             else:
                 break
-        while len(out) < n and new:
+        while new and len(out) < n:
             top = pop(new)
             if top[3] == top[4].version:
-                out.append(top[4])
-        while len(out) < n and live:
+                append(top[4])
+        while live and len(out) < n:
             top = pop(live)
             if top[3] == top[4].version:
-                out.append(top[4])
+                append(top[4])
         self.size -= len(out)
         if self.acoustic:
             for stream in out:
@@ -774,7 +775,14 @@ class Scheduler:
         units = chosen.take(free, now, slack)
         step: list[Work]
         if chosen.acoustic:
-            step = [self._claim_acoustic(unit) for unit in units]
+            # `_claim_acoustic` for each, inline; on a batched device a stage A claim
+            # leaves the queues as they are (`_claimed`).
+            step = []
+            for stream in units:
+                stream.acoustic_busy = True
+                index = stream.next_segment
+                step.append(AcousticWork(stream.id, index, stream.segments[index], stream.profile.name))
+            self._acoustic_in_flight += len(units)
         else:
             step = self._claim_chunks(units, chosen.kind[1], free, now)
         self._busy += len(step)
@@ -784,15 +792,15 @@ class Scheduler:
         """A batched step's chunks, of window kind `size` (`_kind`): the next chunk of each
         of `units`, then, while the step has fewer than `free`, a further chunk of those
         streams that may run one (`_vocoder_candidate(stream, True, now)`) and whose next
-        window is of the same kind. (The checks and the open latent's lookup are inline,
-        and the latent and window found are handed to the claim: a step checks up to
-        `batch` streams.)"""
-        claim = self._claim_vocoder_stepped
-        step: list[Work] = [claim(stream, None, stream.window) for stream in units]
+        window is of the same kind. (The checks and the open latent's lookup are inline:
+        a step checks up to `batch` streams.)"""
+        step: list[Work] = []
+        self._claim_vocoders_stepped(units, step)
         credits, spare, slack = self.credits, self.budget.spare_chunks, self.urgent_slack
-        further = 0
+        room = free - len(step)
+        further: list[_Stream] = []
         for stream in units:
-            if len(step) >= free:
+            if len(further) >= room:
                 break
             first_packet_at = stream.first_packet_at
             if stream.untaken >= credits or not 0 < stream.in_flight < spare or first_packet_at is None:
@@ -809,9 +817,9 @@ class Scheduler:
             if window is None:
                 window = stream.window = self._window(stream, latent)
             if (window[4] or window[1] - window[0]) == size:
-                step.append(claim(stream, latent, window))
-                further += 1
-        self.spread["chunks"] += further
+                further.append(stream)
+        self._claim_vocoders_stepped(further, step)
+        self.spread["chunks"] += len(further)
         return step
 
     def _kind(self, stream: _Stream, acoustic: bool) -> tuple[str, int]:
@@ -872,48 +880,46 @@ class Scheduler:
         self._claimed(stream, acoustic=False)
         return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, bucket=bucket)
 
-    def _claim_vocoder_stepped(
-        self, stream: _Stream, latent: _Latent | None, window: tuple[int, int, int, int, int] | None
-    ) -> VocoderWork:
-        """`_claim_vocoder` on a batched device, for a stream whose next chunk's kind was
-        just read (its queue entry's or `_claim_chunks`'s): the same claim, with the
-        `window` computed once for it and kept (`_next_window`; None: compute it), its
-        open `latent` where the caller has found it, and `_claimed` done in place (a
-        chunk's claim only forgets the kept window). A step makes up to `batch` of these
-        under the engine lock."""
-        if latent is None:
-            for latent in stream.latents:  # `_Stream.open_latent`, inline
+    def _claim_vocoders_stepped(self, streams: list[_Stream], step: list[Work]) -> None:
+        """`_claim_vocoder` on a batched device, for streams whose next chunk's kind was
+        just read (their queue entries' or `_claim_chunks`'s), each claimed onto `step`:
+        the same claim, with the window computed once and kept (`_next_window`), and
+        `_claimed` done in place (a chunk's claim only forgets the kept window). A step
+        makes up to `batch` of these under the engine lock, in this one loop."""
+        append = step.append
+        for stream in streams:
+            for latent in stream.latents:  # `_Stream.open_latent`
                 if latent.claims == 0 or latent.claimed < latent.latent.frames:
                     break
             else:
                 raise AssertionError("a claimed chunk has an open latent")
-        seq = stream.claimed
-        if seq == 0:
-            # The kept window was planned with the defaults (not alone, no skip); a
-            # batched step never claims a first chunk alone, and a burst may skip.
-            skip = int(self._burst(stream))
-            if skip != stream.skip or stream.alone:
-                window = None
-            stream.alone = False
-            stream.skip = skip
-        if window is None:
-            window = self._window(stream, latent)
-        lo, hi, start, end, bucket = window
-        stream.claimed = seq + 1
-        stream.in_flight += 1
-        stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
-        latent.claimed = end
-        latent.claims += 1
-        frames = latent.latent.frames
-        last = (
-            end == frames
-            and latent is stream.latents[-1]
-            and stream.next_segment >= len(stream.segments)
-            and not stream.acoustic_busy
-            and stream.complete
-        )
-        stream.window = None
-        return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, 1, bucket)
+            seq = stream.claimed
+            window = stream.window
+            if seq == 0:
+                # The kept window was planned with the defaults (not alone, no skip); a
+                # batched step never claims a first chunk alone, and a burst may skip.
+                skip = int(self._burst(stream))
+                if skip != stream.skip or stream.alone:
+                    window = None
+                stream.alone = False
+                stream.skip = skip
+            if window is None:
+                window = self._window(stream, latent)
+            lo, hi, start, end, bucket = window
+            stream.claimed = seq + 1
+            stream.in_flight += 1
+            stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
+            latent.claimed = end
+            latent.claims += 1
+            last = (
+                end == latent.latent.frames
+                and latent is stream.latents[-1]
+                and stream.next_segment >= len(stream.segments)
+                and not stream.acoustic_busy
+                and stream.complete
+            )
+            stream.window = None
+            append(VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, 1, bucket))
 
     # -- results ---------------------------------------------------------------------
     def complete_acoustic(
