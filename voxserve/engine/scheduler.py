@@ -49,6 +49,7 @@ only profiles and frame counts.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -270,6 +271,10 @@ _Entry = tuple[float, int, bool, int, _Stream]
 stage A, the stream's version when queued, and the stream."""
 
 
+_deadline = operator.itemgetter(0)
+_stream_id = operator.itemgetter(1)
+
+
 @dataclass(slots=True, eq=False)
 class _Queues:
     """A batched device's claimable units of one kind, as two heaps: live streams' by
@@ -295,28 +300,38 @@ class _Queues:
     def take(self, n: int, now: float, slack: float) -> list[_Stream]:
         """Up to n streams, best first, in the ranking's order: urgent live units, then
         new streams', then the other live units. Stale entries met on the way are
-        dropped. (The loops inline `_head`, and the count and the streams' `queued_*` are
-        settled once at the end: a step takes up to a hundred.)"""
-        out: list[_Stream] = []
-        append = out.append
+        dropped. (The count and the streams' `queued_*` are settled once at the end: a
+        step takes up to a hundred.)
+
+        A step that takes half the entries or more, as a full queue's step does, sorts
+        them instead of popping them one by one: two sorts on one key each (the stream
+        id, then, stably, the deadline) give the heap's order, since one queue holds one
+        entry per stream, and run on Python's specialized int and float comparisons, a
+        few times cheaper than a pop's tuple comparisons. What is left stays sorted,
+        and so a heap."""
         live, new = self.live, self.new
-        pop = heapq.heappop
-        while live and len(out) < n:
-            top = live[0]
-            if top[3] != top[4].version:
-                pop(live)
-            elif top[0] - now <= slack:
-                append(pop(live)[4])
-            else:
-                break
-        while new and len(out) < n:
-            top = pop(new)
-            if top[3] == top[4].version:
-                append(top[4])
-        while live and len(out) < n:
-            top = pop(live)
-            if top[3] == top[4].version:
-                append(top[4])
+        if 2 * n >= len(live) + len(new):
+            out = self._take_sorted(n, now, slack)
+        else:
+            out = []
+            append = out.append
+            pop = heapq.heappop
+            while live and len(out) < n:
+                top = live[0]
+                if top[3] != top[4].version:
+                    pop(live)
+                elif top[0] - now <= slack:
+                    append(pop(live)[4])
+                else:
+                    break
+            while new and len(out) < n:
+                top = pop(new)
+                if top[3] == top[4].version:
+                    append(top[4])
+            while live and len(out) < n:
+                top = pop(live)
+                if top[3] == top[4].version:
+                    append(top[4])
         self.size -= len(out)
         if self.acoustic:
             for stream in out:
@@ -324,6 +339,26 @@ class _Queues:
         else:
             for stream in out:
                 stream.queued_vocoder = None
+        return out
+
+    def _take_sorted(self, n: int, now: float, slack: float) -> list[_Stream]:
+        """`take` by sorting both heaps' current entries (see `take`)."""
+        live = [entry for entry in self.live if entry[3] == entry[4].version]
+        new = [entry for entry in self.new if entry[3] == entry[4].version]
+        for entries in (live, new):
+            entries.sort(key=_stream_id)
+            entries.sort(key=_deadline)
+        urgent = 0
+        while urgent < len(live) and urgent < n and live[urgent][0] - now <= slack:
+            urgent += 1
+        fresh = min(n - urgent, len(new))
+        ahead = min(n - urgent - fresh, len(live) - urgent)
+        out = [entry[4] for entry in live[:urgent]]
+        out += [entry[4] for entry in new[:fresh]]
+        out += [entry[4] for entry in live[urgent : urgent + ahead]]
+        del live[: urgent + ahead]
+        del new[:fresh]
+        self.live, self.new = live, new
         return out
 
     def head(self) -> tuple[_Entry | None, _Entry | None]:
