@@ -17,6 +17,7 @@ from voxserve.engine.words import WordFrames
 __all__ = [
     "SNAP_FRAMES",
     "AcousticWork",
+    "BatchedWindows",
     "Chunk",
     "Latent",
     "ModelProfile",
@@ -25,7 +26,6 @@ __all__ = [
     "VocoderChunking",
     "VocoderWork",
     "Work",
-    "BatchedWindows",
     "bucket_window",
     "chunk_size",
     "plan_chunk",
@@ -315,21 +315,18 @@ class BatchedWindows:
         else:
             step = index + skip
             if alone:
-                size = self._sizes_alone[step if step < 12 else 12]
+                size = self._sizes_alone[min(12, step)]
             else:
-                size = self._sizes[step if step < 13 else 13]
+                size = self._sizes[min(13, step)]
             start = pos
             end = pos + size
-            if end > frames:
-                end = frames
+            end = min(end, frames)
             if index > 0 and frames - end < self._half:
                 end = frames
             lo = pos - self._left
-            if lo < 0:
-                lo = 0
+            lo = max(lo, 0)
             hi = end + self._right
-            if hi > frames:
-                hi = frames
+            hi = min(hi, frames)
         table = self._bucket
         if table is None:
             return lo, hi, start, end, 0
@@ -338,9 +335,7 @@ class BatchedWindows:
             return lo, hi, start, end, size  # larger than every bucket: its own
         bucket = table[size]
         hi = lo + bucket
-        if hi > frames:
-            hi = frames
+        hi = min(hi, frames)
         lo = hi - bucket
-        if lo < 0:
-            lo = 0
+        lo = max(lo, 0)
         return lo, hi, start, end, bucket
