@@ -282,8 +282,7 @@ class _Queues:
     moved on; stale entries are dropped as they reach the top."""
 
     kind: tuple[str, int]
-    acoustic: bool = False
-    """Its units are stage A (`kind[1]` is -1)."""
+    """Its units' kind (`Scheduler._kind`; stage A: the model and -1)."""
     live: list[_Entry] = field(default_factory=list)
     new: list[_Entry] = field(default_factory=list)
     size: int = 0
@@ -292,7 +291,7 @@ class _Queues:
     def push(self, heap: list[_Entry], entry: _Entry) -> None:
         heapq.heappush(heap, entry)
         self.size += 1
-        if self.acoustic:
+        if self.kind[1] == -1:
             entry[4].queued_acoustic = self
         else:
             entry[4].queued_vocoder = self
@@ -333,7 +332,7 @@ class _Queues:
                 if top[3] == top[4].version:
                     append(top[4])
         self.size -= len(out)
-        if self.acoustic:
+        if self.kind[1] == -1:
             for stream in out:
                 stream.queued_acoustic = None
         else:
@@ -563,7 +562,7 @@ class Scheduler:
             kind = self._kind(stream, acoustic)
             queues = self._queues.get(kind)
             if queues is None:
-                queues = self._queues[kind] = _Queues(kind, acoustic)
+                queues = self._queues[kind] = _Queues(kind)
             if stream.first_packet_at is None:
                 queues.push(queues.new, (stream.arrival, stream.id, acoustic, stream.version, stream))
             else:
@@ -809,7 +808,7 @@ class Scheduler:
             chosen = fullest  # nothing is urgent: the kind with the most units waiting
         units = chosen.take(free, now, slack)
         step: list[Work]
-        if chosen.acoustic:
+        if chosen.kind[1] == -1:
             # `_claim_acoustic` for each, inline; on a batched device a stage A claim
             # leaves the queues as they are (`_claimed`).
             step = []
