@@ -20,11 +20,13 @@ from voxserve.engine.scheduler import Budget, Scheduler
 from voxserve.engine.tts import step_frames_of
 from voxserve.engine.work import (
     AcousticWork,
+    BatchedWindows,
     Latent,
     ModelProfile,
     VocoderWork,
     Work,
     bucket_window,
+    plan_chunk,
 )
 from voxserve.runners.kokoro.onnx_runner import HOP, SAMPLE_RATE
 
@@ -160,6 +162,27 @@ def test_a_window_grows_to_its_bucket_with_real_context() -> None:
     assert bucket_window(400, 0, 120, buckets) == (0, 120, 120)  # past the last: its own
     with pytest.raises(ValueError, match="ascending"):
         dataclasses.replace(KOKORO, window_buckets=(72, 60))
+
+
+@pytest.mark.parametrize(
+    "profile",
+    [KOKORO, PIPER, dataclasses.replace(PIPER, window_buckets=()), dataclasses.replace(KOKORO, chunking=None)],
+    ids=["kokoro", "piper", "no-buckets", "whole-segment"],
+)
+def test_the_window_tables_give_the_plan_and_its_bucket(profile: ModelProfile) -> None:
+    """`BatchedWindows`, which a batched step plans further chunks with, gives what
+    `plan_chunk` (without a level) and `bucket_window` give, at every point of a plan."""
+    windows = BatchedWindows(profile)
+    for frames, pos, index, alone, skip in itertools.product(
+        (0, 1, 17, 60, 149, 300, 2000), (0, 5, 16, 48, 140, 299), range(16), (False, True), (0, 1)
+    ):
+        if pos > frames:
+            continue
+        lo, hi, start, end = plan_chunk(frames, pos, index, profile.chunking, alone, skip, None, profile.chunk_growth)
+        bucket = 0
+        if profile.window_buckets:
+            lo, hi, bucket = bucket_window(frames, lo, hi, profile.window_buckets)
+        assert windows.window(frames, pos, index, alone, skip) == (lo, hi, start, end, bucket)
 
 
 def test_padding_counts_what_a_call_adds_to_its_shorter_spans() -> None:

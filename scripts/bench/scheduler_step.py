@@ -14,12 +14,12 @@ its credits are spent, as behind a real-time listener. After `--warm` steps it t
 wall clock also counts the time the thread waited for a core), and the mean units per
 step.
 
-The garbage collector runs with Python's defaults, as in the server, and its collections
-land in whichever call allocates past the threshold; a `gc.callbacks` hook times each
-one, and the line also gives the p99 of a call's CPU time less the collections inside
-it, and how many calls held one. (`gc.freeze()` after warm-up would not help: the
-collections that land in a step are of the young generations, sized by the objects
-made since the last one, not the old ones a freeze sets aside.)
+The garbage collector runs with the server's policy, set as the server sets it at
+start-up (`voxserve.serving.collector.collector_policy`: a young collection once 10,000
+objects are made and not freed, not CPython's 700), and its collections land in
+whichever call allocates past the threshold; a `gc.callbacks` hook times each one, and
+the line also gives the p99 of a call's CPU time less the collections inside it, and how
+many calls held one. `--gc-default` keeps CPython's thresholds instead, to compare.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from voxserve.engine.adapters import kokoro, piper
 from voxserve.engine.scheduler import Budget, Scheduler
 from voxserve.engine.work import AcousticWork, Latent, ModelProfile, VocoderWork, Work
 from voxserve.runners.kokoro.onnx_runner import HOP, SAMPLE_RATE
+from voxserve.serving.collector import collector_policy
 
 STEP_BASE_S = 0.004
 """A step's fixed device time (launches, one graph replay)."""
@@ -192,7 +193,10 @@ def main() -> None:
     parser.add_argument("--model", choices=["kokoro", "piper", "both"], default="both")
     parser.add_argument("--warm", type=int, default=3000, help="steps before timing")
     parser.add_argument("--calls", type=int, default=4000, help="next_step calls timed (at least)")
+    parser.add_argument("--gc-default", action="store_true", help="CPython's collector thresholds, not the server's")
     args = parser.parse_args()
+    if not args.gc_default:
+        collector_policy()
     models = ["kokoro", "piper"] if args.model == "both" else [args.model]
     sim = Sim(args.streams, models)
     sim.run(args.warm)
@@ -217,7 +221,7 @@ def main() -> None:
         f"mean units/stage A step={statistics.fmean(sim.units['acoustic'] or [0]):.1f} "
         f"us per unit claimed={sum(timed) / max(1, sum(claimed)):.2f} (CPU {sum(cpu) / max(1, sum(claimed)):.2f}) "
         f"CPU p99 less GC={qn[98]:.1f} us, calls with a collection={len(collected)} "
-        f"(median {statistics.median(collected or [0.0]):.0f} us in GC)"
+        f"(median {statistics.median(collected or [0.0]):.0f} us in GC), gc threshold={gc.get_threshold()[0]}"
     )
 
 

@@ -49,6 +49,7 @@ only profiles and frame counts.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -56,6 +57,7 @@ from enum import IntEnum
 
 from voxserve.engine.work import (
     AcousticWork,
+    BatchedWindows,
     Chunk,
     Latent,
     ModelProfile,
@@ -63,7 +65,6 @@ from voxserve.engine.work import (
     StageInput,
     VocoderWork,
     Work,
-    bucket_window,
     plan_chunk,
 )
 
@@ -237,15 +238,22 @@ class _Stream:
     (`Scheduler._queues`) of an older version are stale."""
     window: tuple[int, int, int, int, int] | None = None
     """Its next chunk's window (`Scheduler._window`), kept until its state changes."""
-    queued: list[_Queues] = field(default_factory=list)
-    """The queues that hold its current (not stale) entries."""
+    windows: BatchedWindows | None = None
+    """Its profile's window tables, on a batched device (`Scheduler._window`)."""
+    queued_vocoder: _Queues | None = None
+    """The queue that holds its current (not stale) chunk entry, if any."""
+    queued_acoustic: _Queues | None = None
+    """The queue that holds its current (not stale) stage A entry, if any."""
 
     def unqueue(self) -> None:
         """Make its queued entries stale."""
         self.version += 1
-        for queues in self.queued:
-            queues.size -= 1
-        self.queued.clear()
+        if self.queued_vocoder is not None:
+            self.queued_vocoder.size -= 1
+            self.queued_vocoder = None
+        if self.queued_acoustic is not None:
+            self.queued_acoustic.size -= 1
+            self.queued_acoustic = None
 
     def open_latent(self) -> _Latent | None:
         for lat in self.latents:
@@ -263,6 +271,10 @@ _Entry = tuple[float, int, bool, int, _Stream]
 stage A, the stream's version when queued, and the stream."""
 
 
+_deadline = operator.itemgetter(0)
+_stream_id = operator.itemgetter(1)
+
+
 @dataclass(slots=True, eq=False)
 class _Queues:
     """A batched device's claimable units of one kind, as two heaps: live streams' by
@@ -270,6 +282,7 @@ class _Queues:
     moved on; stale entries are dropped as they reach the top."""
 
     kind: tuple[str, int]
+    """Its units' kind (`Scheduler._kind`; stage A: the model and -1)."""
     live: list[_Entry] = field(default_factory=list)
     new: list[_Entry] = field(default_factory=list)
     size: int = 0
@@ -278,52 +291,84 @@ class _Queues:
     def push(self, heap: list[_Entry], entry: _Entry) -> None:
         heapq.heappush(heap, entry)
         self.size += 1
-        entry[4].queued.append(self)
-
-    def head_live(self) -> _Entry | None:
-        return _head(self.live)
-
-    def head_new(self) -> _Entry | None:
-        return _head(self.new)
+        if self.kind[1] == -1:
+            entry[4].queued_acoustic = self
+        else:
+            entry[4].queued_vocoder = self
 
     def take(self, n: int, now: float, slack: float) -> list[_Stream]:
         """Up to n streams, best first, in the ranking's order: urgent live units, then
         new streams', then the other live units. Stale entries met on the way are
-        dropped. (The loops inline `_head`, and the count and the streams' `queued` are
-        settled once at the end: a step takes up to a hundred.)"""
-        out: list[_Stream] = []
+        dropped. (The count and the streams' `queued_*` are settled once at the end: a
+        step takes up to a hundred.)
+
+        A step that takes half the entries or more, as a full queue's step does, sorts
+        them instead of popping them one by one: two sorts on one key each (the stream
+        id, then, stably, the deadline) give the heap's order, since one queue holds one
+        entry per stream, and run on Python's specialized int and float comparisons, a
+        few times cheaper than a pop's tuple comparisons. What is left stays sorted,
+        and so a heap."""
         live, new = self.live, self.new
-        pop = heapq.heappop
-        while len(out) < n and live:
-            top = live[0]
-            if top[3] != top[4].version:
-                pop(live)
-            elif top[0] - now <= slack:
-                out.append(pop(live)[4])
-            else:
-                break
-        while len(out) < n and new:
-            top = pop(new)
-            if top[3] == top[4].version:
-                out.append(top[4])
-        while len(out) < n and live:
-            top = pop(live)
-            if top[3] == top[4].version:
-                out.append(top[4])
+        if 2 * n >= len(live) + len(new):
+            out = self._take_sorted(n, now, slack)
+        else:
+            out = []
+            append = out.append
+            pop = heapq.heappop
+            while live and len(out) < n:
+                top = live[0]
+                if top[3] != top[4].version:
+                    pop(live)
+                elif top[0] - now <= slack:
+                    append(pop(live)[4])
+                else:
+                    break
+            while new and len(out) < n:
+                top = pop(new)
+                if top[3] == top[4].version:
+                    append(top[4])
+            while live and len(out) < n:
+                top = pop(live)
+                if top[3] == top[4].version:
+                    append(top[4])
         self.size -= len(out)
-        for stream in out:
-            stream.queued.remove(self)
+        if self.kind[1] == -1:
+            for stream in out:
+                stream.queued_acoustic = None
+        else:
+            for stream in out:
+                stream.queued_vocoder = None
         return out
 
+    def _take_sorted(self, n: int, now: float, slack: float) -> list[_Stream]:
+        """`take` by sorting both heaps' current entries (see `take`)."""
+        live = [entry for entry in self.live if entry[3] == entry[4].version]
+        new = [entry for entry in self.new if entry[3] == entry[4].version]
+        for entries in (live, new):
+            entries.sort(key=_stream_id)
+            entries.sort(key=_deadline)
+        urgent = 0
+        while urgent < len(live) and urgent < n and live[urgent][0] - now <= slack:
+            urgent += 1
+        fresh = min(n - urgent, len(new))
+        ahead = min(n - urgent - fresh, len(live) - urgent)
+        out = [entry[4] for entry in live[:urgent]]
+        out += [entry[4] for entry in new[:fresh]]
+        out += [entry[4] for entry in live[urgent : urgent + ahead]]
+        del live[: urgent + ahead]
+        del new[:fresh]
+        self.live, self.new = live, new
+        return out
 
-def _head(heap: list[_Entry]) -> _Entry | None:
-    """The heap's best entry that is not stale (stale ones above it are dropped)."""
-    while heap:
-        top = heap[0]
-        if top[3] == top[4].version:
-            return top
-        heapq.heappop(heap)
-    return None
+    def head(self) -> tuple[_Entry | None, _Entry | None]:
+        """The best live and the best new entry that are not stale (stale ones above them
+        are dropped)."""
+        live, new = self.live, self.new
+        while live and live[0][3] != live[0][4].version:
+            heapq.heappop(live)
+        while new and new[0][3] != new[0][4].version:
+            heapq.heappop(new)
+        return (live[0] if live else None), (new[0] if new else None)
 
 
 @dataclass(frozen=True)
@@ -372,6 +417,8 @@ class Scheduler:
         cost it nothing, and a step of n units costs O(n log streams)."""
         self._entries = 0
         """Entries in `_queues`, stale ones included (`_compact`)."""
+        self._windows: dict[ModelProfile, BatchedWindows] = {}
+        """Each profile's window tables, on a batched device."""
 
     # -- requests --------------------------------------------------------------------
     def add(
@@ -390,6 +437,11 @@ class Scheduler:
             raise ValueError(f"stream {stream_id} exists")
         self._acoustic_s_per_id.setdefault(profile.name, profile.acoustic_s_per_id)
         stream = self._streams[stream_id] = _Stream(stream_id, now, list(segments), profile, complete)
+        if self.budget.stepped:
+            windows = self._windows.get(profile)
+            if windows is None:
+                windows = self._windows[profile] = BatchedWindows(profile)
+            stream.windows = windows
         self._touch(stream)
 
     def extend(self, stream_id: int, segments: Sequence[StageInput]) -> None:
@@ -421,11 +473,17 @@ class Scheduler:
         return stream is not None
 
     def taken(self, stream_id: int) -> None:
-        """The stream's writer took one chunk: one credit back."""
+        """The stream's writer took one chunk: one credit back. Credits decide only
+        whether a stream that had spent them all may claim a chunk
+        (`_vocoder_candidate`), so only then are its units queued again (`_touch`);
+        otherwise its queued units and their deadlines hold as they were, and the event
+        loop, which calls this for every chunk, leaves no stale entry behind."""
         stream = self._streams.get(stream_id)
         if stream is not None and stream.untaken > 0:
+            spent = stream.untaken >= self.credits
             stream.untaken -= 1
-            self._touch(stream)
+            if spent:
+                self._touch(stream)
 
     def has(self, stream_id: int) -> bool:
         return stream_id in self._streams
@@ -487,8 +545,9 @@ class Scheduler:
     def _touch(self, stream: _Stream) -> None:
         """After any change to a stream's state, on a batched device: queue the units it
         may claim now (its next chunk, its next stage A) under their kinds, with their
-        deadlines as of now (a chunk's expected decode time at the current estimate),
-        and make its older entries stale. Whether a unit may be claimed does not depend
+        deadlines as of now (a chunk's expected decode time at the current estimate,
+        which an entry keeps until the stream's next change), and make its older
+        entries stale. Whether a unit may be claimed does not depend
         on the clock, so between changes it holds; only whether a deadline is urgent
         does, and a step reads that at its own `now`."""
         if not self.budget.stepped:
@@ -588,17 +647,14 @@ class Scheduler:
         bucket (0: none). A batched device keeps the plan's kept frames exact (no move to
         a quiet frame) and grows the window with context to one of the model's
         `window_buckets` (`bucket_window`), so that streams at different points of their
-        plans share a window size and one call."""
-        stepped = self.budget.stepped
+        plans share a window size and one call (`BatchedWindows`)."""
+        if stream.windows is not None:
+            return stream.windows.window(latent.latent.frames, latent.claimed, stream.claimed, stream.alone, stream.skip)
         lo, hi, start, end = plan_chunk(
             latent.frames, latent.claimed, stream.claimed, stream.profile.chunking, stream.alone,
-            stream.skip, None if stepped else latent.latent.level, stream.profile.chunk_growth,
+            stream.skip, latent.latent.level, stream.profile.chunk_growth,
         )
-        buckets = stream.profile.window_buckets
-        if not (stepped and buckets):
-            return lo, hi, start, end, 0
-        lo, hi, bucket = bucket_window(latent.frames, lo, hi, buckets)
-        return lo, hi, start, end, bucket
+        return lo, hi, start, end, 0
 
     def _next_window(self, stream: _Stream) -> tuple[int, int, int, int, int]:
         """The stream's next chunk's window, computed once per change of its state."""
@@ -729,50 +785,75 @@ class Scheduler:
         free = budget.batch if budget.slots is None else min(budget.batch, budget.slots - self._busy)
         if free <= 0:
             return []
+        slack = self.urgent_slack
         head: tuple[Rank, float, int, bool] | None = None
         chosen: _Queues | None = None
+        fullest: _Queues | None = None
         for queues in self._queues.values():
-            live, new = queues.head_live(), queues.head_new()
+            live, new = queues.head()
             if live is not None:
-                rank = Rank.URGENT if live[0] - now <= self.urgent_slack else Rank.AHEAD
-                key = (rank, live[0], live[1], live[2])
+                key = (Rank.URGENT if live[0] - now <= slack else Rank.AHEAD, live[0], live[1], live[2])
                 if head is None or key < head:
                     head, chosen = key, queues
             if new is not None:
                 key = (Rank.NEW, new[0], new[1], new[2])
                 if head is None or key < head:
                     head, chosen = key, queues
-        if head is None or chosen is None:
+            if fullest is None or queues.size > fullest.size:
+                fullest = queues
+        if head is None or chosen is None or fullest is None:
             return []
-        fullest = max(self._queues.values(), key=lambda queues: queues.size)
         waited = head[0] == Rank.NEW and now - head[1] >= NEW_WAIT_S
         if head[0] != Rank.URGENT and not waited and fullest.size > chosen.size:
             chosen = fullest  # nothing is urgent: the kind with the most units waiting
-        units = chosen.take(free, now, self.urgent_slack)
+        units = chosen.take(free, now, slack)
         step: list[Work]
         if chosen.kind[1] == -1:
-            step = [self._claim_acoustic(unit) for unit in units]
-        else:
-            claim = self._claim_vocoder_stepped
-            step = [claim(unit) for unit in units]
-            credits, spare, slack = self.credits, budget.spare_chunks, self.urgent_slack
+            # `_claim_acoustic` for each, inline; on a batched device a stage A claim
+            # leaves the queues as they are (`_claimed`).
+            step = []
             for stream in units:
-                if len(step) >= free:
-                    break
-                # `_vocoder_candidate(stream, True, now)`, inline: a step checks up to
-                # `batch` streams for a further chunk.
-                if (
-                    stream.untaken >= credits
-                    or not 0 < stream.in_flight < spare
-                    or stream.first_packet_at is None
-                    or stream.open_latent() is None
-                    or stream.dry_at() - now <= slack
-                ):
-                    continue
-                if self._kind(stream, False) == chosen.kind:
-                    step.append(claim(stream))
-                    self.spread["chunks"] += 1
+                stream.acoustic_busy = True
+                index = stream.next_segment
+                step.append(AcousticWork(stream.id, index, stream.segments[index], stream.profile.name))
+            self._acoustic_in_flight += len(units)
+        else:
+            step = self._claim_chunks(units, chosen.kind[1], free, now)
         self._busy += len(step)
+        return step
+
+    def _claim_chunks(self, units: list[_Stream], size: int, free: int, now: float) -> list[Work]:
+        """A batched step's chunks, of window kind `size` (`_kind`): the next chunk of each
+        of `units`, then, while the step has fewer than `free`, a further chunk of those
+        streams that may run one (`_vocoder_candidate(stream, True, now)`) and whose next
+        window is of the same kind. (The checks and the open latent's lookup are inline:
+        a step checks up to `batch` streams.)"""
+        step: list[Work] = []
+        self._claim_vocoders_stepped(units, step)
+        credits, spare, slack = self.credits, self.budget.spare_chunks, self.urgent_slack
+        room = free - len(step)
+        further: list[_Stream] = []
+        for stream in units:
+            if len(further) >= room:
+                break
+            first_packet_at = stream.first_packet_at
+            if stream.untaken >= credits or not 0 < stream.in_flight < spare or first_packet_at is None:
+                continue
+            for latent in stream.latents:  # `_Stream.open_latent`
+                if latent.claims == 0 or latent.claimed < latent.latent.frames:
+                    break
+            else:
+                continue
+            if first_packet_at + stream.produced / stream.profile.sample_rate - now <= slack:  # `dry_at`
+                continue
+            # The units share the step's model, so the kind is the window's bucket.
+            window = stream.window
+            if window is None:
+                window = stream.window = self._window(stream, latent)
+            if (window[4] or window[1] - window[0]) == size:
+                further.append(stream)
+        self._claim_vocoders_stepped(further, step)
+        self.spread["chunks"] += len(further)
         return step
 
     def _kind(self, stream: _Stream, acoustic: bool) -> tuple[str, int]:
@@ -833,45 +914,46 @@ class Scheduler:
         self._claimed(stream, acoustic=False)
         return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, bucket=bucket)
 
-    def _claim_vocoder_stepped(self, stream: _Stream) -> VocoderWork:
-        """`_claim_vocoder` on a batched device, for a stream whose next chunk's kind was
-        just read (its queue entry's or `_kind`'s): the same claim, with the window
-        computed once for it and kept (`_next_window`), the latent looked up once, and
+    def _claim_vocoders_stepped(self, streams: list[_Stream], step: list[Work]) -> None:
+        """`_claim_vocoder` on a batched device, for streams whose next chunk's kind was
+        just read (their queue entries' or `_claim_chunks`'s), each claimed onto `step`:
+        the same claim, with the window computed once and kept (`_next_window`), and
         `_claimed` done in place (a chunk's claim only forgets the kept window). A step
-        makes up to `batch` of these under the engine lock."""
-        for latent in stream.latents:  # `_Stream.open_latent`, inline
-            if latent.claims == 0 or latent.claimed < latent.latent.frames:
-                break
-        else:
-            raise AssertionError("a claimed chunk has an open latent")
-        seq = stream.claimed
-        window = stream.window
-        if seq == 0:
-            # The kept window was planned with the defaults (not alone, no skip); a
-            # batched step never claims a first chunk alone, and a burst may skip.
-            skip = int(self._burst(stream))
-            if skip != stream.skip or stream.alone:
-                window = None
-            stream.alone = False
-            stream.skip = skip
-        if window is None:
-            window = self._window(stream, latent)
-        lo, hi, start, end, bucket = window
-        stream.claimed = seq + 1
-        stream.in_flight += 1
-        stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
-        latent.claimed = end
-        latent.claims += 1
-        frames = latent.latent.frames
-        last = (
-            end == frames
-            and latent is stream.latents[-1]
-            and stream.next_segment >= len(stream.segments)
-            and not stream.acoustic_busy
-            and stream.complete
-        )
-        stream.window = None
-        return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, 1, bucket)
+        makes up to `batch` of these under the engine lock, in this one loop."""
+        append = step.append
+        for stream in streams:
+            for latent in stream.latents:  # `_Stream.open_latent`
+                if latent.claims == 0 or latent.claimed < latent.latent.frames:
+                    break
+            else:
+                raise AssertionError("a claimed chunk has an open latent")
+            seq = stream.claimed
+            window = stream.window
+            if seq == 0:
+                # The kept window was planned with the defaults (not alone, no skip); a
+                # batched step never claims a first chunk alone, and a burst may skip.
+                skip = int(self._burst(stream))
+                if skip != stream.skip or stream.alone:
+                    window = None
+                stream.alone = False
+                stream.skip = skip
+            if window is None:
+                window = self._window(stream, latent)
+            lo, hi, start, end, bucket = window
+            stream.claimed = seq + 1
+            stream.in_flight += 1
+            stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
+            latent.claimed = end
+            latent.claims += 1
+            last = (
+                end == latent.latent.frames
+                and latent is stream.latents[-1]
+                and stream.next_segment >= len(stream.segments)
+                and not stream.acoustic_busy
+                and stream.complete
+            )
+            stream.window = None
+            append(VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, 1, bucket))
 
     # -- results ---------------------------------------------------------------------
     def complete_acoustic(

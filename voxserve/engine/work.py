@@ -1,7 +1,8 @@
 """The units of TTS work and how a segment is cut into them: what the scheduler takes in
 (`ModelProfile`, `StageInput`, `Latent`), what it hands out (`AcousticWork`, `VocoderWork`)
-and reports (`Chunk`, `Playback`), and the chunk plan (`plan_chunk`). Pure data and pure
-functions; the policy that orders the units is `engine/scheduler.py`.
+and reports (`Chunk`, `Playback`), and the chunk plan (`plan_chunk`, and its tables for a
+batched device, `BatchedWindows`). Pure data and pure functions; the policy that orders
+the units is `engine/scheduler.py`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from voxserve.engine.words import WordFrames
 __all__ = [
     "SNAP_FRAMES",
     "AcousticWork",
+    "BatchedWindows",
     "Chunk",
     "Latent",
     "ModelProfile",
@@ -25,6 +27,7 @@ __all__ = [
     "VocoderWork",
     "Work",
     "bucket_window",
+    "chunk_size",
     "plan_chunk",
 ]
 
@@ -217,6 +220,18 @@ words or a stop's closure. Only later: a chunk never holds less audio than plann
 the next one is never due sooner."""
 
 
+def chunk_size(c: VocoderChunking, step: int, alone: bool = False, growth: float = 2.0) -> int:
+    """Core frames of the chunk at `step` of a plan (`plan_chunk`): the first chunk's size,
+    then `chunk_frames` growing by `growth` up to `max_chunk_frames`; from
+    `idle_first_chunk_frames` for a stream that started `alone`. Sizes stop growing after
+    12 steps."""
+    if alone:
+        return min(c.max_chunk_frames, int(c.idle_first_chunk_frames * growth ** min(step, 12)))
+    if step == 0:
+        return c.first_chunk_frames
+    return min(c.max_chunk_frames, int(c.chunk_frames * growth ** min(step - 1, 12)))
+
+
 def plan_chunk(
     frames: int, pos: int, index: int, c: VocoderChunking | None, alone: bool = False,
     skip: int = 0, level: np.ndarray | None = None, growth: float = 2.0,
@@ -238,13 +253,7 @@ def plan_chunk(
     """
     if c is None:
         return pos, frames, pos, frames
-    step = index + skip
-    if alone:
-        size = min(c.max_chunk_frames, int(c.idle_first_chunk_frames * growth ** min(step, 12)))
-    elif step == 0:
-        size = c.first_chunk_frames
-    else:
-        size = min(c.max_chunk_frames, int(c.chunk_frames * growth ** min(step - 1, 12)))
+    size = chunk_size(c, index + skip, alone, growth)
     start = pos
     end = min(frames, start + size)
     if index > 0 and frames - end < c.chunk_frames // 2:
@@ -269,3 +278,64 @@ def bucket_window(frames: int, lo: int, hi: int, buckets: tuple[int, ...]) -> tu
     hi = min(frames, lo + bucket)
     lo = max(0, hi - bucket)
     return lo, hi, bucket
+
+
+class BatchedWindows:
+    """A profile's chunk windows on a batched device, from tables built once: what
+    `plan_chunk` (no `level`: a batched device keeps the plan's exact sizes) and then
+    `bucket_window` give, without their arithmetic. A batched step plans a window for
+    each further chunk it claims, under the engine lock, so a window costs a few
+    lookups; tests/test_step_fill.py checks it against the two functions."""
+
+    __slots__ = ("_bucket", "_chunking", "_half", "_left", "_right", "_sizes", "_sizes_alone")
+
+    def __init__(self, profile: ModelProfile):
+        c = self._chunking = profile.chunking
+        growth = profile.chunk_growth
+        self._sizes: tuple[int, ...] = ()
+        self._sizes_alone: tuple[int, ...] = ()
+        self._half = self._left = self._right = 0
+        if c is not None:
+            # `chunk_size` stops growing at step 13 (12 when alone).
+            self._sizes = tuple(chunk_size(c, step, False, growth) for step in range(14))
+            self._sizes_alone = tuple(chunk_size(c, step, True, growth) for step in range(13))
+            self._half, self._left, self._right = c.chunk_frames // 2, c.left_context, c.right_context
+        buckets = profile.window_buckets
+        self._bucket: tuple[int, ...] | None = None
+        """The bucket of each window size up to the largest bucket (None: no buckets)."""
+        if buckets:
+            self._bucket = tuple(next(b for b in buckets if b >= size) for size in range(buckets[-1] + 1))
+
+    def window(self, frames: int, pos: int, index: int, alone: bool, skip: int) -> tuple[int, int, int, int, int]:
+        """Decode [lo, hi), keep [start, end), and the bucket (0: the profile has none) of
+        chunk `index` at frame `pos` of a latent of `frames` frames, as `plan_chunk` then
+        `bucket_window`."""
+        if self._chunking is None:
+            lo, hi, start, end = pos, frames, pos, frames
+        else:
+            step = index + skip
+            if alone:
+                size = self._sizes_alone[min(12, step)]
+            else:
+                size = self._sizes[min(13, step)]
+            start = pos
+            end = pos + size
+            end = min(end, frames)
+            if index > 0 and frames - end < self._half:
+                end = frames
+            lo = pos - self._left
+            lo = max(lo, 0)
+            hi = end + self._right
+            hi = min(hi, frames)
+        table = self._bucket
+        if table is None:
+            return lo, hi, start, end, 0
+        size = hi - lo
+        if size >= len(table):
+            return lo, hi, start, end, size  # larger than every bucket: its own
+        bucket = table[size]
+        hi = lo + bucket
+        hi = min(hi, frames)
+        lo = hi - bucket
+        lo = max(lo, 0)
+        return lo, hi, start, end, bucket

@@ -34,6 +34,7 @@ from voxserve.serving.catalog import (
     speech_models,
     voice_list,
 )
+from voxserve.serving.collector import collector_policy
 from voxserve.serving.leases import session_place
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.realtime import LiveEvent, LiveSession, LiveTranscriber
@@ -205,6 +206,7 @@ async def running_state(
     )
     if publish is not None:
         publish(state)
+    collector_policy()
     engine.start()
     warmups = [asyncio.get_running_loop().run_in_executor(None, engine.warmup)]
     if asr is not None:
