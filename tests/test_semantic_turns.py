@@ -14,7 +14,7 @@ from voxserve.audio.mel import TURN_FRAMES, TURN_SAMPLES, TurnFeatures
 from voxserve.engine.vad import VADEngine
 from voxserve.errors import InvalidRequest, Unavailable
 from voxserve.runners.turn import SmartTurn, default_model_path
-from voxserve.serving.realtime import EAGERNESS_WAIT_S, _Audio, _probes, _trails_off
+from voxserve.serving.realtime import EAGERNESS_WAIT_S, _Audio, _ends_turn, _probes, _trails_off
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -92,6 +92,23 @@ def test_the_model_is_first_asked_at_the_eagerness_s_silence(eagerness: str, fir
     due = _probes(eagerness)
     assert due[0] == first and list(due) == sorted(due)
     assert due[-1] < EAGERNESS_WAIT_S[eagerness] * 1000
+
+
+@pytest.mark.parametrize(
+    ("silence_ms", "p", "text", "ends"),
+    [
+        (700, 0.9, "Please send the report to my manager.", True),
+        (700, 0.9, "Please send the report to my", False),  # the words go on
+        (700, 0.9, None, True),  # no transcript in time: the model's word stands
+        (700, 0.3, "Please send the report to my manager.", False),
+        (1000, 0.3, "Please send the report to my manager.", True),  # doubtful is enough after 1 s
+        (1000, 0.1, "Please send the report to my manager.", False),
+        (1500, 0.0, "Please send the report to my manager.", True),  # the words alone
+        (3000, 0.99, "Set a timer for.", False),  # trailing words wait for the longest silence
+    ],
+)
+def test_the_rule_at_one_question(silence_ms: float, p: float, text: str | None, ends: bool) -> None:
+    assert _ends_turn(silence_ms, p, text) is ends
 
 
 def test_audio_with_holes_keeps_stream_indices() -> None:

@@ -5,8 +5,8 @@ For each clip (`paused_turns.py` writes them: `whole-*` sentences and `paused-*`
 a pause put in mid-thought) it finds every pause the turn detector sees, asks the model at
 each silence of `SILENCES_MS` that the pause lasted, and decodes the turn up to the pause as
 the early final does. Then, per eagerness (and per first silence with `--first`), it
-applies the rule of `serving/realtime.py` (`_probes`, `COMPLETE_AT`, `DOUBTFUL_AT` after
-`DOUBT_AFTER_MS`, `WORDS_ALONE_AFTER_MS`, `_trails_off`) and counts:
+applies the rule of `serving/realtime.py` (`_probes` and `_ends_turn`, with the transcript
+always in time) and counts:
 
 - cut: clips that the rule ends at a pause other than the last (a thought cut in two);
 - late: clips whose last pause the rule does not end within 1.5 s (the next turn of a
@@ -105,7 +105,6 @@ def probe(folders: list[Path]) -> list[dict[str, Any]]:
 def outcome(rows: list[dict[str, Any]], due: tuple[float, ...], english: bool = True) -> dict[str, Any]:
     """Cut and late clips, and the silence that ends the last pause, under the server's
     rule with the model asked at the silences `due`."""
-    from voxserve.runners.turn import COMPLETE_AT
     from voxserve.serving import realtime as rt
 
     clips: dict[str, list[dict[str, Any]]] = {}
@@ -120,8 +119,7 @@ def outcome(rows: list[dict[str, Any]], due: tuple[float, ...], english: bool = 
                 p = row["p"].get(str(int(ms)))
                 if p is None:
                     break
-                needed = rt.DOUBTFUL_AT if ms >= rt.DOUBT_AFTER_MS else COMPLETE_AT
-                if (p >= needed or ms >= rt.WORDS_ALONE_AFTER_MS) and not rt._trails_off(row["text"], english):
+                if rt._ends_turn(ms, p, row["text"], english):
                     ended = ms
                     break
             if not row["last"]:

@@ -707,17 +707,14 @@ class LiveSession:
         hears how the words are said, the transcript what they say."""
         try:
             p = await self._live.vad.complete(samples)
-            needed = DOUBTFUL_AT if silence_ms >= DOUBT_AFTER_MS else COMPLETE_AT
-            complete = p >= needed or silence_ms >= WORDS_ALONE_AFTER_MS
             early = turn.early
             text = None
-            if complete and early is not None:
+            if _heard_an_end(silence_ms, p) and early is not None:
                 try:
                     text = await asyncio.wait_for(asyncio.shield(early), TEXT_WAIT_MS / 1000)
                 except TimeoutError:
                     text = None  # the model's word stands
-                else:
-                    complete = not _trails_off(text, self._english())
+            complete = _ends_turn(silence_ms, p, text, self._english())
             log.debug("turn %s: probe at %.0f ms, p(complete) %.2f, early final %r",
                       turn.item_id, silence_ms, p, text)
         except (VoxError, asyncio.CancelledError):
@@ -920,6 +917,21 @@ def _probes(eagerness: str) -> tuple[float, ...]:
     """`PROBES_MS` from this eagerness's first silence on, short of its longest wait."""
     first, last = EAGERNESS_FIRST_MS[eagerness], EAGERNESS_WAIT_S[eagerness] * 1000
     return tuple(t for t in PROBES_MS if first <= t < last)
+
+
+def _heard_an_end(silence_ms: float, p: float) -> bool:
+    """Whether the end-of-turn model's probability `p`, asked `silence_ms` into a pause,
+    ends the turn unless its words trail off: `COMPLETE_AT`, `DOUBTFUL_AT` from
+    `DOUBT_AFTER_MS`, and any answer from `WORDS_ALONE_AFTER_MS`."""
+    if silence_ms >= WORDS_ALONE_AFTER_MS:
+        return True
+    return p >= (DOUBTFUL_AT if silence_ms >= DOUBT_AFTER_MS else COMPLETE_AT)
+
+
+def _ends_turn(silence_ms: float, p: float, text: str | None, english: bool = True) -> bool:
+    """semantic_vad's rule at one question: the model heard an end (`_heard_an_end`) and the
+    turn's transcript, when there is one in time, does not trail off."""
+    return _heard_an_end(silence_ms, p) and (text is None or not _trails_off(text, english))
 
 
 def _trails_off(text: str, english: bool = True) -> bool:
