@@ -7,14 +7,18 @@ buffered. Errors are turned back into `VoxError`s here, in one place: a replica'
 error arrives as its cause (same status and OpenAI shape as on one machine), a replica
 that died mid-request becomes `ReplicaLost` (a 500, and the end of a session it held),
 and Serve's back-pressure a 429. A session's calls after its first name the replica that
-holds it, and the router sends them there (`voxserve.ray.router`).
+holds it, and the router sends them there (`voxserve.ray.router`). The calls that clean
+up after a client (ending its session on a replica, its lease given back, the leases
+renewed) are made outside the client's request (`_detached`), which Serve cancels, with
+the calls made under it, once the client has gone.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+import contextvars
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
@@ -47,6 +51,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Frontend", "RayASR", "RayKeeper", "RayTTS", "as_vox_error"]
 
+T = TypeVar("T")
+
 
 def as_vox_error(exc: BaseException) -> BaseException:
     """The error to raise for `exc`, which came out of a call to a replica."""
@@ -75,6 +81,19 @@ async def _result(response: DeploymentResponse[Any] | DeploymentResponseGenerato
         raise
     except Exception as exc:
         raise as_vox_error(exc) from exc
+
+
+async def _detached(call: Callable[[], Awaitable[T]]) -> T:
+    """`call()`'s result, the call made outside the Serve request that runs this code.
+    Serve cancels every call a request has made when that request is cancelled, as an
+    ingress request is once its client has gone: a call that cleans up after that client
+    (ending its session on a replica, giving its lease back) would be cancelled with it,
+    or never sent, and what it frees would stay held until a timer frees it."""
+
+    async def run() -> T:  # `call()` makes the call here, in the task's empty context
+        return await call()
+
+    return await asyncio.get_running_loop().create_task(run(), context=contextvars.Context())
 
 
 async def _open(generator: DeploymentResponse[Any] | DeploymentResponseGenerator[Any]) -> RemoteStream:
@@ -125,7 +144,7 @@ class RayTTS:
         await _result(self._handle.check_voice.remote(check))
 
     async def end_session(self, ref: SessionRef) -> None:
-        await _result(self._handle.end_session.remote(ref))
+        await _detached(lambda: _result(self._handle.end_session.remote(ref)))
 
     def replica_stats(self) -> dict[str, Mapping[str, Any]]:
         return replica_stats(self._handle.app_name, self._handle.deployment_name)
@@ -169,10 +188,10 @@ class RayKeeper:
         return granted
 
     async def release(self, holder: str, lease: str) -> None:
-        await _result(self._handle.release.remote(holder, lease))
+        await _detached(lambda: _result(self._handle.release.remote(holder, lease)))
 
     async def renew(self, holder: str, leases: tuple[str, ...]) -> None:
-        await _result(self._handle.renew.remote(holder, leases))
+        await _detached(lambda: _result(self._handle.renew.remote(holder, leases)))
 
 
 class Frontend:
