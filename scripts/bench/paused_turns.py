@@ -101,14 +101,16 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--pause-ms", type=float, default=600.0)
     p.add_argument("--whole", action="store_true", help="write the sentences without the pause")
-    p.add_argument("--sentences", type=int, default=10)
+    p.add_argument("--sentences", type=int, default=10, help="sentences per voice")
+    p.add_argument("--pool", type=int, default=12,
+                   help="draw them from the first N of SENTENCES (12: the live benches' set; 36: all)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     pause = np.zeros(int(args.pause_ms / 1000 * RATE), dtype=np.int16)
     for v, (model, voice) in enumerate(VOICES):
         # Each voice takes its own run of sentences, so the set holds different words.
         for k in range(args.sentences):
-            n = (k + 3 * v) % len(SENTENCES)
+            n = (k + 3 * v) % min(args.pool, len(SENTENCES))
             before, after = SENTENCES[n].split("|")
             text = f"{before.strip()} {after.strip()}"
             audio, words = speak(args.base_url, model, voice, text)
