@@ -100,7 +100,7 @@ EAGERNESS_FIRST_MS = {"low": 1000.0, "medium": 700.0, "high": 250.0, "auto": 700
 """semantic_vad: the shortest silence after which the end-of-turn model may end a turn.
 Speakers pause mid-thought, and often after words that already make a sentence ("Please
 send the report | to my manager"): on 185 sentences with a 600 ms pause put in mid-thought,
-in four voices, the model and the transcript together took about a quarter of those
+in four voices, the model and the transcript together took a fifth to a quarter of those
 pauses for an end at any silence under 600 ms, and the voices' own phrase pauses inside
 whole sentences ran to 384 ms. So `medium` (and `auto`) waits out 700 ms, `low` a second,
 and `high` ends turns at 250 ms and cuts thoughts at their pauses (the measured figures:
