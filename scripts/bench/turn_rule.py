@@ -152,7 +152,7 @@ def main() -> None:
 
     tries: list[tuple[str, tuple[float, ...]]] = [(e, rt._probes(e)) for e in ("high", "auto", "low")]
     for first in filter(None, args.first.split(",")):
-        tries.append((f"first {first} ms", tuple(t for t in rt.PROBES_MS if t >= float(first))))
+        tries.append((f"first {first} ms", (float(first), *(t for t in rt.PROBES_MS if t > float(first)))))
     for kind in ("whole", "paused"):
         subset = [r for r in rows if r["clip"].startswith(kind)]
         if not subset:

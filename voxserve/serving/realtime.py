@@ -105,7 +105,7 @@ pauses for an end at any silence under 600 ms, and the voices' own phrase pauses
 whole sentences ran to 384 ms. So `medium` (and `auto`) waits out 700 ms, `low` a second,
 and `high` ends turns at 250 ms and cuts thoughts at their pauses (the measured figures:
 docs/REALTIME.md, `scripts/bench/turn_rule.py`)."""
-PROBES_MS = (96.0, 250.0, 400.0, 550.0, 700.0, 1000.0, 1500.0, 2000.0, 3000.0)
+PROBES_MS = (250.0, 400.0, 550.0, 700.0, 1000.0, 1500.0, 2000.0, 3000.0)
 """semantic_vad: silences at which the end-of-turn model is asked again whether the thought
 is complete (from the eagerness's first one on): its answer firms up as the silence grows."""
 DOUBT_AFTER_MS = 1000.0
