@@ -70,28 +70,27 @@ def close_at_last_audio_done(url: str) -> None:
     ws.close()
 
 
-def close_mid_reply(url: str) -> None:
+def mid_reply(url: str) -> ClientConnection:
+    """A session 0.4 s into speaking LONG (its first audio already come)."""
     ws, started = opened(url)
     send(ws, type="input.text", text=LONG)
     first_audio(ws, started)
     time.sleep(0.4)
-    ws.close()
+    return ws
+
+
+def close_mid_reply(url: str) -> None:
+    mid_reply(url).close()
 
 
 def cancel_then_close(url: str) -> None:
-    ws, started = opened(url)
-    send(ws, type="input.text", text=LONG)
-    first_audio(ws, started)
-    time.sleep(0.4)
+    ws = mid_reply(url)
     send(ws, type="input.cancel")
     ws.close()
 
 
 def cancel_reply_close(url: str) -> None:
-    ws, started = opened(url)
-    send(ws, type="input.text", text=LONG)
-    first_audio(ws, started)
-    time.sleep(0.4)
+    ws = mid_reply(url)
     send(ws, type="input.cancel")
     until(ws, "audio.cancelled")
     send(ws, type="input.text", text=SHORT)
