@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import numpy as np
@@ -217,6 +217,46 @@ def test_the_calls_that_clean_up_after_a_client_are_not_made_under_its_request()
         return await request_id(), await _detached(request_id)
 
     assert asyncio.run(main()) == ("ws-request", "")
+
+
+def test_a_reply_given_up_as_it_opened_still_stops_its_replica() -> None:
+    """A barge-in can land while a segment opens: the session closes the reply without
+    ever reading it. The replica's work is cancelled all the same, once, and a reply
+    read to its end is not cancelled. Serve's response generator is faked here, at the
+    process boundary: when a cancel lands is a race the live tests cannot aim at."""
+    from voxserve.ray.frontend import _Relay
+    from voxserve.serving.jobs import Opened
+    from voxserve.serving.metrics import Metrics
+    from voxserve.serving.remote import RemoteStream, _RemoteSpeech
+
+    class Generator:  # the two methods of Serve's DeploymentResponseGenerator the relay uses
+        def __init__(self, items: list[int]) -> None:
+            self.items, self.cancels = items, 0
+
+        async def __anext__(self) -> int:
+            if not self.items:
+                raise StopAsyncIteration
+            return self.items.pop(0)
+
+        def cancel(self) -> None:
+            self.cancels += 1
+
+    async def main() -> tuple[int, int, int]:
+        unread, whole, part = Generator([1]), Generator([1, 2]), Generator([1, 2])
+        relay = _Relay(cast(Any, unread))
+        speech = _RemoteSpeech(RemoteStream("TTS#a", Opened(), relay, relay.cancel), Metrics(None), 0.0)
+        speech.close(False)  # stopped as it opened: `chunks()` never ran
+        speech.close(False)
+        relay = _Relay(cast(Any, whole))
+        assert [item async for item in relay] == [1, 2]
+        await relay.aclose()
+        relay.cancel()
+        relay = _Relay(cast(Any, part))
+        assert await anext(relay) == 1
+        await relay.aclose()  # the client left mid-reply
+        return unread.cancels, whole.cancels, part.cancels
+
+    assert asyncio.run(main()) == (1, 0, 1)
 
 
 def test_realtime_session_through_ray_with_the_openai_sdk(deployment: RayDeployment) -> None:

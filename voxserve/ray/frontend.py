@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ray.exceptions import RayActorError, RayTaskError
@@ -109,20 +109,44 @@ async def _open(generator: DeploymentResponse[Any] | DeploymentResponseGenerator
             raise as_vox_error(exc) from exc
         raise
     assert isinstance(opened, Opened)
-    return RemoteStream(str(replica), opened, _relay(generator))
+    relay = _Relay(generator)
+    return RemoteStream(str(replica), opened, relay, relay.cancel)
 
 
-async def _relay(generator: DeploymentResponseGenerator[Any]) -> AsyncIterator[Any]:
-    finished = False
-    try:
-        async for data in generator:
-            yield data
-        finished = True
-    except Exception as exc:
-        raise as_vox_error(exc) from exc
-    finally:
-        if not finished:
-            generator.cancel()  # the client left, or the front end failed: stop the replica
+class _Relay:
+    """A streamed reply's items after its replica's name and `Opened`, with errors as
+    `VoxError`s. Unless the reply was read to its end, the replica's work is cancelled
+    when reading fails or is cancelled, and at `aclose` or `cancel` (the client left, or
+    gave the reply up), read or not: a plain async generator that never started would
+    run no cleanup when closed, and the replica would render the whole reply for
+    nobody."""
+
+    def __init__(self, generator: DeploymentResponseGenerator[Any]):
+        self._generator = generator
+        self._open = True
+
+    def __aiter__(self) -> _Relay:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._generator.__anext__()
+        except StopAsyncIteration:
+            self._open = False
+            raise
+        except BaseException as exc:
+            self.cancel()
+            if isinstance(exc, Exception):
+                raise as_vox_error(exc) from exc
+            raise
+
+    def cancel(self) -> None:
+        if self._open:
+            self._open = False
+            self._generator.cancel()
+
+    async def aclose(self) -> None:
+        self.cancel()
 
 
 class RayTTS:

@@ -111,6 +111,11 @@ class RemoteStream:
     items: AsyncIterator[Any]
     """The serving layer's items (`AudioChunk`s, or text deltas). Raises a `VoxError` if
     the replica fails; closing it cancels the replica's work."""
+    cancel: Callable[[], None] = field(default=lambda: None)
+    """Cancels the replica's work now unless its reply was read to the end, whether or
+    not `items` was ever read: a reply given up as it opened (a barge-in landing then)
+    is never iterated, and closing an async generator that never started runs none of
+    its cleanup."""
 
 
 class TTSBackend(Protocol):
@@ -445,6 +450,7 @@ class _RemoteSpeech:
         self.characters = stream.opened.characters
         self.sample_rate = stream.opened.sample_rate
         self._items = stream.items
+        self._cancel = stream.cancel
         self._metrics = metrics
         self._started = started
 
@@ -460,7 +466,10 @@ class _RemoteSpeech:
             await _aclose(self._items)
 
     def close(self, completed: bool = False) -> None:
-        """Nothing to do: closing `chunks()` cancels the replica's work."""
+        """Cancel the replica's work unless the reply was read to its end. Closing
+        `chunks()` already does, but a stream stopped as it opened is closed without
+        `chunks()` ever running."""
+        self._cancel()
 
 
 class _RemoteTranscription:
