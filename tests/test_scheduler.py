@@ -870,3 +870,51 @@ def test_a_batched_step_plans_a_first_chunk_of_a_burst_by_the_streams_still_wait
         assert isinstance(w, AcousticWork)
         plain.complete_acoustic(w, latent(300))
     assert [(w.start, w.end) for w in plain.next_step(0.0) if isinstance(w, VocoderWork)] == [(0, 16)] * 3
+
+
+@dataclass
+class _Queued:
+    """What a queue reads of a stream: its version, and the slots `_Queues.push` sets."""
+
+    version: int = 0
+    queued_vocoder: object = None
+    queued_acoustic: object = None
+
+
+@pytest.mark.parametrize("n", [3, 20, 60])
+def test_a_queue_takes_in_the_rankings_order_whether_it_pops_or_sorts(n: int) -> None:
+    """A step that takes most of a queue sorts its entries instead of popping them; both
+    ways give urgent live units first, then new streams' by arrival, then the other live
+    units by deadline, ties going to the older stream, and stale entries never."""
+    import random
+
+    from voxserve.engine.scheduler import _Queues
+
+    rng = random.Random(n)
+    now, slack = 10.0, 0.5
+    entries = []
+    for sid in rng.sample(range(1000), 80):
+        # Deadlines on a coarse grid, so that many tie; a fifth of the entries go stale.
+        entries.append((now + rng.randint(-4, 12) * 0.25, sid, False, 0, _Queued()))
+    queues = [_Queues(("piper", 48)), _Queues(("piper", 48))]
+    for q in queues:
+        for entry in entries:
+            q.push(q.new if entry[1] % 3 == 0 else q.live, entry)  # type: ignore[arg-type]
+    for entry in entries:
+        if rng.random() < 0.2:
+            entry[4].version += 1
+            for q in queues:
+                q.size -= 1
+    streams = [(entry[1], entry[4]) for entry in entries]
+    live = sorted(e for e in queues[0].live if e[3] == e[4].version)
+    new = sorted(e for e in queues[0].new if e[3] == e[4].version)
+    urgent = [e for e in live if e[0] - now <= slack]
+    expected = [e[1] for e in (urgent + new + live[len(urgent):])][:n]
+    by_id = {id(stream): sid for sid, stream in streams}
+    popped, sorted_ = queues
+    assert 2 * n < len(popped.live) + len(popped.new) or n == 60
+    assert [by_id[id(s)] for s in popped.take(n, now, slack)] == expected
+    assert [by_id[id(s)] for s in sorted_._take_sorted(n, now, slack)] == expected
+    for q in queues:  # what is left is still a heap of the entries not taken
+        for heap in (q.live, q.new):
+            assert all(heap[(i - 1) // 2] <= heap[i] for i in range(1, len(heap)))

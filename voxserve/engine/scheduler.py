@@ -49,7 +49,6 @@ only profiles and frame counts.
 from __future__ import annotations
 
 import heapq
-import operator
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -109,6 +108,15 @@ NEW_WAIT_S = 0.05
 """On a batched device, how long the best new stream's unit may wait while steps go to
 a fuller kind (`Scheduler.next_step`): about two full steps of a GPU, so that a new
 stream's first audio waits a few tens of ms for steps that fill, and no longer."""
+FURTHER_LOOKS_PER_SLOT = 2
+"""On a batched device, how many of the step's streams may have their next window
+planned, per slot left in the step, in looking for further chunks of its kind
+(`Scheduler._claim_chunks`). Most streams' next window is of another kind, and each
+look costs a window's planning under the engine lock: at 1,000 streams, steps a few
+units short of full looked at a hundred streams to fill a handful of slots, the slowest
+steps of all (`scripts/bench/scheduler_step.py`). Two looks a slot keep 81.2 units a
+decoder step there, against 81.3 with no bound: a stream passed over runs its next
+chunk in a later step."""
 
 
 class Rank(IntEnum):
@@ -238,6 +246,9 @@ class _Stream:
     (`Scheduler._queues`) of an older version are stale."""
     window: tuple[int, int, int, int, int] | None = None
     """Its next chunk's window (`Scheduler._window`), kept until its state changes."""
+    window_latent: _Latent | None = None
+    """The open latent that `window` is cut from (meaningful only while `window` is set):
+    a step's claim then reads it instead of searching the stream's latents again."""
     windows: BatchedWindows | None = None
     """Its profile's window tables, on a batched device (`Scheduler._window`)."""
     queued_vocoder: _Queues | None = None
@@ -271,10 +282,6 @@ _Entry = tuple[float, int, bool, int, _Stream]
 stage A, the stream's version when queued, and the stream."""
 
 
-_deadline = operator.itemgetter(0)
-_stream_id = operator.itemgetter(1)
-
-
 @dataclass(slots=True, eq=False)
 class _Queues:
     """A batched device's claimable units of one kind, as two heaps: live streams' by
@@ -299,15 +306,17 @@ class _Queues:
     def take(self, n: int, now: float, slack: float) -> list[_Stream]:
         """Up to n streams, best first, in the ranking's order: urgent live units, then
         new streams', then the other live units. Stale entries met on the way are
-        dropped. (The count and the streams' `queued_*` are settled once at the end: a
-        step takes up to a hundred.)
+        dropped. The count is settled once at the end, and the caller clears the taken
+        streams' `queued_acoustic` or `queued_vocoder` as it claims their units: a step
+        takes up to a hundred, and the claim touches each stream anyway.
 
         A step that takes half the entries or more, as a full queue's step does, sorts
-        them instead of popping them one by one: two sorts on one key each (the stream
-        id, then, stably, the deadline) give the heap's order, since one queue holds one
-        entry per stream, and run on Python's specialized int and float comparisons, a
-        few times cheaper than a pop's tuple comparisons. What is left stays sorted,
-        and so a heap."""
+        them instead of popping them one by one. The current entries sort as the heap
+        orders them, by deadline then stream id (one queue holds one current entry per
+        stream, so no comparison reaches the stream), and a sort of tuples whose first
+        items are all floats compares those floats directly, looking further only on a
+        tie: a few times cheaper than a pop's tuple comparisons. What is left stays
+        sorted, and so a heap."""
         live, new = self.live, self.new
         if 2 * n >= len(live) + len(new):
             out = self._take_sorted(n, now, slack)
@@ -332,21 +341,14 @@ class _Queues:
                 if top[3] == top[4].version:
                     append(top[4])
         self.size -= len(out)
-        if self.kind[1] == -1:
-            for stream in out:
-                stream.queued_acoustic = None
-        else:
-            for stream in out:
-                stream.queued_vocoder = None
         return out
 
     def _take_sorted(self, n: int, now: float, slack: float) -> list[_Stream]:
         """`take` by sorting both heaps' current entries (see `take`)."""
         live = [entry for entry in self.live if entry[3] == entry[4].version]
         new = [entry for entry in self.new if entry[3] == entry[4].version]
-        for entries in (live, new):
-            entries.sort(key=_stream_id)
-            entries.sort(key=_deadline)
+        live.sort()
+        new.sort()
         urgent = 0
         while urgent < len(live) and urgent < n and live[urgent][0] - now <= slack:
             urgent += 1
@@ -662,6 +664,7 @@ class Scheduler:
             latent = stream.open_latent()
             assert latent is not None
             stream.window = self._window(stream, latent)
+            stream.window_latent = latent
         return stream.window
 
     def _decode_time(self, stream: _Stream) -> float:
@@ -813,6 +816,7 @@ class Scheduler:
             # leaves the queues as they are (`_claimed`).
             step = []
             for stream in units:
+                stream.queued_acoustic = None  # its entry left the queue (`_Queues.take`)
                 stream.acoustic_busy = True
                 index = stream.next_segment
                 step.append(AcousticWork(stream.id, index, stream.segments[index], stream.profile.name))
@@ -826,15 +830,17 @@ class Scheduler:
         """A batched step's chunks, of window kind `size` (`_kind`): the next chunk of each
         of `units`, then, while the step has fewer than `free`, a further chunk of those
         streams that may run one (`_vocoder_candidate(stream, True, now)`) and whose next
-        window is of the same kind. (The checks and the open latent's lookup are inline:
-        a step checks up to `batch` streams.)"""
+        window is of the same kind, planning at most `FURTHER_LOOKS_PER_SLOT` windows per
+        free slot. (The checks and the open latent's lookup are inline: a step checks up
+        to `batch` streams.)"""
         step: list[Work] = []
         self._claim_vocoders_stepped(units, step)
         credits, spare, slack = self.credits, self.budget.spare_chunks, self.urgent_slack
         room = free - len(step)
+        looks = FURTHER_LOOKS_PER_SLOT * room
         further: list[_Stream] = []
         for stream in units:
-            if len(further) >= room:
+            if len(further) >= room or looks <= 0:
                 break
             first_packet_at = stream.first_packet_at
             if stream.untaken >= credits or not 0 < stream.in_flight < spare or first_packet_at is None:
@@ -849,7 +855,9 @@ class Scheduler:
             # The units share the step's model, so the kind is the window's bucket.
             window = stream.window
             if window is None:
+                looks -= 1
                 window = stream.window = self._window(stream, latent)
+                stream.window_latent = latent
             if (window[4] or window[1] - window[0]) == size:
                 further.append(stream)
         self._claim_vocoders_stepped(further, step)
@@ -922,13 +930,18 @@ class Scheduler:
         makes up to `batch` of these under the engine lock, in this one loop."""
         append = step.append
         for stream in streams:
-            for latent in stream.latents:  # `_Stream.open_latent`
-                if latent.claims == 0 or latent.claimed < latent.latent.frames:
-                    break
-            else:
-                raise AssertionError("a claimed chunk has an open latent")
-            seq = stream.claimed
+            stream.queued_vocoder = None  # its entry left the queue (`_Queues.take`)
             window = stream.window
+            if window is not None:
+                latent = stream.window_latent
+            else:
+                for latent in stream.latents:  # `_Stream.open_latent`
+                    if latent.claims == 0 or latent.claimed < latent.latent.frames:
+                        break
+                else:
+                    raise AssertionError("a claimed chunk has an open latent")
+            assert latent is not None
+            seq = stream.claimed
             if seq == 0:
                 # The kept window was planned with the defaults (not alone, no skip); a
                 # batched step never claims a first chunk alone, and a burst may skip.
