@@ -882,39 +882,36 @@ class _Queued:
 
 
 @pytest.mark.parametrize("n", [3, 20, 60])
-def test_a_queue_takes_in_the_rankings_order_whether_it_pops_or_sorts(n: int) -> None:
-    """A step that takes most of a queue sorts its entries instead of popping them; both
-    ways give urgent live units first, then new streams' by arrival, then the other live
-    units by deadline, ties going to the older stream, and stale entries never."""
+def test_a_queue_takes_in_the_rankings_order(n: int) -> None:
+    """A step's take gives urgent live units first, then new streams' by arrival, then
+    the other live units by deadline, ties going to the older stream, and stale entries
+    never; a second take goes on where the first stopped."""
     import random
 
     from voxserve.engine.scheduler import _Queues
 
     rng = random.Random(n)
     now, slack = 10.0, 0.5
+    q = _Queues(("piper", 48))
     entries = []
     for sid in rng.sample(range(1000), 80):
         # Deadlines on a coarse grid, so that many tie; a fifth of the entries go stale.
-        entries.append((now + rng.randint(-4, 12) * 0.25, sid, False, 0, _Queued()))
-    queues = [_Queues(("piper", 48)), _Queues(("piper", 48))]
-    for q in queues:
-        for entry in entries:
-            q.push(q.new if entry[1] % 3 == 0 else q.live, entry)  # type: ignore[arg-type]
+        entry = (now + rng.randint(-4, 12) * 0.25, sid, False, 0, _Queued())
+        entries.append(entry)
+        q.push(q.new if sid % 3 == 0 else q.live, entry)  # type: ignore[arg-type]
     for entry in entries:
         if rng.random() < 0.2:
             entry[4].version += 1
-            for q in queues:
-                q.size -= 1
-    streams = [(entry[1], entry[4]) for entry in entries]
-    live = sorted(e for e in queues[0].live if e[3] == e[4].version)
-    new = sorted(e for e in queues[0].new if e[3] == e[4].version)
+            q.size -= 1
+    current = [e for e in entries if e[3] == e[4].version]
+    live = sorted(e for e in current if e[1] % 3)
+    new = sorted(e for e in current if e[1] % 3 == 0)
     urgent = [e for e in live if e[0] - now <= slack]
-    expected = [e[1] for e in (urgent + new + live[len(urgent):])][:n]
-    by_id = {id(stream): sid for sid, stream in streams}
-    popped, sorted_ = queues
-    assert 2 * n < len(popped.live) + len(popped.new) or n == 60
-    assert [by_id[id(s)] for s in popped.take(n, now, slack)] == expected
-    assert [by_id[id(s)] for s in sorted_._take_sorted(n, now, slack)] == expected
-    for q in queues:  # what is left is still a heap of the entries not taken
-        for heap in (q.live, q.new):
-            assert all(heap[(i - 1) // 2] <= heap[i] for i in range(1, len(heap)))
+    ranked = [e[1] for e in urgent + new + live[len(urgent) :]]
+    by_id = {id(e[4]): e[1] for e in entries}
+    first = [by_id[id(s)] for s in q.take(n, now, slack)]
+    second = [by_id[id(s)] for s in q.take(n, now, slack)]
+    assert first == ranked[:n] and second == ranked[n : 2 * n]
+    assert q.size == len(current) - len(first) - len(second)
+    for kept in (q.live, q.new):  # still sorted, and nothing taken is left
+        assert kept == sorted(kept) and not {e[1] for e in kept} & set(first + second)

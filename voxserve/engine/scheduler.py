@@ -48,7 +48,7 @@ only profiles and frame counts.
 
 from __future__ import annotations
 
-import heapq
+import bisect
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -284,9 +284,17 @@ stage A, the stream's version when queued, and the stream."""
 
 @dataclass(slots=True, eq=False)
 class _Queues:
-    """A batched device's claimable units of one kind, as two heaps: live streams' by
-    deadline, and new streams' by arrival. An entry is stale once its stream's version
-    moved on; stale entries are dropped as they reach the top."""
+    """A batched device's claimable units of one kind, as two lists kept sorted: live
+    streams' by deadline, and new streams' by arrival, each then by stream id. An entry
+    is stale once its stream's version moved on; stale entries are skipped, and dropped
+    once a take or a look at the front has passed them (`Scheduler._compact` drops the
+    rest).
+
+    Sorted lists, not heaps: a step takes up to a hundred units from the front of a
+    queue of a few hundred, and the front of a sorted list is read in order, where a heap
+    must be popped entry by entry (each pop a few tuple comparisons) or sorted whole. An
+    insertion costs a binary search and a move of the pointers after it, and most land
+    near the end (a later deadline, a newer arrival)."""
 
     kind: tuple[str, int]
     """Its units' kind (`Scheduler._kind`; stage A: the model and -1)."""
@@ -295,8 +303,11 @@ class _Queues:
     size: int = 0
     """Entries that are not stale: the units of this kind that may be claimed now."""
 
-    def push(self, heap: list[_Entry], entry: _Entry) -> None:
-        heapq.heappush(heap, entry)
+    def push(self, queue: list[_Entry], entry: _Entry) -> None:
+        """Queue `entry` in `live` or `new`. Entries compare by deadline, then stream id
+        (a queue holds one current entry per stream; a stale one of the same stream has
+        an older version), so no comparison reaches the stream."""
+        bisect.insort(queue, entry)
         self.size += 1
         if self.kind[1] == -1:
             entry[4].queued_acoustic = self
@@ -305,71 +316,50 @@ class _Queues:
 
     def take(self, n: int, now: float, slack: float) -> list[_Stream]:
         """Up to n streams, best first, in the ranking's order: urgent live units, then
-        new streams', then the other live units. Stale entries met on the way are
-        dropped. The count is settled once at the end, and the caller clears the taken
-        streams' `queued_acoustic` or `queued_vocoder` as it claims their units: a step
-        takes up to a hundred, and the claim touches each stream anyway.
-
-        A step that takes half the entries or more, as a full queue's step does, sorts
-        them instead of popping them one by one. The current entries sort as the heap
-        orders them, by deadline then stream id (one queue holds one current entry per
-        stream, so no comparison reaches the stream), and a sort of tuples whose first
-        items are all floats compares those floats directly, looking further only on a
-        tie: a few times cheaper than a pop's tuple comparisons. What is left stays
-        sorted, and so a heap."""
+        new streams', then the other live units. The entries taken and the stale ones
+        passed on the way leave the queue. The caller clears the taken streams'
+        `queued_acoustic` or `queued_vocoder` as it claims their units: a step takes up
+        to a hundred, and the claim touches each stream anyway."""
+        out: list[_Stream] = []
+        append = out.append
         live, new = self.live, self.new
-        if 2 * n >= len(live) + len(new):
-            out = self._take_sorted(n, now, slack)
-        else:
-            out = []
-            append = out.append
-            pop = heapq.heappop
-            while live and len(out) < n:
-                top = live[0]
-                if top[3] != top[4].version:
-                    pop(live)
-                elif top[0] - now <= slack:
-                    append(pop(live)[4])
-                else:
+        i = j = 0
+        while i < len(live) and len(out) < n:  # urgent live units
+            entry = live[i]
+            if entry[3] == entry[4].version:
+                if entry[0] - now > slack:
                     break
-            while new and len(out) < n:
-                top = pop(new)
-                if top[3] == top[4].version:
-                    append(top[4])
-            while live and len(out) < n:
-                top = pop(live)
-                if top[3] == top[4].version:
-                    append(top[4])
+                append(entry[4])
+            i += 1
+        while j < len(new) and len(out) < n:
+            entry = new[j]
+            if entry[3] == entry[4].version:
+                append(entry[4])
+            j += 1
+        while i < len(live) and len(out) < n:  # the other live units
+            entry = live[i]
+            if entry[3] == entry[4].version:
+                append(entry[4])
+            i += 1
+        del live[:i]
+        del new[:j]
         self.size -= len(out)
         return out
 
-    def _take_sorted(self, n: int, now: float, slack: float) -> list[_Stream]:
-        """`take` by sorting both heaps' current entries (see `take`)."""
-        live = [entry for entry in self.live if entry[3] == entry[4].version]
-        new = [entry for entry in self.new if entry[3] == entry[4].version]
-        live.sort()
-        new.sort()
-        urgent = 0
-        while urgent < len(live) and urgent < n and live[urgent][0] - now <= slack:
-            urgent += 1
-        fresh = min(n - urgent, len(new))
-        ahead = min(n - urgent - fresh, len(live) - urgent)
-        out = [entry[4] for entry in live[:urgent]]
-        out += [entry[4] for entry in new[:fresh]]
-        out += [entry[4] for entry in live[urgent : urgent + ahead]]
-        del live[: urgent + ahead]
-        del new[:fresh]
-        self.live, self.new = live, new
-        return out
-
     def head(self) -> tuple[_Entry | None, _Entry | None]:
-        """The best live and the best new entry that are not stale (stale ones above them
-        are dropped)."""
+        """The best live and the best new entry that are not stale (stale ones before
+        them are dropped)."""
         live, new = self.live, self.new
-        while live and live[0][3] != live[0][4].version:
-            heapq.heappop(live)
-        while new and new[0][3] != new[0][4].version:
-            heapq.heappop(new)
+        i = 0
+        while i < len(live) and live[i][3] != live[i][4].version:
+            i += 1
+        if i:
+            del live[:i]
+        j = 0
+        while j < len(new) and new[j][3] != new[j][4].version:
+            j += 1
+        if j:
+            del new[:j]
         return (live[0] if live else None), (new[0] if new else None)
 
 
@@ -600,8 +590,6 @@ class Scheduler:
         for kind, queues in list(self._queues.items()):
             queues.live = [e for e in queues.live if e[3] == e[4].version]
             queues.new = [e for e in queues.new if e[3] == e[4].version]
-            heapq.heapify(queues.live)
-            heapq.heapify(queues.new)
             self._entries += len(queues.live) + len(queues.new)
             if not (queues.live or queues.new):
                 del self._queues[kind]
