@@ -915,3 +915,26 @@ def test_a_queue_takes_in_the_rankings_order(n: int) -> None:
     assert q.size == len(current) - len(first) - len(second)
     for kept in (q.live, q.new):  # still sorted, and nothing taken is left
         assert kept == sorted(kept) and not {e[1] for e in kept} & set(first + second)
+
+
+def test_a_step_looks_for_further_chunks_a_bounded_number_of_times() -> None:
+    """A step with room left plans at most `FURTHER_LOOKS_PER_SLOT` next windows per free
+    slot in looking for further chunks of its kind, however many streams it holds: each
+    look is a window's planning under the engine lock, and most are of another kind."""
+    from voxserve.engine.scheduler import FURTHER_LOOKS_PER_SLOT
+
+    s = Scheduler(credits=100, budget=Budget.batched(14))
+    for sid in range(12):
+        s.add(sid, [seg()], 0.0, PIPER)
+    for w in s.next_step(0.0):
+        assert isinstance(w, AcousticWork)
+        s.complete_acoustic(w, latent(1000))
+    for w in s.next_step(0.0):
+        assert isinstance(w, VocoderWork) and w.seq == 0
+        s.complete_vocoder(w, (w.end - w.start) * HOP, 0.0)
+    step = s.next_step(0.0)  # the 12 second chunks, 2 slots to spare
+    assert [w.seq for w in step if isinstance(w, VocoderWork)] == [1] * 12
+    planned = [stream for stream in s._streams.values() if stream.window is not None]
+    # Every third chunk is of another size than the step's, so none is claimed, and
+    # only the first looks were made.
+    assert s.spread["chunks"] == 0 and len(planned) == FURTHER_LOOKS_PER_SLOT * 2 < 12
