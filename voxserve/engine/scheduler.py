@@ -133,6 +133,11 @@ class Rank(IntEnum):
     streams run ahead of their players until their credits are spent."""
 
 
+_URGENT, _NEW, _AHEAD = Rank.URGENT, Rank.NEW, Rank.AHEAD
+"""The ranks as plain names for a batched step's look at every queue: reading a member
+off an enum class goes through its metaclass, ~70 ns a time on CPython 3.11."""
+
+
 @dataclass(frozen=True)
 class Budget:
     """A device's capacity, in units of work in flight, and how its spare is spent.
@@ -783,19 +788,19 @@ class Scheduler:
         for queues in self._queues.values():
             live, new = queues.head()
             if live is not None:
-                key = (Rank.URGENT if live[0] - now <= slack else Rank.AHEAD, live[0], live[1], live[2])
+                key = (_URGENT if live[0] - now <= slack else _AHEAD, live[0], live[1], live[2])
                 if head is None or key < head:
                     head, chosen = key, queues
             if new is not None:
-                key = (Rank.NEW, new[0], new[1], new[2])
+                key = (_NEW, new[0], new[1], new[2])
                 if head is None or key < head:
                     head, chosen = key, queues
             if fullest is None or queues.size > fullest.size:
                 fullest = queues
         if head is None or chosen is None or fullest is None:
             return []
-        waited = head[0] == Rank.NEW and now - head[1] >= NEW_WAIT_S
-        if head[0] != Rank.URGENT and not waited and fullest.size > chosen.size:
+        waited = head[0] == _NEW and now - head[1] >= NEW_WAIT_S
+        if head[0] != _URGENT and not waited and fullest.size > chosen.size:
             chosen = fullest  # nothing is urgent: the kind with the most units waiting
         units = chosen.take(free, now, slack)
         step: list[Work]
