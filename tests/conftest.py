@@ -201,6 +201,8 @@ API_KEY = "vx-test-shared-5e2b"
 _KEYED = _Shared(
     "keyed_server",
     lambda: run_server(replace(ServerConfig(asr=ASRConfig(enabled=False)), api_key=API_KEY, metrics_require_key=True)),
+    # tests/test_auth.py stands before tests/test_overload.py, the others after it.
+    adjacent=True,
 )
 _TIGHT = _Shared(
     "tight_server",
@@ -267,7 +269,7 @@ def pytest_sessionfinish() -> None:
 @pytest.fixture()
 def keyed_server() -> RunningServer:
     """A server that asks for API_KEY everywhere, /metrics included, and runs no ASR.
-    Shared by tests/test_playground.py and tests/test_ws.py."""
+    Shared by tests/test_auth.py, tests/test_playground.py and tests/test_ws.py."""
     return _KEYED.get()
 
 
