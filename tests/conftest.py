@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
+import numpy as np
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -309,6 +310,16 @@ def whisper_base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def base_url(server: RunningServer) -> str:
     return server.base_url
+
+
+@pytest.fixture(scope="session")
+def long_speech(base_url: str) -> list[np.ndarray]:
+    """The bench's twenty long sentences (`voxserve.bench.asr_offline.LONG`), spoken once
+    by the session's server at 24 kHz: tests/test_asr_long.py and tests/test_whisper_torch.py
+    transcribe them."""
+    from tests.asr_support import LONG, speak_all
+
+    return speak_all(base_url, LONG)
 
 
 @pytest.fixture()
