@@ -431,14 +431,15 @@ def test_vanished_clients_free_their_replica_work(deployment: RayDeployment) -> 
 def _long_session(deployment: RayDeployment, out: dict[str, Any], started: threading.Event, end: threading.Event) -> None:
     """A speech session that speaks STORY, reading everything; once `end` is set it sends
     one more sentence and closes. The session stays open until then, so the replica that
-    holds it is still needed when the test kills it, however fast the story was spoken."""
-    out.update(events=[], bytes=0, code=None, replica=None)
+    holds it is still needed when the test kills it, however fast the story was spoken.
+    Once `out["drop"]` is set, the client just closes it instead, mid-story."""
+    out.update(events=[], bytes=0, code=None, replica=None, drop=False)
     try:
         with connect(_ws(deployment, "/v1/audio/speech/stream")) as ws:
             _send(ws, type="session.config", split="sentence")
             _send(ws, type="input.text", text=STORY)
             ending = False
-            while True:
+            while not out["drop"]:
                 if end.is_set() and not ending:
                     ending = True
                     _send(ws, type="input.text", text="The end.")
@@ -478,6 +479,11 @@ class _Session:
     def finish(self) -> None:
         self.end.set()
         self.thread.join(120)
+
+    def drop(self) -> None:
+        """Close it at once, without waiting for the rest of the story."""
+        self.out["drop"] = True
+        self.thread.join(30)
 
 
 def _http_stream(deployment: RayDeployment, out: dict[str, Any], ready: threading.Event, go: threading.Event) -> None:
@@ -527,13 +533,13 @@ def test_killing_a_tts_replica_fails_only_its_streams_and_sessions(deployment: R
     sessions: dict[str, _Session] = {}
     try:
         # Replicas within a tenth of their capacity rank as equal, so sessions may go to
-        # one replica: one that lands where a session already is ends at once, and
-        # another starts, until each replica holds one. The sessions read all they are
-        # sent; the HTTP streams started after them read nothing more until the kill.
+        # one replica: one that lands where a session already is is dropped, and another
+        # starts, until each replica holds one. The sessions read all they are sent; the
+        # HTTP streams started after them read nothing more until the kill.
         for _ in range(10):
             session = start()
             if session.replica in sessions:
-                session.finish()
+                session.drop()
                 continue
             sessions[session.replica] = session
             if len(sessions) == 2:
