@@ -19,8 +19,8 @@ from voxserve.bench.metrics import normalize_text as normalize
 from voxserve.bench.metrics import word_errors
 
 __all__ = [
-    "LONG", "RATE", "SHORT", "join_whisper_base", "normalize", "sdk_live_turn", "speak", "speak_pcm", "wav_bytes",
-    "wer", "with_gaps",
+    "LONG", "RATE", "SHORT", "join_whisper_base", "normalize", "sdk_live_turn", "speak", "speak_all", "speak_pcm",
+    "wav_bytes", "wer", "with_gaps",
 ]
 
 WHISPER_BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
@@ -68,6 +68,26 @@ def speak(client: httpx.Client, text: str, fmt: str = "wav", rate: int = RATE) -
 
 def speak_pcm(client: httpx.Client, text: str, rate: int = RATE) -> np.ndarray:
     return np.frombuffer(speak(client, text, "pcm", rate), dtype=np.int16)
+
+
+def speak_all(base_url: str, texts: list[str], rate: int = RATE) -> list[np.ndarray]:
+    """Each text spoken by the server at `base_url`, all asked for at once (16-bit PCM)."""
+
+    async def run() -> list[bytes]:
+        async with httpx.AsyncClient(base_url=base_url, timeout=120) as c:
+
+            async def one(text: str) -> bytes:
+                r = await c.post(
+                    "/v1/audio/speech",
+                    json={"model": "tts-1", "input": text, "voice": "alloy", "response_format": "pcm",
+                          "sample_rate": rate},
+                )
+                assert r.status_code == 200, r.text
+                return r.content
+
+            return list(await asyncio.gather(*(one(t) for t in texts)))
+
+    return [np.frombuffer(b, dtype=np.int16) for b in asyncio.run(run())]
 
 
 def wav_bytes(samples: np.ndarray, rate: int = RATE) -> bytes:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
+import numpy as np
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -138,13 +139,18 @@ MakeServer = Callable[[ServerConfig], contextlib.AbstractContextManager[RunningS
 def model_caches() -> None:
     """Every model file a new machine joins, splits or converts on first use, built
     before the first test (tests/model_cache.py), and what each step cost. On an empty
-    cache, as `make test` gives every run, this is about 30 s of a 2-core machine, the
-    prior's fixed-length copies half of it; on a warm one, about a second."""
+    cache, as `make test` gives every run, the steps add up to about 18 s of a 2-core
+    machine, the prior's fixed-length copies half of it, and take about 12 s, Piper's
+    beside the others'; on a warm one, about a second."""
+    started = time.perf_counter()
     _CACHE_COST.update(model_cache.fill())
+    _CACHE_WALL.append(time.perf_counter() - started)
 
 
 _CACHE_COST: dict[str, float] = {}
 """What `model_caches` took per step, reported at the end of the run."""
+_CACHE_WALL: list[float] = []
+"""How long `model_caches` took in all (Piper's steps run beside the others)."""
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -152,7 +158,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("model caches")
         for name, seconds in _CACHE_COST.items():
             terminalreporter.write_line(f"{seconds:6.1f} s  {name}")
-        terminalreporter.write_line(f"{sum(_CACHE_COST.values()):6.1f} s  in all, before the first test")
+        terminalreporter.write_line(
+            f"{sum(_CACHE_WALL):6.1f} s  in all, before the first test (Piper's steps beside the others)"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -201,6 +209,8 @@ API_KEY = "vx-test-shared-5e2b"
 _KEYED = _Shared(
     "keyed_server",
     lambda: run_server(replace(ServerConfig(asr=ASRConfig(enabled=False)), api_key=API_KEY, metrics_require_key=True)),
+    # tests/test_auth.py stands before tests/test_overload.py, the others after it.
+    adjacent=True,
 )
 _TIGHT = _Shared(
     "tight_server",
@@ -267,7 +277,7 @@ def pytest_sessionfinish() -> None:
 @pytest.fixture()
 def keyed_server() -> RunningServer:
     """A server that asks for API_KEY everywhere, /metrics included, and runs no ASR.
-    Shared by tests/test_playground.py and tests/test_ws.py."""
+    Shared by tests/test_auth.py, tests/test_playground.py and tests/test_ws.py."""
     return _KEYED.get()
 
 
@@ -307,6 +317,16 @@ def whisper_base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def base_url(server: RunningServer) -> str:
     return server.base_url
+
+
+@pytest.fixture(scope="session")
+def long_speech(base_url: str) -> list[np.ndarray]:
+    """The bench's twenty long sentences (`voxserve.bench.asr_offline.LONG`), spoken once
+    by the session's server at 24 kHz: tests/test_asr_long.py and tests/test_whisper_torch.py
+    transcribe them."""
+    from tests.asr_support import LONG, speak_all
+
+    return speak_all(base_url, LONG)
 
 
 @pytest.fixture()

@@ -3,7 +3,6 @@ cuts, WER, disconnects that drop queued pieces, and /health under ASR load."""
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 import itertools
 import json
@@ -29,32 +28,14 @@ pytestmark = pytest.mark.timeout(180)
 URL = "/v1/audio/transcriptions"
 
 
-def _synthesize(base_url: str, texts: list[str]) -> list[np.ndarray]:
-    async def run() -> list[bytes]:
-        async with httpx.AsyncClient(base_url=base_url, timeout=120) as c:
-            async def one(text: str) -> bytes:
-                r = await c.post(
-                    "/v1/audio/speech",
-                    json={"model": "tts-1", "input": text, "voice": "alloy", "response_format": "pcm",
-                          "sample_rate": RATE},
-                )
-                assert r.status_code == 200, r.text
-                return r.content
-
-            return list(await asyncio.gather(*(one(t) for t in texts)))
-
-    return [np.frombuffer(b, dtype=np.int16) for b in asyncio.run(run())]
-
-
 SENTENCES = LONG + LONG[:8]
 """Twenty TTS sentences, then the first eight again: about three minutes."""
 
 
 @pytest.fixture(scope="module")
-def long_clip(base_url: str) -> dict[str, Any]:
+def long_clip(long_speech: list[np.ndarray]) -> dict[str, Any]:
     """The sentences with one second of silence between them, as a 24 kHz WAV."""
-    spoken = _synthesize(base_url, LONG)
-    samples, onsets = with_gaps(spoken + spoken[:8], gap_s=1.0)
+    samples, onsets = with_gaps(long_speech + long_speech[:8], gap_s=1.0)
     return {"wav": wav_bytes(samples), "onsets": onsets, "seconds": len(samples) / RATE}
 
 

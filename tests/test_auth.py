@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import MakeServer, RunningServer, run_server
+from tests.conftest import API_KEY, RunningServer, run_server
 from voxserve.api.hosts import split_host
 from voxserve.cli import build_parser, main, server_config
 from voxserve.config import ASRConfig, ServerConfig
@@ -45,14 +45,14 @@ def _bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def _assert_refused(r: httpx.Response) -> None:
+def _assert_refused(r: httpx.Response, key: str = KEY) -> None:
     assert r.status_code == 401, r.text
     assert r.headers["www-authenticate"] == "Bearer"
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["type"] in ("authentication_error", "invalid_request_error")
     assert error["code"] == "invalid_api_key" and error["param"] is None
-    assert KEY not in r.text
+    assert key not in r.text
 
 
 @pytest.mark.parametrize(
@@ -133,13 +133,14 @@ def test_health_and_metrics_stay_open_and_count_refusals(keyed: RunningServer) -
     assert 'status="401"' in metrics.text
 
 
-def test_metrics_require_key_closes_metrics_only(make_server: MakeServer) -> None:
-    with make_server(_config(metrics_require_key=True)) as running:
-        _assert_refused(httpx.get(f"{running.base_url}/metrics"))
-        _assert_refused(httpx.get(f"{running.base_url}/metrics", headers=_bearer("nope")))
-        r = httpx.get(f"{running.base_url}/metrics", headers=_bearer(KEY))
-        assert r.status_code == 200 and "voxserve_http_requests" in r.text
-        assert httpx.get(f"{running.base_url}/health").status_code == 200
+def test_metrics_require_key_closes_metrics_only(keyed_server: RunningServer) -> None:
+    running = keyed_server  # API_KEY, with metrics_require_key
+    assert running.state.config.metrics_require_key
+    _assert_refused(httpx.get(f"{running.base_url}/metrics"), API_KEY)
+    _assert_refused(httpx.get(f"{running.base_url}/metrics", headers=_bearer("nope")), API_KEY)
+    r = httpx.get(f"{running.base_url}/metrics", headers=_bearer(API_KEY))
+    assert r.status_code == 200 and "voxserve_http_requests" in r.text
+    assert httpx.get(f"{running.base_url}/health").status_code == 200
 
 
 def test_the_key_never_reaches_the_logs(

@@ -63,7 +63,8 @@ def hooked_server(**tts: Any) -> Iterator[tuple[HookedVoice, RunningServer]]:
 
 @pytest.fixture(scope="module")
 def faulty() -> Iterator[tuple[HookedVoice, RunningServer]]:
-    with hooked_server() as running:
+    """Two workers, so that one survives the module's last test, which kills the other."""
+    with hooked_server(workers=2) as running:
         yield running
 
 
@@ -108,16 +109,18 @@ def test_failure_mid_stream_sends_an_sse_error_event(hooked: HookedVoice, client
     assert events[-1]["error"]["type"] == "server_error"
 
 
-def test_dead_worker_turns_health_503() -> None:
-    with hooked_server(workers=2) as (model, srv):
-        model.hook = fail_on("acoustic", 1, WorkerCrash)
-        with httpx.Client(base_url=srv.base_url, timeout=5) as c:
-            r = c.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": "Hi."})
-            assert r.status_code == 500  # the stream in hand fails; nothing hangs
-            health = c.get("/health")
-            assert health.status_code == 503
-            assert health.json()["status"] == "unhealthy" and health.json()["dead_workers"]
-            assert "voxserve_healthy 0.0" in c.get("/metrics").text
-            # The surviving worker still serves.
-            model.hook = None
-            assert c.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": "Hi."}).status_code == 200
+def test_dead_worker_turns_health_503(hooked: HookedVoice, faulty: tuple[HookedVoice, RunningServer]) -> None:
+    """The module's last test: the server it leaves has a dead worker."""
+    model, srv = faulty
+    assert srv.state.engine.healthy and len(srv.state.engine.dead_workers) == 0
+    model.hook = fail_on("acoustic", 1, WorkerCrash)
+    with httpx.Client(base_url=srv.base_url, timeout=5) as c:
+        r = c.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": "Hi."})
+        assert r.status_code == 500  # the stream in hand fails; nothing hangs
+        health = c.get("/health")
+        assert health.status_code == 503
+        assert health.json()["status"] == "unhealthy" and health.json()["dead_workers"]
+        assert "voxserve_healthy 0.0" in c.get("/metrics").text
+        # The surviving worker still serves.
+        model.hook = None
+        assert c.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": "Hi."}).status_code == 200

@@ -35,6 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tests.asr_support import SHORT, wer
 from tests.audio_parity import mel_distance_db
 from voxserve.audio.mel import LogMel
+from voxserve.cli import main
 from voxserve.config import TTSConfig
 from voxserve.engine.adapters.kokoro import KokoroItem, KokoroVoice
 from voxserve.engine.asr import fitted_window
@@ -274,11 +275,10 @@ def test_the_weight_files_are_compact_and_hold_the_graphs_weights(torch_model: T
     assert sum(v.dtype in (np.int8, np.uint8) for v in stored.values()) >= 87 + 148 + 12 + 3
 
 
-def test_speak_renders_tts_1_hd_on_torch(tmp_path: Path) -> None:
+def test_speak_renders_tts_1_hd_on_torch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "hello.wav"
-    cli = [sys.executable, "-m", "voxserve.cli", "speak", "--model", "tts-1-hd", "--tts-runtime", "torch", "Hello.", "-o", str(out)]
-    done = subprocess.run(cli, check=True, capture_output=True, text=True)
-    assert "at 24000 Hz" in done.stdout and out.stat().st_size > 24000
+    assert main(["speak", "--model", "tts-1-hd", "--tts-runtime", "torch", "Hello.", "-o", str(out)]) == 0
+    assert "at 24000 Hz" in capsys.readouterr().out and out.stat().st_size > 24000
 
 
 def test_the_onnx_path_does_not_import_torch() -> None:

@@ -16,8 +16,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.conftest import RunningServer, run_server
-from voxserve.config import RealtimeConfig, ServerConfig
+from tests.conftest import RunningServer, wait_for
+from voxserve.config import RealtimeConfig
 from voxserve.engine.admission import TARGET_UTILIZATION
 from voxserve.engine.live import (
     DECODES_PER_TURN,
@@ -216,10 +216,19 @@ def test_a_decode_on_two_threads_costs_both_and_takes_its_wall_time() -> None:
 
 
 # -- through the server -------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def capped() -> Iterator[RunningServer]:
-    with run_server(ServerConfig(realtime=RealtimeConfig(max_sessions=8))) as srv:
-        yield srv
+@pytest.fixture()
+def capped(server: RunningServer) -> Iterator[RunningServer]:
+    """The session's server (the default cap of 8 live sessions), its live policy's meter
+    handed back afterwards as it was, for the tests after this one."""
+    assert server.state.config.realtime.max_sessions == RealtimeConfig().max_sessions == 8
+    policy = server.asr.live_policy
+    meter = policy.meter
+    try:
+        yield server
+    finally:
+        wait_for(lambda: server.asr_side.live.open_sessions == 0, 10)
+        policy.meter = meter
+        policy.reset_damper()
 
 
 def _capacity_gauge(srv: RunningServer) -> float:

@@ -12,12 +12,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import aiohttp
 import httpx
 import pytest
 
 from tests.conftest import RunningServer, run_server, silent_speech_reader, tts_config, wait_for
+from voxserve.config import ASRConfig
 from voxserve.engine.scheduler import CREDITS
 
 LONG = " ".join(
@@ -80,8 +82,10 @@ def test_disconnect_drops_the_stream_within_100ms(server: RunningServer) -> None
 
 @pytest.fixture(scope="module")
 def one_stream() -> Iterator[RunningServer]:
-    """One stream at a time and one place in the queue, for the admission tests."""
-    with run_server(tts_config(max_streams=1, max_queue=1, queue_timeout_s=20.0)) as srv:
+    """One stream at a time and one place in the queue, for the admission tests; no ASR,
+    which they do not use."""
+    config = replace(tts_config(max_streams=1, max_queue=1, queue_timeout_s=20.0), asr=ASRConfig(enabled=False))
+    with run_server(config) as srv:
         yield srv
 
 

@@ -37,9 +37,10 @@ def test_overload_sheds_with_429_and_stays_bounded(tmp_path: Path) -> None:
     with run_server(config, asr_nice=True) as srv:
         # The overload may add at most 1 GiB to what the process held before it.
         rss_limit = _rss_mb() + 1024
+        # 6 s of load: the bench reads /metrics every 5 s, so one RSS sample falls in it.
         run = subprocess.run(
             [sys.executable, "-m", "voxserve.cli", "bench", "overload", "--base-url", srv.base_url,
-             "--duration", "8", "--tts-concurrency", "32", "--asr-concurrency", "8",
+             "--duration", "6", "--tts-concurrency", "32", "--asr-concurrency", "8",
              "--warmup-s", "3", "--window-s", "3", "--rss-limit-mb", f"{rss_limit:.0f}", "--no-progress",
              "-o", str(out)],
             check=False, capture_output=True, text=True, timeout=150,

@@ -5,8 +5,8 @@ session cap). The last test tears the cluster down and checks that no Ray proces
 
 A speech session is pinned to one TTS replica; a live session runs on the ASR replica.
 Killing a replica ends the sessions it held with a `replica_lost` error event and close
-code 1012, and leaves the others alone; a client that vanishes frees its replica's work
-within seconds. `--ws-max-sessions` holds across both front ends, and a front end's
+code 1012, fails its HTTP speech streams, and leaves the others alone; a client that
+vanishes frees its replica's work within seconds. `--ws-max-sessions` holds across both front ends, and a front end's
 `/metrics` shows every replica's engine gauges.
 """
 
@@ -31,7 +31,16 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from tests.asr_support import LONG, SHORT, sdk_live_turn, speak_pcm, wer
-from tests.ray_support import RAY_MARKS, STORY, WS_CAP, RayDeployment, ray_processes, tts_replicas
+from tests.ray_support import (
+    RAY_MARKS,
+    REPLICA,
+    STORY,
+    WS_CAP,
+    RayDeployment,
+    ray_processes,
+    speech_json,
+    tts_replicas,
+)
 from voxserve.serving.leases import CALL_S, LEASE_TTL_S, RENEW_S
 from voxserve.serving.speech_session import HOLD_SLOT_S
 
@@ -462,14 +471,15 @@ def test_vanished_clients_free_their_replica_work(deployment: RayDeployment) -> 
 def _long_session(deployment: RayDeployment, out: dict[str, Any], started: threading.Event, end: threading.Event) -> None:
     """A speech session that speaks STORY, reading everything; once `end` is set it sends
     one more sentence and closes. The session stays open until then, so the replica that
-    holds it is still needed when the test kills it, however fast the story was spoken."""
-    out.update(events=[], bytes=0, code=None, replica=None)
+    holds it is still needed when the test kills it, however fast the story was spoken.
+    Once `out["drop"]` is set, the client just closes it instead, mid-story."""
+    out.update(events=[], bytes=0, code=None, replica=None, drop=False)
     try:
         with connect(_ws(deployment, "/v1/audio/speech/stream")) as ws:
             _send(ws, type="session.config", split="sentence")
             _send(ws, type="input.text", text=STORY)
             ending = False
-            while True:
+            while not out["drop"]:
                 if end.is_set() and not ending:
                     ending = True
                     _send(ws, type="input.text", text="The end.")
@@ -510,10 +520,46 @@ class _Session:
         self.end.set()
         self.thread.join(120)
 
+    def drop(self) -> None:
+        """Close it at once, without waiting for the rest of the story."""
+        self.out["drop"] = True
+        self.thread.join(30)
 
-def test_killing_the_replica_holding_a_session_ends_only_that_session(deployment: RayDeployment) -> None:
+
+def _http_stream(deployment: RayDeployment, out: dict[str, Any], ready: threading.Event, go: threading.Event) -> None:
+    """One HTTP speech stream of STORY: its first audio, then the rest once `go` is set."""
+    try:
+        with (
+            httpx.Client(base_url=deployment.base_url, timeout=60) as c,
+            c.stream("POST", "/v1/audio/speech", json=speech_json(STORY)) as r,
+        ):
+            out["replica"] = r.headers[REPLICA]
+            chunks = r.iter_bytes()
+            out["bytes"] += len(next(chunks))
+            ready.set()
+            go.wait(60)
+            for chunk in chunks:
+                out["bytes"] += len(chunk)
+        out["ok"] = True
+    except Exception as exc:  # noqa: BLE001 - what the client sees is the point
+        out["ok"] = False
+        out["error"] = repr(exc)
+    finally:
+        ready.set()
+
+
+def test_killing_a_tts_replica_fails_only_its_streams_and_sessions(deployment: RayDeployment) -> None:
+    """HTTP speech streams and speech sessions on both TTS replicas, then one replica is
+    killed: its streams fail and its session ends with `replica_lost` (1012), while those
+    on the other replica play to the end. Serve replaces it; new requests and sessions
+    succeed, on both replicas again."""
     _ready(deployment)
     _until(lambda: not any(_holding().values()), 10.0, "sessions of earlier tests still held")
+    replicas = tts_replicas()
+    assert len(replicas) == 2, replicas
+    streams: list[dict[str, Any]] = []
+    threads: list[threading.Thread] = []
+    go = threading.Event()
 
     def start() -> _Session:
         """A long session, once its first `audio.start` has named its replica."""
@@ -524,46 +570,73 @@ def test_killing_the_replica_holding_a_session_ends_only_that_session(deployment
         assert started.wait(30) and out["replica"], out
         return session
 
-    victim = start()
-    other: _Session | None = None
+    sessions: dict[str, _Session] = {}
     try:
-        # Replicas within a tenth of their capacity rank as equal, so a session may go to
-        # the victim too: such a one ends at once, and another starts, until one is on
-        # the other replica.
+        # Replicas within a tenth of their capacity rank as equal, so sessions may go to
+        # one replica: one that lands where a session already is is dropped, and another
+        # starts, until each replica holds one. The sessions read all they are sent; the
+        # HTTP streams started after them read nothing more until the kill.
         for _ in range(10):
-            other = start()
-            if other.replica != victim.replica:
+            session = start()
+            if session.replica in sessions:
+                session.drop()
+                continue
+            sessions[session.replica] = session
+            if len(sessions) == 2:
                 break
-            other.finish()
         else:
-            raise AssertionError("every session went to one replica")
-        os.kill(tts_replicas()[victim.replica]["pid"], signal.SIGKILL)
+            raise AssertionError(f"every session went to one replica: {list(sessions)}")
+        # Two front ends route on their own, so streams started together may all go to
+        # one replica: start them one by one until each replica has one (at most 8).
+        while len({r.get("replica") for r in streams}) < 2:
+            assert len(streams) < 8, streams
+            out: dict[str, Any] = {"bytes": 0}
+            ready = threading.Event()
+            threads.append(threading.Thread(target=_http_stream, args=(deployment, out, ready, go)))
+            streams.append(out)
+            threads[-1].start()
+            assert ready.wait(30) and "replica" in out, out
+        victim = streams[0]["replica"]
+        os.kill(replicas[victim]["pid"], signal.SIGKILL)
     finally:
-        victim.finish()
-        if other is not None:
-            other.finish()
+        go.set()
+        for t in threads:
+            t.join(60)
+        for session in sessions.values():
+            session.finish()
+
+    on_victim = [r for r in streams if r["replica"] == victim]
+    on_other = [r for r in streams if r["replica"] != victim]
+    assert on_victim and on_other, streams
+    assert not any(r["ok"] for r in on_victim), streams
+    full = max(r["bytes"] for r in on_other)
+    assert all(r["ok"] and r["bytes"] == full for r in on_other), streams
 
     # The victim's session ends mid-story, or at its next segment.
-    kinds = [e["type"] for e in victim.out["events"]]
-    errors = [e for e in victim.out["events"] if e["type"] == "error"]
-    assert victim.out["code"] == 1012, victim.out
+    lost = sessions[victim].out
+    kinds = [e["type"] for e in lost["events"]]
+    errors = [e for e in lost["events"] if e["type"] == "error"]
+    assert lost["code"] == 1012, lost
     assert errors and errors[-1]["code"] == "replica_lost" and errors[-1]["error"]["type"] == "server_error"
     assert "session.done" not in kinds
-    assert other is not None
     # The other one spoke all of its text, every segment on its own replica.
+    (other,) = (session for name, session in sessions.items() if name != victim)
     kinds = [e["type"] for e in other.out["events"]]
     assert other.out["code"] == 1000 and "session.done" in kinds and "error" not in kinds, other.out
     assert other.out["bytes"] / 2 / 24000 > 25
     assert {e.get("replica") for e in other.out["events"] if e["type"] == "audio.start"} == {other.replica}
 
-    # Serve replaces the replica; a new session works.
+    # Serve replaces the replica; a new request and a new session work.
     deadline = time.monotonic() + 90
     while True:
         now = tts_replicas(deadline_s=5)
-        if len(now) == 2 and victim.replica not in now:
+        if len(now) == 2 and victim not in now:
             break
         assert time.monotonic() < deadline, f"the TTS replica was not replaced: {now}"
         time.sleep(0.5)
+    with httpx.Client(base_url=deployment.base_url, timeout=60) as c:
+        r = c.post("/v1/audio/speech", json=speech_json("Back again."))
+        assert r.status_code == 200 and len(r.content) > 4800
     with connect(_ws(deployment, "/v1/audio/speech/stream")) as ws:
         _send(ws, type="input.text", text="Back again.")
         _send(ws, type="session.close")

@@ -4,11 +4,16 @@ The server runs as a subprocess (signals only reach uvicorn's handlers in a main
 Eight long TTS streams and one transcription are in flight when the signal arrives. The
 process must exit 0 within 2 s, every client call must end (complete, truncated or an
 error, never a hang), and the port must refuse connections afterwards.
+
+The server signalled with SIGINT reads its API key from a file, as a user keeps it out of
+`ps`: before the signal, the key is checked to be in neither its command line nor its
+environment, and to be asked of every request.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import socket
@@ -32,6 +37,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]  # the first test incl
 STREAMS = 8
 EXIT_BUDGET_S = 2.0
 LONG_TEXT = " ".join(LONG)
+KEY = "vx-file-key-8d2e61"
+"""The SIGINT server's API key, in a file of mode 0600."""
 
 
 @dataclass
@@ -63,10 +70,10 @@ def _wait_healthy(base: str, proc: subprocess.Popen[bytes], log: Path, limit_s: 
     pytest.fail(f"server did not answer /health within {limit_s:.0f} s:\n{log.read_text()[-3000:]}")
 
 
-def _stream_speech(base: str, call: Call) -> None:
+def _stream_speech(base: str, call: Call, headers: dict[str, str]) -> None:
     body = {"model": "tts-1", "voice": "alloy", "input": LONG_TEXT, "response_format": "pcm"}
     try:
-        with httpx.stream("POST", f"{base}/v1/audio/speech", json=body, timeout=30) as r:
+        with httpx.stream("POST", f"{base}/v1/audio/speech", json=body, headers=headers, timeout=30) as r:
             call.status = r.status_code
             for chunk in r.iter_bytes():
                 call.received += len(chunk)
@@ -78,12 +85,13 @@ def _stream_speech(base: str, call: Call) -> None:
         call.done.set()
 
 
-def _transcribe(base: str, audio: bytes, call: Call) -> None:
+def _transcribe(base: str, audio: bytes, call: Call, headers: dict[str, str]) -> None:
     try:
         r = httpx.post(
             f"{base}/v1/audio/transcriptions",
             files={"file": ("speech.wav", audio)},
             data={"model": "whisper-1"},
+            headers=headers,
             timeout=30,
         )
         call.status = r.status_code
@@ -109,29 +117,35 @@ class Server:
     proc: subprocess.Popen[bytes]
     port: int
     log: Path
+    headers: dict[str, str] = field(default_factory=dict)
+    """What every request to it carries: its API key, where it has one."""
 
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
 
-def _serve(log: Path, *flags: str) -> Server:
-    """Start `voxserve serve` on a free port with `flags`, its output to `log`."""
+def _serve(log: Path, *flags: str, headers: dict[str, str] | None = None) -> Server:
+    """Start `voxserve serve` on a free port with `flags`, its output to `log`, in an
+    environment without VOXSERVE_ variables (the flags alone configure it)."""
     port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOXSERVE_")}
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "voxserve.cli", "serve", "--port", str(port), *flags],
             stdout=out,
             stderr=subprocess.STDOUT,
+            env=env,
         )
-    return Server(proc, port, log)
+    return Server(proc, port, log, headers or {})
 
 
 SIGNALS = [signal.SIGTERM, signal.SIGINT]
 FLAGS = {signal.SIGTERM: [], signal.SIGINT: ["--tts-models", "piper"]}
 """SIGTERM (what service managers send) reaches a server started with the defaults, as a
-user starts it; SIGINT one with Piper alone. The streams here are Piper's either way, and
-Kokoro's load and warm-up are ~5 s of CPU a start (uvicorn handles both signals alike)."""
+user starts it; SIGINT one with Piper alone, and its key in a file. The streams here are
+Piper's either way, and Kokoro's load and warm-up are ~5 s of CPU a start (uvicorn
+handles both signals alike)."""
 
 
 @pytest.fixture(scope="module")
@@ -142,9 +156,15 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[signal.Si
     The second idles, using no CPU (tests/test_load_behaviour.py), while the first is
     signalled."""
     started: dict[signal.Signals, Server] = {}
+    key_file = tmp_path_factory.mktemp("key") / "key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    keyed = {signal.SIGINT: ["--api-key-file", str(key_file)]}
     try:
         for sig in SIGNALS:
-            started[sig] = _serve(tmp_path_factory.mktemp(sig.name) / "server.log", *FLAGS[sig])
+            folder = tmp_path_factory.mktemp(sig.name)
+            headers = {"Authorization": f"Bearer {KEY}"} if sig in keyed else None
+            started[sig] = _serve(folder / "server.log", *FLAGS[sig], *keyed.get(sig, []), headers=headers)
         for server in started.values():
             _wait_healthy(server.base, server.proc, server.log, limit_s=90.0)
         yield started
@@ -155,6 +175,21 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[signal.Si
                 server.proc.wait(10)
 
 
+def test_serve_takes_the_key_from_a_file_and_keeps_it_out_of_ps(servers: dict[signal.Signals, Server]) -> None:
+    server = servers[signal.SIGINT]
+    # What `ps` and other users see of the process: neither holds the key.
+    with open(f"/proc/{server.proc.pid}/cmdline", "rb") as f:
+        assert KEY.encode() not in f.read()
+    with open(f"/proc/{server.proc.pid}/environ", "rb") as f:
+        assert KEY.encode() not in f.read()
+    refused = httpx.get(f"{server.base}/v1/models", timeout=10)
+    assert refused.status_code == 401 and KEY not in refused.text
+    ok = httpx.get(f"{server.base}/v1/models", headers=server.headers, timeout=10)
+    assert ok.status_code == 200 and any(m["id"] == "tts-1" for m in ok.json()["data"])
+    log = server.log.read_text()
+    assert "API key required" in log and KEY not in log
+
+
 @pytest.mark.parametrize("sig", SIGNALS, ids=[sig.name for sig in SIGNALS])
 def test_signal_under_load_exits_promptly_and_cleanly(
     sig: signal.Signals, servers: dict[signal.Signals, Server]
@@ -162,13 +197,13 @@ def test_signal_under_load_exits_promptly_and_cleanly(
     server = servers[sig]
     proc, port, base, log = server.proc, server.port, server.base, server.log
     try:
-        with httpx.Client(base_url=base, timeout=30) as client:
+        with httpx.Client(base_url=base, headers=server.headers, timeout=30) as client:
             audio = speak(client, " ".join(SHORT), "wav", 16000)
 
         calls = [Call() for _ in range(STREAMS)]
         asr_call = Call()
-        threads = [threading.Thread(target=_stream_speech, args=(base, c), daemon=True) for c in calls]
-        threads.append(threading.Thread(target=_transcribe, args=(base, audio, asr_call), daemon=True))
+        threads = [threading.Thread(target=_stream_speech, args=(base, c, server.headers), daemon=True) for c in calls]
+        threads.append(threading.Thread(target=_transcribe, args=(base, audio, asr_call, server.headers), daemon=True))
         for t in threads:
             t.start()
         # Signal once audio flows on most streams (admission may still hold a few back).
@@ -183,7 +218,7 @@ def test_signal_under_load_exits_promptly_and_cleanly(
         proc.send_signal(sig)
         late = Call()
         time.sleep(0.3)
-        late_thread = threading.Thread(target=_stream_speech, args=(base, late), daemon=True)
+        late_thread = threading.Thread(target=_stream_speech, args=(base, late, server.headers), daemon=True)
         late_thread.start()
         try:
             code = proc.wait(timeout=10)
@@ -195,6 +230,7 @@ def test_signal_under_load_exits_promptly_and_cleanly(
         assert exit_s < EXIT_BUDGET_S, f"exit took {exit_s:.2f} s:\n{text[-3000:]}"
         assert code == 0, f"exit code {code}:\n{text[-3000:]}"
         assert "Traceback" not in text, text[-3000:]
+        assert KEY not in text
 
         for t in [*threads, late_thread]:
             t.join(5)

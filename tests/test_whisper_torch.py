@@ -1,7 +1,8 @@
 """The torch Whisper runner against the CTranslate2 runner, on the CPU, on the same
 weights (the bundled tiny.en) and the same clips (the bench's sentences, spoken by
-voxserve's own TTS): the same text, segment and word times at float32, the same WER as
-the int8 default; its weight files; and the runtimes loaded only when chosen."""
+voxserve's own TTS on the session's server): the same text, segment and word times at
+float32, the same WER as the int8 default; its weight files; and the runtimes loaded only
+when chosen."""
 
 from __future__ import annotations
 
@@ -14,14 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.asr_support import wer
+from tests.asr_support import LONG, wav_bytes, wer
+from voxserve.audio.decode import decode_audio
 from voxserve.audio.mel import LogMel
-from voxserve.bench.asr_offline import LONG
 from voxserve.cli import main
-from voxserve.config import ASRConfig, TTSConfig
+from voxserve.config import ASRConfig
 from voxserve.engine.asr import fitted_window, resolve_device
 from voxserve.engine.segments import TimedSegment, window_segments
-from voxserve.engine.tts import TTSEngine
 from voxserve.runners.whisper.ct2_runner import WhisperRunner
 from voxserve.runners.whisper.interface import DecodeInput, DecodeOutput, bundled_model
 from voxserve.runners.whisper.torch_runner import TorchWhisperRunner
@@ -51,20 +51,14 @@ class Clip:
 
 
 @pytest.fixture(scope="module")
-def clips() -> list[Clip]:
-    """Each sentence spoken at 16 kHz, featurized as the engine does for a short file
-    (its own frames in a fitted window), with alignment asked."""
-    tts = TTSEngine(TTSConfig(models=("piper",), fixed_prior=False, noise_scale=0.0, noise_w=0.0))
-    tts.start()
-    try:
-        voice = tts.default_model.voices[0]
-        spoken = [tts.synthesize(t, voice, sample_rate=16000) for t in TEXTS]
-    finally:
-        tts.stop()
+def clips(long_speech: list[np.ndarray]) -> list[Clip]:
+    """Each sentence as the session's server spoke it (tests/conftest.py), decoded to
+    16 kHz as an upload is, and featurized as the engine does for a short file (its own
+    frames in a fitted window), with alignment asked."""
     mel = LogMel()
     out = []
-    for text, pcm in zip(TEXTS, spoken, strict=True):
-        samples = pcm.astype(np.float32) / 32768.0
+    for text, pcm in zip(TEXTS, long_speech[: len(TEXTS)], strict=True):
+        samples = decode_audio(wav_bytes(pcm), max_seconds=60)
         features, frames = mel(samples)
         window = fitted_window(len(samples))
         out.append(Clip(text, DecodeInput(features[:, :window].copy(), frames, align=True), len(samples) / 16000))

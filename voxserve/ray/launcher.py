@@ -55,6 +55,11 @@ LOCAL_SHUTDOWN_S = 2.0
 ROUTING_STATS_PERIOD_S = 1.0
 """How often Serve polls each replica's load for `HeadroomRouter`: a second is well under
 the time a stream takes, and each poll costs every replica a call."""
+HEALTH_CHECK_S = 2.0
+"""How often Serve asks each replica whether it is alive and its workers are (the replica's
+`check_health`). Serve notices a replica that died (killed, out of memory) only at its
+next check, and starts its replacement then: its default of 10 s would leave the
+deployment a replica short for up to that long. A check is one small call."""
 DRAIN_POLL_S = 0.2
 DEPLOY_POLL_S = 0.2
 """How often a local start-up checks whether the application runs (or a signal came)."""
@@ -76,9 +81,10 @@ def _scale(replicas: Replicas) -> dict[str, Any]:
 def build_app(config: ServerConfig, layout: RayConfig) -> Application:
     """The `voxserve` application: front end, TTS and (unless ASR is off) ASR deployments."""
     tts, asr = config.tts, config.asr
-    stopping: dict[str, Any] = {
+    lifecycle: dict[str, Any] = {
         "graceful_shutdown_timeout_s": SHUTDOWN_S if layout.address else LOCAL_SHUTDOWN_S,
         "graceful_shutdown_wait_loop_s": DRAIN_POLL_S,
+        "health_check_period_s": HEALTH_CHECK_S,
     }
     tts_deployment = serve.deployment(
         name="TTS",
@@ -91,7 +97,7 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
             "request_router_class": HeadroomRouter,
             "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S,
         },
-        **stopping,
+        **lifecycle,
         **_scale(layout.tts),
     )(TTSReplica)
     asr_app = None
@@ -110,7 +116,7 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
                 "request_router_class": HeadroomRouter,
                 "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S,
             },
-            **stopping,
+            **lifecycle,
             **_scale(layout.asr),
         )(ASRReplica)
         asr_app = asr_deployment.bind(config)
@@ -121,14 +127,14 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
             num_replicas=1,  # one book of leases; a restarted one learns them from the renewals
             ray_actor_options={"num_cpus": 0},
             max_ongoing_requests=KEEPER_MAX_REQUESTS,
-            **stopping,
+            **lifecycle,
         )(SessionKeeper).bind(config.ws.max_sessions)
     frontend = serve.deployment(
         name="Frontend",
         num_replicas=layout.frontend_replicas,
         ray_actor_options={"num_cpus": layout.frontend_cpus},
         max_ongoing_requests=FRONTEND_MAX_REQUESTS,
-        **stopping,
+        **lifecycle,
     )(serve.ingress()(Frontend))
     return frontend.bind(config, tts_deployment.bind(config), asr_app, keeper)
 
