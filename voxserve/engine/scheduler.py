@@ -786,6 +786,8 @@ class Scheduler:
         chosen: _Queues | None = None
         fullest: _Queues | None = None
         for queues in self._queues.values():
+            if not queues.size:
+                continue  # only stale entries: nothing to claim
             live, new = queues.head()
             if live is not None:
                 key = (_URGENT if live[0] - now <= slack else _AHEAD, live[0], live[1], live[2])
