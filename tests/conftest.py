@@ -329,6 +329,15 @@ def long_speech(base_url: str) -> list[np.ndarray]:
     return speak_all(base_url, LONG)
 
 
+@pytest.fixture(scope="session")
+def short_speech(base_url: str) -> list[np.ndarray]:
+    """`tests.asr_support.SHORT`, spoken once by the session's server at 24 kHz: the tests
+    that upload one of them, or all four, to the transcription endpoint share it."""
+    from tests.asr_support import SHORT, speak_all
+
+    return speak_all(base_url, SHORT)
+
+
 @pytest.fixture()
 def client(base_url: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=base_url, timeout=60) as c:

@@ -18,7 +18,7 @@ import numpy as np
 import openai
 import pytest
 
-from tests.asr_support import SHORT, speak, speak_pcm, wav_bytes, wer
+from tests.asr_support import SHORT, speak, wav_bytes, wer
 from tests.conftest import RunningServer, run_server, tts_config
 from voxserve.config import ASRConfig
 
@@ -309,10 +309,10 @@ def test_upload_limit_while_streaming(base_url: str) -> None:
     assert 25 << 20 <= sent < 35 << 20
 
 
-def test_concurrent_requests_are_batched(runtime_server: RunningServer) -> None:
+def test_concurrent_requests_are_batched(runtime_server: RunningServer, short_speech: list[np.ndarray]) -> None:
     base_url = runtime_server.base_url
+    clips = [wav_bytes(pcm) for pcm in short_speech]
     with httpx.Client(base_url=base_url, timeout=60) as c:
-        clips = [wav_bytes(speak_pcm(c, text)) for text in SHORT]
         before = _batch_histogram(c.get("/metrics").text)
 
     async def run() -> list[httpx.Response]:

@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.asr_support import SHORT, normalize, speak_pcm, wav_bytes
+from tests.asr_support import normalize, wav_bytes
 from tests.conftest import RunningServer
 from voxserve.audio.blocks import SampleBlocks
 from voxserve.audio.cut import plan_spans
@@ -90,11 +90,13 @@ def test_block_slices_match_one_array() -> None:
     np.testing.assert_array_equal(blocks.to_array(), whole)
 
 
-def test_past_its_share_or_the_budget_while_others_are_served(server: RunningServer, client: httpx.Client) -> None:
+def test_past_its_share_or_the_budget_while_others_are_served(
+    server: RunningServer, client: httpx.Client, short_speech: list[np.ndarray]
+) -> None:
     asr = server.asr
     share = asr.config.max_audio_seconds  # 1 h by default, a third of the 3 h budget
     assert asr.config.max_buffered_audio_s >= 2 * share
-    normal = wav_bytes(speak_pcm(client, SHORT[0]))
+    normal = wav_bytes(short_speech[0])
 
     def upload(data: bytes) -> httpx.Response:
         return client.post(ASR, files={"file": ("a.flac", data)}, data={"model": "whisper-1"})

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from av.audio.stream import AudioStream
 
-from tests.asr_support import SHORT, normalize, speak, speak_pcm, wav_bytes
+from tests.asr_support import SHORT, normalize, speak, wav_bytes
 from tests.conftest import RunningServer
 from voxserve.audio.decode import ACCEPTED_FORMATS, accepted, decode_audio
 from voxserve.errors import InvalidRequest
@@ -79,9 +79,9 @@ def test_scripts_do_not_decode(beside_server: Path, name: str) -> None:
 
 
 def test_script_uploads_get_400_and_nothing_of_the_file(
-    beside_server: Path, server: RunningServer, client: httpx.Client
+    beside_server: Path, server: RunningServer, client: httpx.Client, short_speech: list[np.ndarray]
 ) -> None:
-    normal = wav_bytes(speak_pcm(client, SHORT[0]))
+    normal = wav_bytes(short_speech[0])
     probes: list[tuple[int, float]] = []
     done = threading.Event()
 

@@ -141,11 +141,13 @@ def test_transcription_past_the_timeout_gets_504_and_frees_its_audio(
     wait_for(lambda: not asr.busy(), timeout=30)
 
 
-def test_buffered_audio_budget_answers_429(server: RunningServer, client: httpx.Client) -> None:
+def test_buffered_audio_budget_answers_429(
+    server: RunningServer, client: httpx.Client, short_speech: list[np.ndarray]
+) -> None:
     asr = server.asr
     assert asr.budget.held == 0
     refused_before = asr.budget.refused  # the session server is shared with other tests
-    audio = wav_bytes(speak_pcm(client, SHORT[0]))
+    audio = wav_bytes(short_speech[0])
     hog = asr.budget.lease()  # stands for other requests holding nearly the whole budget
     hog.take(asr.budget.capacity - 16000)
     try:

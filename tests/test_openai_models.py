@@ -5,10 +5,11 @@ the Whisper model, over HTTP and in a live session."""
 from __future__ import annotations
 
 import httpx
+import numpy as np
 import pytest
 from openai import NotFoundError, OpenAI
 
-from tests.asr_support import SHORT, sdk_live_turn, speak, speak_pcm, wer
+from tests.asr_support import SHORT, sdk_live_turn, wav_bytes, wer
 from tests.conftest import RunningServer
 from voxserve.serving.catalog import ASR_MODELS, SPEECH_MODELS
 
@@ -27,9 +28,11 @@ def test_models_list_what_each_name_means(server: RunningServer) -> None:
     assert {"gpt-4o-transcribe", "gpt-4o-mini-transcribe", "gpt-transcribe", "gpt-realtime-whisper"} <= set(listed)
 
 
-def test_openai_transcription_names_reach_whisper(server: RunningServer, client: httpx.Client) -> None:
+def test_openai_transcription_names_reach_whisper(
+    server: RunningServer, client: httpx.Client, short_speech: list[np.ndarray]
+) -> None:
     sdk = OpenAI(api_key="unused", base_url=f"{server.base_url}/v1")
-    audio = speak(client, SHORT[0])
+    audio = wav_bytes(short_speech[0])
     for name in ("gpt-4o-mini-transcribe", "gpt-4o-transcribe"):
         text = sdk.audio.transcriptions.create(model=name, file=("a.wav", audio)).text
         assert wer(SHORT[0], text) < 0.2, (name, text)
@@ -41,8 +44,8 @@ def test_openai_transcription_names_reach_whisper(server: RunningServer, client:
     assert refused.value.code == "model_not_found"
 
 
-def test_a_live_session_takes_the_realtime_names(server: RunningServer, client: httpx.Client) -> None:
-    speech = speak_pcm(client, SHORT[1])
+def test_a_live_session_takes_the_realtime_names(server: RunningServer, short_speech: list[np.ndarray]) -> None:
+    speech = short_speech[1]
     events = sdk_live_turn(server.base_url, speech, timeout_s=60, model="gpt-realtime-whisper")
     assert not [e for e in events if e.type == "error"]
     assert wer(SHORT[1], events[-1].transcript) < 0.2
