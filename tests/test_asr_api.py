@@ -79,10 +79,17 @@ def test_every_container_transcribes(client: httpx.Client, clip: dict[str, Any],
     assert 4 < body["usage"]["seconds"] < 15
 
 
-def test_short_sentences_wer(runtime_client: httpx.Client) -> None:
+@pytest.fixture(scope="module")
+def short_mp3(base_url: str) -> list[bytes]:
+    """`SHORT` as MP3, spoken by the session's server: both runtimes hear the same files."""
+    with httpx.Client(base_url=base_url, timeout=60) as c:
+        return [speak(c, text, "mp3") for text in SHORT]
+
+
+def test_short_sentences_wer(runtime_client: httpx.Client, short_mp3: list[bytes]) -> None:
     words = errors = 0.0
-    for text in SHORT:
-        r = _post(runtime_client, speak(runtime_client, text, "mp3"), name="s.mp3", model="whisper-tiny.en")
+    for text, mp3 in zip(SHORT, short_mp3, strict=True):
+        r = _post(runtime_client, mp3, name="s.mp3", model="whisper-tiny.en")
         assert r.status_code == 200, r.text
         n = len(text.split())
         errors += wer(text, r.json()["text"]) * n

@@ -22,7 +22,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.asr_support import SHORT, sdk_live_turn, speak_pcm, wav_bytes, wer
+from tests.asr_support import SHORT, sdk_live_turn, wav_bytes, wer
 from tests.conftest import RunningServer, run_server, wait_for
 from tests.test_ws_limits import served_meanwhile
 from voxserve.config import RealtimeConfig, ServerConfig, TTSConfig
@@ -81,9 +81,9 @@ def rt(server: RunningServer) -> Iterator[Session]:
 
 
 @pytest.fixture(scope="module")
-def speech(server: RunningServer) -> list[np.ndarray]:
-    with httpx.Client(base_url=server.base_url, timeout=60) as client:
-        return [speak_pcm(client, text) for text in SHORT]
+def speech(short_speech: list[np.ndarray]) -> list[np.ndarray]:
+    """`SHORT`, spoken by the session's server (tests/conftest.py)."""
+    return short_speech
 
 
 def _silence(seconds: float) -> np.ndarray:

@@ -17,9 +17,10 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
-from tests.asr_support import SHORT, speak_pcm, wav_bytes
+from tests.asr_support import wav_bytes
 from tests.conftest import RunningServer, run_server, silent_speech_reader, wait_for
 from voxserve.api.remote import Remote, RemoteStream, SpeechJob, TranscriptionJob, TTSCatalog
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig
@@ -55,10 +56,9 @@ def srv() -> Iterator[RunningServer]:
 
 
 @pytest.fixture(scope="module")
-def clip(srv: RunningServer) -> bytes:
-    """About 2.5 s of speech, as WAV."""
-    with httpx.Client(base_url=srv.base_url, timeout=60) as c:
-        return wav_bytes(speak_pcm(c, SHORT[0]))
+def clip(short_speech: list[np.ndarray]) -> bytes:
+    """About 2.5 s of speech, as WAV (`SHORT[0]`, spoken by the session's server)."""
+    return wav_bytes(short_speech[0])
 
 
 def _port(srv: RunningServer) -> int:
