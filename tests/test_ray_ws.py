@@ -30,7 +30,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.asr_support import LONG, SHORT, sdk_live_turn, speak_pcm, wer
+from tests.asr_support import LONG, SHORT, sdk_live_turn, wer
 from tests.ray_support import (
     RAY_MARKS,
     REPLICA,
@@ -268,10 +268,11 @@ def test_a_reply_given_up_as_it_opened_still_stops_its_replica() -> None:
     assert asyncio.run(main()) == (1, 0, 1)
 
 
-def test_realtime_session_through_ray_with_the_openai_sdk(deployment: RayDeployment) -> None:
+def test_realtime_session_through_ray_with_the_openai_sdk(
+    deployment: RayDeployment, short_speech: list[np.ndarray]
+) -> None:
     _ready(deployment)
-    with httpx.Client(base_url=deployment.base_url, timeout=60) as c:
-        speech = speak_pcm(c, SHORT[0])
+    speech = short_speech[0]
 
     started = time.perf_counter()
     events = sdk_live_turn(deployment.base_url, speech, timeout_s=60)
@@ -435,7 +436,9 @@ def test_engine_gauges_come_from_the_replicas(deployment: RayDeployment) -> None
     assert ages[label] >= 2.0 and min(ages.values()) < 2.0, ages
 
 
-def test_vanished_clients_free_their_replica_work(deployment: RayDeployment) -> None:
+def test_vanished_clients_free_their_replica_work(
+    deployment: RayDeployment, short_speech: list[np.ndarray]
+) -> None:
     _ready(deployment)
     ws = connect(_ws(deployment, "/v1/audio/speech/stream"))
     _send(ws, type="session.config", split="sentence")
@@ -455,8 +458,7 @@ def test_vanished_clients_free_their_replica_work(deployment: RayDeployment) -> 
     )
     print(f"speech session: stream stopped {took:.2f} s, slot back {took + freed:.2f} s after its client vanished")
 
-    with httpx.Client(base_url=deployment.base_url, timeout=60) as c:
-        speech = speak_pcm(c, SHORT[1])
+    speech = short_speech[1]
     rt = connect(_ws(deployment, "/v1/realtime?intent=transcription"))
     assert json.loads(rt.recv(timeout=10))["type"] == "session.created"
     for i in range(0, len(speech), 6000):
