@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from openai import OpenAI
 
-from tests.asr_support import SHORT, speak
+from tests.asr_support import SHORT, speak, wav_bytes
 from tests.conftest import RunningServer, run_server, tts_config
 from voxserve.audio.encode import wav_file
 from voxserve.bench.transcribe import Clip, TranscribeTarget, bench_transcribe
@@ -167,11 +167,11 @@ def test_sim_server_transcribes_uploads_for_the_openai_sdk(sim_server: RunningSe
     assert max(sizes) > 1, f"eight uploads at once ran one piece a batch: {sizes}"
 
 
-def test_bench_refuses_wer_on_a_sim_server(sim_server: RunningServer, tmp_path: Path) -> None:
-    with httpx.Client(base_url=sim_server.base_url, timeout=60) as c:
-        wav = speak(c, SHORT[0])
+def test_bench_refuses_wer_on_a_sim_server(
+    sim_server: RunningServer, tmp_path: Path, short_speech: list[np.ndarray]
+) -> None:
     path = tmp_path / "a.wav"
-    path.write_bytes(wav)
+    path.write_bytes(wav_bytes(short_speech[0]))
     clips = [Clip(path, 2.5, SHORT[0])] * 2
     result = asyncio.run(
         bench_transcribe(TranscribeTarget(sim_server.base_url), clips, [2], warmup=1, probe_health=False, progress=False)
@@ -209,7 +209,7 @@ def test_the_audio_pool_follows_the_device() -> None:
     assert audio_pool_size(True, 16) == 14 and audio_pool_size(True, 2) == 2
 
 
-def test_torch_runner_decodes_raw_pieces_as_their_padded_features(sim_server: RunningServer) -> None:
+def test_torch_runner_decodes_raw_pieces_as_their_padded_features(short_speech: list[np.ndarray]) -> None:
     """`TorchWhisperRunner.run_audio` (what CUDA runs) on two pieces of different lengths
     gives the tokens `run` gives on each piece's own features, padded to the batch's window."""
     pytest.importorskip("torch")
@@ -217,8 +217,7 @@ def test_torch_runner_decodes_raw_pieces_as_their_padded_features(sim_server: Ru
     from voxserve.runners.whisper.interface import DecodeInput
     from voxserve.runners.whisper.torch_runner import TorchWhisperRunner
 
-    with httpx.Client(base_url=sim_server.base_url, timeout=60) as c:
-        pieces = [decode_audio(speak(c, text), 60.0) for text in SHORT[:2]]
+    pieces = [decode_audio(wav_bytes(pcm), 60.0) for pcm in short_speech[:2]]
     runner = TorchWhisperRunner()
     opts = runner.options("transcribe", "en", None, 1, 0.0)
     width = 1000
