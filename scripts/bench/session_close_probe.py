@@ -70,11 +70,17 @@ def close_at_last_audio_done(url: str) -> None:
     ws.close()
 
 
-def mid_reply(url: str) -> ClientConnection:
-    """A session 0.4 s into speaking LONG (its first audio already come)."""
+def speaking(url: str) -> ClientConnection:
+    """A session speaking LONG, its first audio just come."""
     ws, started = opened(url)
     send(ws, type="input.text", text=LONG)
     first_audio(ws, started)
+    return ws
+
+
+def mid_reply(url: str) -> ClientConnection:
+    """A session 0.4 s into speaking LONG."""
+    ws = speaking(url)
     time.sleep(0.4)
     return ws
 
@@ -123,10 +129,7 @@ def cancel_while_opening(url: str) -> None:
 
 
 def socket_dropped(url: str) -> None:
-    ws, started = opened(url)
-    send(ws, type="input.text", text=LONG)
-    first_audio(ws, started)
-    ws.socket.close()
+    speaking(url).socket.close()
 
 
 ENDINGS: list[Callable[[str], object]] = [

@@ -10,7 +10,7 @@ steps in flight; streams that start and end make and free their state. At 1,000 
 that churn moves the count past 700 every 70 or so steps, always while a step is
 gathered (it makes the most objects at once), under the engine lock, and the collection
 then scans everything made since the last one and still alive (about 8,000 objects,
-1.2-1.7 ms). `GEN0_THRESHOLD` lets the churn of steps in flight pass without one; the
+about 1 ms). `GEN0_THRESHOLD` lets the churn of steps in flight pass without one; the
 older generations keep CPython's thresholds. docs/BENCHMARKS.md ("The scheduler's step")
 gives the figures, and the collections and memory of a server under load with and
 without it.
@@ -24,8 +24,8 @@ __all__ = ["GEN0_THRESHOLD", "collector_policy"]
 
 GEN0_THRESHOLD = 10_000
 """Net new GC-tracked objects that start a young collection. scripts/bench/scheduler_step.py
-at 1,000 streams: 57 of 4,000 steps held one at 700, 3 at 1,000, none at 1,400 (nor in
-12,000 steps at 2,000 or 5,000); 10,000 leaves room for the event loop's own churn."""
+at 1,000 streams: 46 of 4,000 steps held one at 700, none at 10,000, which also leaves
+room for the event loop's own churn."""
 
 
 def collector_policy() -> None:
