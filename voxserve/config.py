@@ -17,6 +17,9 @@ DEVICES = ("auto", "cpu", "cuda")
 TTS_DEVICES = (*DEVICES, "sim")
 """Where speech may run: also `sim`, a simulated H200 whose stand-ins make no speech
 (`runners/sim`: capacity planning and CI); auto never picks it."""
+SIM_SPEEDS = (0.01, 1000.0)
+"""The range of `--tts-sim-speed`: a hundredth of the H200 to a thousand times it, where the
+device's share of a step is microseconds and only the host's is left."""
 ASR_DEVICES = (*DEVICES, "sim")
 """Where transcription may run: also `sim`, the simulated H200, whose stand-in answers
 `[sim]` and made-up words of a plausible number; auto never picks it."""
@@ -98,6 +101,11 @@ class TTSConfig:
     sim_graphs: bool = True
     """On the sim device: time each step as a replayed CUDA graph (as the torch runners
     intend), or with `--no-tts-sim-graphs` as an eager call, whose launches hold the GIL."""
+    sim_speed: float = 1.0
+    """On the sim device: its speed as a multiple of the H200 it models. Each speech step's
+    device share is divided by it; the host share (launches, replays, the server's own
+    Python) stays as it is. A large factor leaves only the host: what the server and the
+    machine cost before any GPU does (docs/SIMULATION.md)."""
     gpu_batch: int = 128
     """Most units (stage A items, or vocoder chunks of one size) one GPU step runs; a step
     runs as many as are ready, so few streams get small, fast steps. On cuda only."""
@@ -121,6 +129,8 @@ class TTSConfig:
             raise ValueError("ONNX Runtime runs speech on the CPU only here: use the torch runtime with cuda")
         if self.device == "sim" and self.runtime != "auto":
             raise ValueError(f"the sim device runs its own stand-ins, not {self.runtime}: leave --tts-runtime auto")
+        if not SIM_SPEEDS[0] <= self.sim_speed <= SIM_SPEEDS[1]:
+            raise ValueError(f"--tts-sim-speed must be from {SIM_SPEEDS[0]:g} to {SIM_SPEEDS[1]:g}, not {self.sim_speed:g}")
         if self.precision not in TTS_PRECISIONS:
             raise ValueError(f"unknown TTS precision {self.precision!r}: use one of {', '.join(TTS_PRECISIONS)}")
         if self.runtime == "onnx" and self.precision != "float32":

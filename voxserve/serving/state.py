@@ -238,8 +238,9 @@ async def running_state(
         log.warning("transcription runs on the sim device: a simulated H200 whose stand-in answers "
                     "[sim] and made-up words, never a transcript (capacity planning and CI)")
     if engine.device == "sim":
-        log.warning("speech runs on the sim device: a simulated H200 whose stand-ins make a tone, "
+        log.warning("speech runs on the sim device: a simulated H200%s whose stand-ins make a tone, "
                     "never speech (capacity planning and CI); transcription runs on %s",
+                    "" if tts.sim_speed == 1 else f" at {tts.sim_speed:g}x its speed",
                     devices.get("transcription", "no engine"))
     log.info("voxserve ready: voice models %s on %s, %d workers", ", ".join(engine.models),
              engine.device, tts.workers)

@@ -260,7 +260,7 @@ class KokoroVoice:
         if runtime == "sim":
             from voxserve.runners.sim.kokoro import SimKokoroModel
 
-            return cls(SimKokoroModel(config.sim_graphs))
+            return cls(SimKokoroModel(config.sim_graphs, speed=config.sim_speed))
         if runtime == "torch":
             from voxserve.runners.kokoro.torch_runner import TorchKokoroModel
 

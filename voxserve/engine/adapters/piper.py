@@ -173,7 +173,7 @@ class PiperVoice:
         if runtime == "sim":
             from voxserve.runners.sim.piper import SimPiperModel
 
-            model = SimPiperModel(files, config.sim_graphs)
+            model = SimPiperModel(files, config.sim_graphs, config.sim_speed)
         elif runtime == "torch":
             from voxserve.runners.piper.torch_runner import TorchPiperModel
 

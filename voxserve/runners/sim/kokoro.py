@@ -81,16 +81,17 @@ class SimKokoroDecoder:
 class SimKokoroModel:
     """Kokoro on the simulated device, with its real voices."""
 
-    def __init__(self, graphed: bool = True, voices_dir: Path | None = None):
-        """`graphed`: time steps as replayed CUDA graphs, else as eager calls."""
+    def __init__(self, graphed: bool = True, voices_dir: Path | None = None, speed: float = 1.0):
+        """`graphed`: time steps as replayed CUDA graphs, else as eager calls; `speed`: the
+        device's as a multiple of the H200's (`SimStage.speed`)."""
         self.sample_rate = SAMPLE_RATE
         self.hop = HOP
         self.graphed = graphed
         self.voices_dir = voices_dir or default_voices_dir()
         self.voices: dict[str, VoiceInfo] = {v.name: v for v in list_voices()}
         self._pair = (
-            SimKokoroAcoustic(load_table("kokoro"), SimStage(KOKORO_ACOUSTIC, graphed)),
-            SimKokoroDecoder(SimStage(KOKORO_DECODER, graphed)),
+            SimKokoroAcoustic(load_table("kokoro"), SimStage(KOKORO_ACOUSTIC, graphed, speed=speed)),
+            SimKokoroDecoder(SimStage(KOKORO_DECODER, graphed, speed=speed)),
         )
 
     def runners(self, threads: int = 1) -> tuple[SimKokoroAcoustic, SimKokoroDecoder]:

@@ -70,9 +70,12 @@ class SimPiperVocoder:
 class SimPiperModel(PiperConfig):
     """A Piper voice's real config on the simulated device."""
 
-    def __init__(self, files: VoiceFiles, graphed: bool = True):
-        """`graphed`: time steps as replayed CUDA graphs, else as eager calls."""
+    def __init__(self, files: VoiceFiles, graphed: bool = True, speed: float = 1.0):
+        """`graphed`: time steps as replayed CUDA graphs, else as eager calls; `speed`: the
+        device's as a multiple of the H200's (`SimStage.speed`)."""
         super().__init__(files)
         self.graphed = graphed
-        self.acoustic = SimPiperAcoustic(load_table("piper"), self.length_scale, SimStage(PIPER_ACOUSTIC, graphed))
-        self.vocoder = SimPiperVocoder(self.hop, SimStage(PIPER_VOCODER, graphed))
+        self.acoustic = SimPiperAcoustic(
+            load_table("piper"), self.length_scale, SimStage(PIPER_ACOUSTIC, graphed, speed=speed)
+        )
+        self.vocoder = SimPiperVocoder(self.hop, SimStage(PIPER_VOCODER, graphed, speed=speed))

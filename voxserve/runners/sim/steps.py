@@ -30,12 +30,17 @@ class SimStage:
     """One stage's steps on the simulated device: `step(batch, length)` takes the time
     that stage's call of `batch` items padded to `length` units takes on an H200."""
 
-    def __init__(self, cost: StageCost, graphed: bool, device: SimDevice | None = None):
+    def __init__(self, cost: StageCost, graphed: bool, device: SimDevice | None = None, speed: float = 1.0):
+        if not speed > 0:
+            raise ValueError(f"a device's speed is a positive factor, not {speed}")
         self.cost = cost
         self.graphed = graphed
         """Time steps as replayed CUDA graphs, or as eager calls (launches on the host)."""
         self.device = device or sim_device()
+        self.speed = speed
+        """The device's speed as a multiple of the H200's: its share of a step is divided
+        by it, the host's is not (`--tts-sim-speed`)."""
 
     def step(self, batch: int, length: int) -> None:
         host_work(self.cost.host_s(batch, length, self.graphed))
-        self.device.run(self.cost.device_s(batch, length), self.cost.name, batch)
+        self.device.run(self.cost.device_s(batch, length) / self.speed, self.cost.name, batch)
