@@ -49,10 +49,11 @@ class Device:
     before the next is gathered. Clients take each chunk as it is released, so the
     device, not the clients, is the bound: every step is gathered from a full queue."""
 
-    def __init__(self, streams: int, bucketed: bool = True):
+    def __init__(self, streams: int, bucketed: bool = True, kokoro_step_frames: int | None = None):
         self.rng = random.Random(7)
         self.sched = Scheduler(credits=4, budget=Budget.batched(128))
         self.profiles = [p if bucketed else dataclasses.replace(p, window_buckets=()) for p in (KOKORO, PIPER)]
+        self.profiles[0] = dataclasses.replace(self.profiles[0], step_frames=kokoro_step_frames)
         self.sentences: dict[int, list[Sentence]] = {}
         self.next_id = 0
         self.now = 0.0
@@ -109,6 +110,27 @@ def test_at_256_streams_a_bucketed_step_holds_many_units(bucketed: Device) -> No
     mean_exact = statistics.fmean(len(step) for step in exact.vocoder_steps[len(exact.vocoder_steps) // 3 :])
     assert mean >= 32, f"{mean:.1f} units per vocoder step"
     assert mean >= 4 * mean_exact, f"{mean:.1f} bucketed against {mean_exact:.1f} at exact sizes"
+
+
+def _kokoro_frames(steps: list[list[VocoderWork]]) -> list[int]:
+    """Each Kokoro step's frames, windows times their bucket (Kokoro's streams have even ids)."""
+    return [len(step) * step[0].bucket for step in steps if step[0].stream_id % 2 == 0]
+
+
+def test_a_kokoro_step_holds_at_most_its_step_frames(bucketed: Device) -> None:
+    assert max(_kokoro_frames(bucketed.vocoder_steps)) > kokoro.STEP_FRAMES  # unbounded, steps pass it
+    bounded = Device(256, kokoro_step_frames=kokoro.STEP_FRAMES)
+    bounded.run(1500)
+    frames = _kokoro_frames(bounded.vocoder_steps)
+    assert max(frames) <= kokoro.STEP_FRAMES
+    steady = bounded.vocoder_steps[len(bounded.vocoder_steps) // 3 :]
+    mean = statistics.fmean(len(step) for step in steady)
+    assert mean >= 32, f"{mean:.1f} units per vocoder step"
+    one = Device(16, kokoro_step_frames=1)  # under any window: one window a step, never none
+    one.run(200)
+    assert set(_kokoro_frames(one.vocoder_steps)) <= set(kokoro.WINDOW_BUCKETS) and one.vocoder_steps
+    with pytest.raises(ValueError, match="step_frames"):
+        dataclasses.replace(KOKORO, step_frames=0)
 
 
 def test_a_steps_spans_are_its_bucket_where_the_latent_has_the_frames(bucketed: Device) -> None:

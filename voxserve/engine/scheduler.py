@@ -303,6 +303,9 @@ class _Queues:
 
     kind: tuple[str, int]
     """Its units' kind (`Scheduler._kind`; stage A: the model and -1)."""
+    limit: int | None = None
+    """Units one step of this kind takes at most, below the device's `batch`: the model's
+    `step_frames` over the kind's window (None: no bound of its own)."""
     live: list[_Entry] = field(default_factory=list)
     new: list[_Entry] = field(default_factory=list)
     size: int = 0
@@ -560,7 +563,9 @@ class Scheduler:
             kind = self._kind(stream, acoustic)
             queues = self._queues.get(kind)
             if queues is None:
-                queues = self._queues[kind] = _Queues(kind)
+                frames = None if acoustic else stream.profile.step_frames
+                limit = None if frames is None else max(1, frames // kind[1])
+                queues = self._queues[kind] = _Queues(kind, limit)
             if stream.first_packet_at is None:
                 queues.push(queues.new, (stream.arrival, stream.id, acoustic, stream.version, stream))
             else:
@@ -767,8 +772,9 @@ class Scheduler:
 
     def next_step(self, now: float, elsewhere: bool = False) -> list[Work]:
         """The units of the next step: one unit on a CPU worker (`next_work`); on a batched
-        device, up to `batch` units that one call can run together (one kind: `_kind`),
-        best first by the same ranking. The best unit's kind, if it is urgent or a new
+        device, up to `batch` units that one call can run together (one kind: `_kind`;
+        fewer where the model bounds a step's frames, `ModelProfile.step_frames`), best
+        first by the same ranking. The best unit's kind, if it is urgent or a new
         stream's that has waited `NEW_WAIT_S`; else the kind with the most units
         waiting, so that steps fill: a step costs the device little more for more
         units, and urgent units and first audio still go first.
@@ -805,6 +811,8 @@ class Scheduler:
         waited = head[0] == _NEW and now - head[1] >= NEW_WAIT_S
         if head[0] != _URGENT and not waited and fullest.size > chosen.size:
             chosen = fullest  # nothing is urgent: the kind with the most units waiting
+        if chosen.limit is not None:
+            free = min(free, chosen.limit)  # the model's `step_frames`
         units = chosen.take(free, now, slack)
         step: list[Work]
         if chosen.kind[1] == -1:

@@ -102,11 +102,19 @@ class ModelProfile:
     chunks of this model in (`bucket_window`): chunks whose windows fall in one bucket
     share a step, whatever point of its plan each stream is at. Empty: each window keeps
     its own size, and only equal windows share a step. A CPU ignores them."""
+    step_frames: int | None = None
+    """On a batched device, the most frames one decoder step of this model holds (its
+    windows times their bucket; at least one window): a bound on how long a step holds
+    the device, so on how long a new stream's first window, or a live stream's urgent
+    chunk, waits behind the step ahead of it. None: `batch` windows of any size. A CPU
+    ignores it."""
 
     def __post_init__(self) -> None:
         buckets = self.window_buckets
         if any(b < 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
             raise ValueError("window_buckets must be distinct positive frame counts, ascending")
+        if self.step_frames is not None and self.step_frames < 1:
+            raise ValueError("step_frames must be a positive frame count, or None")
 
 
 class StageInput(Protocol):

@@ -52,6 +52,7 @@ __all__ = [
     "GROWTH",
     "LEAD_FRAMES",
     "SENTENCE_CHARS",
+    "STEP_FRAMES",
     "TAIL_FRAMES",
     "WINDOW_BUCKETS",
     "KokoroRuntime",
@@ -102,6 +103,16 @@ most windows past the second are a sentence's rest; six sizes let streams at any
 of their plans share a step, at under half a bucket step of extra context each. The
 decoder masks a span's padding, and extra real context only widens the window its
 statistics are taken over."""
+
+STEP_FRAMES = 8192
+"""The most frames (windows times their bucket) one batched decoder step holds
+(`ModelProfile.step_frames`): 136 windows of the first bucket, 36 of the fifth, 26 of the
+largest; about 132 ms of an H200 by the simulated device's cost model. Without a bound, a
+step of 128 of the largest windows holds the device for ~600 ms, and two such steps in
+flight make every new stream wait for both. At 256 sim streams this bound kept 36 units
+a decoder step (43-48 without it) and the throughput, and halved the first-audio p99 of
+the streams that started after the opening burst; 4096 fell to 23 units a step
+(docs/BENCHMARKS.md)."""
 
 CROSSFADE = HOP
 """Samples (one frame, 25 ms) over which two windows of a sentence are crossfaded: a hard
@@ -239,6 +250,7 @@ class KokoroVoice:
             ramp=GROWTH,
             crossfade=CROSSFADE,
             window_buckets=WINDOW_BUCKETS,
+            step_frames=STEP_FRAMES,
         )
         self._gain = output_gain
         self._voices = [
