@@ -51,7 +51,8 @@ LEAD_S = 1.0
 
 
 def profile(name: str) -> ModelProfile:
-    """A profile like the adapter's (its chunk plan, growth and buckets, where it has them)."""
+    """A profile like the adapter's (its chunk plan, growth, buckets and step bound, where
+    it has them)."""
     if name == "kokoro":
         base = ModelProfile(
             "kokoro", HOP, SAMPLE_RATE, kokoro.CHUNKING, acoustic_s_per_id=2e-3,
@@ -63,6 +64,9 @@ def profile(name: str) -> ModelProfile:
     fields = {f.name for f in dataclasses.fields(ModelProfile)}
     if buckets is not None and "window_buckets" in fields:
         base = dataclasses.replace(base, window_buckets=buckets)
+    step_frames = getattr(globals()[name], "STEP_FRAMES", None)
+    if step_frames is not None and "step_frames" in fields:
+        base = dataclasses.replace(base, step_frames=step_frames)
     return base
 
 
