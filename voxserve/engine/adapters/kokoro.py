@@ -109,8 +109,8 @@ STEP_FRAMES = 8192
 (`ModelProfile.step_frames`): 136 windows of the first bucket, 36 of the fifth, 26 of the
 largest; about 132 ms of an H200 by the simulated device's cost model. Without a bound, a
 step of 128 of the largest windows holds the device for ~600 ms, and two such steps in
-flight make every new stream wait for both. At 256 sim streams this bound kept 35-40 units
-a decoder step (38-46 without it) and the throughput, and halved the engine's share of
+flight make every new stream wait for both. At 256 sim streams this bound kept 33-40 units
+a decoder step over six runs (38-46 without it) and the throughput, and halved the engine's share of
 first audio at p99 for the streams that started after the opening burst; 4096 fell to 23
 units a step (docs/BENCHMARKS.md)."""
 
