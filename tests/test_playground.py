@@ -408,6 +408,7 @@ WORD_NOW = """() => {
 }"""
 
 
+@pytest.mark.serial  # the light follows the playhead within 0.1 s
 def test_words_are_lit_while_the_audio_plays(playground: Playground) -> None:
     page = playground.page
     page.select_option("#model", "tts-1")
