@@ -120,8 +120,8 @@ serve-check:
 # installs above stay on the usual one. The suite runs in two parts: every test but the
 # `serial` ones on $(TEST_WORKERS) xdist workers, a group at a time (a module, or the
 # modules that share a server: tests/conftest.py, _worker_groups), then the `serial` ones
-# alone, as they time themselves or measure the process they run in. Both parts run even
-# if the first fails; the target fails if either did.
+# alone, as they time themselves or measure the process they run in. The second part runs
+# even if the first failed (not if it was interrupted); the target fails if either did.
 TEST_WORKERS ?= 2
 test: lint $(KOKORO_STAMP) $(SMART_TURN_STAMP) serve-check $(AGENTS_STAMP)
 	@cache="$(TEST_CACHE)"; \
