@@ -23,9 +23,7 @@ from tests.conftest import RunningServer
 from voxserve.audio.cut import plan_spans
 from voxserve.audio.decode import decode_audio
 
-# /health's latency is bounded while files transcribe: run alone, and the module whole and
-# in order, so that the health test follows the module's other long transcriptions.
-pytestmark = [pytest.mark.serial, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 URL = "/v1/audio/transcriptions"
 
@@ -150,6 +148,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
 """
 
 
+@pytest.mark.serial  # /health's latency is bounded
 def test_health_stays_fast_while_long_files_transcribe(
     base_url: str, long_clip: dict[str, Any], tmp_path: Path
 ) -> None:
