@@ -117,12 +117,20 @@ serve-check:
 	$(SERVE_CHECK_VENV)/bin/python scripts/serve_check.py
 
 # Only pytest sees the fresh XDG_CACHE_HOME: pip keeps its own cache there too, and the
-# installs above stay on the usual one.
+# installs above stay on the usual one. The suite runs in two parts: every test but the
+# `serial` ones on $(TEST_WORKERS) xdist workers, a group at a time (a module, or the
+# modules that share a server: tests/conftest.py, _worker_groups), then the `serial` ones
+# alone, as they time themselves or measure the process they run in. The second part runs
+# even if the first failed (not if it was interrupted); the target fails if either did.
+TEST_WORKERS ?= 2
 test: lint $(KOKORO_STAMP) $(SMART_TURN_STAMP) serve-check $(AGENTS_STAMP)
 	@cache="$(TEST_CACHE)"; \
 	if [ -z "$$cache" ]; then cache=$$(mktemp -d "$${TMPDIR:-/tmp}/voxserve-test-cache.XXXXXX"); trap 'rm -rf "$$cache"' EXIT; fi; \
 	echo "model cache for the tests: $$cache"; \
-	XDG_CACHE_HOME="$$cache" $(BIN)/python -m pytest
+	XDG_CACHE_HOME="$$cache" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial"; parallel=$$?; \
+	if [ $$parallel = 2 ]; then exit 2; fi; \
+	XDG_CACHE_HOME="$$cache" $(BIN)/python -m pytest -m serial; serial=$$?; \
+	[ $$parallel = 0 ] && [ $$serial = 0 ]
 
 clean:
 	rm -rf $(VENV) $(SERVE_CHECK_VENV) $(AGENTS) build *.egg-info

@@ -35,6 +35,9 @@ from voxserve.serving.remote import Remote, RemoteState
 from voxserve.serving.state import AppState, ASRSide
 
 if TYPE_CHECKING:
+    from xdist.remote import Producer
+    from xdist.scheduler import LoadScopeScheduling
+
     from tests.ray_support import RayDeployment
 
 T = TypeVar("T")
@@ -135,22 +138,26 @@ MakeServer = Callable[[ServerConfig], contextlib.AbstractContextManager[RunningS
 """The `make_server` fixture: a server with this config for the length of a `with` block."""
 
 
-@pytest.fixture(scope="session", autouse=True)
-def model_caches() -> None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
     """Every model file a new machine joins, splits or converts on first use, built
-    before the first test (tests/model_cache.py), and what each step cost. On an empty
-    cache, as `make test` gives every run, the steps add up to about 18 s of a 2-core
-    machine, the prior's fixed-length copies half of it, and take about 12 s, Piper's
-    beside the others'; on a warm one, about a second."""
+    before the first test (tests/model_cache.py), and what each step cost. It runs in
+    the process that starts pytest, before any xdist worker starts, so the workers find a
+    warm cache and never build the same file at once. On an empty cache, as `make test`
+    gives every run, the steps add up to about 18 s of a 2-core machine, the prior's
+    fixed-length copies half of it, and take about 12 s, Piper's beside the others'; on a
+    warm one, about a second."""
+    if hasattr(session.config, "workerinput") or session.config.option.collectonly:
+        return
     started = time.perf_counter()
     _CACHE_COST.update(model_cache.fill())
     _CACHE_WALL.append(time.perf_counter() - started)
 
 
 _CACHE_COST: dict[str, float] = {}
-"""What `model_caches` took per step, reported at the end of the run."""
+"""What the cache fill took per step, reported at the end of the run."""
 _CACHE_WALL: list[float] = []
-"""How long `model_caches` took in all (Piper's steps run beside the others)."""
+"""How long the cache fill took in all (Piper's steps run beside the others)."""
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -183,12 +190,18 @@ class _Shared(Generic[T]):
     counts in this process's RSS, which tests/test_overload.py measures through the
     server's /metrics: share only between modules on one side of it, or set `adjacent`,
     and the modules that use it run one after another, where the first of them stood
-    (`pytest_collection_modifyitems`)."""
+    (`pytest_collection_modifyitems`). `modules` names every module that uses it: on
+    xdist workers they run on one worker, one after another (`pytest_xdist_make_scheduler`),
+    and collection fails if another module asks for it."""
 
     def __init__(
-        self, name: str, start: Callable[[], contextlib.AbstractContextManager[T]], adjacent: bool = False
+        self,
+        name: str,
+        start: Callable[[], contextlib.AbstractContextManager[T]],
+        modules: tuple[str, ...],
+        adjacent: bool = False,
     ) -> None:
-        self.name, self.start, self.adjacent = name, start, adjacent
+        self.name, self.start, self.modules, self.adjacent = name, start, modules, adjacent
         self.last: str | None = None
         """The node id of the last selected test that uses it."""
         self._stack = contextlib.ExitStack()
@@ -209,6 +222,7 @@ API_KEY = "vx-test-shared-5e2b"
 _KEYED = _Shared(
     "keyed_server",
     lambda: run_server(replace(ServerConfig(asr=ASRConfig(enabled=False)), api_key=API_KEY, metrics_require_key=True)),
+    ("test_auth.py", "test_playground.py", "test_ws.py"),
     # tests/test_auth.py stands before tests/test_overload.py, the others after it.
     adjacent=True,
 )
@@ -218,6 +232,7 @@ _TIGHT = _Shared(
         tts=replace(TTSConfig(), max_streams=1, max_queue=0),
         asr=replace(ASRConfig(), max_requests=1, max_queue=0, workers=1),
     )),
+    ("test_asr_api.py", "test_bench.py"),
 )
 
 
@@ -226,6 +241,7 @@ _KOKORO = _Shared(
     lambda: run_server(
         ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0)), kokoro=True
     ),
+    ("test_kokoro_voice.py", "test_word_timings.py"),
     # ~700 MB while it lives: its modules run together, away from tests/test_overload.py.
     adjacent=True,
 )
@@ -237,18 +253,57 @@ def _ray_cluster() -> contextlib.AbstractContextManager[RayDeployment]:
     return running_deployment()
 
 
-_RAY = _Shared("ray_deployment", _ray_cluster)
+_RAY = _Shared("ray_deployment", _ray_cluster, ("test_ray.py", "test_ray_ws.py"))
 _SHARED: tuple[_Shared[Any], ...] = (_KEYED, _TIGHT, _KOKORO, _RAY)
+_ONE_CLUSTER = ("test_ray.py", "test_ray_ws.py", "test_serve_ray.py")
+"""The modules that start a Ray cluster: two clusters on one machine at once would fight
+over Ray's ports and its session folder."""
+
+
+def _worker_groups() -> dict[str, str]:
+    """The modules that must run on one worker, each to the name of its group: those that
+    share a server, and those that start a Ray cluster."""
+    group: dict[str, str] = {}
+    for name, modules in [*((shared.name, shared.modules) for shared in _SHARED), ("ray", _ONE_CLUSTER)]:
+        joined = {group.get(module, module) for module in modules}
+        for module, was in list(group.items()):
+            if was in joined:
+                group[module] = name
+        group.update(dict.fromkeys(modules, name))
+    return group
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LoadScopeScheduling | None:
+    """`--dist loadfile`, with each `_worker_groups` group as one file: a worker takes a
+    module, or a group of them, whole and runs it in collection order, so it starts each
+    module-scoped server once and each shared server once, and stops it after its last
+    test (`_Shared.last`)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    groups = _worker_groups()
+
+    class LoadGroupedFiles(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return groups.get(module.rsplit("/", 1)[-1], module)
+
+    return LoadGroupedFiles(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Each `adjacent` shared server's modules, moved up to run right after the first of
-    them, in their own order; every other test keeps its place."""
+    them, in their own order; every other test keeps its place. A module that uses a
+    shared server but is not among its `modules` is refused: on xdist it could run on
+    another worker."""
     for shared in _SHARED:
-        if not shared.adjacent:
-            continue
         users = {item.path for item in items if shared.name in getattr(item, "fixturenames", ())}
-        if not users:
+        unlisted = sorted(path.name for path in users if path.name not in shared.modules)
+        if unlisted:
+            raise pytest.UsageError(f"{', '.join(unlisted)} use {shared.name}: add them to its modules in tests/conftest.py")
+        if not users or not shared.adjacent:
             continue
         first = next(i for i, item in enumerate(items) if item.path in users)
         moved = [item for item in items if item.path in users]

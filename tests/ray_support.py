@@ -42,6 +42,8 @@ with warnings.catch_warnings():
 
 RAY_MARKS = [
     pytest.mark.slow,
+    # A cluster loads both cores, its tests time the replicas, and one may run at a time.
+    pytest.mark.serial,
     pytest.mark.timeout(150),
     # Ray's own modules warn about their internals on import and shutdown.
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),

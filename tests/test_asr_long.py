@@ -148,6 +148,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
 """
 
 
+@pytest.mark.serial  # /health's latency is bounded
 def test_health_stays_fast_while_long_files_transcribe(
     base_url: str, long_clip: dict[str, Any], tmp_path: Path
 ) -> None:

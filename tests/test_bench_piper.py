@@ -75,6 +75,7 @@ def _bench_args(base_url: str, tmp_path: Path, *extra: str) -> list[str]:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.serial  # the WAV's arrival is timed to 50 ms
 def test_speech_bench_against_piper_http_server(piper_server: str, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "piper.json"

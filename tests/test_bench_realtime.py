@@ -13,6 +13,9 @@ from tests.conftest import MakeServer, RunningServer, tts_config
 from voxserve.cli import main
 from voxserve.config import RealtimeConfig
 
+# Clips are streamed in real time, and the pacing and the latencies bounded: run alone.
+pytestmark = pytest.mark.serial
+
 
 def _live_args(kind: str, server: RunningServer, out: Path, *extra: str) -> list[str]:
     return ["bench", kind, "--base-url", server.base_url, "--concurrency", "1", "--num-clips",

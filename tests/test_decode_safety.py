@@ -78,6 +78,7 @@ def test_scripts_do_not_decode(beside_server: Path, name: str) -> None:
     assert refused.value.code == "invalid_audio" and refused.value.param == "file"
 
 
+@pytest.mark.serial  # /health's latency is bounded
 def test_script_uploads_get_400_and_nothing_of_the_file(
     beside_server: Path, server: RunningServer, client: httpx.Client, short_speech: list[np.ndarray]
 ) -> None:

@@ -8,9 +8,13 @@ import time
 
 import httpx
 import numpy as np
+import pytest
 
 from tests.conftest import RunningServer
 from voxserve.engine.voices import Span
+
+# A lone stream on the idle core needs that core idle: run alone.
+pytestmark = pytest.mark.serial
 
 TEXT = (
     "The storm knocked out power across the valley. Crews are working through the night, "

@@ -16,7 +16,8 @@ from voxserve.errors import ReplicaLost
 from voxserve.serving import leases
 from voxserve.serving.leases import GRACE_S, LEASE_TTL_S, LeaseTable, SessionLeases, session_place
 
-pytestmark = pytest.mark.timeout(30)
+# Waits are timed to a tenth of a second: run alone.
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(30)]
 
 
 def test_the_cap_counts_every_holder_and_a_release_frees_a_place_at_once() -> None:

@@ -21,7 +21,9 @@ from tests.conftest import RunningServer, run_server, silent_speech_reader, wait
 from voxserve.cli import build_parser, server_config
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig
 
-pytestmark = pytest.mark.timeout(120)
+# Timeouts timed to a tenth of a second, and transcriptions at the default nice 10, which
+# get only what other processes leave: run alone.
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(120)]
 
 TIMEOUT_S = 1.0
 MAX_AUDIO_S = 1800.0

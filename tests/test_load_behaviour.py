@@ -22,6 +22,10 @@ from tests.conftest import RunningServer, run_server, silent_speech_reader, tts_
 from voxserve.config import ASRConfig
 from voxserve.engine.scheduler import CREDITS
 
+# It measures this process's CPU time, first packets against a stream alone and /health's
+# latency: run alone.
+pytestmark = pytest.mark.serial
+
 LONG = " ".join(
     f"This is sentence number {i} of a long story that keeps the engine busy for a while."
     for i in range(40)

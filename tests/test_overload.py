@@ -16,7 +16,8 @@ import pytest
 from tests.conftest import run_server
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig, WSConfig
 
-pytestmark = pytest.mark.timeout(180)
+# It measures this process's memory and /health's latency under the overload: run alone.
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(180)]
 
 
 def _rss_mb() -> float:

@@ -408,14 +408,16 @@ WORD_NOW = """() => {
 }"""
 
 
+@pytest.mark.serial  # the light follows the playhead within 0.1 s
 def test_words_are_lit_while_the_audio_plays(playground: Playground) -> None:
     page = playground.page
+    page.fill("#text", SPOKEN)
     page.select_option("#model", "tts-1")
     assert page.input_value("#language") == ""  # Piper does not speak Spanish
     page.select_option("#voice", "nova")
     assert page.locator("#voice-typed").is_hidden()
     sent = _speak(page)
-    assert sent == {**sent, "model": "tts-1", "voice": "nova", "timestamps": True}
+    assert sent == {**sent, "model": "tts-1", "voice": "nova", "input": SPOKEN, "timestamps": True}
     assert "language" not in sent
     stats = page.evaluate("() => window.voxPlayground.stats")
     assert stats["state"] == "done", stats

@@ -174,6 +174,7 @@ def _paused_sentence(server: RunningServer, pause_s: float = 0.6) -> np.ndarray:
     return np.concatenate([audio[:cut], _silence(pause_s), audio[cut:]])
 
 
+@pytest.mark.serial  # the model's answers come in wall time
 def test_semantic_vad_waits_out_a_pause_mid_thought_and_ends_the_finished_one(
     rt: Session, server: RunningServer
 ) -> None:
@@ -306,6 +307,7 @@ def test_openai_sdk_realtime_client(server: RunningServer, speech: list[np.ndarr
     assert completed.usage.type == "duration"
 
 
+@pytest.mark.serial  # the live turn is timed
 def test_live_turns_go_before_file_transcriptions(server: RunningServer, rt: Session, speech: list[np.ndarray]) -> None:
     """Two uploads keep every worker busy; a live turn still completes promptly,
     and while the session is open file pieces hold at most all workers but one."""

@@ -23,7 +23,8 @@ from voxserve.serving.jobs import (
 )
 from voxserve.serving.remote import FORWARD_EVERY_S, LIVE_INPUTS, RemoteStream, _RemoteLive
 
-pytestmark = pytest.mark.timeout(30)
+# Forwarding is timed to a few hundredths of a second: run alone.
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(30)]
 
 
 class _ASR:

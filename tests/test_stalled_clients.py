@@ -27,7 +27,8 @@ from voxserve.config import ASRConfig, ServerConfig, TTSConfig
 from voxserve.engine.transcribe import Transcript
 from voxserve.serving.jobs import LiveInput, LiveOpen, LiveReply, SegmentJob, SessionRef, VoiceCheck
 
-pytestmark = pytest.mark.timeout(120)
+# A clip beside the stalled clients is timed against the same clip alone: run alone.
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(120)]
 
 BODY_IDLE_S = 2.0
 HEADER_TIMEOUT_S = 2.0

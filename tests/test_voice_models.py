@@ -29,6 +29,9 @@ from voxserve.engine.voices import VoiceModel
 from voxserve.errors import NotFound
 from voxserve.serving.catalog import speech_model, speech_model_ids
 
+# The models' costs, measured in wall time at the warm-up, are compared: run alone.
+pytestmark = pytest.mark.serial
+
 WHOLE = "piper-whole"
 TEXT = "The first sentence is short. The second one runs on a little longer than that."
 

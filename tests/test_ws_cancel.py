@@ -64,6 +64,7 @@ def _first_audio(ws: ClientConnection) -> dict[str, Any]:
     return start
 
 
+@pytest.mark.serial  # the reply stops within 2 s
 def test_cancel_stops_the_reply_drops_its_work_and_the_socket_speaks_the_next(server: RunningServer) -> None:
     engine, admission = server.state.engine, server.state.admission
     before = set(engine.stream_ids())

@@ -30,7 +30,8 @@ from websockets.sync.client import ClientConnection, connect
 
 from tests.conftest import RunningServer, wait_for
 
-pytestmark = pytest.mark.timeout(300)
+# The slowest /health probe during the fuzzing is bounded: run alone.
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(300)]
 
 _WORDS = ["Hello", "Dr.", "3.5", "10:30", "1,000", "no.", "J.", "ok", "\u2014", "!", "?", ",", "\n", "\u00e9t\u00e9", "\U0001f600"]
 

@@ -34,7 +34,8 @@ from voxserve.api.ws_limits import TokenBucket, message_size
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig, WSConfig
 from voxserve.engine.tts import MAX_SEGMENT_CHARS
 
-pytestmark = pytest.mark.timeout(120)
+# /health's latency during the attacks is bounded: run alone.
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(120)]
 
 LIMITS = WSConfig(
     max_sessions=3,
