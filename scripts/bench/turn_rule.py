@@ -16,6 +16,7 @@ always in time) and counts:
 
     python scripts/bench/turn_rule.py --probe probes.json whole/ paused/
     python scripts/bench/turn_rule.py --rules probes.json --first 96,250,400,700
+    python scripts/bench/turn_rule.py --rules probes.json --first 160 --complete-at 0.8,0.9,0.95
 """
 
 from __future__ import annotations
@@ -102,10 +103,17 @@ def probe(folders: list[Path]) -> list[dict[str, Any]]:
     return rows
 
 
-def outcome(rows: list[dict[str, Any]], due: tuple[float, ...], english: bool = True) -> dict[str, Any]:
+def outcome(rows: list[dict[str, Any]], due: tuple[float, ...], english: bool = True,
+            complete_at: float | None = None) -> dict[str, Any]:
     """Cut and late clips, and the silence that ends the last pause, under the server's
-    rule with the model asked at the silences `due`."""
+    rule with the model asked at the silences `due` (and, with `complete_at`, that
+    probability in place of `COMPLETE_AT` before `DOUBT_AFTER_MS`)."""
     from voxserve.serving import realtime as rt
+
+    def turn_ends(ms: float, p: float, text: str) -> bool:
+        if complete_at is None or ms >= rt.DOUBT_AFTER_MS:
+            return rt._ends_turn(ms, p, text, english)
+        return p >= complete_at and not rt._trails_off(text, english)
 
     clips: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
@@ -119,7 +127,7 @@ def outcome(rows: list[dict[str, Any]], due: tuple[float, ...], english: bool = 
                 p = row["p"].get(str(int(ms)))
                 if p is None:
                     break
-                if rt._ends_turn(ms, p, row["text"], english):
+                if turn_ends(ms, p, row["text"]):
                     ended = ms
                     break
             if not row["last"]:
@@ -141,6 +149,8 @@ def main() -> None:
     p.add_argument("--probe", type=Path, help="write the pauses of the clips in FOLDERS here")
     p.add_argument("--rules", type=Path, help="read pauses written by --probe and apply the rule")
     p.add_argument("--first", default="", help="also try these first silences (ms, comma-separated)")
+    p.add_argument("--complete-at", default="",
+                   help="with --first, also try these probabilities in place of COMPLETE_AT (comma-separated)")
     p.add_argument("folders", nargs="*", type=Path)
     args = p.parse_args()
     if args.probe:
@@ -150,16 +160,19 @@ def main() -> None:
         rows = json.loads(args.rules.read_text())
     from voxserve.serving import realtime as rt
 
-    tries: list[tuple[str, tuple[float, ...]]] = [(e, rt._probes(e)) for e in ("high", "auto", "low")]
+    tries: list[tuple[str, tuple[float, ...], float | None]] = [
+        (e, rt._probes(e), None) for e in ("high", "auto", "low")]
+    levels = [None, *(float(x) for x in filter(None, args.complete_at.split(",")))]
     for first in filter(None, args.first.split(",")):
-        tries.append((f"first {first} ms", (float(first), *(t for t in rt.PROBES_MS if t > float(first)))))
+        due = (float(first), *(t for t in rt.PROBES_MS if t > float(first)))
+        tries += [(f"first {first} ms" + (f" p>={at:g}" if at is not None else ""), due, at) for at in levels]
     for kind in ("whole", "paused"):
         subset = [r for r in rows if r["clip"].startswith(kind)]
         if not subset:
             continue
-        for name, due in tries:
-            o = outcome(subset, due)
-            print(f"{kind:6s} {name:14s} clips {o['clips']:3d}  cut {o['cut']:3d}  late {o['late']:3d}  "
+        for name, due, at in tries:
+            o = outcome(subset, due, complete_at=at)
+            print(f"{kind:6s} {name:22s} clips {o['clips']:3d}  cut {o['cut']:3d}  late {o['late']:3d}  "
                   f"ends at p50 {o['end_p50_ms']:.0f} ms, p90 {o['end_p90_ms']:.0f} ms")
 
 
