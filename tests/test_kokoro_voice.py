@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import math
 import time
@@ -297,3 +298,48 @@ def test_admission_weighs_a_newcomer_by_its_own_model(both: RunningServer) -> No
 
     assert fits("kokoro-82m-v1.0") <= fits("en_US-joe-medium"), costs
     assert fits("kokoro-82m-v1.0") == int(budget / kokoro + 1e-9), costs
+
+
+def test_a_speech_sessions_held_slot_weighs_as_its_own_model(both: RunningServer) -> None:
+    """A WebSocket session keeps its stream slot for a while after each segment, for the
+    next segment of its reply. It asks admission for the slot with its voice model, so a
+    held slot weighs as one stream of that model: three Piper sessions between segments
+    leave room for several more Piper streams, where three streams of the costliest
+    model (Kokoro) would fill this machine's budget."""
+    from websockets.sync.client import connect
+
+    admission, engine = both.state.admission, both.state.engine
+    gate = admission.gate
+    assert gate is not None
+    asked: list[str | None] = []
+
+    def spy(active: int, kind: str | None) -> bool:
+        asked.append(kind)
+        return gate(active, kind)
+
+    url = both.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    admission.gate = spy
+    try:
+        with contextlib.ExitStack() as stack:
+            sockets = [stack.enter_context(connect(url)) for _ in range(3)]
+            for ws in sockets:
+                ws.send(json.dumps({"type": "session.config", "model": "tts-1", "voice": "alloy"}))
+                ws.send(json.dumps({"type": "input.text", "text": "Hello there."}))
+                ws.send(json.dumps({"type": "input.done"}))
+            for ws in sockets:
+                deadline = time.monotonic() + 60
+                while True:
+                    message = ws.recv(timeout=max(0.1, deadline - time.monotonic()))
+                    if isinstance(message, str) and json.loads(message)["type"] == "input.flushed":
+                        break
+            # Each reply is spoken; each session still holds its slot for its next one.
+            held = admission.active
+            assert held >= 3
+            capacity = engine.capacity_streams(held)
+    finally:
+        admission.gate = gate
+    assert asked and set(asked) == {"en_US-joe-medium"}, asked
+    costs = engine.costs()
+    kokoro, piper = costs["kokoro-82m-v1.0"], costs["en_US-joe-medium"]
+    assert kokoro is not None and piper is not None and kokoro > piper
+    assert capacity is not None and capacity > held, (capacity, costs)

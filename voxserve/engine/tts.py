@@ -16,7 +16,7 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -385,6 +385,9 @@ class TTSEngine(WorkerEngine):
         """The model of each stream `keeping_up` let in and `submit` has not yet seen,
         oldest first (None: the newcomer named none), so that admitted streams not yet
         submitted count at their own model's cost (`_counted`)."""
+        self._parked: Counter[str | None] = Counter()
+        """Admitted slots that sessions keep between two segments, by the model they were
+        taken for (`park`); they count at that model's cost (`_counted`)."""
 
     # -- lifecycle (start, healthy and stop come from WorkerEngine) ------------------
     def drain(self) -> None:
@@ -592,6 +595,19 @@ class TTSEngine(WorkerEngine):
             now=self._clock(),
         )
 
+    def park(self, model: str | None) -> None:
+        """A session keeps its admitted slot, taken for `model`, with no stream in it
+        until its next segment (`serving/speech_session.py: HeldSlot`)."""
+        with self._cond:
+            self._parked[model] += 1
+
+    def unpark(self, model: str | None) -> None:
+        """That slot is in use again, or given back."""
+        with self._cond:
+            self._parked[model] -= 1
+            if self._parked[model] <= 0:
+                del self._parked[model]
+
     def _counted(self, admitted: int) -> tuple[dict[str, int], int]:
         """The streams admission counts, by model: the live ones, and those admitted but
         not yet submitted (`admitted` minus the live ones; a burst's grants come faster
@@ -599,9 +615,15 @@ class TTSEngine(WorkerEngine):
         newest `_let_in` entries; and how many of those have no known model, which count
         at the costliest model's cost. Were every grant counted at the costliest, each
         Piper stream of a burst would weigh as one of Kokoro (~10x), and the load rule
-        would hold a burst that fits. Call under the lock."""
+        would hold a burst that fits. Slots that sessions keep between segments (`park`)
+        count under the model each was taken for. Call under the lock."""
         live = self._sched.streams_by_model()
         unsubmitted = max(0, admitted - sum(live.values()))
+        for name, n in self._parked.items():
+            n = min(n, unsubmitted)
+            if name is not None and name in self.models and n > 0:
+                live[name] = live.get(name, 0) + n
+                unsubmitted -= n
         named = list(self._let_in)[len(self._let_in) - unsubmitted :] if unsubmitted else []
         for name in named:
             if name is not None and name in self.models:

@@ -148,9 +148,12 @@ class TTSReplica:
         started = time.perf_counter()
         slot = self.slots.get(job.session)
         if slot is None:
-            slot = self.slots[job.session] = HeldSlot(self.state.admission, on_release=self._forget(job.session))
+            slot = self.slots[job.session] = HeldSlot(
+                self.state.admission, on_release=self._forget(job.session), ledger=self.state.engine
+            )
         try:
-            await slot.take()  # 429 when full
+            params = job.params
+            await slot.take(speech_voice(self.state.engine, params.model, params.voice, params.language).model)  # 429 when full
             stream = await open_speech(self.state, job.params, job.request_id, started, admitted=True)
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError | GeneratorExit):

@@ -41,7 +41,7 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from voxserve.engine.admission import Admission
 from voxserve.engine.words import WordTime
@@ -66,6 +66,7 @@ __all__ = [
     "SegmentStarted",
     "SegmentWords",
     "SessionItem",
+    "SlotLedger",
     "SpeechSession",
     "SpeechSettings",
     "TooManyContexts",
@@ -194,44 +195,79 @@ SessionItem = SegmentStarted | SegmentWords | SegmentAudio | SegmentDone | Segme
 
 
 # -- the slot a session keeps between segments -------------------------------------------
+class SlotLedger(Protocol):
+    """Where a held slot says it has no stream in it (`TTSEngine.park`), so that
+    admission weighs it at its own model's cost between segments."""
+
+    def park(self, model: str | None) -> None: ...
+
+    def unpark(self, model: str | None) -> None: ...
+
+
 class HeldSlot:
     """One session's stream slot: taken for a segment, kept `hold_s` after it for the next
     segment of the same reply, then given back. `release` gives it back at once, and
-    `on_release` hears of each time it goes back."""
+    `on_release` hears of each time it goes back.
+
+    The slot is asked for with its voice model, and between segments it is parked in
+    `ledger` under that model: admission weighs it as one stream of that model all the
+    while. Unnamed, it would weigh as a stream of the costliest model (with Kokoro
+    loaded, six to nine of Piper's on a 2-core CPU), and a few voice agents pausing between the
+    segments of their replies would hold every other newcomer back."""
 
     def __init__(
-        self, admission: Admission, hold_s: float = HOLD_SLOT_S, on_release: Callable[[], None] | None = None
+        self,
+        admission: Admission,
+        hold_s: float = HOLD_SLOT_S,
+        on_release: Callable[[], None] | None = None,
+        ledger: SlotLedger | None = None,
     ):
         self._admission = admission
         self._hold_s = hold_s
         self._on_release = on_release
+        self._ledger = ledger
         self._held = False
+        self._model: str | None = None
+        self._parked = False
         self._timer: asyncio.TimerHandle | None = None
 
     @property
     def held(self) -> bool:
         return self._held
 
-    async def take(self) -> None:
-        """Hold the slot for a segment: 429 when the server is full and queued too long."""
+    async def take(self, model: str | None = None) -> None:
+        """Hold the slot for a segment of voice model `model`: 429 when the server is full
+        and queued too long. A slot already held is used again as it was taken."""
         self._cancel_timer()
+        self._unpark()
         if not self._held:
-            await self._admission.acquire()
+            await self._admission.acquire(model)
             self._held = True
+            self._model = model
 
     def idle(self) -> None:
         """The segment is over: give the slot back unless another one starts soon."""
         self._cancel_timer()
         if self._held:
+            if self._ledger is not None and not self._parked:
+                self._ledger.park(self._model)
+                self._parked = True
             self._timer = asyncio.get_running_loop().call_later(self._hold_s, self.release)
 
     def release(self) -> None:
         self._cancel_timer()
+        self._unpark()
         if self._held:
             self._held = False
             self._admission.release()
             if self._on_release is not None:
                 self._on_release()
+
+    def _unpark(self) -> None:
+        if self._parked:
+            assert self._ledger is not None
+            self._ledger.unpark(self._model)
+            self._parked = False
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -244,13 +280,14 @@ class LocalLane:
 
     def __init__(self, state: SpeechResources):
         self._state = state
-        self._slot = HeldSlot(state.admission)
+        self._slot = HeldSlot(state.admission, ledger=state.engine)
 
     async def check(self, model: str, voice: str, language: str | None) -> None:
         speech_voice(self._state.engine, model, voice, language)
 
     async def speak(self, params: SpeechParams, request_id: str, started: float) -> Speech:
-        await self._slot.take()
+        voice = speech_voice(self._state.engine, params.model, params.voice, params.language)
+        await self._slot.take(voice.model)
         return await open_speech(self._state, params, request_id, started, admitted=True)
 
     def idle(self) -> None:
