@@ -1,0 +1,154 @@
+"""Moonshine's two graphs made ready for batched serving, from the ORT-format files shipped
+with `moonshine-cpp`.
+
+The shipped files keep most weights as uint8 with a Cast -> Mul -> Add chain in front of
+them, and ONNX Runtime does not fold constants in an ORT-format model: it would dequantize
+every weight on every call, ~60 ms of a ~75 ms decoder step on one core. Reading each file
+back as ONNX and folding those chains into float initializers (the same float32 arithmetic
+the graph does) leaves only the model's own work.
+
+Neither graph takes a mask. The decoder gets one here: `ENCODER_BIAS` [batch, frames],
+0 on a piece's frames and -inf past its end, added to every cross-attention's scores
+before their softmax, so a piece padded to the batch's longest reads only its own frames.
+The encoder stays as shipped: its first normalization takes its statistics over the whole
+input and its attention is bidirectional, so padding changes every frame; it runs on
+each piece at its own length.
+
+This module and `onnx_runner.py` are the only Moonshine modules that import onnxruntime.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+__all__ = [
+    "ENCODER_BIAS", "decoder_graph", "encoder_graph", "fold_dequantized_weights", "read_ort",
+]
+
+ENCODER_BIAS = "encoder_attention_bias"
+"""The decoder's added input: float32 [batch, encoder frames], 0 to attend, -inf to skip."""
+_BIAS_4D = "encoder_attention_bias_4d"
+
+
+def read_ort(path: Path) -> onnx.ModelProto:
+    """The ORT-format model at `path` as an ONNX model, written out by ONNX Runtime itself
+    with no optimization applied, so that it is the shipped graph node for node."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "model.onnx"
+        opts.optimized_model_filepath = str(out)
+        ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        return onnx.load(str(out))
+
+
+def fold_dequantized_weights(graph: onnx.GraphProto) -> int:
+    """Replace each Cast(uint8 initializer) -> Mul(initializer) -> Add(initializer) chain of
+    `graph`'s top level by one float32 initializer with the chain's value; returns how many."""
+    inits = {t.name: t for t in graph.initializer}
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in _all_nodes(graph):
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    folded: list[onnx.NodeProto] = []
+    for cast in graph.node:
+        if cast.op_type != "Cast" or cast.input[0] not in inits:
+            continue
+        chain = _single_user(users, cast.output[0], "Mul")
+        add = chain and _single_user(users, chain.output[0], "Add")
+        if chain is None or not add:
+            continue
+        scale, offset = _other_input(chain, cast.output[0]), _other_input(add, chain.output[0])
+        if scale not in inits or offset not in inits:
+            continue
+        q = numpy_helper.to_array(inits[cast.input[0]])
+        value = q.astype(np.float32) * numpy_helper.to_array(inits[scale])
+        value = value + numpy_helper.to_array(inits[offset])
+        graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), add.output[0]))
+        folded += [cast, chain, add]
+    for node in folded:
+        graph.node.remove(node)
+    used = {name for node in _all_nodes(graph) for name in node.input}
+    used |= {o.name for o in graph.output}
+    for tensor in [t for t in graph.initializer if t.name not in used]:
+        graph.initializer.remove(tensor)
+    return len(folded) // 3
+
+
+def encoder_graph(path: Path) -> bytes:
+    """The encoder, its weights folded."""
+    model = read_ort(path)
+    fold_dequantized_weights(model.graph)
+    return bytes(model.SerializeToString())
+
+
+def decoder_graph(path: Path) -> bytes:
+    """The merged decoder, its weights folded and its cross-attention masked by
+    `ENCODER_BIAS` in both branches (the first step's and the cached steps')."""
+    model = read_ort(path)
+    graph = model.graph
+    fold_dequantized_weights(graph)
+    bias_shape = ["batch_size", "encoder_sequence_length"]
+    bias = helper.make_tensor_value_info(ENCODER_BIAS, onnx.TensorProto.FLOAT, bias_shape)
+    graph.input.append(bias)
+    axes = numpy_helper.from_array(np.array([1, 2], dtype=np.int64), "encoder_attention_bias_axes")
+    graph.initializer.append(axes)
+    # [batch, frames] -> [batch, 1 (heads), 1 (queries), frames], broadcast over both.
+    unsqueeze = helper.make_node(
+        "Unsqueeze", [ENCODER_BIAS, axes.name], [_BIAS_4D], name="encoder_bias_unsqueeze"
+    )
+    if_index = next(i for i, n in enumerate(graph.node) if n.op_type == "If")
+    graph.node.insert(if_index, unsqueeze)
+    masked = 0
+    for attr in graph.node[if_index + 1].attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            attr.g.name = attr.g.name or attr.name  # ONNX Runtime writes branches unnamed
+            masked += _mask_cross_attention(attr.g)
+    if masked == 0:
+        raise ValueError(f"{path}: no cross-attention softmax found to mask")
+    return bytes(model.SerializeToString())
+
+
+def _mask_cross_attention(branch: onnx.GraphProto) -> int:
+    """Add the outer scope's bias to the scores in front of each cross-attention softmax."""
+    softmaxes = [
+        (i, n)
+        for i, n in enumerate(branch.node)
+        if n.op_type == "Softmax" and "encoder_attn" in n.name
+    ]
+    for i, softmax in reversed(softmaxes):
+        scores = softmax.input[0]
+        biased = f"{scores}_masked"
+        add = helper.make_node("Add", [scores, _BIAS_4D], [biased], name=f"{softmax.name}_mask")
+        softmax.input[0] = biased
+        branch.node.insert(i, add)
+    return len(softmaxes)
+
+
+def _single_user(
+    users: dict[str, list[onnx.NodeProto]], name: str, op: str
+) -> onnx.NodeProto | None:
+    nodes = users.get(name, [])
+    return nodes[0] if len(nodes) == 1 and nodes[0].op_type == op else None
+
+
+def _other_input(node: onnx.NodeProto, name: str) -> str:
+    return str(next(i for i in node.input if i != name))
+
+
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes of `graph` and of every subgraph in it: a branch may read an initializer
+    of the outer scope."""
+    nodes = list(graph.node)
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                nodes += _all_nodes(attr.g)
+    return nodes
