@@ -11,6 +11,7 @@ import wave
 import numpy as np
 import pytest
 
+from voxserve.runners.moonshine.graphs import prepared_graphs
 from voxserve.runners.moonshine.onnx_runner import (
     MIN_SAMPLES,
     SAMPLE_RATE,
@@ -73,6 +74,21 @@ def test_equal_lengths_share_the_encoder_call(runner: MoonshineRunner, beckett: 
     piece = _cut(beckett, 0.0, 2.9)
     outs = runner.run([piece, piece, _cut(beckett, 2.9, 5.5)])
     assert [o.text for o in outs] == [PIECES[0.0, 2.9], PIECES[0.0, 2.9], PIECES[2.9, 5.5]]
+
+
+def test_sessions_on_two_threads_agree(runner: MoonshineRunner, beckett: np.ndarray) -> None:
+    piece = _cut(beckett, 2.9, 9.96)
+    (one,) = runner.run([piece])
+    (two,) = runner.run([piece], threads=2)
+    assert two.tokens == one.tokens
+    assert runner.sessions(2) is runner.sessions(2)
+
+
+def test_rewritten_graphs_are_cached(runner: MoonshineRunner) -> None:
+    graphs = prepared_graphs(bundled_model_dir())  # the runner made them already
+    written = graphs.decoder.stat().st_mtime_ns
+    assert prepared_graphs(bundled_model_dir()) == graphs
+    assert graphs.decoder.stat().st_mtime_ns == written
 
 
 def test_silence_gives_no_words(runner: MoonshineRunner) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from voxserve.runners.moonshine.graphs import ENCODER_BIAS, decoder_graph, encoder_graph
+from voxserve.runners.moonshine.graphs import ENCODER_BIAS, PreparedGraphs, prepared_graphs
 from voxserve.runners.moonshine.tokenizer import MoonshineTokenizer
 from voxserve.runners.options import cpu_options
 
@@ -102,10 +102,13 @@ def token_limit(samples: int, max_tokens: int = MAX_TOKENS) -> int:
 class _SessionSet:
     """Both graphs' sessions on one intra-op thread count."""
 
-    def __init__(self, encoder: bytes, decoder: bytes, threads: int):
-        providers = ["CPUExecutionProvider"]
-        self.encoder = ort.InferenceSession(encoder, cpu_options(threads), providers=providers)
-        self.decoder = ort.InferenceSession(decoder, cpu_options(threads), providers=providers)
+    def __init__(self, graphs: PreparedGraphs, threads: int):
+        self.encoder = _session(graphs.encoder, threads)
+        self.decoder = _session(graphs.decoder, threads)
+
+
+def _session(path: Path, threads: int) -> ort.InferenceSession:
+    return ort.InferenceSession(str(path), cpu_options(threads), providers=["CPUExecutionProvider"])
 
 
 class MoonshineRunner:
@@ -116,14 +119,17 @@ class MoonshineRunner:
     languages = ("en",)
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, model_dir: Path | None = None, threads: int = 1):
+    def __init__(
+        self, model_dir: Path | None = None, threads: int = 1, cache_dir: Path | None = None
+    ):
+        """`model_dir`: the shipped files (default: `bundled_model_dir()`); `threads`: the
+        intra-op threads of the sessions made now, what `run` uses by default; `cache_dir`:
+        where the rewritten graphs are kept (default: the runners' cache)."""
         model_dir = model_dir or bundled_model_dir()
         self.tokenizer = MoonshineTokenizer.from_file(model_dir / "tokenizer.bin")
-        # The rewritten graphs are kept to make sessions on other thread counts later.
-        self._encoder = encoder_graph(model_dir / "encoder_model.ort")
-        self._decoder = decoder_graph(model_dir / "decoder_model_merged.ort")
+        self._graphs = prepared_graphs(model_dir, cache_dir)
         self._lock = threading.Lock()
-        self._sessions = {threads: _SessionSet(self._encoder, self._decoder, threads)}
+        self._sessions = {threads: _SessionSet(self._graphs, threads)}
         self._default_threads = threads
 
     def sessions(self, threads: int | None = None) -> _SessionSet:
@@ -136,7 +142,7 @@ class MoonshineRunner:
             with self._lock:
                 found = self._sessions.get(threads)
                 if found is None:
-                    found = _SessionSet(self._encoder, self._decoder, threads)
+                    found = _SessionSet(self._graphs, threads)
                     self._sessions[threads] = found
         return found
 
