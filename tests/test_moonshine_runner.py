@@ -112,6 +112,8 @@ def test_rejects_what_it_cannot_read(runner: MoonshineRunner) -> None:
     assert runner.run([]) == []
     with pytest.raises(ValueError, match="0.1-64 s"):
         runner.run([np.zeros(MIN_SAMPLES - 1, np.float32)])
+    with pytest.raises(ValueError, match="max_tokens"):
+        runner.run([np.zeros(SAMPLE_RATE, np.float32)], max_tokens=0)
     with pytest.raises(ValueError, match="mono"):
         runner.run([np.zeros((2, SAMPLE_RATE), np.float32)])
 

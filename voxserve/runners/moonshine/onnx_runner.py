@@ -151,6 +151,8 @@ class MoonshineRunner:
     ) -> list[MoonshineOutput]:
         """Transcribe each piece of `batch`: float32 mono samples at 16 kHz, 0.1-64 s each.
         `max_tokens` caps every piece's tokens on top of its budget (`token_limit`)."""
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1; got {max_tokens}")
         if not batch:
             return []
         pieces = [_checked(piece, i) for i, piece in enumerate(batch)]
