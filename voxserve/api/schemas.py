@@ -8,16 +8,21 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from voxserve.audio.chunks import AUTO, Chunking
 from voxserve.errors import InvalidRequest
 from voxserve.serving.catalog import SPEECH_MODELS
 from voxserve.text.split import speakable
 
 __all__ = [
+    "MAX_CHUNKING_CHARS",
     "REPLICA_HEADER",
     "SPEECH_MODELS",
+    "ServerVAD",
     "SpeechRequest",
     "TranscriptionForm",
     "VoiceRef",
+    "parse_chunking",
+    "parse_include",
     "parse_json_body",
     "validate",
 ]
@@ -92,6 +97,98 @@ class TranscriptionForm(BaseModel):
     response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = "json"
     timestamp_granularities: list[Literal["segment", "word"]] = Field(default_factory=list)
     stream: bool = False
+    chunking_strategy: Chunking | None = None
+    """Parsed by `parse_chunking`: None is no strategy (the default rule)."""
+    logprobs: bool = False
+    """`include[]=logprobs` was sent (`parse_include`)."""
+
+
+MAX_CHUNKING_CHARS = 1024
+"""Longest `chunking_strategy` accepted: a whole server_vad object is under 150."""
+
+
+class ServerVAD(BaseModel):
+    """OpenAI's `{"type": "server_vad", ...}` chunking strategy. Strict: numbers only as
+    numbers of the right kind (no "300" inside JSON, no true)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["server_vad"]
+    prefix_padding_ms: int | None = Field(None, ge=0, le=2000, strict=True)
+    silence_duration_ms: int | None = Field(None, ge=50, le=5000, strict=True)
+    threshold: float | None = Field(None, ge=0.0, le=1.0, strict=True, allow_inf_nan=False)
+
+    def chunking(self) -> Chunking:
+        """The settings, the ones left out taken from `AUTO`."""
+        return Chunking(
+            AUTO.prefix_padding_ms if self.prefix_padding_ms is None else self.prefix_padding_ms,
+            AUTO.silence_duration_ms if self.silence_duration_ms is None else self.silence_duration_ms,
+            AUTO.threshold if self.threshold is None else self.threshold,
+        )
+
+
+_CHUNKING_HINT = (
+    'send "auto" or a JSON object {"type": "server_vad", "prefix_padding_ms": 0-2000, '
+    '"silence_duration_ms": 50-5000, "threshold": 0-1}'
+)
+
+
+def parse_chunking(raw: str | None, keys: dict[str, str]) -> Chunking | None:
+    """`chunking_strategy` as a multipart form sends it: the string "auto", a JSON object
+    in that field, or one field per key (`chunking_strategy[type]=server_vad` ..., as
+    OpenAI's SDKs send an object; each value then a JSON number or a bare string).
+    None when neither is sent. 400 `param: chunking_strategy` for anything else."""
+    def bad(problem: str) -> InvalidRequest:
+        return InvalidRequest(f"invalid 'chunking_strategy': {problem}; {_CHUNKING_HINT}", param="chunking_strategy")
+
+    if raw is not None and keys:
+        raise bad("it was sent both as one field and as chunking_strategy[...] fields")
+    if raw is None and not keys:
+        return None
+    size = len(raw) if raw is not None else sum(len(k) + len(v) for k, v in keys.items())
+    if size > MAX_CHUNKING_CHARS:
+        raise bad(f"it is {size} characters long, more than {MAX_CHUNKING_CHARS}")
+    data: Any
+    if raw is not None:
+        if raw.strip() == "auto":
+            return AUTO
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise bad("it is neither \"auto\" nor valid JSON") from None
+        if not isinstance(data, dict):
+            raise bad(f"a JSON {type(data).__name__} is not a strategy")
+    else:
+        data = {key: _form_scalar(value) for key, value in keys.items()}
+    try:
+        return ServerVAD.model_validate(data).chunking()
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "value"
+        raise bad(f"{where}: {first.get('msg', 'invalid value')}") from None
+
+
+def _form_scalar(value: str) -> Any:
+    """A form field's value as the JSON scalar it spells, else the string itself."""
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return value
+    return data if isinstance(data, int | float) and not isinstance(data, bool) else value
+
+
+def parse_include(values: list[str]) -> bool:
+    """`include[]`: whether logprobs were asked for. 400 `param: include` for any other
+    value (it is the only one OpenAI defines for transcriptions)."""
+    for value in values:
+        if value != "logprobs":
+            shown = value if len(value) <= 40 else value[:40] + "..."
+            raise InvalidRequest(
+                f"invalid 'include': {shown!r} is not something a transcription can include; "
+                "send include[]=logprobs or leave it out",
+                param="include",
+            )
+    return bool(values)
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -22,11 +22,18 @@ from collections.abc import AsyncGenerator, Awaitable
 from typing import Any
 
 from starlette.datastructures import FormData, UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from voxserve.api.formats import CONTENT_TYPES, as_json, as_srt, as_text, as_verbose_json, as_vtt
-from voxserve.api.schemas import REPLICA_HEADER, TranscriptionForm, validate
+from voxserve.api.schemas import (
+    REPLICA_HEADER,
+    TranscriptionForm,
+    parse_chunking,
+    parse_include,
+    validate,
+)
 from voxserve.api.sse import sse, sse_error
 from voxserve.api.streaming import StreamResponse, until_disconnect
 from voxserve.engine.transcribe import Transcript
@@ -112,6 +119,8 @@ def transcription_params(body: TranscriptionForm, task: str) -> TranscriptionPar
         prompt=body.prompt,
         temperature=body.temperature,
         timings=body.response_format in ("srt", "vtt", "verbose_json"),
+        logprobs=body.logprobs,
+        chunking=body.chunking_strategy,
     )
 
 
@@ -156,7 +165,28 @@ async def _read_form(request: Request, limit: int, lease: UploadLease | None) ->
         return message
 
     limited = Request(request.scope, receive)
-    return await limited.form(max_files=1, max_fields=64, max_part_size=MAX_FIELD_BYTES)
+    async with contextlib.aclosing(limited.stream()) as stream:
+        parser = _FormParser(limited.headers, stream, max_files=1, max_fields=64, max_part_size=MAX_FIELD_BYTES)
+        try:
+            return await parser.parse()
+        except MultiPartException as exc:
+            raise InvalidRequest(exc.message) from None
+
+
+class _FormParser(MultiPartParser):
+    """Starlette's multipart parser, whose refusal of an oversized field names the field
+    (`param`), so a client learns which of its fields to shorten."""
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        part = self._current_part
+        if part.file is None and len(part.data) + end - start > self.max_part_size:
+            name = part.field_name.split("[", 1)[0]
+            raise InvalidRequest(
+                f"field {part.field_name[:64]!r} is larger than {self.max_part_size // 1024} KB; "
+                "send a shorter value",
+                param=name[:64] or None,
+            )
+        super().on_part_data(data, start, end)
 
 
 def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
@@ -179,6 +209,15 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
         fields["stream"] = stream.strip().lower() in _TRUE
     if fields.get("temperature") == "":
         del fields["temperature"]
+    raw = form.get("chunking_strategy")
+    keys = {
+        k[len("chunking_strategy[") : -1]: v
+        for k, v in form.multi_items()
+        if k.startswith("chunking_strategy[") and k.endswith("]") and isinstance(v, str)
+    }
+    fields["chunking_strategy"] = parse_chunking(raw if isinstance(raw, str) else None, keys)
+    includes = [v for k in ("include[]", "include") for v in form.getlist(k)]
+    fields["logprobs"] = parse_include([v for v in includes if isinstance(v, str)])
     body = validate(TranscriptionForm, fields)
     if task == "translate" and (body.stream or body.timestamp_granularities):
         param = "stream" if body.stream else "timestamp_granularities"
