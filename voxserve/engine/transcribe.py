@@ -111,13 +111,14 @@ async def start_transcription(
     pool: Executor,
     request_id: str = "",
 ) -> Transcription:
-    """Decode and cut `data` in `pool`, then start feeding its pieces to the engine.
+    """Decode and cut `data` in `pool` (where `options.chunking` allows), then start
+    feeding its pieces to the engine.
 
     Raises InvalidRequest for options the model cannot serve or audio it cannot decode.
     """
     # Requests that show word times keep 30 s cuts (`ASREngine.prepare`).
     even = not options.timings
-    return await _start(engine, lambda: engine.prepare(data, even), options, pool, request_id)
+    return await _start(engine, lambda: engine.prepare(data, even, options.chunking), options, pool, request_id)
 
 
 async def start_live(
