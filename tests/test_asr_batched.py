@@ -53,7 +53,7 @@ class _Clock:
 @pytest.fixture()
 def sim_engine() -> Iterator[tuple[ASREngine, _Clock]]:
     clock = _Clock()
-    engine = ASREngine(ASRConfig(device="sim", nice=0), clock=clock)
+    engine = ASREngine(ASRConfig(models=("whisper-tiny.en",), device="sim", nice=0), clock=clock)
     engine.start()
     try:
         yield engine, clock
@@ -136,7 +136,7 @@ def test_whisper_costs_follow_the_h200_figures(source: WhisperSource) -> None:
 
 @pytest.fixture(scope="module")
 def sim_server() -> Iterator[RunningServer]:
-    config = replace(tts_config(noise_w=0.0, noise_scale=0.0), asr=ASRConfig(device="sim"))
+    config = replace(tts_config(noise_w=0.0, noise_scale=0.0), asr=ASRConfig(models=("whisper-tiny.en",), device="sim"))
     with run_server(config) as running:
         yield running
 

@@ -30,7 +30,7 @@ def base_dir(whisper_base_dir: Path) -> Path:
 @pytest.fixture(scope="module", params=["ct2", "torch"])
 def engine(request: pytest.FixtureRequest, base_dir: Path) -> Iterator[ASREngine]:
     """The base model on each runtime: the torch runner converts the same folder."""
-    engine = ASREngine(ASRConfig(model_dir=base_dir, workers=1, runtime=request.param))
+    engine = ASREngine(ASRConfig(models=(str(base_dir),), workers=1, runtime=request.param))
     engine.start()
     yield engine
     engine.stop()

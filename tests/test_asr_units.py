@@ -14,12 +14,14 @@ import pytest
 
 from voxserve.api.formats import as_json, as_srt, as_text, as_verbose_json, as_vtt, timestamp
 from voxserve.audio.blocks import SampleBlocks
+from voxserve.audio.chunks import AUTO
 from voxserve.audio.cut import Span, plan_spans, quietest_point
 from voxserve.audio.decode import decode_audio
 from voxserve.audio.encode import wav_file
 from voxserve.audio.mel import N_FRAMES, LogMel
-from voxserve.engine.asr import even_spans
+from voxserve.engine.asr import _busiest
 from voxserve.engine.batcher import Batcher, Pending
+from voxserve.engine.chunking import Planner, even_pieces
 from voxserve.engine.results import ResultStream
 from voxserve.engine.segments import TimedSegment, Word, compression_ratio, group_sentences
 from voxserve.engine.transcribe import Transcript
@@ -157,26 +159,32 @@ def _talk(seconds: float) -> np.ndarray:
     return audio
 
 
+def _planner(audio: np.ndarray) -> Planner:
+    """`audio`'s VAD plan, with a loud 32 ms frame standing for speech."""
+    frames = audio[: len(audio) // 512 * 512].reshape(-1, 512)
+    probs = (np.abs(frames).max(axis=1) > 0.01).astype(np.float32)
+    return Planner(audio, probs, AUTO)
+
+
 @pytest.mark.parametrize("seconds", [31, 65, 185])
-def test_even_spans_cut_short_pieces_that_split_among_the_workers(seconds: float) -> None:
+def test_even_pieces_cut_short_pieces_that_split_among_the_workers(seconds: float) -> None:
     """30 s cuts of 31 s, 65 s and 185 s give 2, 3 and 7 pieces, one of them short;
     recut, every piece fits a 20 s window and each of two workers gets half of them."""
-    audio = _talk(seconds)
-    spans = plan_spans(audio, RATE)
-    even = even_spans(audio, spans, workers=2, most=16, longest=19.0)
+    plan = _planner(_talk(seconds))
+    spans = plan()
+    even = even_pieces(plan, spans, workers=2, most=16, longest=19.0, cost=_busiest)
     assert len(even) % 2 == 0 and len(even) >= len(spans)
-    assert even[0].start == 0 and even[-1].end == len(audio)
-    assert all(a.end == b.start for a, b in itertools.pairwise(even))
+    assert all(a.end <= b.start for a, b in itertools.pairwise(even))
     assert max(len(s) for s in even) <= 19 * RATE
 
 
-def test_even_spans_leave_alone_what_they_should_not_recut() -> None:
-    audio = _talk(185)
-    spans = plan_spans(audio, RATE)
-    assert even_spans(audio, spans, workers=2, most=6, longest=19.0) is spans  # too many pieces
-    assert even_spans(audio, spans, workers=2, most=16, longest=0.0) is spans  # turned off
+def test_even_pieces_leave_alone_what_they_should_not_recut() -> None:
+    plan = _planner(_talk(185))
+    spans = plan()
+    assert even_pieces(plan, spans, workers=2, most=6, longest=19.0, cost=_busiest) is spans  # too many pieces
+    assert even_pieces(plan, spans, workers=2, most=16, longest=0.0, cost=_busiest) is spans  # turned off
     one = [Span(0, 20 * RATE)]
-    assert even_spans(audio[: 20 * RATE], one, workers=2, most=16, longest=19.0) is one
+    assert even_pieces(_planner(_talk(20)), one, workers=2, most=16, longest=19.0, cost=_busiest) is one
 
 
 def test_full_batch_goes_at_once_and_caps_at_max() -> None:

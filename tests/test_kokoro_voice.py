@@ -146,7 +146,7 @@ PROMPTS = {"zh": "以下是普通话的句子。"}
 
 @pytest.fixture(scope="module")
 def whisper_base(whisper_base_dir: Path) -> Iterator[ASREngine]:
-    engine = ASREngine(ASRConfig(model_dir=whisper_base_dir, workers=1, runtime="ct2"))
+    engine = ASREngine(ASRConfig(models=(str(whisper_base_dir),), workers=1, runtime="ct2"))
     engine.start()
     yield engine
     engine.stop()

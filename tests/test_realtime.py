@@ -260,7 +260,7 @@ def test_pcmu_audio(rt: Session, speech: list[np.ndarray]) -> None:
         ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
             "transcription": {"model": "nope"}}}}}, "model_not_found"),
         ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
-            "transcription": {"language": "de"}}}}}, "unsupported_language"),
+            "transcription": {"language": "xx"}}}}}, "unsupported_language"),
         ({"no": "type"}, "invalid_event"),
     ],
 )

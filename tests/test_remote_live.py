@@ -33,8 +33,8 @@ class _ASR:
     def __init__(self) -> None:
         self.calls: list[tuple[float, LiveInput]] = []
 
-    async def model_name(self) -> str:
-        return "fake"
+    async def models(self) -> dict[str, dict[str, Any]]:
+        return {"fake": {"default": True}}
 
     async def transcribe(self, job: TranscriptionJob) -> tuple[str, Transcript]:
         raise NotImplementedError

@@ -102,7 +102,7 @@ def test_sim_resolves_only_when_asked() -> None:
     with pytest.raises(ValueError, match="stand-ins"):
         TTSConfig(device="sim", runtime="onnx")
     with pytest.raises(ValueError, match="simulated runner"):
-        ASRConfig(device="sim", runtime="torch")
+        ASRConfig(models=("whisper-tiny.en",), device="sim", runtime="torch")
 
 
 def test_serve_device_sim_puts_both_engines_on_it_unless_one_is_named() -> None:

@@ -251,8 +251,8 @@ class _RecordingASR:
         self.calls: list[tuple[int, int]] = []
         self.app: Any = None
 
-    async def model_name(self) -> str:
-        return "stub-whisper"
+    async def models(self) -> dict[str, dict[str, Any]]:
+        return {"stub-whisper": {"default": True}}
 
     async def transcribe(self, job: TranscriptionJob) -> tuple[str, Transcript]:
         self.calls.append((len(job.data), self.app.state.vox.uploads.held))

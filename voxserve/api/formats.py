@@ -5,8 +5,10 @@ Pure functions: a `Transcript` in, a dict or a string out.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from voxserve.engine.segments import TokenLogprob
 from voxserve.engine.transcribe import Transcript
 from voxserve.text.languages import language_name
 
@@ -18,7 +20,9 @@ __all__ = [
     "as_text",
     "as_verbose_json",
     "as_vtt",
+    "logprob_list",
     "timestamp",
+    "usage",
 ]
 
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
@@ -41,12 +45,32 @@ def timestamp(seconds: float, decimal: str = ".", always_hours: bool = False) ->
     return f"{head}{minutes:02d}:{secs:02d}{decimal}{ms:03d}"
 
 
+def usage(duration: float) -> dict[str, Any]:
+    """OpenAI's `usage` of a transcription billed by duration."""
+    return {"type": "duration", "seconds": round(duration, 3)}
+
+
 def _usage(t: Transcript) -> dict[str, Any]:
-    return {"type": "duration", "seconds": round(t.duration, 3)}
+    return usage(t.duration)
 
 
-def as_json(t: Transcript) -> dict[str, Any]:
-    return {"text": t.text, "usage": _usage(t)}
+def logprob_list(logprobs: Iterable[TokenLogprob]) -> list[dict[str, Any]]:
+    """OpenAI's `logprobs`: each text token with its log-probability and its bytes."""
+    return [{"token": lp.token, "logprob": lp.logprob, "bytes": list(lp.bytes)} for lp in logprobs]
+
+
+def _logprobs(t: Transcript) -> list[dict[str, Any]]:
+    return logprob_list(lp for s in t.segments for lp in s.logprobs or ())
+
+
+def as_json(t: Transcript, logprobs: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"text": t.text}
+    if logprobs:
+        body["logprobs"] = _logprobs(t)
+    if logprobs:
+        body["logprobs"] = _logprobs(t)
+    body["usage"] = _usage(t)
+    return body
 
 
 def as_text(t: Transcript) -> str:
@@ -74,7 +98,7 @@ def as_vtt(t: Transcript) -> str:
 
 
 def as_verbose_json(
-    t: Transcript, words: bool, segments: bool = True, task: str = "transcribe"
+    t: Transcript, words: bool, segments: bool = True, task: str = "transcribe", logprobs: bool = False
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "task": task,

@@ -58,8 +58,8 @@ def create_remote_app(config: ServerConfig, remote: Remote) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         catalog = await remote.tts.catalog()
-        asr_name = await remote.asr.model_name() if remote.asr is not None else None
-        state = remote_state(config, remote, catalog, asr_name)
+        asr_catalog = await remote.asr.models() if remote.asr is not None else {}
+        state = remote_state(config, remote, catalog, asr_catalog)
         holder["state"] = state
         app.state.vox = state
         lag = asyncio.create_task(state.metrics.watch_loop_lag())

@@ -26,7 +26,16 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from voxserve.api.formats import CONTENT_TYPES, as_json, as_srt, as_text, as_verbose_json, as_vtt
+from voxserve.api.formats import (
+    CONTENT_TYPES,
+    as_json,
+    as_srt,
+    as_text,
+    as_verbose_json,
+    as_vtt,
+    logprob_list,
+    usage,
+)
 from voxserve.api.schemas import (
     REPLICA_HEADER,
     TranscriptionForm,
@@ -36,7 +45,7 @@ from voxserve.api.schemas import (
 )
 from voxserve.api.sse import sse, sse_error
 from voxserve.api.streaming import StreamResponse, until_disconnect
-from voxserve.engine.transcribe import Transcript
+from voxserve.engine.transcribe import TextDelta, Transcript
 from voxserve.engine.uploads import UploadLease
 from voxserve.errors import InvalidRequest, PayloadTooLarge, VoxError
 from voxserve.serving.catalog import ASR_MODELS
@@ -119,6 +128,7 @@ def transcription_params(body: TranscriptionForm, task: str) -> TranscriptionPar
         prompt=body.prompt,
         temperature=body.temperature,
         timings=body.response_format in ("srt", "vtt", "verbose_json"),
+        words="word" in body.timestamp_granularities,
         logprobs=body.logprobs,
         chunking=body.chunking_strategy,
     )
@@ -227,6 +237,11 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
             "stream=true sends text events; use response_format json or text with it",
             param="response_format",
         )
+    if body.logprobs and body.response_format not in ("json", "verbose_json"):
+        raise InvalidRequest(
+            "include[]=logprobs needs response_format json or verbose_json (or stream=true)",
+            param="include",
+        )
     if "word" in body.timestamp_granularities and body.response_format != "verbose_json":
         raise InvalidRequest(
             "word timestamps need response_format verbose_json", param="timestamp_granularities"
@@ -237,11 +252,11 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
 def render(t: Transcript, body: TranscriptionForm, task: str, headers: dict[str, str]) -> Response:
     fmt = body.response_format
     if fmt == "json":
-        return JSONResponse(as_json(t), headers=headers)
+        return JSONResponse(as_json(t, body.logprobs), headers=headers)
     if fmt == "verbose_json":
         grains = body.timestamp_granularities
         segments = not grains or "segment" in grains
-        return JSONResponse(as_verbose_json(t, "word" in grains, segments, task), headers=headers)
+        return JSONResponse(as_verbose_json(t, "word" in grains, segments, task, body.logprobs), headers=headers)
     text = {"text": as_text, "srt": as_srt, "vtt": as_vtt}[fmt](t)
     return PlainTextResponse(text, headers=headers, media_type=CONTENT_TYPES[fmt])
 
@@ -249,13 +264,20 @@ def render(t: Transcript, body: TranscriptionForm, task: str, headers: dict[str,
 async def transcript_events(stream: TranscriptionReply) -> AsyncGenerator[bytes, None]:
     """`transcript.text.delta` events as pieces finish, then `transcript.text.done`; a
     failure after the start is an `error` event."""
-    parts: list[str] = []
     try:
         async with contextlib.aclosing(stream.deltas()) as deltas:
-            async for delta in deltas:
-                parts.append(delta)
-                yield sse({"type": "transcript.text.delta", "delta": delta})
+            async for item in deltas:
+                if isinstance(item, TextDelta):
+                    event: dict[str, Any] = {"type": "transcript.text.delta", "delta": item.text}
+                else:
+                    event = {
+                        "type": "transcript.text.done",
+                        "text": item.text,
+                        "usage": usage(item.duration),
+                        "languages": list(item.languages),
+                    }
+                if item.logprobs is not None:
+                    event["logprobs"] = logprob_list(item.logprobs)
+                yield sse(event)
     except VoxError as exc:
         yield sse_error(exc)
-        return
-    yield sse({"type": "transcript.text.done", "text": "".join(parts).strip()})

@@ -30,6 +30,7 @@ from voxserve.audio.decode import SAMPLE_RATE, decode_audio
 from voxserve.audio.encode import wav_file
 from voxserve.bench.metrics import word_errors
 from voxserve.config import ASRConfig, TTSConfig, default_cores
+from voxserve.engine.adapters.whisper import WhisperRecognizer
 from voxserve.engine.asr import ASREngine, TranscribeOptions
 from voxserve.engine.transcribe import start_transcription
 
@@ -177,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     engine = ASREngine(config)
     engine.start()
     engine.warmup()
-    model_dir = str(engine.runner.model_dir)
+    whisper = engine.default
+    if not isinstance(whisper, WhisperRecognizer):
+        raise SystemExit(f"the offline bench compares Whisper with faster-whisper; {whisper.name} is not Whisper")
+    model_dir = str(whisper.runner.model_dir)
     sequential = WhisperModel(model_dir, device="cpu", compute_type="int8", cpu_threads=args.fw_threads)
     results: list[Result] = []
 

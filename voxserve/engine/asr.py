@@ -44,48 +44,51 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from voxserve.audio.blocks import Samples
+from voxserve.audio.chunks import AUTO, Chunking
 from voxserve.audio.cut import Span, plan_spans
 from voxserve.audio.mel import N_FRAMES, SAMPLE_RATE
 from voxserve.config import ASRConfig, default_cores
 from voxserve.engine import devices
+from voxserve.engine.adapters.whisper import FALLBACK_TEMPERATURES, fitted_window
+from voxserve.engine.asr_models import load_recognizers
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
+from voxserve.engine.chunking import even_pieces, planner
 from voxserve.engine.cores import SharedCores
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.live import LiveEstimate, LivePolicy, LiveView
+from voxserve.engine.recognizer import Decoded, Piece, Recognizer, TranscribeOptions, choose_model
 from voxserve.engine.results import ResultStream
-from voxserve.engine.segments import (
-    COMPRESSION_RATIO_THRESHOLD,
-    TimedSegment,
-    compression_ratio,
-    ends_in_a_loop,
-    needs_fallback,
-    window_segments,
-)
-from voxserve.engine.threads import lower_priority, prestart, run_lowered
-from voxserve.errors import InvalidRequest, ServerError, Unavailable
-from voxserve.runners.whisper.interface import (
-    AudioInput,
-    BatchedWhisperModel,
-    DecodeInput,
-    DecodeOptions,
-    DecodeOutput,
-    WhisperModel,
-)
+from voxserve.engine.segments import TimedSegment
+from voxserve.engine.threads import lower_priority, prestart
+from voxserve.errors import NotFound, ServerError, Unavailable
 
-__all__ = ["CPU_MAX_REQUESTS", "ASREngine", "ASRHandle", "PreparedAudio", "TranscribeOptions", "WindowResult", "audio_pool_size", "even_spans", "file_wait", "fitted_window", "load_runner", "requests_limit", "resolve_device", "solo_threads"]
+__all__ = [
+    "CPU_MAX_REQUESTS",
+    "FALLBACK_TEMPERATURES",
+    "ASREngine",
+    "ASRHandle",
+    "PreparedAudio",
+    "TranscribeOptions",
+    "WindowResult",
+    "audio_pool_size",
+    "file_wait",
+    "fitted_window",
+    "requests_limit",
+    "resolve_device",
+    "solo_threads",
+]
 
 log = logging.getLogger(__name__)
 
-FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 CPU_MAX_BATCH = 8
 """Most pieces one CPU decoding call takes: past it a batch's pieces wait for its longest
 one, and the workers already decode in parallel. (A GPU takes `--asr-gpu-batch`.)"""
@@ -113,42 +116,15 @@ work (docs/ASR.md). 0: 30 s pieces."""
 FITTED_WINDOWS = True
 """Encode a file piece shorter than 30 s in a window fitted to it (below), not Whisper's
 30 s: about a third of the decode time at the same WER. Live turns always use them."""
-LIVE_WINDOW_MIN_S = 10.0
-LIVE_WINDOW_STEP_S = 5.0
-LIVE_WINDOW_MARGIN_S = 1.0
-"""A piece under 30 s (a live turn; a short file, with `FITTED_WINDOWS`) is encoded in a
-window sized to it, not Whisper's full 30 s: its audio plus 1 s, rounded up to 5 s steps,
-at least 10 s, which keeps the WER of 30 s windows (docs/BENCHMARKS.md, "Tuning
-constants"). A fitted piece whose text ends in a loop is decoded again in 30 s
-(`ends_in_a_loop`): in a short window Whisper sometimes repeats the last words."""
-EVEN_LIMIT_RANGE_S = 2.0
-EVEN_LIMIT_STEP_S = 1.0
-"""`even_spans` tries cut limits from the longest piece down by 2 s, in 1 s steps: three
-`plan_spans` calls, 10-25 ms each for a 3 min file (it runs before the first batch)."""
 ENCODER_30S_AS_SPEECH_S = 27.0
 """One encoder pass over a 30 s window costs about as much as beam-decoding 27 s of speech,
-and a window of w seconds (w / 30)^2 of it: what `even_spans` weighs a cut by (the
+and a window of w seconds (w / 30)^2 of it: what `even_pieces` weighs a cut by (the
 timings: docs/BENCHMARKS.md, "Tuning constants")."""
 TURN_ESTIMATE_S = 3.0
 """The warm-up times a live turn of this length, in the window a live turn gets."""
 SILENCE_PEAK = 10 ** (-60 / 20)
 """A piece whose loudest sample stays under -60 dBFS is not decoded: Whisper would only
 hallucinate on it ("you", "Thank you.")."""
-
-
-@dataclass(frozen=True)
-class TranscribeOptions:
-    """What one request asks for, before it is turned into decoding options."""
-
-    task: str = "transcribe"
-    language: str | None = None
-    prompt: str | None = None
-    temperature: float = 0.0
-    """0 decodes greedily/beam first and raises the temperature when a piece fails the
-    checks (as OpenAI documents); a value > 0 samples at exactly that temperature."""
-    timings: bool = False
-    """Align words to the audio: sentence-sized segments with real times, and word
-    timestamps. Without it a piece is one segment spanning its audio."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +137,7 @@ class PreparedAudio:
     fitted: bool = False
     """Encode each piece in a window fitted to it even without `FITTED_WINDOWS` (live turns)."""
     window: int | None = None
-    """Encode every piece in this many feature frames (pieces cut evenly by `even_spans`:
+    """Encode every piece in this many feature frames (pieces cut evenly by `even_pieces`:
     one width, so they share batches); None: each piece's own window."""
 
     def release(self) -> None:
@@ -192,43 +168,19 @@ class ASRHandle:
     pieces: int
     duration: float
     results: ResultStream[WindowResult]
+    model: str = ""
+    """The loaded model that decodes it."""
 
 
 @dataclass
 class _Job:
     handle: ASRHandle
-    ladder: list[DecodeOptions]
-    task: str
-    language: str | None
-    timings: bool
+    model: Recognizer
+    attempts: list[Hashable]
+    """The batch keys of the model's attempts at a piece, in order."""
+    options: TranscribeOptions
     left: int
     deadline: float | None = None
-
-
-@dataclass
-class _Piece:
-    job: int
-    index: int
-    offset: float
-    duration: float
-    input: DecodeInput | AudioInput
-    """Host features (CPU), or raw audio whose features the runner makes (batched device)."""
-    attempt: int = 0
-    tried: list[tuple[DecodeOutput, str, float]] = field(default_factory=list)
-
-
-def _width(piece: DecodeInput | AudioInput) -> int:
-    """Feature frames of the encoder window a piece asks for."""
-    return piece.window if isinstance(piece, AudioInput) else piece.features.shape[-1]
-
-
-def _widened(piece: DecodeInput | AudioInput) -> DecodeInput | AudioInput:
-    """The piece in Whisper's own 30 s window. Host features past the piece's audio are
-    zeros (`LogMel`), so padding them gives exactly those."""
-    if isinstance(piece, AudioInput):
-        return replace(piece, window=N_FRAMES)
-    width = piece.features.shape[-1]
-    return replace(piece, features=np.pad(piece.features, ((0, 0), (0, N_FRAMES - width))))
 
 
 @dataclass
@@ -273,10 +225,10 @@ class ASREngine(WorkerEngine):
         """`EVEN_PIECE_S`; a probe that compares cut limits sets its own."""
         self.device = device
         self.runtime = runtime
-        # CTranslate2 starts its decoding threads as the model loads; they inherit the
-        # loading thread's lowered priority (`ASRConfig.nice`).
-        self.runner = run_lowered(config.nice, load_runner, config, device, runtime)
-        self.mel = self.runner.log_mel()
+        self.models: dict[str, Recognizer] = load_recognizers(config, device, runtime)
+        """The loaded models by name, the default first (`ASRConfig.models`)."""
+        self.default = next(iter(self.models.values()))
+        """The model OpenAI's names mean (`choose_model`)."""
         self.budget = AudioBudget(int(config.max_buffered_audio_s * SAMPLE_RATE), SAMPLE_RATE)
         if config.max_buffered_audio_s < 2 * config.max_audio_seconds:
             log.warning(
@@ -288,7 +240,7 @@ class ASREngine(WorkerEngine):
         self._clock = clock
         self._cond = threading.Condition()
         wait_s = config.batch_wait_ms / 1000
-        self._batcher: Batcher[_Piece] = Batcher(
+        self._batcher: Batcher[Piece] = Batcher(
             self.max_batch,
             max(wait_s, BATCHED_FILE_WAIT_S) if self.batched else wait_s,
             workers=config.workers,
@@ -334,33 +286,25 @@ class ASREngine(WorkerEngine):
             self._cond.notify_all()
 
     def _warm(self) -> None:
-        """Decode one second of silence so that first-call costs are not a client's."""
-        opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0)
-        silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
-        if self.batched:
-            self._batched_runner().run_audio([AudioInput(silence, fitted_window(len(silence)), True)], opts)
-            self.estimate_live()
-            return
-        features, frames = self.mel(silence)
-        inputs = [DecodeInput(features, frames, align=True)]
-        self.runner.run(inputs, opts)
-        if self.config.solo_threads > 1:
-            # Loads the solo replica; its threads inherit the lowered priority.
-            run_lowered(self.config.nice, self.runner.run, inputs, opts, self.config.solo_threads)
+        """Decode a second of silence on every model, so that first-call costs (replicas,
+        buffers, the solo replica) are not a client's; then time a live decode."""
+        for model in self.models.values():
+            model.warm(self.config.solo_threads, self.config.nice)
         self.estimate_live()
 
     def estimate_live(self) -> None:
-        """Time a live decode, warm, on one thread as it runs beside others: the live
-        capacity's estimate until sessions are measured (`engine/live.py`). The fastest
-        of three. The warm-up calls it; the server calls it again once every engine has
-        warmed up, when no other warm-up shares the cores."""
-        opts = self.runner.options("transcribe", "en", None, self.config.beam_size, 0.0)
+        """Time a live decode on the default model, warm, on one thread as it runs beside
+        others: the live capacity's estimate until sessions are measured
+        (`engine/live.py`). The fastest of three. The warm-up calls it; the server calls
+        it again once every engine has warmed up, when no other warm-up shares the cores."""
+        model = self.default
+        key = model.attempts(TranscribeOptions(language=_english(model)), self.config.beam_size)[0]
         turn = np.zeros(int(TURN_ESTIMATE_S * SAMPLE_RATE), dtype=np.float32)
-        piece = self._piece_input(turn, fitted_window(len(turn)))
+        piece = model.input(turn, fitted_window(len(turn)))
         took = self._live_decode_s
         for _ in range(3):
             started = time.perf_counter()
-            self._decode([piece], opts)
+            model.decode([piece], key, 1)
             took = min(took, time.perf_counter() - started)
         self._live_decode_s = took
         self.live_policy.estimate = LiveEstimate.from_warmup(took)
@@ -368,11 +312,26 @@ class ASREngine(WorkerEngine):
 
     @property
     def name(self) -> str:
-        return self.runner.name
+        """The default model's name."""
+        return self.default.name
 
     @property
     def multilingual(self) -> bool:
-        return self.runner.multilingual
+        """Whether the default model detects a piece's language itself."""
+        return self.default.abilities.detects_language
+
+    def model(self, name: str | None) -> Recognizer:
+        """A loaded model by its own name; the default for None."""
+        if name is None:
+            return self.default
+        try:
+            return self.models[name]
+        except KeyError:
+            raise NotFound(
+                f"model {name!r} is not loaded; the server loads {', '.join(self.models)}",
+                param="model",
+                code="model_not_found",
+            ) from None
 
     def snapshot(self) -> dict[str, Any]:
         with self._cond:
@@ -399,29 +358,28 @@ class ASREngine(WorkerEngine):
             }
 
     # -- request side ------------------------------------------------------------------
-    def check(self, options: TranscribeOptions) -> None:
-        """Reject what this model cannot do, saying what to send instead."""
-        if options.task == "translate" and not self.multilingual:
-            raise InvalidRequest(
-                f"model {self.name} is English-only, so it cannot translate: it only "
-                "transcribes English. Use /v1/audio/transcriptions, or start the server with a "
-                "multilingual model (--asr-model DIR)",
-                param="model",
-                code="unsupported_task",
-            )
-        lang = options.language
-        if lang is not None and lang not in self.runner.languages:
-            if not self.multilingual:
-                msg = (
-                    f"model {self.name} is English-only; send language 'en' or leave it out, "
-                    "or start the server with a multilingual model"
-                )
-            else:
-                msg = f"unknown language {lang!r}; send an ISO-639-1 code such as 'en', 'de' or 'fr'"
-            raise InvalidRequest(msg, param="language", code="unsupported_language")
+    def choose(self, options: TranscribeOptions, requested: str | None = None) -> TranscribeOptions:
+        """`options` with the loaded model that serves them (`choose_model`): `requested`
+        is a model's own name, or None for the names that mean the default. 400 for what
+        no loaded model can serve, 404 for a model that is not loaded."""
+        if requested is not None:
+            self.model(requested)
+        abilities = {name: m.abilities for name, m in self.models.items()}
+        return replace(options, model=choose_model(requested, abilities, self.default.name, options))
 
-    def prepare(self, data: bytes, even: bool = True) -> PreparedAudio:
-        """Decode and cut (`even`: into even short pieces, `even_spans`; callers pass False
+    def check(self, options: TranscribeOptions) -> None:
+        """Reject what the request's model cannot do, saying what to send instead."""
+        self.choose(options, options.model)
+
+    def prepare(
+        self,
+        data: bytes,
+        even: bool = True,
+        chunking: Chunking | None = None,
+        model: str | None = None,
+        timed: bool = False,
+    ) -> PreparedAudio:
+        """Decode and cut (`even`: into even short pieces, `engine/chunking.py: even_pieces`; callers pass False
         for requests that show word times: a piece's first word is aligned to the piece's
         start when the piece begins in a pause, so each extra cut can move a word's start
         by up to half a pause). CPU work: run it in the audio pool.
@@ -429,7 +387,11 @@ class ASREngine(WorkerEngine):
         Every block of decoded samples is reserved against the buffered-audio budget
         before it is allocated (429 when the budget is spent) and held until the caller
         calls `release()` on the result. One request holds at most `max_audio_seconds`
-        (plus one block): decoding stops with 400 past it."""
+        (plus one block): decoding stops with 400 past it. Cuts fall in the silences
+        the VAD finds (`engine/chunking.py`, with `chunking`'s settings). For `model` (the
+        request's), a request that shows times (`timed`) on a model that times segments
+        from the cuts gets pieces of at most its `timed_piece_s`, and a model that
+        `trims_silence` gets the VAD's cuts whatever the audio's length."""
         # PyAV is imported only to decode uploads: an engine fed samples (a GPU machine
         # measuring the runner through the engine) runs without it.
         from voxserve.audio.decode import decode_blocks
@@ -437,9 +399,17 @@ class ASREngine(WorkerEngine):
         lease = self.budget.lease()
         try:
             audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
-            spans = plan_spans(audio, SAMPLE_RATE)
+            recognizer = self.model(model)
+            if recognizer.timed_piece_s is not None and timed:
+                plan = planner(audio, chunking or AUTO)
+                assert plan is not None
+                return PreparedAudio(audio, plan(recognizer.timed_piece_s), lease)
+            plan = planner(audio, chunking or (AUTO if recognizer.trims_silence else None))
+            spans = [Span(0, len(audio))] if plan is None else plan()
             c = self.config
-            recut = even_spans(audio, spans, c.workers, SEGMENTS_AHEAD, self.even_piece_s) if even else spans
+            recut = spans if plan is None or not even else even_pieces(
+                plan, spans, c.workers, SEGMENTS_AHEAD, self.even_piece_s, _busiest
+            )
             if recut is spans:
                 return PreparedAudio(audio, spans, lease)
             return PreparedAudio(audio, recut, lease, window=fitted_window(max(len(s) for s in recut)))
@@ -491,20 +461,14 @@ class ASREngine(WorkerEngine):
             return False  # a solo batch is decoding: it holds every core
         return not (self._live_sessions and workers > 1 and self._file_batches >= workers - 1)
 
-    def features(self, prepared: PreparedAudio, index: int) -> DecodeInput | None:
-        """Host log-mel of one piece, or None when it is silent. CPU work: run it in the
-        audio pool."""
+    def piece(self, prepared: PreparedAudio, index: int, model: str | None = None) -> Any:
+        """What one piece is decoded from, for `model` (the request's, `ASRHandle.model`):
+        its log-mel on a CPU Whisper, its raw samples on a batched device or a model that
+        takes audio; None when it is silent. CPU work: run it in the audio pool."""
         found = self._span(prepared, index)
-        return None if found is None else self._host_features(*found)
+        return None if found is None else self.model(model).input(*found)
 
-    def piece(self, prepared: PreparedAudio, index: int) -> DecodeInput | AudioInput | None:
-        """What one piece is decoded from: on a batched device its raw samples (the runner
-        makes the whole batch's log-mel on the device), else its host log-mel
-        (`features`); None when it is silent. CPU work: run it in the audio pool."""
-        if not self.batched:
-            return self.features(prepared, index)
-        found = self._span(prepared, index)
-        return None if found is None else self._piece_input(*found)
+    features = piece
 
     def _span(self, prepared: PreparedAudio, index: int) -> tuple[np.ndarray, int] | None:
         """A piece's samples and the encoder window it gets, or None when it is silent."""
@@ -520,33 +484,6 @@ class ASREngine(WorkerEngine):
             window = N_FRAMES
         return samples, window
 
-    def _piece_input(self, samples: np.ndarray, window: int) -> DecodeInput | AudioInput:
-        """What the runner takes for one piece: on a batched device its raw samples (the
-        runner makes the batch's log-mel on the device), else its host features cropped
-        to `window`."""
-        if self.batched:
-            return AudioInput(np.array(samples, dtype=np.float32), window)
-        return self._host_features(samples, window)
-
-    def _host_features(self, samples: np.ndarray, window: int) -> DecodeInput:
-        """A piece's log-mel made on the host, cropped to `window`."""
-        features, frames = self.mel(samples)
-        if window < features.shape[-1]:
-            features = np.ascontiguousarray(features[:, :window])
-        return DecodeInput(features, frames)
-
-    def _batched_runner(self) -> BatchedWhisperModel:
-        runner = self.runner
-        if not isinstance(runner, BatchedWhisperModel):
-            raise TypeError(f"{type(runner).__name__} takes no raw audio: it cannot serve a batched device")
-        return runner
-
-    def _decode(self, inputs: Sequence[DecodeInput | AudioInput], opts: DecodeOptions, threads: int = 1) -> list[DecodeOutput]:
-        """Run the runner on one batch: raw audio on a batched device, features on a CPU."""
-        if self.batched:
-            return self._batched_runner().run_audio([x for x in inputs if isinstance(x, AudioInput)], opts)
-        return self.runner.run([x for x in inputs if isinstance(x, DecodeInput)], opts, threads)
-
     def open(
         self,
         options: TranscribeOptions,
@@ -555,31 +492,22 @@ class ASREngine(WorkerEngine):
         request_id: str = "",
         deadline: float | None = None,
     ) -> ASRHandle:
-        """Register a request; its pieces follow through `submit`. A `deadline` (on
-        `clock()`) makes it live work: it goes before every file piece."""
-        self.check(options)
-        if options.temperature > 0:
-            temperatures: tuple[float, ...] = (options.temperature,)
-        else:
-            temperatures = FALLBACK_TEMPERATURES
-        ladder = [
-            self.runner.options(options.task, options.language, options.prompt, self.config.beam_size, t)
-            for t in temperatures
-        ]
+        """Register a request; its pieces follow through `submit`. `options.model` names
+        the model (None: `choose` picks it). A `deadline` (on `clock()`) makes it live
+        work: it goes before every file piece."""
+        options = self.choose(options, options.model)
+        model = self.model(options.model)
+        attempts = model.attempts(options, self.config.beam_size)
         job_id = next(self._ids)
         pieces = len(prepared.spans)
-        handle = ASRHandle(job_id, request_id, pieces, prepared.duration, ResultStream(pieces, loop))
+        handle = ASRHandle(job_id, request_id, pieces, prepared.duration, ResultStream(pieces, loop), model.name)
         with self._cond:
             if self._stopping:
                 raise Unavailable("server is shutting down")
-            self._jobs[job_id] = _Job(
-                handle, ladder, options.task, options.language, options.timings, pieces, deadline
-            )
+            self._jobs[job_id] = _Job(handle, model, attempts, options, pieces, deadline)
         return handle
 
-    def submit(
-        self, handle: ASRHandle, prepared: PreparedAudio, index: int, decode_input: DecodeInput | AudioInput | None
-    ) -> bool:
+    def submit(self, handle: ASRHandle, prepared: PreparedAudio, index: int, decode_input: Any) -> bool:
         """Queue one piece whose features are ready (None: silent, no text); False if the
         request is gone."""
         return self.submit_all(handle, prepared, [(index, decode_input)])
@@ -588,7 +516,7 @@ class ASREngine(WorkerEngine):
         self,
         handle: ASRHandle,
         prepared: PreparedAudio,
-        pieces: Sequence[tuple[int, DecodeInput | AudioInput | None]],
+        pieces: Sequence[tuple[int, Any]],
     ) -> bool:
         """Queue pieces whose features are ready, as `submit` does, all under one lock: a
         worker that wakes meanwhile sees them together, so a long file's first pieces fill
@@ -605,20 +533,19 @@ class ASREngine(WorkerEngine):
                 if decode_input is None:
                     silent.append((index, offset, duration))
                     continue
-                decode_input = replace(decode_input, align=job.timings)
-                piece = _Piece(handle.id, index, offset, duration, decode_input)
-                key = self._key(job.ladder[0], decode_input)
+                piece = Piece(handle.id, index, offset, duration, job.model.prepared(decode_input, job.options))
+                key = self._key(job, piece)
                 self._batcher.add(Pending(handle.id, index, key, piece, job.deadline), now)
             self._cond.notify(len(pieces))
         for index, offset, duration in silent:
             self._complete(job, WindowResult(index, offset, offset + duration, [], None), duration)
         return True
 
-    def _key(self, opts: DecodeOptions, piece: DecodeInput | AudioInput) -> tuple[DecodeOptions, int]:
-        """What a batch shares: the decoding options, and on a CPU the encoder window too
-        (a batched device pads a batch to its widest piece instead: one fuller batch
-        costs it less than several narrow ones)."""
-        return (opts, 0 if self.batched else _width(piece))
+    def _key(self, job: _Job, piece: Piece) -> tuple[str, Hashable, int]:
+        """What a batch shares: one model, its key for the piece's attempt, and what the
+        model asks pieces to share besides (`Recognizer.width`)."""
+        model = job.model
+        return (model.name, job.attempts[piece.attempt], model.width(piece.input))
 
     def abort(self, handle: ASRHandle) -> None:
         """Drop a request and its queued pieces; pieces in flight are discarded later."""
@@ -690,62 +617,48 @@ class ASREngine(WorkerEngine):
                     self._batcher.wait_s = file_wait(self._batch_s, self.config.batch_wait_ms / 1000)
                 self._cond.notify_all()
 
-    def _still_to_come(self, batch: list[Pending[_Piece]]) -> int:
+    def _still_to_come(self, batch: list[Pending[Piece]]) -> int:
         """Pieces of the batch's own requests other than the batch's: a long file's next
         pieces are coming, so its first piece does not run solo. Call under the lock."""
         mine = Counter(p.request for p in batch)
         return sum(max(0, job.left - n) for j, n in mine.items() if (job := self._jobs.get(j)) is not None)
 
-    def _run(self, batch: list[Pending[_Piece]], threads: int) -> None:
-        key = batch[0].key  # (decoding options, encoder window width or 0)
-        assert isinstance(key, tuple) and isinstance(key[0], DecodeOptions)
-        opts: DecodeOptions = key[0]
+    def _run(self, batch: list[Pending[Piece]], threads: int) -> None:
+        name, key, _ = cast(tuple[str, Hashable, int], batch[0].key)  # (model, its key, width)
+        model = self.models[name]
         try:
-            outputs = self._decode([p.payload.input for p in batch], opts, threads)
+            outputs = model.decode([p.payload.input for p in batch], key, threads)
         except Exception as exc:  # noqa: BLE001 - an inference error fails only this batch
             self._fail({p.request for p in batch}, exc)
             return
         for pending, out in zip(batch, outputs, strict=True):
             try:
-                self._finish(pending.payload, opts, out)
+                self._finish(pending.payload, key, out)
             except Exception as exc:  # noqa: BLE001 - fails only this request
                 self._fail({pending.request}, exc)
 
-    def _finish(self, piece: _Piece, opts: DecodeOptions, out: DecodeOutput) -> None:
+    def _finish(self, piece: Piece, key: Hashable, out: Any) -> None:
         with self._cond:
             job = self._jobs.get(piece.job)
         if job is None:
             return  # aborted while decoding
-        tok = self.runner.tokenizer(job.task, out.language or job.language)
-        text = tok.decode([t for t in out.tokens if t < tok.eot])
-        if _width(piece.input) < N_FRAMES and ends_in_a_loop(text):
-            # Decode this attempt again in Whisper's own 30 s window.
-            piece.input = _widened(piece.input)
-            self._requeue(job, piece, widened=True)
+        verdict = job.model.judge(piece, key, out, len(job.attempts), job.options)
+        if isinstance(verdict, Decoded):
+            result = WindowResult(
+                piece.index, piece.offset, piece.offset + piece.duration, verdict.segments, verdict.language
+            )
+            self._complete(job, result, piece.duration)
             return
-        piece.tried.append((out, text, opts.temperature))
-        if needs_fallback(out, text) and piece.attempt + 1 < len(job.ladder):
-            piece.attempt += 1
-            self._requeue(job, piece)
-            return
-        out, text, temperature = _best(piece.tried)
-        segments = window_segments(out, tok, piece.offset, piece.duration, temperature)
-        result = WindowResult(
-            piece.index, piece.offset, piece.offset + piece.duration, segments, out.language
-        )
-        self._complete(job, result, piece.duration)
-
-    def _requeue(self, job: _Job, piece: _Piece, widened: bool = False) -> None:
-        """Queue a piece again: at its next temperature, or in a wider window."""
         with self._cond:
-            if piece.job not in self._jobs:
+            if self._jobs.get(piece.job) is not job:
                 return
-            if widened:
-                self.stats.widened += 1
-            else:
+            piece.input = verdict.input
+            if verdict.advance:
+                piece.attempt += 1
                 self.stats.fallbacks += 1
-            key = self._key(job.ladder[piece.attempt], piece.input)
-            self._batcher.add(Pending(piece.job, piece.index, key, piece, job.deadline), self._clock())
+            else:
+                self.stats.widened += 1
+            self._batcher.add(Pending(piece.job, piece.index, self._key(job, piece), piece, job.deadline), self._clock())
             self._cond.notify()
 
     def _complete(self, job: _Job, result: WindowResult, duration: float) -> None:
@@ -775,22 +688,6 @@ class ASREngine(WorkerEngine):
 def resolve_device(config: ASRConfig) -> tuple[str, str]:
     """(device, runtime) for `config` (`engine/devices.py`): CTranslate2 is the CPU runtime."""
     return devices.resolve_device(config.device, config.runtime, "ct2")
-
-
-def load_runner(config: ASRConfig, device: str, runtime: str) -> WhisperModel:
-    """The Whisper runner for this runtime; only the chosen runtime's module is imported
-    (the torch path never loads ctranslate2, the CTranslate2 path never loads torch)."""
-    if runtime == "sim":
-        from voxserve.runners.sim.whisper import SimWhisperRunner
-
-        return SimWhisperRunner(config.model_dir)
-    if runtime == "torch":
-        from voxserve.runners.whisper.torch_runner import TorchWhisperRunner
-
-        return TorchWhisperRunner(config.model_dir, device=device, workers=config.workers)
-    from voxserve.runners.whisper.ct2_runner import WhisperRunner
-
-    return WhisperRunner(config.model_dir, config.compute_type, config.workers)
 
 
 def file_wait(batch_s: float, floor_s: float) -> float:
@@ -839,36 +736,6 @@ def solo_threads(
     return threads
 
 
-def even_spans(
-    audio: Samples, spans: list[Span], workers: int, most: int, longest: float
-) -> list[Span]:
-    """`spans` (30 s cuts) recut into pieces of at most `longest` seconds: of the cut
-    limits from `longest` down by `EVEN_LIMIT_RANGE_S`, the one whose busiest worker gets
-    the least audio, preferring a number of pieces that is a multiple of `workers`;
-    `spans` itself for a file of one piece or of more than `most`.
-
-    Why: Whisper's encoder costs about the square of its window (tiny.en, batch of 4, one
-    thread: 0.45 s per piece at 30 s, 0.30 s at 25 s, 0.20 s at 20 s), about half of a 30 s
-    piece's decoding; the decoder's cost follows the words. Shorter pieces, encoded in a
-    window fitted to them (`fitted_window`), so cost less per second of audio. And 30 s cuts
-    leave a number of pieces that rarely divides among the workers (185 s: six of 26-30 s
-    and one of 18 s), so one worker's batch holds a piece more than the other's and the
-    request waits for it. A file of more than `most` pieces is not recut: its batches
-    follow one another and it is not one request's latency that counts."""
-    if len(spans) < 2 or len(spans) > most or longest <= 0:
-        return spans
-    best: list[Span] | None = None
-    best_load = (1, 0.0)
-    limit = longest
-    while limit >= longest - EVEN_LIMIT_RANGE_S:
-        planned = plan_spans(audio, SAMPLE_RATE, max_seconds=limit)
-        load = (len(planned) % workers, _busiest(planned, workers))
-        if best is None or load < best_load:
-            best, best_load = planned, load
-        limit -= EVEN_LIMIT_STEP_S
-    return best or spans
-
-
 def _busiest(spans: list[Span], workers: int) -> float:
     """Cost of the largest batch, in seconds of speech decoded, when idle workers take
     consecutive pieces, each its share of what is left (`Batcher.next_batch`): its audio,
@@ -885,17 +752,6 @@ def _busiest(spans: list[Span], workers: int) -> float:
     return most
 
 
-def fitted_window(samples: int) -> int:
-    """Feature frames (10 ms each) of the encoder window fitted to this many samples."""
-    seconds = samples / SAMPLE_RATE + LIVE_WINDOW_MARGIN_S
-    window = max(LIVE_WINDOW_MIN_S, math.ceil(seconds / LIVE_WINDOW_STEP_S) * LIVE_WINDOW_STEP_S)
-    return min(N_FRAMES, round(window * 100))
-
-
-def _best(tried: list[tuple[DecodeOutput, str, float]]) -> tuple[DecodeOutput, str, float]:
-    """The last attempt if it passed; otherwise Whisper's pick among all attempts."""
-    out, text, _ = tried[-1]
-    if len(tried) == 1 or not needs_fallback(out, text):
-        return tried[-1]
-    readable = [t for t in tried if compression_ratio(t[1]) <= COMPRESSION_RATIO_THRESHOLD]
-    return max(readable or tried, key=lambda t: t[0].avg_logprob)
+def _english(model: Recognizer) -> str | None:
+    """English for a model that speaks it, else no language (the model detects it)."""
+    return "en" if "en" in model.abilities.languages else None

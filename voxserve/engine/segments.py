@@ -9,6 +9,7 @@ monotonic across cuts. Pure: tokens, alignment and a tokenizer in; dataclasses o
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from voxserve.runners.whisper.interface import Alignment, DecodeOutput
 
 __all__ = [
     "TimedSegment",
+    "TokenLogprob",
     "Word",
     "compression_ratio",
     "ends_in_a_loop",
@@ -70,6 +72,15 @@ class Word:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One text token's log-probability, in OpenAI's `logprobs` shape."""
+
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class TimedSegment:
     start: float
     end: float
@@ -82,6 +93,8 @@ class TimedSegment:
     seek: int
     """Start of its piece, in 10 ms feature frames (OpenAI's `seek`)."""
     words: tuple[Word, ...] | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    """Each text token's log-probability, when the request asks for them."""
 
 
 def compression_ratio(text: str) -> float:
@@ -231,8 +244,11 @@ def window_segments(
     offset: float,
     duration: float,
     temperature: float,
+    logprobs: bool = False,
 ) -> list[TimedSegment]:
-    """Absolute-timed segments of one window; none when the window is silence."""
+    """Absolute-timed segments of one window; none when the window is silence. With
+    `logprobs`, each segment carries its text tokens' log-probabilities: the alignment's
+    probability of each token given the ones before it and the audio."""
     if is_silence(out):
         return []
     text_tokens = [t for t in out.tokens if t < tok.eot]
@@ -240,7 +256,20 @@ def window_segments(
     if not text.strip():
         return []
 
-    def segment(start: float, end: float, text: str, tokens: list[int], words: tuple[Word, ...] | None) -> TimedSegment:
+    probs: dict[int, float] = {}
+    if logprobs and out.alignment is not None:
+        probs = dict(enumerate(out.alignment.token_probs))
+
+    def token_logprobs(first: int, tokens: list[int]) -> tuple[TokenLogprob, ...] | None:
+        if not logprobs:
+            return None
+        return tuple(
+            _token_logprob(tok, t, probs.get(first + i)) for i, t in enumerate(tokens)
+        )
+
+    def segment(
+        start: float, end: float, text: str, tokens: list[int], words: tuple[Word, ...] | None, first: int = 0
+    ) -> TimedSegment:
         return TimedSegment(
             start=round(start, 3),
             end=round(end, 3),
@@ -252,6 +281,7 @@ def window_segments(
             temperature=temperature,
             seek=round(offset * 100),
             words=words,
+            logprobs=token_logprobs(first, tokens),
         )
 
     words = []
@@ -261,9 +291,18 @@ def window_segments(
         return [segment(offset, offset + duration, text, text_tokens, None)]
     by_word = {id(w): tokens for w, tokens in words}
     segments = []
+    first = 0
     for group in group_sentences([w for w, _ in words]):
         tokens = [t for w in group for t in by_word[id(w)]]
         segments.append(
-            segment(group[0].start, group[-1].end, "".join(w.word for w in group), tokens, tuple(group))
+            segment(group[0].start, group[-1].end, "".join(w.word for w in group), tokens, tuple(group), first)
         )
+        first += len(tokens)
     return segments
+
+
+def _token_logprob(tok: WhisperTokenizer, token: int, probability: float | None) -> TokenLogprob:
+    """A token's text, its log-probability (a floor of 1e-10 under it) and its bytes."""
+    text = tok.decode([token])
+    p = probability if probability is not None else 0.0
+    return TokenLogprob(text, round(math.log(max(p, 1e-10)), 6), tuple(text.encode("utf-8")))

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,11 +27,18 @@ from voxserve.engine.asr import (
     TranscribeOptions,
     WindowResult,
 )
-from voxserve.engine.segments import TimedSegment
+from voxserve.engine.segments import TimedSegment, TokenLogprob
 from voxserve.errors import ServerError
-from voxserve.runners.whisper.interface import AudioInput, DecodeInput
 
-__all__ = ["Transcript", "Transcription", "build_transcript", "start_live", "start_transcription"]
+__all__ = [
+    "TextDelta",
+    "TextDone",
+    "Transcript",
+    "Transcription",
+    "build_transcript",
+    "start_live",
+    "start_transcription",
+]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +50,33 @@ class Transcript:
     """ISO-639-1 code: the one asked for, or the one detected in most pieces."""
     duration: float
     segments: list[TimedSegment]
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """The text of one finished piece, in order, for a streamed transcription."""
+
+    text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    """Its text tokens' log-probabilities, when the request asks for them."""
+
+
+@dataclass(frozen=True)
+class TextDone:
+    """The end of a streamed transcription: the whole text, the audio's length and the
+    languages heard, most pieces first."""
+
+    text: str
+    duration: float
+    languages: tuple[str, ...]
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+def logprobs_of(segments: list[TimedSegment]) -> tuple[TokenLogprob, ...] | None:
+    """Every segment's token log-probabilities in order; None when none carries them."""
+    if all(s.logprobs is None for s in segments):
+        return None
+    return tuple(lp for s in segments for lp in s.logprobs or ())
 
 
 def build_transcript(windows: list[WindowResult], duration: float, language: str) -> Transcript:
@@ -84,12 +119,22 @@ class Transcription:
             yield window
 
     @property
+    def languages(self) -> tuple[str, ...]:
+        """The language asked for, or those detected, most pieces first."""
+        if self._language:
+            return (self._language,)
+        if self._detected:
+            return tuple(code for code, _ in self._detected.most_common())
+        return (self.language,)
+
+    @property
     def language(self) -> str:
         if self._language:
             return self._language
         if self._detected:
             return self._detected.most_common(1)[0][0]
-        return "en" if not self.engine.multilingual else "unknown"
+        detects = self.engine.model(self.handle.model).abilities.detects_language
+        return "unknown" if detects else "en"
 
     async def collect(self) -> Transcript:
         windows = [w async for w in self.windows()]
@@ -118,7 +163,12 @@ async def start_transcription(
     """
     # Requests that show word times keep 30 s cuts (`ASREngine.prepare`).
     even = not options.timings
-    return await _start(engine, lambda: engine.prepare(data, even, options.chunking), options, pool, request_id)
+    options = engine.choose(options, options.model)  # the model decides how it is cut
+
+    def prepare() -> PreparedAudio:
+        return engine.prepare(data, even, options.chunking, options.model, options.timings)
+
+    return await _start(engine, prepare, options, pool, request_id)
 
 
 async def start_live(
@@ -142,7 +192,7 @@ async def _start(
     request_id: str,
     deadline: float | None = None,
 ) -> Transcription:
-    engine.check(options)
+    options = engine.choose(options, options.model)
     loop = asyncio.get_running_loop()
     decoding = loop.run_in_executor(pool, prepare)
     try:
@@ -171,8 +221,8 @@ async def _feed(engine: ASREngine, handle: ASRHandle, prepared: PreparedAudio, p
     pieces = len(prepared.spans)
     width = engine.config.audio_workers
 
-    def features(index: int) -> asyncio.Future[DecodeInput | AudioInput | None]:
-        return loop.run_in_executor(pool, engine.piece, prepared, index)
+    def features(index: int) -> asyncio.Future[Any]:
+        return loop.run_in_executor(pool, engine.piece, prepared, index, handle.model)
 
     try:
         # The first `ahead` pieces are featurized first (`width` at a time, so other
@@ -180,7 +230,7 @@ async def _feed(engine: ASREngine, handle: ASRHandle, prepared: PreparedAudio, p
         # a long file's first batches then fill, instead of its first pieces starting
         # alone at batch 1 while the rest are still being featurized.
         first = min(pieces, ahead)
-        ready: list[DecodeInput | AudioInput | None] = []
+        ready: list[Any] = []
         for start in range(0, first, width):
             ready += await asyncio.gather(*(features(i) for i in range(start, min(first, start + width))))
         if not engine.submit_all(handle, prepared, list(enumerate(ready))):

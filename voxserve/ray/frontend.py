@@ -179,9 +179,9 @@ class RayASR:
         self._handle = handle
         self._stream = handle.options(stream=True)
 
-    async def model_name(self) -> str:
-        name: str = await _result(self._handle.model_name.remote())
-        return name
+    async def models(self) -> dict[str, dict[str, Any]]:
+        models: dict[str, dict[str, Any]] = await _result(self._handle.models.remote())
+        return models
 
     async def transcribe(self, job: TranscriptionJob) -> tuple[str, Transcript]:
         replica, transcript = await _result(self._handle.transcribe.remote(job))

@@ -37,12 +37,12 @@ from ray import serve
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
-from voxserve.engine.transcribe import Transcript
+from voxserve.engine.transcribe import TextDelta, TextDone, Transcript
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.vad import VADEngine
 from voxserve.errors import ReplicaLost, ServerError, VoxError
 from voxserve.ray.loopback import bind_replica_grpc_to_node
-from voxserve.serving.catalog import speech_models, speech_voice, voice_list
+from voxserve.serving.catalog import asr_models, speech_models, speech_voice, voice_list
 from voxserve.serving.jobs import (
     Append,
     Clear,
@@ -262,9 +262,9 @@ class ASRReplica:
             stream.close()
         return self.name, transcript
 
-    async def stream(self, job: TranscriptionJob) -> AsyncIterator[str | Opened]:
+    async def stream(self, job: TranscriptionJob) -> AsyncIterator[str | Opened | TextDelta | TextDone]:
         """This replica's name, `Opened` once the audio is decoded and feeding the engine,
-        then the text of each piece as it finishes."""
+        then the text of each piece as it finishes, then the whole text."""
         yield self.name
         started = time.perf_counter()
         stream = await self.transcriber.open(job.params, job.data, job.request_id, started)
@@ -320,8 +320,9 @@ class ASRReplica:
         hold.heard()
         return tuple(errors)
 
-    def model_name(self) -> str:
-        return self.engine.name
+    def models(self) -> dict[str, dict[str, Any]]:
+        """Each loaded model with what it can do (`catalog.asr_models`)."""
+        return asr_models(self.engine)
 
     def describe(self, at: ReplicaRef | None = None) -> dict[str, Any]:
         """As `TTSReplica.describe`, with this replica's live sessions."""

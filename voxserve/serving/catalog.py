@@ -6,7 +6,8 @@ into responses.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +25,8 @@ __all__ = [
     "SPEECH_MODELS",
     "Health",
     "ServerInfo",
+    "asr_model",
+    "asr_models",
     "engine_devices",
     "engines_health",
     "metrics_text",
@@ -40,11 +43,24 @@ SPEECH_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 """OpenAI's speech model names. A loaded voice model may claim one (Piper claims tts-1;
 Kokoro is to claim tts-1-hd); one no model claims means the default model."""
 
-ASR_MODELS = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "gpt-transcribe", "gpt-realtime-whisper")
+ASR_MODELS = (
+    "whisper-1",
+    "gpt-4o-transcribe",
+    "gpt-4o-mini-transcribe",
+    "gpt-4o-mini-transcribe-2025-12-15",
+    "gpt-transcribe",
+    "gpt-realtime-whisper",
+    "gpt-live-transcribe",
+)
 """OpenAI's transcription model names, for uploads and for live sessions alike; each one
-means this server's Whisper model. Agent frameworks send these by default (LiveKit's
-OpenAI STT `gpt-4o-mini-transcribe`, Pipecat's `gpt-transcribe` over HTTP and
-`gpt-realtime-whisper` live), so a client that changes only its base URL works."""
+means this server's default ASR model, or the loaded model that can serve what the
+request asks (`engine/recognizer.py: choose_model`). Agent frameworks send these by
+default (LiveKit's OpenAI STT `gpt-4o-mini-transcribe` and `gpt-live-transcribe`,
+Pipecat's `gpt-transcribe` over HTTP and `gpt-realtime-whisper` live), so a client that
+changes only its base URL works. OpenAI's dated snapshots of these names
+(`gpt-4o-transcribe-2025-03-20`) mean the same (`_DATED`)."""
+
+_DATED = re.compile(r"(gpt-4o-transcribe|gpt-4o-mini-transcribe)-\d{4}-\d{2}-\d{2}")
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -82,6 +98,10 @@ class ServerInfo(Protocol):
 
     def models(self) -> dict[str, str]:
         """Each model id a request may name, with the model it means (`served_models`)."""
+        ...
+
+    def asr_catalog(self) -> dict[str, dict[str, Any]]:
+        """Each loaded ASR model with what it can do (`asr_models`)."""
         ...
 
     def voices(self) -> list[dict[str, str | None]]: ...
@@ -140,23 +160,56 @@ def speech_models(engine: TTSEngine) -> dict[str, str]:
     return {i: speech_model(engine, i).name for i in speech_model_ids(engine)}
 
 
-def served_models(speech: Mapping[str, str], asr_model: str | None) -> dict[str, str]:
+def asr_model(model_id: str, loaded: Iterable[str], param: str = "model") -> str | None:
+    """The loaded ASR model a request's `model` names: its own name, or None for OpenAI's
+    names (the default, or the loaded model that can serve the request). 404
+    `model_not_found`, listing what is served, for anything else."""
+    names = list(loaded)
+    if model_id in names:
+        return model_id
+    if model_id in ASR_MODELS or _DATED.fullmatch(model_id):
+        return None
+    raise NotFound(
+        f"model {model_id!r} does not exist; use one of: {', '.join((*ASR_MODELS, *names))}",
+        param=param,
+        code="model_not_found",
+    )
+
+
+def asr_models(engine: ASREngine) -> dict[str, dict[str, Any]]:
+    """Each loaded ASR model's own name with what it can do and the memory it takes, the
+    default first: what `/v1/models` shows of it."""
+    return {
+        name: {"default": model is engine.default, "memory_mb": round(model.memory_mb), **model.abilities.describe()}
+        for name, model in engine.models.items()
+    }
+
+
+def served_models(speech: Mapping[str, str], asr: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """What `GET /v1/models` lists, each id with the model it means: the speech models
-    (`speech_models`), then OpenAI's transcription names and the ASR model's own."""
+    (`speech_models`), then OpenAI's transcription names (each meaning the default ASR
+    model) and each loaded ASR model's own name."""
     models = dict(speech)
-    if asr_model is not None:
-        models.update(dict.fromkeys((*ASR_MODELS, asr_model), asr_model))
+    if asr:
+        default = next((name for name, about in asr.items() if about.get("default")), next(iter(asr)))
+        models.update(dict.fromkeys(ASR_MODELS, default))
+        models.update({name: name for name in asr})
     return models
 
 
-def model_list(models: Mapping[str, str], started_at: float) -> dict[str, Any]:
+def model_list(
+    models: Mapping[str, str], started_at: float, asr: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
     """The body of `GET /v1/models`: OpenAI's model objects, with `root`, the model each
-    id means (an OpenAI name, or the model's own, which is its own root)."""
+    id means (an OpenAI name, or the model's own, which is its own root); an ASR model's
+    own entry also says what it can do (`asr_models`) under `transcription`."""
     created = int(started_at)
-    data = [
-        {"id": i, "object": "model", "created": created, "owned_by": "voxserve", "root": root}
-        for i, root in models.items()
-    ]
+    data = []
+    for i, root in models.items():
+        entry: dict[str, Any] = {"id": i, "object": "model", "created": created, "owned_by": "voxserve", "root": root}
+        if asr and i in asr:
+            entry["transcription"] = dict(asr[i])
+        data.append(entry)
     return {"object": "list", "data": data}
 
 

@@ -51,8 +51,8 @@ from voxserve.engine.stream import StreamFailed
 from voxserve.engine.transcribe import start_live
 from voxserve.engine.turns import Pause, Resume, Start, Stop, TurnDetector
 from voxserve.engine.vad import COMPLETE_AT, FRAME_SAMPLES, VADEngine, VADStream
-from voxserve.errors import InvalidRequest, NotFound, Overloaded, ServerError, VoxError
-from voxserve.serving.catalog import ASR_MODELS
+from voxserve.errors import InvalidRequest, Overloaded, ServerError, VoxError
+from voxserve.serving.catalog import asr_model
 from voxserve.serving.metrics import Metrics
 
 __all__ = [
@@ -314,17 +314,19 @@ class LiveTranscriber:
             self.engine.live_session(False)
             self.metrics.realtime_sessions.dec()
 
+    def options(self, settings: LiveSettings) -> TranscribeOptions:
+        """What a session's turns are decoded with: its language and prompt, and the
+        loaded model its `transcription.model` names (OpenAI's names: the default, or a
+        loaded model that speaks the session's language). 404 for a model that is not
+        loaded, 400 for a language no loaded model speaks."""
+        requested = asr_model(settings.model, self.engine.models, "session.audio.input.transcription.model")
+        options = TranscribeOptions(language=settings.language or None, prompt=settings.prompt or None)
+        return self.engine.choose(options, requested)
+
     def check(self, settings: LiveSettings) -> None:
         """Refuse settings this server cannot serve: another model (404), or a language
         the model does not speak."""
-        if settings.model not in ASR_MODELS and settings.model != self.engine.name:
-            raise NotFound(
-                f"transcription model {settings.model!r} does not exist here; use "
-                f"{' or '.join((*ASR_MODELS, self.engine.name))}",
-                param="session.audio.input.transcription.model",
-                code="model_not_found",
-            )
-        self.engine.check(TranscribeOptions(language=settings.language or None))
+        self.options(settings)
         if settings.turn_detection is not None and settings.turn_detection.semantic:
             self.vad.check_semantic()
 
@@ -739,7 +741,8 @@ class LiveSession:
         language = (self.settings.language or "").lower()
         if language:
             return language == "en" or language.startswith("en-")
-        return tuple(self._live.engine.runner.languages) == ("en",)
+        model = self._live.engine.model(self._live.options(self.settings).model)
+        return model.abilities.languages == ("en",)
 
     async def _force_split(self, turn: _Turn) -> None:
         """A turn of `max_turn_s`: commit it as it stands and go on in a new one."""
@@ -873,9 +876,8 @@ class LiveSession:
 
     async def _decode(self, samples: np.ndarray, deadline: float) -> str:
         """The transcript of these samples, decoded as live work due at `deadline`."""
-        s = self.settings
-        options = TranscribeOptions(language=s.language or None, prompt=s.prompt or None)
         live = self._live
+        options = live.options(self.settings)
         transcription = await start_live(live.engine, samples, options, live.pool, deadline, self._item_hint())
         try:
             transcript = await transcription.collect()

@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from prometheus_client import Counter
 
 from voxserve.config import ServerConfig
-from voxserve.engine.transcribe import Transcript
+from voxserve.engine.transcribe import TextDelta, TextDone, Transcript
 from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.errors import ReplicaLost, VoxError
 from voxserve.serving.catalog import Health, served_models
@@ -145,7 +145,9 @@ class TTSBackend(Protocol):
 
 
 class ASRBackend(Protocol):
-    async def model_name(self) -> str: ...
+    async def models(self) -> dict[str, dict[str, Any]]:
+        """Each loaded ASR model's own name with what it can do (`catalog.asr_models`)."""
+        ...
 
     async def transcribe(self, job: TranscriptionJob) -> tuple[str, Transcript]:
         """The replica that served the job, and its transcript."""
@@ -184,7 +186,8 @@ class RemoteState:
     config: ServerConfig
     remote: Remote
     catalog: TTSCatalog
-    asr_name: str | None
+    asr_about: dict[str, dict[str, Any]]
+    """Each loaded ASR model with what it can do; empty with ASR off."""
     metrics: Metrics
     replica_requests: Counter
     uploads: UploadBudget
@@ -203,7 +206,10 @@ class RemoteState:
         return Health(True, [])
 
     def models(self) -> dict[str, str]:
-        return served_models(self.catalog.models, self.asr_name)
+        return served_models(self.catalog.models, self.asr_about)
+
+    def asr_catalog(self) -> dict[str, dict[str, Any]]:
+        return self.asr_about
 
     def voices(self) -> list[dict[str, str | None]]:
         return self.catalog.voices
@@ -492,7 +498,7 @@ class _RemoteTranscription:
         self._lease = lease
         self._stream = stream
 
-    async def deltas(self) -> AsyncGenerator[str, None]:
+    async def deltas(self) -> AsyncGenerator[TextDelta | TextDone, None]:
         assert self._stream is not None, "opened without stream=True"
         items = self._stream.items
         try:
@@ -549,7 +555,9 @@ def _report_ages(remote: Remote) -> list[tuple[str, str, float]]:
     ]
 
 
-def remote_state(config: ServerConfig, remote: Remote, catalog: TTSCatalog, asr_name: str | None) -> RemoteState:
+def remote_state(
+    config: ServerConfig, remote: Remote, catalog: TTSCatalog, asr_catalog: dict[str, dict[str, Any]]
+) -> RemoteState:
     """A front end's state, with its own metrics and upload budget. Its /metrics has each
     replica's engine figures, labelled `replica`, as the replica last reported them."""
     metrics = Metrics(None)
@@ -566,4 +574,4 @@ def remote_state(config: ServerConfig, remote: Remote, catalog: TTSCatalog, asr_
     )
     uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
     leases = SessionLeases(remote.sessions) if remote.sessions is not None else None
-    return RemoteState(config, remote, catalog, asr_name, metrics, replica_requests, uploads, leases=leases)
+    return RemoteState(config, remote, catalog, asr_catalog, metrics, replica_requests, uploads, leases=leases)

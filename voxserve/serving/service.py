@@ -15,7 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 from voxserve.config import ServerConfig
-from voxserve.engine.transcribe import Transcript
+from voxserve.engine.transcribe import TextDelta, TextDone, Transcript
 from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.errors import VoxError
 from voxserve.serving.catalog import ServerInfo
@@ -45,7 +45,7 @@ class TranscriptionReply(Protocol):
 
     replica: str | None
 
-    def deltas(self) -> AsyncGenerator[str, None]: ...
+    def deltas(self) -> AsyncGenerator[TextDelta | TextDone, None]: ...
 
     async def transcript(self, gone: Gone | None = None) -> Transcript: ...
 

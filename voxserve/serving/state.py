@@ -28,6 +28,7 @@ from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.engine.vad import VADEngine
 from voxserve.serving.catalog import (
     Health,
+    asr_models,
     engine_devices,
     engines_health,
     served_models,
@@ -104,7 +105,10 @@ class AppState:
         return engines_health(self.engine, None if self.asr is None else self.asr.engine)
 
     def models(self) -> dict[str, str]:
-        return served_models(speech_models(self.engine), None if self.asr is None else self.asr.engine.name)
+        return served_models(speech_models(self.engine), {} if self.asr is None else asr_models(self.asr.engine))
+
+    def asr_catalog(self) -> dict[str, dict[str, Any]]:
+        return {} if self.asr is None else asr_models(self.asr.engine)
 
     def voices(self) -> list[dict[str, str | None]]:
         return voice_list(self.engine)

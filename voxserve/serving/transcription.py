@@ -14,12 +14,20 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from voxserve.audio.chunks import Chunking
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine, TranscribeOptions
 from voxserve.engine.stream import StreamFailed
-from voxserve.engine.transcribe import Transcript, Transcription, start_transcription
+from voxserve.engine.transcribe import (
+    TextDelta,
+    TextDone,
+    Transcript,
+    Transcription,
+    logprobs_of,
+    start_transcription,
+)
 from voxserve.errors import NotFound
-from voxserve.serving.catalog import ASR_MODELS
+from voxserve.serving.catalog import asr_model
 from voxserve.serving.failures import raise_failure
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.waiting import unless_gone
@@ -43,6 +51,12 @@ class TranscriptionParams:
     temperature: float = 0.0
     timings: bool = False
     """Segment and word times are wanted."""
+    words: bool = False
+    """Word times are wanted (`timestamp_granularities[]=word`)."""
+    logprobs: bool = False
+    """The text tokens' log-probabilities are wanted (`include: ["logprobs"]`)."""
+    chunking: Chunking | None = None
+    """Where long audio may be cut (`chunking_strategy`); None: the default rule."""
 
 
 def asr_disabled() -> NotFound:
@@ -87,22 +101,29 @@ class TranscriptionStream:
     def duration(self) -> float:
         return self._transcription.duration
 
-    async def deltas(self) -> AsyncGenerator[str, None]:
+    async def deltas(self) -> AsyncGenerator[TextDelta | TextDone, None]:
         """The text of each piece as it finishes, in order (the first one without its
-        leading space; empty pieces skipped)."""
+        leading space; empty pieces skipped), then the whole text with the audio's
+        length and the languages heard."""
         first = True
+        parts: list[TextDelta] = []
         try:
             async for window in self._transcription.windows():
-                delta = "".join(s.text for s in window.segments)
+                text = "".join(s.text for s in window.segments)
                 if first:
-                    delta = delta.lstrip()
-                if delta:
+                    text = text.lstrip()
+                if text:
                     first = False
+                    delta = TextDelta(text, logprobs_of(window.segments))
+                    parts.append(delta)
                     yield delta
         except StreamFailed as exc:
             log.error("transcription %s failed after start: %s", self.request_id, exc)
             raise_failure(exc)
         observe(self._metrics, "transcribe", "stream", self.duration, self._started)
+        logprobs = None if not self._params.logprobs else tuple(lp for p in parts for lp in p.logprobs or ())
+        text = "".join(p.text for p in parts).strip()
+        yield TextDone(text, round(self.duration, 3), self._transcription.languages, logprobs)
 
     async def transcript(self, gone: Callable[[], Awaitable[None]] | None = None) -> Transcript:
         """The whole transcript. `gone` resolves when the client leaves, which cancels the
@@ -162,17 +183,15 @@ class Transcriber:
 
     async def _start(self, params: TranscriptionParams, data: bytes, request_id: str) -> Transcription:
         engine = self.engine
-        if params.model not in ASR_MODELS and params.model != engine.name:
-            raise NotFound(
-                f"model {params.model!r} does not exist; use one of: {', '.join((*ASR_MODELS, engine.name))}",
-                param="model",
-                code="model_not_found",
-            )
         options = TranscribeOptions(
             task=params.task,
             language=params.language or None,
             prompt=params.prompt or None,
             temperature=params.temperature,
             timings=params.timings,
+            words=params.words,
+            logprobs=params.logprobs,
+            chunking=params.chunking,
         )
+        options = engine.choose(options, asr_model(params.model, engine.models))
         return await start_transcription(engine, data, options, self.pool, request_id)
