@@ -47,6 +47,7 @@ __all__ = [
     "load_with",
     "room_for",
     "stream_capacity",
+    "weighted_room",
 ]
 
 TARGET_UTILIZATION = 0.85
@@ -337,6 +338,14 @@ def load_with(
     ceiling = max(known.values())
     cost = known.get(newcomer, ceiling) if newcomer is not None else ceiling
     return _load(known, live, unsubmitted) + cost
+
+
+def weighted_room(held: Mapping[str, int], weights: Mapping[str, float], newcomer: str, limit: int) -> bool:
+    """Whether one more request of `newcomer` fits under `limit` when each request held
+    weighs its model's `weights` (the cheapest model 1): transcription admission, whose
+    models differ in cost per second of audio as voice models do."""
+    load = sum(weights.get(model, 1.0) * n for model, n in held.items())
+    return load + weights.get(newcomer, 1.0) <= limit
 
 
 def _known(costs: Mapping[str, float | None]) -> dict[str, float]:

@@ -58,6 +58,7 @@ from voxserve.audio.mel import N_FRAMES, SAMPLE_RATE
 from voxserve.config import ASRConfig, default_cores
 from voxserve.engine import devices
 from voxserve.engine.adapters.whisper import FALLBACK_TEMPERATURES, fitted_window
+from voxserve.engine.admission import weighted_room
 from voxserve.engine.asr_models import load_recognizers
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
@@ -120,6 +121,10 @@ ENCODER_30S_AS_SPEECH_S = 27.0
 """One encoder pass over a 30 s window costs about as much as beam-decoding 27 s of speech,
 and a window of w seconds (w / 30)^2 of it: what `even_pieces` weighs a cut by (the
 timings: docs/BENCHMARKS.md, "Tuning constants")."""
+COST_PROBE_S = 4.0
+"""The warm-up times each model on this much sound: its first cost estimate."""
+COST_WEIGHT = 0.1
+"""Weight of the latest file batch in a model's running cost (`ASREngine.costs`)."""
 TURN_ESTIMATE_S = 3.0
 """The warm-up times a live turn of this length, in the window a live turn gets."""
 SILENCE_PEAK = 10 ** (-60 / 20)
@@ -268,6 +273,11 @@ class ASREngine(WorkerEngine):
         )
         """When live sessions decode, and how many the workers sustain (`engine/live.py`)."""
         self.stats = ASRStats()
+        self.costs: dict[str, float] = {}
+        """Each model's decoding cost, seconds of one core per second of audio: timed at
+        warm-up, then followed by its file batches (`COST_WEIGHT`)."""
+        self._held: Counter[str] = Counter()
+        """Transcription slots held, by model (`hold`): what admission weighs."""
         self.cores = SharedCores()
         """What the speech engine does on the same cores; the server sets it. No batch runs
         solo while speech runs. Asked under this engine's lock (`engine/cores.py`)."""
@@ -287,9 +297,18 @@ class ASREngine(WorkerEngine):
 
     def _warm(self) -> None:
         """Decode a second of silence on every model, so that first-call costs (replicas,
-        buffers, the solo replica) are not a client's; then time a live decode."""
+        buffers, the solo replica) are not a client's, and time each model on a piece of
+        sound (`COST_PROBE_S`) as the first estimate of its cost; then time a live decode."""
+        probe = _probe_sound(COST_PROBE_S)
         for model in self.models.values():
             model.warm(self.config.solo_threads, self.config.nice)
+            key = model.attempts(TranscribeOptions(language=_english(model)), self.config.beam_size)[0]
+            piece = model.input(probe, fitted_window(len(probe)))
+            started = time.perf_counter()
+            model.decode([piece], key, 1)
+            cost = (time.perf_counter() - started) / COST_PROBE_S
+            with self._cond:
+                self.costs.setdefault(model.name, cost)
         self.estimate_live()
 
     def estimate_live(self) -> None:
@@ -601,6 +620,7 @@ class ASREngine(WorkerEngine):
                 self.stats.batch_sizes[len(batch)] += 1
             started = time.perf_counter()
             self._run(batch, threads)
+            audio_s = sum(p.payload.duration for p in batch)
             with self._cond:
                 self._busy_workers -= 1
                 self._busy_cores -= threads
@@ -611,11 +631,48 @@ class ASREngine(WorkerEngine):
                 busy[index] = busy.get(index, 0.0) + took
                 if live:
                     self.live_policy.ran(took, threads)
-                elif self.batched:
+                else:
+                    self._meter(batch[0].key, took * threads, audio_s)
+                if not live and self.batched:
                     self._batcher.free_at = self._clock()
                     self._batch_s = took if self._batch_s is None else self._batch_s + BATCH_TIME_WEIGHT * (took - self._batch_s)
                     self._batcher.wait_s = file_wait(self._batch_s, self.config.batch_wait_ms / 1000)
                 self._cond.notify_all()
+
+    def _meter(self, key: Hashable, busy_s: float, audio_s: float) -> None:
+        """Follow a model's cost with one file batch. Call under the lock."""
+        name = cast(tuple[str, Hashable, int], key)[0]
+        if audio_s <= 0:
+            return
+        seen = busy_s / audio_s
+        known = self.costs.get(name)
+        self.costs[name] = seen if known is None else known + COST_WEIGHT * (seen - known)
+
+    def weights(self) -> dict[str, float]:
+        """Each model's cost over the cheapest one's (1 for every model until measured):
+        what one transcription slot of it weighs in admission."""
+        with self._cond:
+            costs = {name: self.costs.get(name) for name in self.models}
+        known = [c for c in costs.values() if c]
+        floor = min(known) if known else None
+        return {name: (c / floor if c and floor else 1.0) for name, c in costs.items()}
+
+    def hold(self, model: str, n: int = 1) -> None:
+        """Count a transcription slot of `model` taken (n=1) or given back (n=-1)."""
+        with self._cond:
+            self._held[model] += n
+            if self._held[model] <= 0:
+                del self._held[model]
+
+    def admits(self, active: int, model: str | None) -> bool:
+        """The transcription admission's gate: whether a request for `model` fits, with
+        every slot weighed by its model's cost (`weights`), within the request limit:
+        a request for a model three times as costly as the cheapest holds three of
+        its `max_requests`."""
+        weights = self.weights()
+        with self._cond:
+            held = dict(self._held)
+        return weighted_room(held, weights, model or self.default.name, self.config.max_requests)
 
     def _still_to_come(self, batch: list[Pending[Piece]]) -> int:
         """Pieces of the batch's own requests other than the batch's: a long file's next
@@ -750,6 +807,15 @@ def _busiest(spans: list[Span], workers: int) -> float:
             most = max(most, take * encoder + audio)
         first += take
     return most
+
+
+def _probe_sound(seconds: float) -> np.ndarray:
+    """A seeded, speech-shaped sound (noise in syllable-length bursts) for timing a
+    model's decode: silence would be decoded to nothing, and cost too little."""
+    rng = np.random.default_rng(0)
+    n = int(seconds * SAMPLE_RATE)
+    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * np.arange(n) / SAMPLE_RATE)
+    return (0.1 * envelope * rng.standard_normal(n)).astype(np.float32)
 
 
 def _english(model: Recognizer) -> str | None:

@@ -239,7 +239,9 @@ class ASRReplica:
         asr = replace(config.asr, solo_threads=min(config.asr.solo_threads, config.asr.workers))
         self.engine = ASREngine(asr)
         self.pool = self.engine.audio_pool()
-        self.admission = Admission(self.engine.config.max_requests, asr.max_queue, asr.queue_timeout_s)
+        self.admission = Admission(
+            self.engine.config.max_requests, asr.max_queue, asr.queue_timeout_s, gate=self.engine.admits
+        )
         self.metrics = Metrics(None)
         self.metrics.attach_asr(self.engine.snapshot)
         self.transcriber = Transcriber(self.engine, self.pool, self.admission, self.metrics)

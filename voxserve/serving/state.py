@@ -225,7 +225,9 @@ async def running_state(
         state.asr = ASRSide(
             engine=asr,
             pool=asr.audio_pool(),
-            admission=Admission(asr.config.max_requests, config.asr.max_queue, config.asr.queue_timeout_s),
+            admission=Admission(
+                asr.config.max_requests, config.asr.max_queue, config.asr.queue_timeout_s, gate=asr.admits
+            ),
             uploads=uploads,
             live=LiveTranscriber(asr, vad, live_pool, config.realtime, state.metrics, cores=cores),
         )

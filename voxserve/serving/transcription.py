@@ -83,7 +83,7 @@ class TranscriptionStream:
         self,
         transcription: Transcription,
         params: TranscriptionParams,
-        admission: Admission,
+        release: Callable[[], None],
         metrics: Metrics,
         started: float,
     ):
@@ -92,7 +92,8 @@ class TranscriptionStream:
         """Where the work runs, when that is another process (a Ray replica)."""
         self._transcription = transcription
         self._params = params
-        self._admission = admission
+        self._release = release
+        """Gives the slot back (`Transcriber.open`)."""
         self._metrics = metrics
         self._started = started
         self._closed = False
@@ -148,7 +149,7 @@ class TranscriptionStream:
             return
         self._closed = True
         self._transcription.cancel()
-        self._admission.release()
+        self._release()
 
 
 @dataclass
@@ -168,20 +169,9 @@ class Transcriber:
         started: float,
         gone: Callable[[], Awaitable[None]] | None = None,
     ) -> TranscriptionStream:
-        """Wait for a slot (`gone` ends the wait with 499), check the model, then decode and
-        cut the audio and start feeding the engine. Returns holding the slot; the caller
-        closes the stream once."""
-        await unless_gone(
-            self.admission.acquire(), gone() if gone is not None else None, "client disconnected while queued"
-        )
-        try:
-            transcription = await self._start(params, data, request_id)
-        except BaseException:
-            self.admission.release()
-            raise
-        return TranscriptionStream(transcription, params, self.admission, self.metrics, started)
-
-    async def _start(self, params: TranscriptionParams, data: bytes, request_id: str) -> Transcription:
+        """Choose the model (404, 400), wait for a slot weighed by that model's cost
+        (`gone` ends the wait with 499), then decode and cut the audio and start feeding
+        the engine. Returns holding the slot; the caller closes the stream once."""
         engine = self.engine
         options = TranscribeOptions(
             task=params.task,
@@ -194,4 +184,20 @@ class Transcriber:
             chunking=params.chunking,
         )
         options = engine.choose(options, asr_model(params.model, engine.models))
-        return await start_transcription(engine, data, options, self.pool, request_id)
+        model = options.model
+        assert model is not None
+        await unless_gone(
+            self.admission.acquire(model), gone() if gone is not None else None, "client disconnected while queued"
+        )
+        engine.hold(model)
+
+        def release() -> None:
+            engine.hold(model, -1)
+            self.admission.release()
+
+        try:
+            transcription = await start_transcription(engine, data, options, self.pool, request_id)
+        except BaseException:
+            release()
+            raise
+        return TranscriptionStream(transcription, params, release, self.metrics, started)
