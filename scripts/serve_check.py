@@ -30,6 +30,9 @@ import uuid
 from pathlib import Path
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
+FRENCH = ("ff_siwis", "fr", "Le petit chat dort sur le canapé du salon.")
+"""A sentence Kokoro speaks in French, transcribed back with `language` given: the
+install's multilingual model must serve it."""
 START_TIMEOUT_S = 300.0
 """A first start splits and caches the models: tens of seconds on two cores."""
 REQUEST_TIMEOUT_S = 120.0
@@ -77,7 +80,7 @@ def _wait_healthy(base: str, server: subprocess.Popen[bytes]) -> None:
 
 
 def _words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z]+", text.lower()))
+    return set(re.findall(r"[^\W\d_]+", text.lower()))
 
 
 def check(base: str) -> str:
@@ -94,6 +97,17 @@ def check(base: str) -> str:
     missing = _words(SENTENCE) - _words(text)
     if len(missing) > 2:
         return f"transcription: {text!r} lacks {sorted(missing)}"
+    voice, language, sentence = FRENCH
+    wav = _post(
+        base + "/v1/audio/speech",
+        json.dumps({"model": "tts-1-hd", "voice": voice, "input": sentence, "response_format": "wav"}).encode(),
+        "application/json",
+    )
+    body, content_type = _multipart({"model": "whisper-1", "language": language}, "speech.wav", wav)
+    text = str(json.loads(_post(base + "/v1/audio/transcriptions", body, content_type))["text"])
+    missing = _words(sentence) - _words(text)
+    if len(missing) > 2:
+        return f"transcription in {language}: {text!r} lacks {sorted(missing)}"
     return ""
 
 
@@ -131,7 +145,10 @@ def main() -> int:
         if problem:
             print(f"serve_check: {problem}\n--- server log ---\n{log_path.read_text(errors='replace')[-6000:]}", file=sys.stderr)
             return 1
-    print(f"serve_check: the runtime install served speech and a transcription (ready in {ready_s:.1f} s, no torch)")
+    print(
+        "serve_check: the runtime install served speech and transcriptions in English and French "
+        f"(ready in {ready_s:.1f} s, no torch)"
+    )
     return 0
 
 
