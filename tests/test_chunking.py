@@ -25,12 +25,14 @@ RATE = 16000
 # -- the planner, pure -------------------------------------------------------------------
 
 
-def probs_of(*stretches: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
-    """Audio (a quiet tone, never digital silence) and per-frame probabilities made of
-    (seconds, probability) stretches."""
+def probs_of(*stretches: tuple[float, float], loud: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Audio (a tone, never digital silence: 40 dB softer where the probability says
+    silence, unless `loud`) and per-frame probabilities made of (seconds, probability)
+    stretches."""
     probs = np.concatenate([np.full(round(s * RATE / FRAME_SAMPLES), p, dtype=np.float32) for s, p in stretches])
     n = len(probs) * FRAME_SAMPLES
-    audio = (0.01 * np.sin(np.arange(n) * 0.05)).astype(np.float32)
+    level = np.repeat(np.where((probs >= 0.5) | loud, 0.1, 0.001), FRAME_SAMPLES)
+    audio = (level * np.sin(np.arange(n) * 0.05)).astype(np.float32)
     return audio, probs
 
 
@@ -72,6 +74,15 @@ def test_without_a_long_silence_the_longest_short_one_near_the_limit_wins() -> N
     spans = plan_chunks(audio, probs, RATE, Chunking(silence_duration_ms=500))
     assert seconds(spans[0].end) == pytest.approx(27.1, abs=0.1)
     assert spans[1].start == spans[0].end
+
+
+def test_a_silence_as_loud_as_speech_is_decoded_like_speech() -> None:
+    """The VAD can miss speech: a stretch it scores silent but that is as loud as the
+    speech is neither dropped nor cut in."""
+    audio, probs = probs_of((12, 0.9), (14, 0.0), (15, 0.9), loud=True)
+    spans = plan_chunks(audio, probs, RATE, AUTO)
+    assert spans[0].start == 0 and spans[-1].end == len(audio)
+    assert all(a.end == b.start for a, b in itertools.pairwise(spans))
 
 
 def test_no_speech_at_all_gets_the_energy_plan() -> None:

@@ -17,8 +17,12 @@ inside its last `FALLBACK_SECONDS`, in the middle of the longest run of silent f
 there, and with none at all at the quietest 100 ms of the last second
 (`quietest_point`, the energy rule of `audio/cut.py`).
 
-Audio with no speech frame at all gets the energy plan (`plan_spans`): nothing is dropped
-on the VAD's word alone.
+A run of silent frames counts as a silence only if it is also quiet: its mean power at
+least `QUIET_RATIO` (20 dB) under the speech's typical level. The VAD can miss speech
+(a second recording joined to a first, in another room, was scored silent for 14 s while
+as loud as the first): such a run is decoded like speech, never dropped or cut. Audio with
+no speech frame at all gets the energy plan (`plan_spans`): nothing is dropped on the
+VAD's word alone.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from voxserve.audio.blocks import Samples
-from voxserve.audio.cut import Span, plan_spans, quietest_point
+from voxserve.audio.cut import CHUNK_SAMPLES, Span, plan_spans, quietest_point, typical_power
 
 __all__ = ["AUTO", "FRAME_SAMPLES", "Chunking", "plan_chunks"]
 
@@ -37,6 +41,9 @@ FRAME_SAMPLES = 512
 TAIL_MS = 200
 """Silence a piece keeps after its last speech frame: the VAD's last frame can end
 before a word's release (a final "s" or "t")."""
+QUIET_RATIO = 0.01
+"""A silence's mean power is at most this share of the speech's typical power (-20 dB),
+the level `audio/cut.py` takes for a pause."""
 FALLBACK_SECONDS = 5.0
 """How far back from a piece's limit the fallback looks for the longest silent run."""
 
@@ -85,7 +92,8 @@ def plan_chunks(
     runs = _runs(silent) * FRAME_SAMPLES
     if len(runs) and runs[-1, 1] == frames * FRAME_SAMPLES:
         runs[-1, 1] = n  # the samples past the last whole frame go with it
-    gaps = [(int(a), int(b)) for a, b in runs if b - a >= min_run]
+    quiet = typical_power(audio, rate // 10) * QUIET_RATIO
+    gaps = [(int(a), int(b)) for a, b in runs if b - a >= min_run and _mean_power(audio, int(a), int(b)) <= quiet]
     start, end = 0, n
     if gaps and gaps[0][0] == 0:
         start = max(0, gaps[0][1] - prefix)  # leading silence
@@ -103,6 +111,15 @@ def plan_chunks(
     if end > start:
         spans.append(Span(start, end))
     return spans
+
+
+def _mean_power(audio: Samples, start: int, end: int) -> float:
+    """Mean power of audio[start:end], read a bounded chunk at a time."""
+    total = 0.0
+    for lo in range(start, end, CHUNK_SAMPLES):
+        x = np.asarray(audio[lo : min(end, lo + CHUNK_SAMPLES)], dtype=np.float64)
+        total += float(np.dot(x, x))
+    return total / max(1, end - start)
 
 
 def _latest_gap(

@@ -25,7 +25,7 @@ import numpy as np
 
 from voxserve.audio.blocks import Samples
 
-__all__ = ["CHUNK_SAMPLES", "Span", "plan_spans", "quietest_point"]
+__all__ = ["CHUNK_SAMPLES", "Span", "plan_spans", "quietest_point", "typical_power"]
 
 CHUNK_SAMPLES = 1 << 18
 """Most samples the level scan squares at once (1 MB of float32)."""
@@ -80,7 +80,7 @@ def _latest_pause(
     return None
 
 
-def _typical_power(audio: Samples, window: int) -> float:
+def typical_power(audio: Samples, window: int) -> float:
     """Median power of the non-silent windows: the level of the speech."""
     frames = len(audio) // window
     if not frames:
@@ -118,7 +118,7 @@ def plan_spans(
     wide = max(search, min(int(wide_seconds * rate), limit // 2))
     window = max(1, int(window_seconds * rate))
     hop = max(1, int(hop_seconds * rate))
-    pause = _typical_power(audio, window) * pause_ratio if n > limit else 0.0
+    pause = typical_power(audio, window) * pause_ratio if n > limit else 0.0
     min_pause = int(min_pause_seconds * rate)
     spans: list[Span] = []
     start = 0
