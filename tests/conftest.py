@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
@@ -365,15 +364,6 @@ def ray_deployment() -> RayDeployment:
     tests/test_ray.py and tests/test_ray_ws.py: starting it costs half a minute of the
     machine."""
     return _RAY.get()
-
-
-@pytest.fixture(scope="session")
-def whisper_base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The multilingual Whisper base model's folder, joined once for the session
-    (tests/asr_support.py): a join copies and hashes ~145 MB."""
-    from tests.asr_support import join_whisper_base
-
-    return join_whisper_base(tmp_path_factory.mktemp("whisper-base"))
 
 
 @pytest.fixture(scope="session")

@@ -22,11 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from voxserve.runners.kokoro import onnx_runner as kokoro
+from voxserve.runners.moonshine.onnx_runner import MoonshineRunner
 from voxserve.runners.piper import onnx_runner as piper
 from voxserve.runners.piper import weights as piper_weights
 from voxserve.runners.piper.prior_graph import PRIOR_LENGTHS, fixed_priors
 from voxserve.runners.whisper import weights as whisper_weights
-from voxserve.runners.whisper.interface import bundled_model
+from voxserve.runners.whisper.interface import bundled_base, bundled_model
 
 __all__ = ["fill"]
 
@@ -42,6 +43,8 @@ def _steps() -> dict[str, Callable[[], object]]:
         "Kokoro: the float32 stages": lambda: kokoro.split_model(kokoro.model_file(), "float32"),
         "Kokoro: the torch weights": lambda: _kokoro_weights(),
         "Whisper: the torch weights": lambda: whisper_weights.load_weights(bundled_model()[0]),
+        "Whisper base: the joined model": bundled_base,
+        "Moonshine: the rewritten graphs": lambda: MoonshineRunner(),
     }
 
 

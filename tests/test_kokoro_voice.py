@@ -145,8 +145,8 @@ PROMPTS = {"zh": "以下是普通话的句子。"}
 
 
 @pytest.fixture(scope="module")
-def whisper_base(whisper_base_dir: Path) -> Iterator[ASREngine]:
-    engine = ASREngine(ASRConfig(models=(str(whisper_base_dir),), workers=1, runtime="ct2"))
+def whisper_base() -> Iterator[ASREngine]:
+    engine = ASREngine(ASRConfig(models=("whisper-base",), workers=1, runtime="ct2"))
     engine.start()
     yield engine
     engine.stop()
