@@ -9,6 +9,7 @@ from __future__ import annotations
 import wave
 
 import numpy as np
+import onnx
 import pytest
 
 from voxserve.runners.moonshine.graphs import prepared_graphs
@@ -89,6 +90,17 @@ def test_rewritten_graphs_are_cached(runner: MoonshineRunner) -> None:
     written = graphs.decoder.stat().st_mtime_ns
     assert prepared_graphs(bundled_model_dir()) == graphs
     assert graphs.decoder.stat().st_mtime_ns == written
+
+
+def test_encoder_weights_stay_int8(runner: MoonshineRunner) -> None:
+    encoder = onnx.load(str(prepared_graphs(bundled_model_dir()).encoder))
+    ops = [n.op_type for n in encoder.graph.node]
+    assert ops.count("MatMulNBits") == 48  # every projection of the encoder's 8 layers
+    assert "Cast" not in ops or all(  # no weight left to dequantize on each call
+        n.input[0] not in {t.name for t in encoder.graph.initializer}
+        for n in encoder.graph.node
+        if n.op_type == "Cast"
+    )
 
 
 def test_silence_gives_no_words(runner: MoonshineRunner) -> None:

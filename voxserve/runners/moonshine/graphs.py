@@ -3,9 +3,18 @@ with `moonshine-cpp`.
 
 The shipped files keep most weights as uint8 with a Cast -> Mul -> Add chain in front of
 them, and ONNX Runtime does not fold constants in an ORT-format model: it would dequantize
-every weight on every call, ~60 ms of a ~75 ms decoder step on one core. Reading each file
-back as ONNX and folding those chains into float initializers (the same float32 arithmetic
-the graph does) leaves only the model's own work.
+every weight on every call, ~60 ms of a ~75 ms decoder step on one core. Each file is read
+back as ONNX and its chains are rewritten once:
+
+- The encoder's MatMul weights become `MatMulNBits` (8 bits, `BLOCK` rows a block, one scale
+  and zero point per block: the tensor's own, since the shipped ones are per tensor) on the
+  shipped int8 values shifted to uint8, so the weights stay one byte each and the kernel
+  dequantizes them inside the product, with float activations (accuracy level 0).
+- Everything else is folded into float32 initializers (the same float32 arithmetic the
+  graph does): the encoder's convolutions, and every decoder weight. A decoder step has
+  one row a piece; the 8-bit kernels that are fast there quantize the activations, and a
+  piece's log-probabilities then move with the batch it runs in (up to 0.05), while
+  `MatMulNBits` with float activations takes ~5x the time of a float32 step.
 
 Neither graph takes a mask. The decoder gets one here: `ENCODER_BIAS` [batch, frames],
 0 on a piece's frames and -inf past its end, added to every cross-attention's scores
@@ -40,6 +49,7 @@ __all__ = [
     "decoder_graph",
     "encoder_graph",
     "fold_dequantized_weights",
+    "pack_matmul_weights",
     "prepared_graphs",
     "read_ort",
 ]
@@ -47,7 +57,10 @@ __all__ = [
 ENCODER_BIAS = "encoder_attention_bias"
 """The decoder's added input: float32 [batch, encoder frames], 0 to attend, -inf to skip."""
 _BIAS_4D = "encoder_attention_bias_4d"
-LAYOUT = "m1"
+BLOCK = 128
+"""`MatMulNBits` rows a block. The encoder's widths (416, 1664) pad to 512 and 1664; the
+fewest blocks keep the fewest scales, and 32 measured no faster."""
+LAYOUT = "m2"
 """Names what the rewrite does: a cached graph of another layout is not read."""
 ENCODER_FILE = "encoder_model.ort"
 DECODER_FILE = "decoder_model_merged.ort"
@@ -132,9 +145,93 @@ def fold_dequantized_weights(graph: onnx.GraphProto) -> int:
     return len(folded) // 3
 
 
+def pack_matmul_weights(model: onnx.ModelProto, block: int = BLOCK) -> int:
+    """Replace each MatMul of `model`'s top level whose weight is a Cast(int8 initializer)
+    -> Mul(scale) -> Add(offset) chain, with one scale and offset for the whole tensor,
+    by an 8-bit `MatMulNBits` on the same int8 values; returns how many.
+
+    The chain computes q * scale + offset, with offset = -zero_point * scale, and
+    `MatMulNBits` computes (u - zero_point') * scale with u = q + 128 and zero_point' =
+    zero_point + 128, which is the same value. Rows past the weight's last (to fill the last
+    block) hold the zero point, so they weigh 0."""
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in _all_nodes(graph):
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    done: list[onnx.NodeProto] = []
+    packed = 0
+    for cast in list(graph.node):
+        if cast.op_type != "Cast" or cast.input[0] not in inits:
+            continue
+        mul = _single_user(users, cast.output[0], "Mul")
+        add = mul and _single_user(users, mul.output[0], "Add")
+        if mul is None or not add:
+            continue
+        q = numpy_helper.to_array(inits[cast.input[0]])
+        scale = numpy_helper.to_array(inits[_other_input(mul, cast.output[0])])
+        offset = numpy_helper.to_array(inits[_other_input(add, mul.output[0])])
+        matmuls = users.get(add.output[0], [])
+        if (
+            q.dtype != np.int8
+            or q.ndim != 2
+            or scale.size != 1
+            or offset.size != 1
+            or not matmuls
+            or any(m.op_type != "MatMul" or m.input[1] != add.output[0] for m in matmuls)
+            or any(m not in graph.node for m in matmuls)
+        ):
+            continue
+        s = float(scale.reshape(-1)[0])
+        zero = round(-float(offset.reshape(-1)[0]) / s) + 128
+        k, n = q.shape
+        blocks = -(-k // block)
+        u = np.full((blocks * block, n), zero, np.uint8)
+        u[:k] = (q.astype(np.int16) + 128).astype(np.uint8)
+        name = cast.input[0]
+        graph.initializer.extend(
+            [
+                numpy_helper.from_array(
+                    np.ascontiguousarray(u.T.reshape(n, blocks, block)), name + "_nbits"
+                ),
+                numpy_helper.from_array(np.full(n * blocks, s, np.float32), name + "_nbits_scale"),
+                numpy_helper.from_array(np.full(n * blocks, zero, np.uint8), name + "_nbits_zero"),
+            ]
+        )
+        for matmul in matmuls:
+            at = list(graph.node).index(matmul)
+            graph.node.remove(matmul)
+            inputs = [matmul.input[0], name + "_nbits", name + "_nbits_scale", name + "_nbits_zero"]
+            graph.node.insert(
+                at,
+                helper.make_node(
+                    "MatMulNBits",
+                    inputs,
+                    list(matmul.output),
+                    name=matmul.name,
+                    domain="com.microsoft",
+                    K=k,
+                    N=n,
+                    bits=8,
+                    block_size=block,
+                    accuracy_level=0,
+                ),
+            )
+            packed += 1
+        done += [cast, mul, add]
+    for node in done:
+        graph.node.remove(node)
+    if packed and not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return packed
+
+
 def encoder_graph(path: Path) -> bytes:
-    """The encoder, its weights folded."""
+    """The encoder, its MatMul weights packed (`pack_matmul_weights`) and the rest folded."""
     model = read_ort(path)
+    if pack_matmul_weights(model) == 0:
+        raise ValueError(f"{path}: no int8 MatMul weight found to pack")
     fold_dequantized_weights(model.graph)
     return bytes(model.SerializeToString())
 
