@@ -17,8 +17,8 @@ inside its last `FALLBACK_SECONDS`, in the middle of the longest run of silent f
 there, and with none at all at the quietest 100 ms of the last second
 (`quietest_point`, the energy rule of `audio/cut.py`).
 
-A run of silent frames counts as a silence only if it is also quiet: its mean power at
-least `QUIET_RATIO` (20 dB) under the speech's typical level. The VAD can miss speech
+A run of silent frames counts as a silence only if it is also quiet: the median power of
+its 100 ms windows at least `QUIET_RATIO` (10 dB) under the speech's typical level. The VAD can miss speech
 (a second recording joined to a first, in another room, was scored silent for 14 s while
 as loud as the first): such a run is decoded like speech, never dropped or cut. Audio with
 no speech frame at all gets the energy plan (`plan_spans`): nothing is dropped on the
@@ -41,9 +41,10 @@ FRAME_SAMPLES = 512
 TAIL_MS = 200
 """Silence a piece keeps after its last speech frame: the VAD's last frame can end
 before a word's release (a final "s" or "t")."""
-QUIET_RATIO = 0.01
-"""A silence's mean power is at most this share of the speech's typical power (-20 dB),
-the level `audio/cut.py` takes for a pause."""
+QUIET_RATIO = 0.1
+"""A silence's typical power is at most this share of the speech's typical power (-10 dB).
+A room's tone in a recording's pauses sits under it, and so does babble at 10 dB SNR;
+speech the VAD missed does not (the missed run above was 11 dB over the speech)."""
 FALLBACK_SECONDS = 5.0
 """How far back from a piece's limit the fallback looks for the longest silent run."""
 
@@ -93,7 +94,12 @@ def plan_chunks(
     if len(runs) and runs[-1, 1] == frames * FRAME_SAMPLES:
         runs[-1, 1] = n  # the samples past the last whole frame go with it
     quiet = typical_power(audio, rate // 10) * QUIET_RATIO
-    gaps = [(int(a), int(b)) for a, b in runs if b - a >= min_run and _mean_power(audio, int(a), int(b)) <= quiet]
+    window = rate // 10
+    gaps = [
+        (int(a), int(b))
+        for a, b in runs
+        if b - a >= min_run and _typical_level(audio, int(a), int(b), window) <= quiet
+    ]
     start, end = 0, n
     if gaps and gaps[0][0] == 0:
         start = max(0, gaps[0][1] - prefix)  # leading silence
@@ -113,13 +119,23 @@ def plan_chunks(
     return spans
 
 
-def _mean_power(audio: Samples, start: int, end: int) -> float:
-    """Mean power of audio[start:end], read a bounded chunk at a time."""
-    total = 0.0
-    for lo in range(start, end, CHUNK_SAMPLES):
-        x = np.asarray(audio[lo : min(end, lo + CHUNK_SAMPLES)], dtype=np.float64)
-        total += float(np.dot(x, x))
-    return total / max(1, end - start)
+def _typical_level(audio: Samples, start: int, end: int, window: int) -> float:
+    """Median power of the `window`-sample windows of audio[start:end] (its mean when
+    shorter than two windows), read a bounded chunk at a time. The median, not the mean:
+    the VAD's frames lag a word's onset, so a silent run's last frames may hold the next
+    word's first syllable, which would dominate its mean."""
+    count = (end - start) // window
+    if count < 2:
+        x = np.asarray(audio[start:end], dtype=np.float64)
+        return float(np.dot(x, x)) / max(1, end - start)
+    per_chunk = max(1, CHUNK_SAMPLES // window)
+    powers = np.empty(count, dtype=np.float64)
+    for first in range(0, count, per_chunk):
+        k = min(per_chunk, count - first)
+        lo = start + first * window
+        x = np.asarray(audio[lo : lo + k * window], dtype=np.float64).reshape(k, window)
+        powers[first : first + k] = np.einsum("ij,ij->i", x, x) / window
+    return float(np.median(powers))
 
 
 def _latest_gap(
