@@ -185,6 +185,9 @@ def test_front_end_is_ready_and_knows_the_models(deployment: RayDeployment) -> N
         assert {"tts-1", "en_US-joe-medium", "whisper-1"} <= set(roots)
         assert roots["tts-1"] == "en_US-joe-medium"
         assert roots["gpt-4o-mini-transcribe"] == roots["whisper-1"] == roots[roots["whisper-1"]]
+        # The ASR replica reports what its model can do, as a one-machine server does.
+        about = {m["id"]: m for m in r.json()["data"]}[roots["whisper-1"]]["transcription"]
+        assert about["default"] and about["languages"] == ["en"] and about["word_timestamps"]
         voices = c.get("/v1/audio/voices").json()["voices"]
         assert any(
             {"id": "alloy", "name": "alloy", "alias_of": "joe"}.items() <= v.items() for v in voices
