@@ -205,3 +205,12 @@ def test_choose_model_routes_what_the_default_lacks() -> None:
         choose_model(None, models, "en", TranscribeOptions(language="xx"))
     with pytest.raises(InvalidRequest, match="English-only"):
         choose_model(None, {"en": ENGLISH}, "en", TranscribeOptions(language="fr"))
+
+
+def test_a_model_list_that_cannot_be_served_is_refused_at_start() -> None:
+    from voxserve.engine.asr import ASREngine
+
+    with pytest.raises(ValueError, match="neither a bundled model"):
+        ASREngine(ASRConfig(models=("whisper-huge",), workers=1))
+    with pytest.raises(ValueError, match="CPU only"):
+        ASREngine(ASRConfig(models=("moonshine-base-en",), device="sim", workers=1))
