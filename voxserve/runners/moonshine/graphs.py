@@ -115,27 +115,12 @@ def read_ort(path: Path) -> onnx.ModelProto:
 def fold_dequantized_weights(graph: onnx.GraphProto) -> int:
     """Replace each Cast(uint8 initializer) -> Mul(initializer) -> Add(initializer) chain of
     `graph`'s top level by one float32 initializer with the chain's value; returns how many."""
-    inits = {t.name: t for t in graph.initializer}
-    users: dict[str, list[onnx.NodeProto]] = {}
-    for node in _all_nodes(graph):
-        for name in node.input:
-            users.setdefault(name, []).append(node)
+    chains, _ = _chains(graph)
     folded: list[onnx.NodeProto] = []
-    for cast in graph.node:
-        if cast.op_type != "Cast" or cast.input[0] not in inits:
-            continue
-        chain = _single_user(users, cast.output[0], "Mul")
-        add = chain and _single_user(users, chain.output[0], "Add")
-        if chain is None or not add:
-            continue
-        scale, offset = _other_input(chain, cast.output[0]), _other_input(add, chain.output[0])
-        if scale not in inits or offset not in inits:
-            continue
-        q = numpy_helper.to_array(inits[cast.input[0]])
-        value = q.astype(np.float32) * numpy_helper.to_array(inits[scale])
-        value = value + numpy_helper.to_array(inits[offset])
-        graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), add.output[0]))
-        folded += [cast, chain, add]
+    for c in chains:
+        value = c.q.astype(np.float32) * c.scale + c.offset
+        graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), c.add.output[0]))
+        folded += [c.cast, c.mul, c.add]
     for node in folded:
         graph.node.remove(node)
     used = {name for node in _all_nodes(graph) for name in node.input}
@@ -155,23 +140,11 @@ def pack_matmul_weights(model: onnx.ModelProto, block: int = BLOCK) -> int:
     zero_point + 128, which is the same value. Rows past the weight's last (to fill the last
     block) hold the zero point, so they weigh 0."""
     graph = model.graph
-    inits = {t.name: t for t in graph.initializer}
-    users: dict[str, list[onnx.NodeProto]] = {}
-    for node in _all_nodes(graph):
-        for name in node.input:
-            users.setdefault(name, []).append(node)
+    chains, users = _chains(graph)
     done: list[onnx.NodeProto] = []
     packed = 0
-    for cast in list(graph.node):
-        if cast.op_type != "Cast" or cast.input[0] not in inits:
-            continue
-        mul = _single_user(users, cast.output[0], "Mul")
-        add = mul and _single_user(users, mul.output[0], "Add")
-        if mul is None or not add:
-            continue
-        q = numpy_helper.to_array(inits[cast.input[0]])
-        scale = numpy_helper.to_array(inits[_other_input(mul, cast.output[0])])
-        offset = numpy_helper.to_array(inits[_other_input(add, mul.output[0])])
+    for c in chains:
+        cast, add, q, scale, offset = c.cast, c.add, c.q, c.scale, c.offset
         matmuls = users.get(add.output[0], [])
         if (
             q.dtype != np.int8
@@ -219,7 +192,7 @@ def pack_matmul_weights(model: onnx.ModelProto, block: int = BLOCK) -> int:
                 ),
             )
             packed += 1
-        done += [cast, mul, add]
+        done += [cast, c.mul, add]
     for node in done:
         graph.node.remove(node)
     if packed and not any(o.domain == "com.microsoft" for o in model.opset_import):
@@ -277,6 +250,43 @@ def _mask_cross_attention(branch: onnx.GraphProto) -> int:
         softmax.input[0] = biased
         branch.node.insert(i, add)
     return len(softmaxes)
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """Cast(quantized initializer) -> Mul(scale initializer) -> Add(offset initializer):
+    how the shipped graphs dequantize a weight on every call."""
+
+    cast: onnx.NodeProto
+    mul: onnx.NodeProto
+    add: onnx.NodeProto
+    q: np.ndarray
+    scale: np.ndarray
+    offset: np.ndarray
+
+
+def _chains(graph: onnx.GraphProto) -> tuple[list[_Chain], dict[str, list[onnx.NodeProto]]]:
+    """The dequantizing chains of `graph`'s top level, and the nodes that read each value
+    (of the subgraphs too)."""
+    inits = {t.name: t for t in graph.initializer}
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in _all_nodes(graph):
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    chains = []
+    for cast in list(graph.node):
+        if cast.op_type != "Cast" or cast.input[0] not in inits:
+            continue
+        mul = _single_user(users, cast.output[0], "Mul")
+        add = mul and _single_user(users, mul.output[0], "Add")
+        if mul is None or not add:
+            continue
+        scale, offset = _other_input(mul, cast.output[0]), _other_input(add, mul.output[0])
+        if scale not in inits or offset not in inits:
+            continue
+        arrays = (numpy_helper.to_array(inits[n]) for n in (cast.input[0], scale, offset))
+        chains.append(_Chain(cast, mul, add, *arrays))
+    return chains, users
 
 
 def _single_user(
