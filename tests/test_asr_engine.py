@@ -92,7 +92,7 @@ def test_silent_pieces_are_not_decoded() -> None:
     engine = ASREngine(ASRConfig(models=("whisper-tiny.en",), workers=1))
     prepared = engine.prepare(wav_file(np.zeros(16000 * 3, dtype=np.int16), 16000))
     assert prepared.duration == 3.0 and len(prepared.spans) == 1
-    assert engine.features(prepared, 0) is None
+    assert engine.piece(prepared, 0) is None
 
 
 def test_a_lone_short_clip_runs_solo_in_a_fitted_window(speech_wav: str) -> None:
@@ -107,7 +107,7 @@ def test_a_lone_short_clip_runs_solo_in_a_fitted_window(speech_wav: str) -> None
     engine = ASREngine(ASRConfig(models=("whisper-tiny.en",), workers=2, solo_threads=2))
     data = Path(speech_wav).read_bytes()
     prepared = engine.prepare(data)
-    piece = engine.features(prepared, 0)
+    piece = engine.piece(prepared, 0)
     prepared.release()
     assert piece is not None and piece.features.shape[-1] == 1000  # 2.6 s + 1 s -> 10 s
     model = engine.default
@@ -180,7 +180,7 @@ def test_a_file_of_a_few_pieces_is_cut_evenly_into_one_short_window(speech_wav: 
     prepared = engine.prepare(wav_file((audio * 32767).astype(np.int16), 16000))
     try:
         assert len(prepared.spans) % 2 == 0 and max(len(s) for s in prepared.spans) <= 14 * 16000
-        widths = {x.features.shape[-1] for i in range(len(prepared.spans)) if (x := engine.features(prepared, i))}
+        widths = {x.features.shape[-1] for i in range(len(prepared.spans)) if (x := engine.piece(prepared, i))}
         assert widths == {1500}
     finally:
         prepared.release()

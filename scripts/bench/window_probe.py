@@ -67,11 +67,9 @@ from voxserve.bench.asr_offline import SHORT
 from voxserve.bench.metrics import normalize_text, word_errors
 from voxserve.bench.prompts import BUILTIN_PROMPTS
 from voxserve.config import TTSConfig
-from voxserve.engine.asr import FALLBACK_TEMPERATURES
+from voxserve.engine.adapters.whisper import FALLBACK_TEMPERATURES, best_attempt
 from voxserve.engine.segments import (
-    COMPRESSION_RATIO_THRESHOLD,
     Word,
-    compression_ratio,
     ends_in_a_loop,
     needs_fallback,
     window_segments,
@@ -244,15 +242,6 @@ class Decoded:
     """A fitted window's text ended in a loop and was decoded again in 30 s."""
 
 
-def best(tried: list[tuple[DecodeOutput, str, float]]) -> tuple[DecodeOutput, str, float]:
-    """The engine's choice: the last attempt if it passed, else Whisper's pick."""
-    out, text, _ = tried[-1]
-    if len(tried) == 1 or not needs_fallback(out, text):
-        return tried[-1]
-    readable = [t for t in tried if compression_ratio(t[1]) <= COMPRESSION_RATIO_THRESHOLD]
-    return max(readable or tried, key=lambda t: t[0].avg_logprob)
-
-
 class Decoder:
     def __init__(self) -> None:
         self.runner = WhisperRunner(workers=1)
@@ -300,7 +289,7 @@ class Decoder:
             if not needs_fallback(out, text):
                 break
             attempt += 1
-        out, _, temperature = best(tried)
+        out, _, temperature = best_attempt(tried)
         segments = window_segments(out, self.tok, 0.0, seconds, temperature)
         words = [w for s in segments for w in (s.words or ())]
         return Decoded("".join(s.text for s in segments), words, len(tried), encode_s, spent, widened)

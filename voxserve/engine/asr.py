@@ -62,7 +62,7 @@ from voxserve.engine.admission import weighted_room
 from voxserve.engine.asr_models import load_recognizers
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
-from voxserve.engine.chunking import even_pieces, planner
+from voxserve.engine.chunking import even_pieces, planner, speech_probabilities
 from voxserve.engine.cores import SharedCores
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.live import LiveEstimate, LivePolicy, LiveView
@@ -298,11 +298,14 @@ class ASREngine(WorkerEngine):
     def _warm(self) -> None:
         """Decode a second of silence on every model, so that first-call costs (replicas,
         buffers, the solo replica) are not a client's, and time each model on a piece of
-        sound (`COST_PROBE_S`) as the first estimate of its cost; then time a live decode."""
+        sound (`COST_PROBE_S`) as the first estimate of its cost; then time a live decode.
+        The cut planner's VAD loads here too: an upload over 30 s would otherwise pay its
+        session's creation (~0.25 s here)."""
         probe = _probe_sound(COST_PROBE_S)
+        speech_probabilities(probe)  # loads the cut planner's VAD before the first long upload
         for model in self.models.values():
             model.warm(self.config.solo_threads, self.config.nice)
-            key = model.attempts(TranscribeOptions(language=_english(model)), self.config.beam_size)[0]
+            key = _first_key(model, self.config.beam_size)
             piece = model.input(probe, fitted_window(len(probe)))
             started = time.perf_counter()
             model.decode([piece], key, 1)
@@ -317,7 +320,7 @@ class ASREngine(WorkerEngine):
         (`engine/live.py`). The fastest of three. The warm-up calls it; the server calls
         it again once every engine has warmed up, when no other warm-up shares the cores."""
         model = self.default
-        key = model.attempts(TranscribeOptions(language=_english(model)), self.config.beam_size)[0]
+        key = _first_key(model, self.config.beam_size)
         turn = np.zeros(int(TURN_ESTIMATE_S * SAMPLE_RATE), dtype=np.float32)
         piece = model.input(turn, fitted_window(len(turn)))
         took = self._live_decode_s
@@ -486,8 +489,6 @@ class ASREngine(WorkerEngine):
         takes audio; None when it is silent. CPU work: run it in the audio pool."""
         found = self._span(prepared, index)
         return None if found is None else self.model(model).input(*found)
-
-    features = piece
 
     def _span(self, prepared: PreparedAudio, index: int) -> tuple[np.ndarray, int] | None:
         """A piece's samples and the encoder window it gets, or None when it is silent."""
@@ -818,6 +819,8 @@ def _probe_sound(seconds: float) -> np.ndarray:
     return (0.1 * envelope * rng.standard_normal(n)).astype(np.float32)
 
 
-def _english(model: Recognizer) -> str | None:
-    """English for a model that speaks it, else no language (the model detects it)."""
-    return "en" if "en" in model.abilities.languages else None
+def _first_key(model: Recognizer, beam_size: int) -> Hashable:
+    """The batch key of a first attempt at English (at no language for a model that does
+    not speak it, which then detects it): what the warm-up times."""
+    language = "en" if "en" in model.abilities.languages else None
+    return model.attempts(TranscribeOptions(language=language), beam_size)[0]

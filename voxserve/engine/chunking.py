@@ -35,8 +35,8 @@ VAD_BLOCK_SAMPLES = 256 * FRAME_SAMPLES
 
 EVEN_LIMIT_RANGE_S = 2.0
 EVEN_LIMIT_STEP_S = 1.0
-"""`even_pieces` tries limits from the longest piece down by 2 s in 1 s steps, as
-`even_spans` does: three plans, a few ms each once the probabilities are known."""
+"""`even_pieces` tries limits from the longest piece down by 2 s in 1 s steps: three
+plans, a few ms each once the probabilities are known."""
 
 Cost = Callable[[list[Span], int], float]
 """The work of a plan's busiest worker, given its pieces and the workers."""
@@ -93,11 +93,11 @@ def plan_pieces(audio: Samples, chunking: Chunking | None, max_seconds: float = 
 def even_pieces(
     plan: Planner, spans: list[Span], workers: int, most: int, longest: float, cost: Cost
 ) -> list[Span]:
-    """`spans` recut by `plan` into even pieces of at most `longest` seconds, the choice
-    `engine/asr.py: even_spans` makes for energy cuts: of the limits `longest` and up to
-    `EVEN_LIMIT_RANGE_S` below it, the plan whose busiest worker has the least work
-    (`cost`), preferring a number of pieces that is a multiple of `workers`; `spans`
-    itself for a file of one piece or of more than `most`, or with `longest` 0."""
+    """`spans` recut by `plan` into even pieces of at most `longest` seconds: of the
+    limits `longest` and up to `EVEN_LIMIT_RANGE_S` below it, the plan whose busiest
+    worker has the least work (`cost`), preferring a number of pieces that is a multiple
+    of `workers`; `spans` itself for a file of one piece or of more than `most`, or with
+    `longest` 0. Why even pieces: docs/ASR.md, "Even short pieces"."""
     if len(spans) < 2 or len(spans) > most or longest <= 0:
         return spans
     best: list[Span] | None = None

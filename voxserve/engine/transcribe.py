@@ -192,7 +192,6 @@ async def _start(
     request_id: str,
     deadline: float | None = None,
 ) -> Transcription:
-    options = engine.choose(options, options.model)
     loop = asyncio.get_running_loop()
     decoding = loop.run_in_executor(pool, prepare)
     try:
