@@ -206,3 +206,30 @@ def test_still_serving_after_the_attacks(client: httpx.Client, long_clip: dict[s
     r = client.post(URL, files={"file": ("a.wav", long_clip["wav"])}, data={"model": "whisper-1", "include[]": "logprobs"})
     assert r.status_code == 200, r.text
     assert wer(long_clip["text"], r.json()["text"]) < 0.1
+
+
+def test_attacks_meanwhile_cost_a_transcription_nothing(base_url: str, long_clip: dict[str, Any]) -> None:
+    """A long transcription runs while other clients send malformed fields, an unknown
+    model of 200 characters and 64 include[] values: each attack gets its 4xx at once and
+    the transcription is whole."""
+    import concurrent.futures
+
+    def transcribe() -> httpx.Response:
+        with httpx.Client(base_url=base_url, timeout=120) as c:
+            return c.post(URL, files={"file": ("a.wav", long_clip["wav"])}, data={"model": "whisper-1"})
+
+    attacks: list[dict[str, str | list[str]]] = [
+        {"model": "whisper-1", "chunking_strategy": "[" * 60000},
+        {"model": "whisper-1", "chunking_strategy": '{"type": "server_vad", "threshold": NaN}'},
+        {"model": "x" * 200},
+        {"model": "whisper-1", "include[]": ["tokens"] * 64},
+    ]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool, httpx.Client(base_url=base_url, timeout=30) as c:
+        work = pool.submit(transcribe)
+        for _ in range(3):
+            for fields in attacks:
+                r = c.post(URL, files={"file": ("a.wav", TINY_WAV)}, data=fields)
+                assert r.status_code in (400, 404), r.text
+        done = work.result(timeout=120)
+    assert done.status_code == 200, done.text
+    assert wer(long_clip["text"], done.json()["text"]) < 0.1
