@@ -215,42 +215,45 @@ def whisper() -> WhisperRunner:
 
 
 @pytest.fixture(scope="module")
-def onnx_wer(items: list[KokoroInput], whisper: WhisperRunner) -> float:
-    """Whisper's word error rate on the int8 ONNX path's audio (the server's)."""
+def onnx_wers(items: list[KokoroInput], whisper: WhisperRunner) -> list[float]:
+    """Whisper's word error rate on each round-trip prompt of the int8 ONNX path (the
+    server's)."""
     onnx = KokoroModel()
     pcm = [onnx.decoder.run([f.decoder_input])[0] for f in onnx.acoustic.run(items[: len(WHISPER_TEXTS)])]
-    return float(np.mean([wer(t, _transcribe(whisper, p)) for t, p in zip(WHISPER_TEXTS, pcm, strict=True)]))
+    return [wer(t, _transcribe(whisper, p)) for t, p in zip(WHISPER_TEXTS, pcm, strict=True)]
 
 
 def test_whisper_hears_the_torch_path_no_worse_than_the_onnx_path(
-    torch_model: TorchKokoroModel, items: list[KokoroInput], whisper: WhisperRunner, onnx_wer: float
+    torch_model: TorchKokoroModel, items: list[KokoroInput], whisper: WhisperRunner, onnx_wers: list[float]
 ) -> None:
     prompts = items[: len(WHISPER_TEXTS)]
     torch_pcm = [torch_model.decoder.run([f.decoder_input])[0] for f in torch_model.acoustic.run(prompts)]
     torch_wer = np.mean([wer(t, _transcribe(whisper, p)) for t, p in zip(WHISPER_TEXTS, torch_pcm, strict=True)])
-    assert torch_wer <= onnx_wer, (torch_wer, onnx_wer)
+    assert torch_wer <= np.mean(onnx_wers), (torch_wer, onnx_wers)
 
 
+@pytest.mark.timeout(600)
 def test_the_bfloat16_decoder_keeps_the_float32_paths_bounds(
     items: list[KokoroInput],
     reference: list[KokoroFrames],
     first_audio: np.ndarray,
     whisper: WhisperRunner,
-    onnx_wer: float,
+    onnx_wers: list[float],
 ) -> None:
     """Durations identical (stage A stays float32); on the first prompt, SNR and log-mel
     distance to the float32 graph within the float32 torch path's bounds (measured
-    19.5 dB and 0.86 dB; the second prompt 19.8 dB and 0.88 dB); Whisper's round trip no
-    worse."""
+    19.5 dB and 0.86 dB; the second prompt 19.8 dB and 0.88 dB), and Whisper's round trip
+    no worse. One prompt is decoded: a CPU without bfloat16 instructions emulates them,
+    at about 60 times float32's time."""
     half = TorchKokoroModel(dtype="bfloat16")
     prompts = items[: len(WHISPER_TEXTS)]
     for got, ref in zip(half.acoustic.run(prompts), reference, strict=False):
         assert np.array_equal(got.durations, ref.durations) and got.frames == ref.frames
-    pcm = [half.decoder.run([ref.decoder_input])[0] for ref in reference[: len(prompts)]]
-    assert snr_db(first_audio, pcm[0]) >= SNR_OWN_FFT_DB
-    assert mel_distance_db(first_audio, pcm[0], sample_rate=SAMPLE_RATE) <= MEL_DB
-    half_wer = np.mean([wer(t, _transcribe(whisper, p)) for t, p in zip(WHISPER_TEXTS, pcm, strict=True)])
-    assert half_wer <= onnx_wer, (half_wer, onnx_wer)
+    (pcm,) = half.decoder.run([reference[0].decoder_input])
+    assert snr_db(first_audio, pcm) >= SNR_OWN_FFT_DB
+    assert mel_distance_db(first_audio, pcm, sample_rate=SAMPLE_RATE) <= MEL_DB
+    half_wer = wer(WHISPER_TEXTS[0], _transcribe(whisper, pcm))
+    assert half_wer <= onnx_wers[0], (half_wer, onnx_wers[0])
 
 
 def test_the_engine_serves_a_stream_with_the_torch_runtime(voice: KokoroVoice) -> None:
