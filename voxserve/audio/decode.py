@@ -33,6 +33,7 @@ import soxr
 
 from voxserve.audio.blocks import BLOCK_SAMPLES, Reserve, SampleBlocks
 from voxserve.audio.mel import SAMPLE_RATE
+from voxserve.audio.wav import PlainWav, plain_wav
 from voxserve.errors import InvalidRequest, VoxError
 
 __all__ = [
@@ -133,6 +134,11 @@ def decode_blocks(
     budget can refuse the file while it decodes (its exception passes through)."""
     if not data:
         raise _undecodable("the file is empty")
+    plain = plain_wav(data)
+    if plain is not None:
+        out = SampleBlocks(block, reserve)
+        _keep_plain(plain, max_seconds, rate, out)
+        return out
     try:
         container = av.open(io.BytesIO(data), mode="r", metadata_errors="ignore", options=_OPEN_OPTIONS)
     except Exception as exc:  # PyAV raises many types for garbage input
@@ -227,6 +233,24 @@ def _decode_stream(
     sink.check()
     if not len(out):
         raise _undecodable("the file holds no audio samples")
+
+
+def _keep_plain(wav: PlainWav, max_seconds: float, rate: int, out: SampleBlocks) -> None:
+    """A plain WAV's samples (`audio/wav.py`), converted as FFmpeg converts 16-bit PCM
+    (times 2^-15) and resampled as `_decode_stream` does, a block at a time."""
+    if wav.rate < MIN_SOURCE_RATE:
+        raise _undecodable(f"the sample rate of {wav.rate} Hz is too low for sound")
+    if not len(wav.samples):
+        raise _undecodable("the file holds no audio samples")
+    sink = _Sink(out, int(max_seconds * rate), max_seconds)
+    resampler = soxr.ResampleStream(wav.rate, rate, 1, dtype="float32", quality="HQ") if wav.rate != rate else None
+    step = out.block
+    for start in range(0, len(wav.samples), step):
+        chunk = wav.samples[start : start + step].astype(np.float32) * np.float32(1 / 32768)
+        sink.keep(_resample(chunk, resampler, False))
+    if resampler is not None:
+        sink.keep(_resample(np.zeros(0, dtype=np.float32), resampler, True), clip=True)
+    sink.check()
 
 
 def _resample(samples: np.ndarray, resampler: soxr.ResampleStream | None, last: bool) -> np.ndarray:
