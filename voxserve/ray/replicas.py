@@ -37,6 +37,7 @@ from ray import serve
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
+from voxserve.engine.denoise import DenoiseEngine
 from voxserve.engine.transcribe import TextDelta, TextDone, Transcript
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.vad import VADEngine
@@ -246,12 +247,15 @@ class ASRReplica:
         self.metrics.attach_asr(self.engine.snapshot)
         self.transcriber = Transcriber(self.engine, self.pool, self.admission, self.metrics)
         self.vad = VADEngine()
+        self.denoise = DenoiseEngine()
         self.live_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")
-        self.live_transcriber = LiveTranscriber(self.engine, self.vad, self.live_pool, config.realtime, self.metrics)
+        self.live_transcriber = LiveTranscriber(self.engine, self.vad, self.live_pool, config.realtime,
+                                                self.metrics, denoise=self.denoise)
         self.sessions: dict[str, _LiveHold] = {}
         """Live sessions open here, by id."""
         self.engine.start()
         self.vad.start()
+        self.denoise.start(required=config.realtime.noise_reduction is not None)
         await asyncio.get_running_loop().run_in_executor(None, self.engine.warmup)
         self.name = replica_name()
 
@@ -351,6 +355,7 @@ class ASRReplica:
         self.engine.stop(timeout=STOP_WAIT_S)
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.vad.stop()
+        self.denoise.stop()
         self.live_pool.shutdown(wait=False, cancel_futures=True)
 
 

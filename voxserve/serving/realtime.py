@@ -47,6 +47,7 @@ from voxserve.audio.pcm import InputDecoder
 from voxserve.config import RealtimeConfig
 from voxserve.engine.asr import ASREngine, TranscribeOptions
 from voxserve.engine.cores import SharedCores
+from voxserve.engine.denoise import DenoiseEngine, DenoiseStream
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.transcribe import start_live
 from voxserve.engine.turns import Pause, Resume, Start, Stop, TurnDetector
@@ -169,7 +170,8 @@ class LiveSettings:
     turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
     """None: turns end only when the client commits."""
     noise_reduction: str | None = None
-    """Accepted and reported; no filter is applied."""
+    """`near_field`, `far_field` or None: the noise filter the VAD hears the audio through
+    (`engine/denoise.py`); None for the raw audio."""
 
 
 # -- events ------------------------------------------------------------------------------
@@ -252,6 +254,8 @@ class LiveTranscriber:
     metrics: Metrics
     cores: SharedCores = field(default_factory=SharedCores)
     """What speech does on the same cores: deltas wait while it holds every TTS worker."""
+    denoise: DenoiseEngine = field(default_factory=DenoiseEngine)
+    """The noise filter (`noise_reduction`); one never started refuses every type."""
     clock: Callable[[], float] = time.monotonic
     open_sessions: int = 0
     _sessions: set[LiveSession] = field(default_factory=set)
@@ -273,6 +277,19 @@ class LiveTranscriber:
         self.count_active(force=True)
         return self._active
 
+    def filter_weight(self) -> float:
+        """What a session with the noise filter on counts for in admission, against 1 for
+        one without (`engine/live.py: session_weight`)."""
+        return self.engine.live_policy.session_weight(self.denoise.cost, not self.engine.batched)
+
+    def load(self) -> float:
+        """The active sessions, each at its weight: one with the noise filter on counts
+        for `filter_weight()`."""
+        now = self.clock()
+        weight = self.filter_weight()
+        return sum(weight if session.filtered else 1.0
+                   for session in self._sessions if session.active_until > now)
+
     def count_active(self, force: bool = False) -> None:
         """Tell the engine's meter how many sessions are active (at most once a second
         unless forced: every append of every session asks)."""
@@ -292,10 +309,14 @@ class LiveTranscriber:
         dropped, on the way out."""
         capacity = self.capacity()
         active = self.active_sessions()
-        if self.open_sessions >= self.config.max_sessions or active >= capacity:
+        load = self.load()
+        weight = self.filter_weight() if self.config.noise_reduction else 1.0
+        # One session is always let in, as one stream always is.
+        if self.open_sessions >= self.config.max_sessions or (load > 0 and load + weight > capacity + 1e-9):
             raise Overloaded(
                 f"the server has {self.open_sessions} live transcription sessions open, "
-                f"{active} of them active, against its capacity ({capacity} active, "
+                f"{active} of them active (a load of {load:.1f} sessions, noise reduction "
+                f"counted), against its capacity ({capacity} active, "
                 f"{self.config.max_sessions} open); try again later"
             )
         self.open_sessions += 1
@@ -329,6 +350,7 @@ class LiveTranscriber:
         self.options(settings)
         if settings.turn_detection is not None and settings.turn_detection.semantic:
             self.vad.check_semantic()
+        self.denoise.check(settings.noise_reduction, "session.audio.input.noise_reduction.type")
 
 
 # -- one session -------------------------------------------------------------------------
@@ -432,7 +454,7 @@ class LiveSession:
         self._live = live
         self._emit = emit
         self._config = live.config
-        self.settings = LiveSettings()
+        self.settings = LiveSettings(noise_reduction=live.config.noise_reduction)
         self._decoder = InputDecoder(self.settings.format)
         self._audio = _Audio()
         self._floor = 0
@@ -440,6 +462,9 @@ class LiveSession:
         self._vad_stream = VADStream()
         self._vad_origin = 0
         """Sample where the VAD stream's frame 0 starts."""
+        self._filter = self._new_filter()
+        """The noise filter the VAD hears through (None: the raw audio). It starts with
+        the VAD stream, and its output keeps the input's sample indices."""
         self._detector = self._new_detector()
         self._turn: _Turn | None = None
         self._previous: str | None = None
@@ -473,6 +498,22 @@ class LiveSession:
         td = self.settings.turn_detection
         return None if td is None else TurnDetector(td.threshold, td.silence_ms)
 
+    def _new_filter(self) -> DenoiseStream | None:
+        kind = self.settings.noise_reduction
+        return None if kind is None else self._live.denoise.stream(kind)
+
+    @property
+    def filtered(self) -> bool:
+        """Whether the noise filter is on (it weighs the session in admission)."""
+        return self._filter is not None
+
+    def _listen_afresh(self) -> None:
+        """New VAD and filter streams from the end of the audio: fresh state, and the
+        samples either held back are dropped with the audio they belong to."""
+        self._vad_stream = VADStream()
+        self._vad_origin = self._audio.end
+        self._filter = self._new_filter()
+
     async def configure(self, settings: LiveSettings) -> None:
         """Check new settings (`LiveTranscriber.check`), then apply them."""
         self._live.check(settings)
@@ -480,15 +521,15 @@ class LiveSession:
 
     def update(self, settings: LiveSettings) -> None:
         """Apply new settings (checked by `LiveTranscriber.check`). A new format starts a
-        new decoder; new turn detection drops a turn in progress, uncommitted."""
+        new decoder; new turn detection or noise reduction drops a turn in progress,
+        uncommitted, and the VAD listens afresh."""
         old = self.settings
         self.settings = settings
         if settings.format != old.format:
             self._decoder = InputDecoder(settings.format)
-        if settings.turn_detection != old.turn_detection:
+        if settings.turn_detection != old.turn_detection or settings.noise_reduction != old.noise_reduction:
             self._drop_turn()
-            self._vad_stream = VADStream()
-            self._vad_origin = self._audio.end
+            self._listen_afresh()
             self._detector = self._new_detector()
             self._speech.clear()
 
@@ -506,7 +547,8 @@ class LiveSession:
         if not len(samples):
             return
         self._audio.add(samples)
-        probs = await self._live.vad.score(self._vad_stream, samples)
+        heard = samples if self._filter is None else (await self._live.denoise.feed(self._filter, samples)).samples
+        probs = await self._live.vad.score(self._vad_stream, heard)
         first = self._vad_stream.frames_done - len(probs)
         if self._detector is None:
             self._hear(probs, first)
@@ -618,6 +660,7 @@ class LiveSession:
         self._drop_turn()
         self._floor = self._audio.end
         self._audio.drop_before(self._audio.end)
+        self._listen_afresh()
         self._speech.clear()
         if self._detector is not None:
             self._detector.reset()

@@ -21,6 +21,7 @@ from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
 from voxserve.engine.cores import SharedCores
+from voxserve.engine.denoise import DenoiseEngine
 from voxserve.engine.devices import sim_device_use
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import TTSEngine
@@ -221,6 +222,7 @@ async def running_state(
         cores = SharedCores(speech=engine, speech_workers=tts.workers, transcription=asr)
         engine.cores = asr.cores = cores
         vad = VADEngine()
+        denoise = DenoiseEngine()
         live_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")
         state.asr = ASRSide(
             engine=asr,
@@ -229,10 +231,12 @@ async def running_state(
                 asr.config.max_requests, config.asr.max_queue, config.asr.queue_timeout_s, gate=asr.admits
             ),
             uploads=uploads,
-            live=LiveTranscriber(asr, vad, live_pool, config.realtime, state.metrics, cores=cores),
+            live=LiveTranscriber(asr, vad, live_pool, config.realtime, state.metrics, cores=cores,
+                                 denoise=denoise),
         )
         asr.start()
         vad.start()
+        denoise.start(required=config.realtime.noise_reduction is not None)
         warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
     await asyncio.gather(*warmups)
     if asr is not None:
@@ -263,4 +267,5 @@ async def running_state(
             state.asr.engine.stop(timeout=max(0.0, deadline - time.monotonic()))
             state.asr.pool.shutdown(wait=False, cancel_futures=True)
             state.asr.live.vad.stop()
+            state.asr.live.denoise.stop()
             state.asr.live.pool.shutdown(wait=False, cancel_futures=True)
