@@ -241,7 +241,7 @@ _KOKORO = _Shared(
     lambda: run_server(
         ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0)), kokoro=True
     ),
-    ("test_kokoro_voice.py", "test_word_timings.py"),
+    ("test_kokoro_voice.py", "test_word_timings.py", "test_markup.py"),
     # ~700 MB while it lives: its modules run together, away from tests/test_overload.py.
     adjacent=True,
 )

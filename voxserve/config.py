@@ -98,6 +98,12 @@ class TTSConfig:
     """Threads that encode compressed formats (mp3, opus, aac, flac)."""
     max_input_chars: int = 4096
     """Longest accepted `input`, in characters (OpenAI's limit is 4096)."""
+    saved_voices_dir: Path | None = None
+    """Where saved voices (`POST /v1/audio/voices`) persist, one file each; None uses
+    `$XDG_DATA_HOME/voxserve/voices`. Ray replicas on several nodes need it on storage they
+    all mount to see one set."""
+    max_saved_voices: int = 256
+    """Most saved voices the server keeps."""
     sim_graphs: bool = True
     """On the sim device: time each step as a replayed CUDA graph (as the torch runners
     intend), or with `--no-tts-sim-graphs` as an eager call, whose launches hold the GIL."""

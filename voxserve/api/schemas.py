@@ -45,7 +45,14 @@ class SpeechRequest(BaseModel):
 
     model: str = Field(min_length=1, max_length=200, description="tts-1, tts-1-hd, gpt-4o-mini-tts or the voice model's own name")
     # The upper bound is the server's `--tts-max-input-chars` (default 4096), checked by the handler.
-    input: str = Field(min_length=1, description="Text to speak, 1 to --tts-max-input-chars (4096) characters")
+    input: str = Field(
+        min_length=1,
+        description=(
+            "Text to speak, 1 to --tts-max-input-chars (4096) characters; SSML starting with <speak>, "
+            "or plain text with [pause:0.5s] and [voice:name] tags (docs/MARKUP.md), whose markup may "
+            "add as much again"
+        ),
+    )
     voice: str | VoiceRef = Field(description="A voice name, an OpenAI voice name, or {\"id\": name}")
     response_format: ResponseFormat = "mp3"
     # Strict: a JSON number only, not true or "1.5" (never auto-correct a wrong type).

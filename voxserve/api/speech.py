@@ -31,6 +31,7 @@ from voxserve.api.schemas import REPLICA_HEADER, SpeechRequest, parse_json_body,
 from voxserve.api.sse import sse, sse_error
 from voxserve.api.streaming import StreamResponse, until_disconnect
 from voxserve.audio.encode import content_type
+from voxserve.engine.script import read_script
 from voxserve.engine.words import WordTime
 from voxserve.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType, VoxError
 from voxserve.serving.service import Service, Speech
@@ -127,7 +128,8 @@ async def read_speech_request(request: Request, max_chars: int) -> SpeechRequest
     require_json(request.headers.get("content-type"))
     raw = await read_body(request, max(MAX_JSON_BYTES, 8 * max_chars))
     body = validate(SpeechRequest, parse_json_body(raw))
-    if len(body.input) > max_chars:
+    # Markup may add as much again as the text it speaks (`engine/script.py`).
+    if len(body.input) > max_chars and read_script(body.input, max_chars) is None:
         raise InvalidRequest(
             f"input is {len(body.input)} characters; this server takes at most {max_chars}, "
             "so split the text into several requests",

@@ -34,6 +34,14 @@ from voxserve.engine.cost import CostMeter
 from voxserve.engine.devices import BATCHED_DEVICES, resolve_device
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.scheduler import CREDITS, Budget, Scheduler
+from voxserve.engine.script import (
+    Piece,
+    piece_inputs,
+    read_script,
+    script_pieces,
+    silences_of,
+    tag_voice,
+)
 from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
@@ -120,11 +128,12 @@ class PreparedText:
 
     segments: list[StageInput]
     characters: int
+    """Characters of the input, or of the text it speaks where it has markup."""
     model: str
     """The voice model that made the segments, and that will speak them."""
     voice: Voice
     speed: float
-    rest: tuple[str, ...] = ()
+    rest: tuple[Piece, ...] = ()
     """Pieces of the text not yet through the model's front end (`TTSEngine.prepare`
     with `head_only`): `prepare_rest` makes their segments, and `extend` hands them to
     the stream."""
@@ -165,6 +174,28 @@ class _Output:
     held: np.ndarray | None = None
     """The last chunk's tail, held back to crossfade with the next chunk's head."""
     next_seq: int = 0
+    silences: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Samples of silence (model rate) before and after a segment's audio, by segment,
+    where markup asked for a pause (`engine/script.py`)."""
+    segments: int = 0
+    """Segments handed to the stream so far."""
+
+    def take_segments(self, items: Sequence[StageInput]) -> list[StageInput]:
+        """Note the silence of the stream's next segments; returns the model's own items."""
+        inputs, silences = silences_of(items)
+        for at, pair in enumerate(silences, self.segments):
+            if pair != (0, 0):
+                self.silences[at] = pair
+        self.segments += len(inputs)
+        return inputs
+
+    def silence(self, work: VocoderWork) -> tuple[int, int]:
+        """Samples of silence that go before and after this chunk: its segment's, at the
+        segment's first and last chunk."""
+        pair = self.silences.get(work.segment)
+        if pair is None:
+            return 0, 0
+        return (pair[0] if work.start == 0 else 0), (pair[1] if work.end >= work.latent.frames else 0)
 
     def deliver(self, work: VocoderWork, pcm: np.ndarray) -> None:
         """Hand a decoded chunk on once every earlier chunk of the stream has gone. A
@@ -186,7 +217,10 @@ class _Output:
                 if tail:
                     cut = max(0, len(samples) - 2 * tail)
                     self.held, samples = samples[cut:], samples[:cut]
-                words = self.words(ready, len(samples))
+                before, after = self.silence(ready)
+                if before or after:
+                    samples = np.concatenate([np.zeros(before, np.float32), samples, np.zeros(after, np.float32)])
+                words = self.words(ready, len(samples), before)
                 audio = self.finish(samples, ready.last)
                 first = self.first_packet() if ready.seq == 0 else None
                 self.handle.stream.put(StreamItem(audio, ready.last, words, first))
@@ -198,14 +232,15 @@ class _Output:
         d0, d1, d_threads = self.decode_span
         return FirstPacket(self.submitted, a0, a1, d0, d1, time.perf_counter(), a_threads, d_threads)
 
-    def words(self, work: VocoderWork, samples: int) -> tuple[WordTime, ...]:
-        """The word timings a chunk of `samples` (model rate) carries: its segment's words
-        if it is the segment's first chunk, else none. Call once per chunk, in order."""
+    def words(self, work: VocoderWork, samples: int, lead: int = 0) -> tuple[WordTime, ...]:
+        """The word timings a chunk of `samples` (model rate; the first `lead` of them
+        silence) carries: its segment's words if it is the segment's first chunk, else
+        none. Call once per chunk, in order."""
         profile = self.model.profile
         words: tuple[WordTime, ...] = ()
         if work.segment != self.segment:
             self.segment = work.segment
-            offset = self.model_samples / profile.sample_rate
+            offset = (self.model_samples + lead) / profile.sample_rate
             words = word_times(work.latent.words, offset, profile.hop / profile.sample_rate)
         self.model_samples += samples
         return words
@@ -473,26 +508,39 @@ class TTSEngine(WorkerEngine):
 
     # -- requests --------------------------------------------------------------------
     def prepare(
-        self, text: str, voice: Voice, speed: float = 1.0, head_only: bool = False
+        self, text: str, voice: Voice, speed: float = 1.0, head_only: bool = False,
+        resolve: Callable[[str], Voice] | None = None,
     ) -> PreparedText:
         """Normalize and segment (as the model's profile plans it), then the voice's model
         makes its stage A inputs (phonemes). CPU work: call it from the text pool.
+
+        Markup (SSML, or inline `[pause:]` and `[voice:]` tags: `engine/script.py`) makes
+        pieces in the voices its tags name, found by `resolve` (by default among the
+        voice's model's own, `tag_voice`), with exact silence where it asks for a pause.
 
         `head_only`: stop at the first piece of text that gives segments, and leave the
         other pieces in `rest`, so that a stream starts before the model's front end has
         read a long text (`prepare_rest` and `extend` finish it)."""
         model = self.models[voice.model]
-        clean = normalize(text)
-        segments: list[StageInput] = []
         whole = model.profile.sentence_chars
-        pieces = segment(
-            clean,
-            first_max_chars=FIRST_SEGMENT_CHARS if whole is None else None,
-            max_chars=MAX_SEGMENT_CHARS if whole is None else whole,
-        )
-        rest: tuple[str, ...] = ()
+
+        def cut(part: str, first: bool) -> list[str]:
+            return segment(
+                part,
+                first_max_chars=FIRST_SEGMENT_CHARS if whole is None and first else None,
+                max_chars=MAX_SEGMENT_CHARS if whole is None else whole,
+            )
+
+        script = read_script(text, self.config.max_input_chars)
+        if script is None:
+            pieces = [Piece(part, voice, speed) for part in cut(normalize(text), True)]
+        else:
+            by_name = resolve or (lambda name: tag_voice(self.models, model, name))
+            pieces = script_pieces(script, voice, speed, model.profile.sample_rate, by_name, cut)
+        segments: list[StageInput] = []
+        rest: tuple[Piece, ...] = ()
         for at, piece in enumerate(pieces):
-            segments.extend(model.inputs(piece, voice, speed))
+            segments.extend(piece_inputs(model, piece))
             if head_only and segments:
                 rest = tuple(pieces[at + 1 :])
                 break
@@ -500,13 +548,14 @@ class TTSEngine(WorkerEngine):
             raise InvalidRequest(
                 "input has nothing that can be spoken; send words or numbers", param="input"
             )
-        return PreparedText(segments, len(text), model.name, voice, speed, rest)
+        characters = len(text) if script is None else script.spoken_chars
+        return PreparedText(segments, characters, model.name, voice, speed, rest)
 
     def prepare_rest(self, prepared: PreparedText) -> list[StageInput]:
         """The segments of `prepared.rest` (none if they say nothing). CPU work, as for
         `prepare`."""
         model = self.models[prepared.model]
-        return [item for piece in prepared.rest for item in model.inputs(piece, prepared.voice, prepared.speed)]
+        return [item for piece in prepared.rest for item in piece_inputs(model, piece)]
 
     def submit(
         self,
@@ -533,7 +582,8 @@ class TTSEngine(WorkerEngine):
             output = _Output(handle, model, resampler, model.output_gain, time.perf_counter())
             self._outputs[stream_id] = output
             complete = not prepared.rest
-            self._sched.add(stream_id, prepared.segments, self._clock(), profile, complete)
+            segments = output.take_segments(prepared.segments)
+            self._sched.add(stream_id, segments, self._clock(), profile, complete)
             for name in (prepared.model, None):
                 if name in self._let_in:
                     self._let_in.remove(name)
@@ -545,7 +595,9 @@ class TTSEngine(WorkerEngine):
         """The rest of a stream submitted with `PreparedText.rest` (`prepare_rest`); the
         stream ends after them. A stream already gone is left alone."""
         with self._cond:
-            self._sched.extend(stream_id, segments)
+            out = self._outputs.get(stream_id)
+            inputs = out.take_segments(segments) if out is not None else silences_of(segments)[0]
+            self._sched.extend(stream_id, inputs)
             self._cond.notify_all()
 
     def fail_stream(self, stream_id: int, exc: BaseException) -> None:
@@ -805,9 +857,12 @@ class TTSEngine(WorkerEngine):
         decoded = decode_chunks(model, step)
         ended = time.perf_counter()
         rate = model.profile.sample_rate
-        sizes = [len(pcm) - sum(fades(model, work)) if len(pcm) else 0 for work, pcm in zip(step, decoded, strict=True)]
+        made = [len(pcm) - sum(fades(model, work)) if len(pcm) else 0 for work, pcm in zip(step, decoded, strict=True)]
         with self._cond:
             outs = [self._outputs.get(work.stream_id) for work in step]
+        # A pause's silence is audio the player holds (the deadline moves by it), but
+        # costs the device nothing: the cost meter sees only what was decoded.
+        sizes = [size + (sum(out.silence(work)) if out is not None else 0) for size, work, out in zip(made, step, outs, strict=True)]
         for work, pcm, out in zip(step, decoded, outs, strict=True):
             if out is not None:
                 if work.seq == 0:
@@ -821,7 +876,7 @@ class TTSEngine(WorkerEngine):
                 if chunk is not None and chunk.last:
                     self._outputs.pop(work.stream_id, None)
             self._cond.notify_all()
-        return sum(sizes) / rate
+        return sum(made) / rate
 
     def _fail(self, work: Work, exc: BaseException) -> None:
         self._fail_stream(work.stream_id, work, "inference", exc)

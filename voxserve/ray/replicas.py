@@ -153,8 +153,9 @@ class TTSReplica:
                 self.state.admission, on_release=self._forget(job.session), ledger=self.state.engine
             )
         try:
-            params = job.params
-            await slot.take(speech_voice(self.state.engine, params.model, params.voice, params.language).model)  # 429 when full
+            params, state = job.params, self.state
+            voice = speech_voice(state.engine, params.model, params.voice, params.language, state.saved_voices)
+            await slot.take(voice.model)  # 429 when full
             stream = await open_speech(self.state, job.params, job.request_id, started, admitted=True)
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError | GeneratorExit):
@@ -190,7 +191,7 @@ class TTSReplica:
             slot.release()
 
     async def check_voice(self, check: VoiceCheck) -> None:
-        speech_voice(self.state.engine, check.model, check.voice, check.language)
+        speech_voice(self.state.engine, check.model, check.voice, check.language, self.state.saved_voices)
 
     def catalog(self) -> TTSCatalog:
         engine = self.state.engine

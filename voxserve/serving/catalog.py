@@ -14,10 +14,12 @@ from typing import Any, Protocol
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from voxserve.engine.asr import ASREngine
+from voxserve.engine.script import tag_voice
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.voices import Voice, VoiceModel
-from voxserve.errors import NotFound
+from voxserve.errors import InvalidRequest, NotFound
 from voxserve.serving.metrics import Metrics
+from voxserve.serving.saved_voices import SavedVoices
 
 __all__ = [
     "ASR_MODELS",
@@ -27,10 +29,13 @@ __all__ = [
     "ServerInfo",
     "asr_model",
     "asr_models",
+    "builtin_voice_names",
     "engine_devices",
     "engines_health",
+    "markup_voice",
     "metrics_text",
     "model_list",
+    "saved_voice_model",
     "served_models",
     "speech_model",
     "speech_model_ids",
@@ -139,12 +144,67 @@ def speech_model(engine: TTSEngine, model_id: str) -> VoiceModel[Any]:
     )
 
 
-def speech_voice(engine: TTSEngine, model_id: str, voice: str, language: str | None = None) -> Voice:
-    """The voice a request names, among those of the model it names (404 for either),
-    speaking `language` when the request names one (400 when it cannot)."""
+def speech_voice(
+    engine: TTSEngine, model_id: str, voice: str, language: str | None = None, saved: SavedVoices | None = None
+) -> Voice:
+    """The voice a request names, among those of the model it names (404 for either)
+    and the `saved` voices of that model, speaking `language` when the request names one
+    (400 when it cannot)."""
     model = speech_model(engine, model_id)
-    found = model.resolve_voice(voice)
+    found = _saved_voice(model, voice, saved) or model.resolve_voice(voice)
     return model.with_language(found, language) if language else found
+
+
+def markup_voice(
+    engine: TTSEngine, model_id: str, language: str | None, saved: SavedVoices | None, name: str
+) -> Voice:
+    """The voice a markup tag names (`TTSEngine.prepare`'s `resolve`): as `speech_voice`,
+    but a voice of another loaded model gets a 400 that says so (a stream is one model)."""
+    model = speech_model(engine, model_id)
+    found = _saved_voice(model, name, saved) or tag_voice(engine.models, model, name)
+    return model.with_language(found, language) if language else found
+
+
+def _saved_voice(model: VoiceModel[Any], name: str, saved: SavedVoices | None) -> Voice | None:
+    """The saved voice of this name or id, if any, resolved in `model`; 400 when it was
+    saved for another model."""
+    entry = saved.find(name) if saved is not None else None
+    if entry is None:
+        return None
+    if entry.model != model.name:
+        raise InvalidRequest(
+            f"saved voice {entry.name!r} is a voice of model {entry.model}, and this request speaks "
+            f"with {model.name}; send model {entry.model}",
+            param="voice",
+            code="voice_model_mismatch",
+        )
+    return model.resolve_voice(entry.voice)
+
+
+def saved_voice_model(engine: TTSEngine, voice: str) -> str:
+    """The loaded model a voice to be saved belongs to: the first that resolves it. A
+    blend must be one model's; 404 (listing the models) for a voice none has."""
+    for model in engine.models.values():
+        try:
+            model.resolve_voice(voice)
+        except NotFound:
+            continue
+        return model.name
+    raise NotFound(
+        f"voice {voice[:100]!r} is no voice or blend of the loaded models ({', '.join(engine.models)}); "
+        "GET /v1/audio/voices lists them",
+        param="voice",
+    )
+
+
+def builtin_voice_names(engine: TTSEngine) -> set[str]:
+    """Every name a request may give a built-in voice by (own names and OpenAI names, any case
+    for the latter): a saved voice may not take one."""
+    names: set[str] = set()
+    for model in engine.models.values():
+        names.update(v.name for v in model.voices)
+        names.update(model.aliases())
+    return names
 
 
 def speech_model_ids(engine: TTSEngine) -> list[str]:

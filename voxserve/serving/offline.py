@@ -25,6 +25,7 @@ from voxserve.engine.transcribe import Transcript
 from voxserve.engine.tts import TTSEngine
 from voxserve.serving.catalog import ASR_MODELS, SPEECH_MODELS, speech_model, voice_list
 from voxserve.serving.metrics import Metrics
+from voxserve.serving.saved_voices import SavedVoices
 from voxserve.serving.speech import SpeechParams, open_speech
 from voxserve.serving.state import new_request_id
 from voxserve.serving.transcription import Transcriber, TranscriptionParams
@@ -52,6 +53,8 @@ class _OneStream:
     metrics: Metrics
     text_pool: BoundedPool
     audio_pool: BoundedPool
+    saved_voices: SavedVoices | None = None
+    """None: a command speaks the built-in voices only."""
 
 
 class _Running:

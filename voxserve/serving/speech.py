@@ -10,6 +10,7 @@ bytes, SSE events, WebSocket frames) and decides what "the client left" means.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
@@ -26,9 +27,10 @@ from voxserve.engine.pool import BoundedPool
 from voxserve.engine.stream import FirstPacket, StreamFailed
 from voxserve.engine.tts import PreparedText, StreamHandle, TTSEngine
 from voxserve.engine.words import WordTime
-from voxserve.serving.catalog import speech_voice
+from voxserve.serving.catalog import markup_voice, speech_voice
 from voxserve.serving.failures import raise_failure
 from voxserve.serving.metrics import Metrics
+from voxserve.serving.saved_voices import SavedVoices
 from voxserve.serving.waiting import unless_gone
 
 __all__ = [
@@ -109,6 +111,7 @@ class SpeechResources(Protocol):
     metrics: Metrics
     text_pool: BoundedPool
     audio_pool: BoundedPool
+    saved_voices: SavedVoices | None
 
 
 @dataclass(frozen=True)
@@ -243,7 +246,10 @@ async def open_speech(
     back.
     """
     engine = state.engine
-    voice = speech_voice(engine, params.model, params.voice, params.language)
+    saved = state.saved_voices
+    voice = speech_voice(engine, params.model, params.voice, params.language, saved)
+    # The voices markup tags name: the request's model only (`markup_voice`).
+    resolve = functools.partial(markup_voice, engine, params.model, params.language, saved)
     rate = params.sample_rate or state.config.default_sample_rate
     if not admitted:
         state.admission.refuse_if_full()  # before the phonemizer's work, not after
@@ -251,7 +257,9 @@ async def open_speech(
     loop = asyncio.get_running_loop()
     text_start = time.perf_counter()
     # The text's first piece only: the stream starts on it, and the rest follows.
-    prepared = await state.text_pool.run(engine.prepare, params.text, voice, params.speed, head_only=True)
+    prepared = await state.text_pool.run(
+        engine.prepare, params.text, voice, params.speed, head_only=True, resolve=resolve
+    )
     text = _TextMarks(text_start, time.perf_counter())
     if not admitted:
         await unless_gone(

@@ -50,6 +50,7 @@ from voxserve.serving.catalog import speech_voice
 from voxserve.serving.service import Speech, SpeechLane
 from voxserve.serving.speech import AudioChunk, SpeechParams, SpeechResources, open_speech
 from voxserve.text.incremental import SplitMode, TextSegmenter
+from voxserve.text.markup import TaggedSegmenter
 
 __all__ = [
     "HOLD_SLOT_S",
@@ -283,10 +284,11 @@ class LocalLane:
         self._slot = HeldSlot(state.admission, ledger=state.engine)
 
     async def check(self, model: str, voice: str, language: str | None) -> None:
-        speech_voice(self._state.engine, model, voice, language)
+        speech_voice(self._state.engine, model, voice, language, self._state.saved_voices)
 
     async def speak(self, params: SpeechParams, request_id: str, started: float) -> Speech:
-        voice = speech_voice(self._state.engine, params.model, params.voice, params.language)
+        state = self._state
+        voice = speech_voice(state.engine, params.model, params.voice, params.language, state.saved_voices)
         await self._slot.take(voice.model)
         return await open_speech(self._state, params, request_id, started, admitted=True)
 
@@ -365,7 +367,8 @@ class SpeechSession:
         return self._speaking is not None or self._queued > 0
 
     def _new_segmenter(self) -> TextSegmenter:
-        return TextSegmenter(self.settings.split, max_chars=self._max_segment_chars)
+        """Inline `[pause:]` and `[voice:]` tags are read in session text as in a request's."""
+        return TaggedSegmenter(self.settings.split, max_chars=self._max_segment_chars)
 
     # -- input (the channel's side) ----------------------------------------------------------
     async def configure(self, settings: SpeechSettings) -> None:

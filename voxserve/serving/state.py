@@ -40,6 +40,7 @@ from voxserve.serving.collector import collector_policy
 from voxserve.serving.leases import session_place
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.realtime import LiveEvent, LiveSession, LiveTranscriber
+from voxserve.serving.saved_voices import SavedVoices, default_folder
 from voxserve.serving.speech import SpeechParams, SpeechStream, open_speech
 from voxserve.serving.speech_session import LocalLane
 from voxserve.serving.transcription import (
@@ -93,6 +94,8 @@ class AppState:
     """Speech-to-text; None when started with ASR off."""
     ws_open: int = 0
     """WebSocket sessions open now, on every WebSocket route (`config.ws.max_sessions`)."""
+    saved_voices: SavedVoices | None = None
+    """The saved voices (`serving/saved_voices.py`); set by `running_state`."""
 
     @property
     def uploads(self) -> UploadBudget | None:
@@ -210,6 +213,7 @@ async def running_state(
         audio_pool=BoundedPool(tts.audio_workers, 4 * (engine.max_streams + tts.max_queue), "audio"),
     )
     if publish is not None:
+        saved_voices=SavedVoices(tts.saved_voices_dir or default_folder(), tts.max_saved_voices),
         publish(state)
     collector_policy()
     engine.start()
