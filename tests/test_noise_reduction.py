@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from tests.asr_support import SHORT, wer
+from tests.asr_support import SHORT, wav_bytes, wer
 from tests.conftest import RunningServer, run_server, tts_config
 from voxserve.config import RealtimeConfig
 from voxserve.engine.live import session_weight
@@ -127,6 +127,7 @@ class Session:
         deadline = time.monotonic() + timeout
         while True:
             event = json.loads(self.ws.recv(max(0.01, deadline - time.monotonic())))
+            assert isinstance(event, dict)
             self.events.append(event)
             if event["type"] == kind:
                 return event
@@ -250,3 +251,63 @@ def test_a_flood_of_audio_with_the_filter_on_leaves_the_server_answering(
     rt.until("input_audio_buffer.cleared", timeout=60)
     assert time.monotonic() - started < 60
     assert len(rt.of("input_audio_buffer.speech_started")) <= 1
+# -- files ---------------------------------------------------------------------------------
+def _transcribe(server: RunningServer, audio: bytes, **fields: str) -> httpx.Response:
+    return httpx.post(server.base_url + "/v1/audio/transcriptions", timeout=60,
+                      data={"model": "whisper-1", **fields}, files={"file": ("a.wav", audio, "audio/wav")})
+
+
+def test_a_file_with_noise_reduction_is_transcribed(nr_server: RunningServer, speech: list[np.ndarray]) -> None:
+    audio = wav_bytes(_in_noise(speech[1], 9), 24000)
+    for kind in ("near_field", "far_field"):
+        reply = _transcribe(nr_server, audio, noise_reduction=kind)
+        assert reply.status_code == 200, reply.text
+        assert wer(SHORT[1], reply.json()["text"]) <= 0.25, reply.json()["text"]
+
+
+@pytest.mark.parametrize("value", ["studio", "", "near_field" * 1000, "NEAR_FIELD", "null"])
+def test_a_bad_form_value_gets_400_naming_the_field(nr_server: RunningServer, speech: list[np.ndarray],
+                                                   value: str) -> None:
+    reply = _transcribe(nr_server, wav_bytes(speech[0][:24000], 24000), noise_reduction=value)
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "noise_reduction"
+
+
+def test_a_long_file_is_cut_where_the_filtered_audio_pauses(nr_server: RunningServer,
+                                                            speech: list[np.ndarray]) -> None:
+    """Over 30 s the file is cut in the pauses the VAD hears through the filter, and
+    every sentence comes back."""
+    gap = np.zeros(int(6.0 * 24000), np.int16)
+    parts = [gap, speech[0], gap, speech[1], gap, speech[0], gap, speech[1], gap]
+    audio = wav_bytes(_in_noise(np.concatenate(parts), 10), 24000)
+    reply = _transcribe(nr_server, audio, noise_reduction="far_field")
+    assert reply.status_code == 200, reply.text
+    expected = " ".join([SHORT[0], SHORT[1], SHORT[0], SHORT[1]])
+    assert wer(expected, reply.json()["text"]) <= 0.25, reply.json()["text"]
+
+
+class _Counting:
+    def __init__(self, denoiser: Denoiser) -> None:
+        self.denoiser, self.stream, self.fed = denoiser, DenoiseStream(), 0
+
+    def feed(self, samples: np.ndarray) -> np.ndarray:
+        self.fed += len(samples)
+        return self.denoiser.feed(self.stream, samples)
+
+    def flush(self) -> np.ndarray:
+        return self.denoiser.flush(self.stream)
+
+
+def test_the_planner_runs_the_filter_only_when_it_plans(denoiser: Denoiser) -> None:
+    from voxserve.engine.chunking import planner
+
+    short = _noisy(np.random.default_rng(11), 5.0)
+    through = _Counting(denoiser)
+    assert planner(short, None, through) is None and through.fed == 0
+
+    long = _noisy(np.random.default_rng(12), 31.0)
+    through = _Counting(denoiser)
+    plan = planner(long, None, through)
+    assert plan is not None and through.fed == len(long)
+    assert len(plan.probs) == len(long) // 512

@@ -108,6 +108,13 @@ class TranscriptionForm(BaseModel):
     """Parsed by `parse_chunking`: None is no strategy (the default rule)."""
     logprobs: bool = False
     """`include[]=logprobs` was sent (`parse_include`)."""
+    noise_reduction: Literal["near_field", "far_field"] | None = Field(
+        None,
+        description=(
+            "voxserve extension: the VAD that cuts long audio hears it through a noise filter "
+            "(near_field or far_field, as in a realtime session); the recognizer hears the audio as sent"
+        ),
+    )
 
 
 MAX_CHUNKING_CHARS = 1024

@@ -131,6 +131,7 @@ def transcription_params(body: TranscriptionForm, task: str) -> TranscriptionPar
         words="word" in body.timestamp_granularities,
         logprobs=body.logprobs,
         chunking=body.chunking_strategy,
+        noise_reduction=body.noise_reduction,
     )
 
 
@@ -206,7 +207,7 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
             raise InvalidRequest("'file' is required; send the audio as a multipart file", param="file")
         raise InvalidRequest("'file' must be a file part, not a text field", param="file")
     fields: dict[str, Any] = {}
-    for name in ("model", "language", "prompt", "temperature", "response_format"):
+    for name in ("model", "language", "prompt", "temperature", "response_format", "noise_reduction"):
         value = form.get(name)
         if isinstance(value, str):
             fields[name] = value

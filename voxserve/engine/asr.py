@@ -62,7 +62,7 @@ from voxserve.engine.admission import weighted_room
 from voxserve.engine.asr_models import load_recognizers
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.budget import AudioBudget, Lease
-from voxserve.engine.chunking import even_pieces, planner, speech_probabilities
+from voxserve.engine.chunking import Hearing, even_pieces, planner, speech_probabilities
 from voxserve.engine.cores import SharedCores
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.live import LiveEstimate, LivePolicy, LiveView
@@ -400,6 +400,7 @@ class ASREngine(WorkerEngine):
         chunking: Chunking | None = None,
         model: str | None = None,
         timed: bool = False,
+        through: Hearing | None = None,
     ) -> PreparedAudio:
         """Decode and cut (`even`: into even short pieces, `engine/chunking.py: even_pieces`; callers pass False
         for requests that show word times: a piece's first word is aligned to the piece's
@@ -410,7 +411,8 @@ class ASREngine(WorkerEngine):
         before it is allocated (429 when the budget is spent) and held until the caller
         calls `release()` on the result. One request holds at most `max_audio_seconds`
         (plus one block): decoding stops with 400 past it. Cuts fall in the silences
-        the VAD finds (`engine/chunking.py`, with `chunking`'s settings). For `model` (the
+        the VAD finds (`engine/chunking.py`, with `chunking`'s settings, hearing the audio
+        `through` the request's noise filter when it has one). For `model` (the
         request's), a request that shows times (`timed`) on a model that times segments
         from the cuts gets pieces of at most its `timed_piece_s`, and a model that
         `trims_silence` gets the VAD's cuts whatever the audio's length."""
@@ -423,10 +425,10 @@ class ASREngine(WorkerEngine):
             audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
             recognizer = self.model(model)
             if recognizer.timed_piece_s is not None and timed:
-                plan = planner(audio, chunking or AUTO)
+                plan = planner(audio, chunking or AUTO, through)
                 assert plan is not None
                 return PreparedAudio(audio, plan(recognizer.timed_piece_s), lease)
-            plan = planner(audio, chunking or (AUTO if recognizer.trims_silence else None))
+            plan = planner(audio, chunking or (AUTO if recognizer.trims_silence else None), through)
             spans = [Span(0, len(audio))] if plan is None else plan()
             c = self.config
             recut = spans if plan is None or not even else even_pieces(

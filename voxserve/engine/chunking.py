@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -53,12 +54,28 @@ def _model() -> SileroVAD:
         return _vad
 
 
-def speech_probabilities(audio: Samples, vad: SileroVAD | None = None) -> np.ndarray:
-    """Speech probability of each whole 32 ms frame of 16 kHz `audio`."""
+class Hearing(Protocol):
+    """A stateful filter the VAD hears the audio through (`engine/denoise.py:
+    FileFilter`): its output keeps the input's sample indices, the newest samples held
+    back until `flush`."""
+
+    def feed(self, samples: np.ndarray) -> np.ndarray: ...
+
+    def flush(self) -> np.ndarray: ...
+
+
+def speech_probabilities(audio: Samples, vad: SileroVAD | None = None, through: Hearing | None = None) -> np.ndarray:
+    """Speech probability of each whole 32 ms frame of 16 kHz `audio`, heard `through` a
+    filter when one is given (the frames keep the audio's indices)."""
     model = vad or _model()
     stream = VADStream()
     n = len(audio)
-    parts = [model.score(stream, audio[lo : min(n, lo + VAD_BLOCK_SAMPLES)]) for lo in range(0, n, VAD_BLOCK_SAMPLES)]
+    parts = []
+    for lo in range(0, n, VAD_BLOCK_SAMPLES):
+        block = audio[lo : min(n, lo + VAD_BLOCK_SAMPLES)]
+        parts.append(model.score(stream, block if through is None else through.feed(block)))
+    if through is not None:
+        parts.append(model.score(stream, through.flush()))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
@@ -74,14 +91,15 @@ class Planner:
         return plan_chunks(self.audio, self.probs, SAMPLE_RATE, self.chunking, max_seconds)
 
 
-def planner(audio: Samples, chunking: Chunking | None) -> Planner | None:
-    """The VAD planner for `audio` (16 kHz) by the rule of this module; None when the
-    audio is one piece (at most 30 s and no strategy asked for)."""
+def planner(audio: Samples, chunking: Chunking | None, through: Hearing | None = None) -> Planner | None:
+    """The VAD planner for `audio` (16 kHz) by the rule of this module, the VAD hearing
+    the audio `through` a noise filter when one is given; None when the audio is one
+    piece (at most 30 s and no strategy asked for)."""
     if chunking is None:
         if len(audio) <= int(MAX_PIECE_S * SAMPLE_RATE):
             return None
         chunking = AUTO
-    return Planner(audio, speech_probabilities(audio), chunking)
+    return Planner(audio, speech_probabilities(audio, through=through), chunking)
 
 
 def plan_pieces(audio: Samples, chunking: Chunking | None, max_seconds: float = MAX_PIECE_S) -> list[Span]:

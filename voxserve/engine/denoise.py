@@ -45,7 +45,7 @@ from voxserve.runners.denoise import (
 log = logging.getLogger(__name__)
 
 __all__ = ["LATENCY_SAMPLES", "NOISE_REDUCTION_TYPES", "STRENGTHS", "DenoiseEngine",
-           "DenoiseStream", "Filtered"]
+           "DenoiseStream", "FileFilter", "Filtered"]
 
 STRENGTHS = {"near_field": 0.7, "far_field": 1.0}
 """The share of the model's output in what the filter hands on (the rest is the input).
@@ -55,8 +55,6 @@ NOISE_REDUCTION_TYPES = tuple(STRENGTHS)
 THREADS = 2
 """Filter threads. One keeps up with about a dozen sessions (a session costs 4-7 % of a
 core); a second keeps one slow call from delaying every other session's audio."""
-_FILE_PIECE = SAMPLE_RATE * 10
-"""A file is filtered in pieces of this many samples, so one call stays short."""
 
 
 @dataclass(frozen=True)
@@ -152,14 +150,11 @@ class DenoiseEngine:
         """The output of every sample the stream still holds; the stream starts afresh."""
         return await self._submit(self._flush, stream)
 
-    async def whole(self, kind: str, samples: np.ndarray) -> np.ndarray:
-        """`samples` filtered as one stream, the same length (a file's audio)."""
-        stream = self.stream(kind)
-        parts = []
-        for at in range(0, len(samples), _FILE_PIECE):
-            parts.append((await self.feed(stream, samples[at:at + _FILE_PIECE])).samples)
-        parts.append((await self.flush(stream)).samples)
-        return np.concatenate(parts) if parts else samples[:0]
+    def for_file(self, kind: str) -> FileFilter:
+        """A filter for one upload's VAD, run on the caller's thread (the audio pool
+        that decodes and cuts it); `kind` checked by `check`."""
+        assert self._model is not None
+        return FileFilter(self, self._model, self.stream(kind))
 
     async def _submit(self, call: Callable[..., Filtered], *args: object) -> Filtered:
         executor = self._executor
@@ -176,17 +171,18 @@ class DenoiseEngine:
         assert self._model is not None
         started = time.process_time()
         out = self._model.feed(stream, samples)
-        self._count(time.process_time() - started, len(samples))
+        self.count(time.process_time() - started, len(samples))
         return Filtered(stream.samples_out - len(out), out)
 
     def _flush(self, stream: DenoiseStream) -> Filtered:
         assert self._model is not None
         started = time.process_time()
         out = self._model.flush(stream)
-        self._count(time.process_time() - started, 0)
+        self.count(time.process_time() - started, 0)
         return Filtered(stream.samples_out - len(out), out)
 
-    def _count(self, busy_s: float, samples: int) -> None:
+    def count(self, busy_s: float, samples: int) -> None:
+        """Add a call's CPU time and the audio it took to the filter's cost."""
         with self._lock:
             self._busy_s += busy_s
             self._audio_s += samples / SAMPLE_RATE
@@ -204,3 +200,25 @@ class DenoiseEngine:
         """Counters since start: calls, CPU-seconds busy, seconds of audio filtered."""
         with self._lock:
             return {"calls": float(self._calls), "busy_s": self._busy_s, "audio_s": self._audio_s}
+
+
+class FileFilter:
+    """One upload's filter for the VAD that cuts it (`engine/chunking.py: Hearing`): the
+    model runs on the calling thread, and its time counts in the filter's cost."""
+
+    def __init__(self, engine: DenoiseEngine, model: Denoiser, stream: DenoiseStream) -> None:
+        self._engine = engine
+        self._model = model
+        self._stream = stream
+
+    def feed(self, samples: np.ndarray) -> np.ndarray:
+        started = time.process_time()
+        out = self._model.feed(self._stream, np.asarray(samples, dtype=np.float32))
+        self._engine.count(time.process_time() - started, len(samples))
+        return out
+
+    def flush(self) -> np.ndarray:
+        started = time.process_time()
+        out = self._model.flush(self._stream)
+        self._engine.count(time.process_time() - started, 0)
+        return out

@@ -27,6 +27,7 @@ from voxserve.engine.asr import (
     TranscribeOptions,
     WindowResult,
 )
+from voxserve.engine.chunking import Hearing
 from voxserve.engine.segments import TimedSegment, TokenLogprob
 from voxserve.errors import ServerError
 
@@ -155,9 +156,11 @@ async def start_transcription(
     options: TranscribeOptions,
     pool: Executor,
     request_id: str = "",
+    through: Hearing | None = None,
 ) -> Transcription:
-    """Decode and cut `data` in `pool` (where `options.chunking` allows), then start
-    feeding its pieces to the engine.
+    """Decode and cut `data` in `pool` (where `options.chunking` allows; the VAD that cuts
+    hears the audio `through` a noise filter when one is given), then start feeding its
+    pieces to the engine.
 
     Raises InvalidRequest for options the model cannot serve or audio it cannot decode.
     """
@@ -166,7 +169,7 @@ async def start_transcription(
     options = engine.choose(options, options.model)  # the model decides how it is cut
 
     def prepare() -> PreparedAudio:
-        return engine.prepare(data, even, options.chunking, options.model, options.timings)
+        return engine.prepare(data, even, options.chunking, options.model, options.timings, through)
 
     return await _start(engine, prepare, options, pool, request_id)
 

@@ -246,9 +246,9 @@ class ASRReplica:
         )
         self.metrics = Metrics(None)
         self.metrics.attach_asr(self.engine.snapshot)
-        self.transcriber = Transcriber(self.engine, self.pool, self.admission, self.metrics)
         self.vad = VADEngine()
         self.denoise = DenoiseEngine()
+        self.transcriber = Transcriber(self.engine, self.pool, self.admission, self.metrics, self.denoise)
         self.live_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")
         self.live_transcriber = LiveTranscriber(self.engine, self.vad, self.live_pool, config.realtime,
                                                 self.metrics, denoise=self.denoise)

@@ -125,7 +125,7 @@ class AppState:
     def transcriber(self) -> Transcriber:
         if self.asr is None:
             raise asr_disabled()
-        return Transcriber(self.asr.engine, self.asr.pool, self.asr.admission, self.metrics)
+        return Transcriber(self.asr.engine, self.asr.pool, self.asr.admission, self.metrics, self.asr.live.denoise)
 
     def check_transcriptions(self) -> None:
         self.transcriber().admission.refuse_if_full()  # a request refused now skips its upload

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from voxserve.audio.chunks import Chunking
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine, TranscribeOptions
+from voxserve.engine.denoise import DenoiseEngine
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.transcribe import (
     TextDelta,
@@ -57,6 +58,9 @@ class TranscriptionParams:
     """The text tokens' log-probabilities are wanted (`include: ["logprobs"]`)."""
     chunking: Chunking | None = None
     """Where long audio may be cut (`chunking_strategy`); None: the default rule."""
+    noise_reduction: str | None = None
+    """`near_field` or `far_field`: the VAD that cuts the audio hears it through the noise
+    filter (`engine/denoise.py`); the recognizer hears the audio as sent."""
 
 
 def asr_disabled() -> NotFound:
@@ -160,6 +164,8 @@ class Transcriber:
     pool: Executor
     admission: Admission
     metrics: Metrics
+    denoise: DenoiseEngine | None = None
+    """The noise filter (`noise_reduction`); None refuses it."""
 
     async def open(
         self,
@@ -173,6 +179,11 @@ class Transcriber:
         (`gone` ends the wait with 499), then decode and cut the audio and start feeding
         the engine. Returns holding the slot; the caller closes the stream once."""
         engine = self.engine
+        through = None
+        if params.noise_reduction is not None:
+            (self.denoise or DenoiseEngine()).check(params.noise_reduction, "noise_reduction")
+            assert self.denoise is not None
+            through = self.denoise.for_file(params.noise_reduction)
         options = TranscribeOptions(
             task=params.task,
             language=params.language or None,
@@ -196,7 +207,7 @@ class Transcriber:
             self.admission.release()
 
         try:
-            transcription = await start_transcription(engine, data, options, self.pool, request_id)
+            transcription = await start_transcription(engine, data, options, self.pool, request_id, through)
         except BaseException:
             release()
             raise
