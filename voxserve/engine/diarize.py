@@ -1,0 +1,332 @@
+"""Who spoke when: speech regions, one CAM++ embedding per 1.5 s window, clusters over the
+whole file, and turns.
+
+The rule: Silero VAD finds the speech (`engine/chunking.py: speech_probabilities`, in
+blocks, as the cut planner runs it); windows of `WINDOW_S` every `STEP_S` cover each
+region (a region shorter than a window gets one window centred on it); each window's
+embedding is taken in batches; the embeddings are clustered by average-linkage
+agglomeration on cosine distance, cut at `CLUSTER_DISTANCE` (scipy), and clusters too
+small to be a speaker join their nearest large one; each moment of speech takes the
+label of the window whose centre is nearest. Overlapping speech is not modelled: a
+moment has at most one speaker.
+
+Memory stays bounded for long files: the audio is read a window at a time from its
+blocks, an embedding is 192 floats per 0.75 s of speech, and past `MAX_CLUSTERED`
+windows only an even subset is agglomerated, the rest joining the nearest centroid.
+
+Known speakers: each reference is embedded once (its windows averaged); each cluster
+takes the name of the reference it matches best, one-to-one, when their cosine
+similarity reaches `KNOWN_SIMILARITY`; the others stay lettered.
+
+`OnlineSpeakers` labels as audio arrives (streamed transcriptions): a window joins the
+closest speaker heard so far, or starts a new one, and a label once given never changes.
+
+No HTTP and no asyncio; run it in the audio pool.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.optimize import linear_sum_assignment
+
+from voxserve.audio.blocks import Samples
+from voxserve.engine.chunking import speech_probabilities
+from voxserve.runners.speaker.campplus import WINDOW_SAMPLES, CamPlus
+from voxserve.runners.vad import FRAME_SAMPLES, SAMPLE_RATE
+
+__all__ = [
+    "Diarization",
+    "KnownSpeaker",
+    "OnlineSpeakers",
+    "Turn",
+    "diarize",
+    "embedder",
+    "letter",
+    "reference_embedding",
+    "speech_regions",
+]
+
+WINDOW_S = WINDOW_SAMPLES / SAMPLE_RATE
+STEP_S = 0.75
+"""Half a window: each moment is seen by two windows."""
+ONSET, OFFSET = 0.15, 0.1
+"""VAD hysteresis: speech starts at this probability and lasts until it falls below the
+second. Far under the cut planner's 0.5: Silero scores speech heard through a telephone
+line at 0.2-0.4, and every second it misses is missed speech that no clustering can win
+back (docs/ASR.md, "Diarization")."""
+MIN_GAP_S = 0.3
+"""A pause shorter than this inside one person's speech does not split a region."""
+MIN_REGION_S = 0.2
+CLUSTER_DISTANCE = 0.6
+"""Average cosine distance at which agglomeration stops (similarity 0.4)."""
+MIN_CLUSTER_S = 3.0
+"""A cluster with less speech than this is merged into its nearest larger one: one or
+two odd windows (a cough, a laugh, a window straddling two people) are not a speaker."""
+KNOWN_SIMILARITY = 0.45
+"""A cluster takes a known speaker's name at this cosine similarity to the reference."""
+ONLINE_SIMILARITY = 0.4
+"""Online: a window joins the closest speaker at this similarity, else starts one."""
+MAX_CLUSTERED = 2000
+"""Windows agglomerated at most (25 min of speech; 16 MB of pairwise distances)."""
+
+_lock = threading.Lock()
+_model: CamPlus | None = None
+
+
+def embedder() -> CamPlus:
+    """The shared CAM++ session, loaded on first use (one session serves every thread)."""
+    global _model
+    with _lock:
+        if _model is None:
+            _model = CamPlus()
+        return _model
+
+
+@dataclass(frozen=True)
+class Turn:
+    start: float
+    end: float
+    speaker: str
+
+
+@dataclass(frozen=True)
+class KnownSpeaker:
+    name: str
+    embedding: np.ndarray
+    """Unit length, from `reference_embedding`."""
+
+
+@dataclass(frozen=True)
+class Diarization:
+    turns: list[Turn]
+    speakers: list[str]
+    """Every label that has a turn, in order of first turn."""
+
+
+def letter(index: int) -> str:
+    """A, B, ..., Z, AA, AB, ...: the label of the `index`-th unnamed speaker."""
+    label = ""
+    index += 1
+    while index:
+        index, rem = divmod(index - 1, 26)
+        label = chr(ord("A") + rem) + label
+    return label
+
+
+def speech_regions(probs: np.ndarray) -> list[tuple[float, float]]:
+    """Seconds [start, end) of speech from Silero's 32 ms frame probabilities."""
+    frame_s = FRAME_SAMPLES / SAMPLE_RATE
+    regions: list[tuple[float, float]] = []
+    start: int | None = None
+    for i, p in enumerate(probs):
+        if start is None and p >= ONSET:
+            start = i
+        elif start is not None and p < OFFSET:
+            regions.append((start * frame_s, i * frame_s))
+            start = None
+    if start is not None:
+        regions.append((start * frame_s, len(probs) * frame_s))
+    merged: list[tuple[float, float]] = []
+    for lo, hi in regions:
+        if merged and lo - merged[-1][1] < MIN_GAP_S:
+            merged[-1] = (merged[-1][0], hi)
+        else:
+            merged.append((lo, hi))
+    return [(lo, hi) for lo, hi in merged if hi - lo >= MIN_REGION_S]
+
+
+def _window_starts(regions: Sequence[tuple[float, float]], duration: float) -> list[tuple[int, float]]:
+    """(region index, start) of each window: every STEP_S through each region, the last
+    one flush with its end; one centred window for a region shorter than a window."""
+    starts: list[tuple[int, float]] = []
+    latest = max(0.0, duration - WINDOW_S)
+    for r, (lo, hi) in enumerate(regions):
+        if hi - lo <= WINDOW_S:
+            starts.append((r, min(latest, max(0.0, (lo + hi - WINDOW_S) / 2))))
+            continue
+        t = lo
+        while t + WINDOW_S < hi:
+            starts.append((r, t))
+            t += STEP_S
+        starts.append((r, min(latest, hi - WINDOW_S)))
+    return starts
+
+
+def _cut(audio: Samples, start_s: float) -> np.ndarray:
+    lo = round(start_s * SAMPLE_RATE)
+    piece = np.asarray(audio[lo : lo + WINDOW_SAMPLES], dtype=np.float32)
+    if len(piece) < WINDOW_SAMPLES:
+        piece = np.pad(piece, (0, WINDOW_SAMPLES - len(piece)))
+    return piece
+
+
+def embed_windows(audio: Samples, windows: Sequence[tuple[int, float]], model: CamPlus | None = None) -> np.ndarray:
+    """[n, 192] embeddings of `windows` ((region, start) pairs), read 32 at a time."""
+    model = model or embedder()
+    out = [model.embed(np.stack([_cut(audio, s) for _, s in windows[lo : lo + 32]]))
+           for lo in range(0, len(windows), 32)]
+    return np.concatenate(out) if out else np.zeros((0, 192), dtype=np.float32)
+
+
+def reference_embedding(samples: np.ndarray, model: CamPlus | None = None) -> np.ndarray:
+    """One unit-length embedding of a reference clip (16 kHz): the mean of its windows
+    over its speech (all of it when the VAD hears too little)."""
+    duration = len(samples) / SAMPLE_RATE
+    regions = speech_regions(speech_probabilities(samples)) or [(0.0, duration)]
+    emb = embed_windows(samples, _window_starts(regions, duration), model)
+    mean = emb.mean(axis=0)
+    unit: np.ndarray = (mean / max(float(np.linalg.norm(mean)), 1e-9)).astype(np.float32)
+    return unit
+
+
+def _cluster(emb: np.ndarray) -> np.ndarray:
+    """A cluster index per embedding (0-based, arbitrary order)."""
+    n = len(emb)
+    if n == 1:
+        return np.zeros(1, dtype=np.int64)
+    step = max(1, -(-n // MAX_CLUSTERED))
+    sample = emb[::step]
+    tree = linkage(sample, method="average", metric="cosine")
+    labels = fcluster(tree, t=CLUSTER_DISTANCE, criterion="distance") - 1
+    labels = _absorb_small(sample, labels, MIN_CLUSTER_S / STEP_S / step)
+    if step == 1:
+        return labels
+    return _nearest(emb, _centroids(sample, labels))
+
+
+def _centroids(emb: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    cents = np.stack([emb[labels == k].mean(axis=0) for k in range(labels.max() + 1)])
+    unit: np.ndarray = cents / np.maximum(np.linalg.norm(cents, axis=1, keepdims=True), 1e-9)
+    return unit
+
+
+def _nearest(emb: np.ndarray, cents: np.ndarray) -> np.ndarray:
+    return np.asarray(np.argmax(emb @ cents.T, axis=1), dtype=np.int64)
+
+
+def _absorb_small(emb: np.ndarray, labels: np.ndarray, least: float) -> np.ndarray:
+    """Labels renumbered 0..k-1 after each cluster of fewer than `least` windows joins
+    the nearest cluster that has enough (all kept when none has)."""
+    counts = np.bincount(labels)
+    big = np.flatnonzero(counts >= least)
+    if len(big) == 0 or len(big) == len(counts):
+        return _renumber(labels)
+    cents = _centroids(emb, np.unique(labels, return_inverse=True)[1])
+    kept = np.unique(labels)
+    big_rows = np.searchsorted(kept, big)
+    small = ~np.isin(labels, big)
+    moved = labels.copy()
+    moved[small] = big[np.argmax(emb[small] @ cents[big_rows].T, axis=1)]
+    return _renumber(moved)
+
+
+def _renumber(labels: np.ndarray) -> np.ndarray:
+    return np.asarray(np.unique(labels, return_inverse=True)[1], dtype=np.int64)
+
+
+def _turns(regions: Sequence[tuple[float, float]], windows: Sequence[tuple[int, float]],
+           labels: Sequence[str]) -> list[Turn]:
+    """Each region split between its windows at the midpoints of their centres, each part
+    labelled by its window; neighbours of one speaker joined."""
+    turns: list[Turn] = []
+    for r, group in itertools.groupby(range(len(windows)), key=lambda i: windows[i][0]):
+        lo, hi = regions[r]
+        chosen = list(group)
+        centres = [windows[i][1] + WINDOW_S / 2 for i in chosen]
+        edges = [lo] + [(a + b) / 2 for a, b in itertools.pairwise(centres)] + [hi]
+        for k, i in enumerate(chosen):
+            a, b = max(lo, edges[k]), min(hi, edges[k + 1])
+            if b <= a:
+                continue
+            if turns and turns[-1].speaker == labels[i] and a - turns[-1].end < MIN_GAP_S + 1e-6:
+                turns[-1] = Turn(turns[-1].start, b, labels[i])
+            else:
+                turns.append(Turn(a, b, labels[i]))
+    return [Turn(round(t.start, 3), round(t.end, 3), t.speaker) for t in turns]
+
+
+def _names(cents: np.ndarray, known: Sequence[KnownSpeaker]) -> dict[int, str]:
+    """Cluster index -> known name, one-to-one, where the similarity reaches the bar."""
+    if not known or not len(cents):
+        return {}
+    sims = cents @ np.stack([k.embedding for k in known]).T
+    rows, cols = linear_sum_assignment(-sims)
+    return {int(r): known[c].name for r, c in zip(rows, cols, strict=True) if sims[r, c] >= KNOWN_SIMILARITY}
+
+
+def diarize(audio: Samples, known: Sequence[KnownSpeaker] = (), model: CamPlus | None = None) -> Diarization:
+    """The turns of 16 kHz `audio`, clustered over the whole file."""
+    duration = len(audio) / SAMPLE_RATE
+    regions = speech_regions(speech_probabilities(audio))
+    starts = _window_starts(regions, duration)
+    if not starts:
+        return Diarization([], [])
+    emb = embed_windows(audio, starts, model)
+    clusters = _cluster(emb)
+    cents = _centroids(emb, clusters)
+    named = _names(cents, known)
+    labels: dict[int, str] = {}
+    taken = set(named.values())
+    unnamed = 0
+    for k in clusters:  # letters in order of first speech
+        k = int(k)
+        if k in labels:
+            continue
+        if k in named:
+            labels[k] = named[k]
+            continue
+        while letter(unnamed) in taken:
+            unnamed += 1
+        labels[k] = letter(unnamed)
+        unnamed += 1
+    turns = _turns(regions, starts, [labels[int(k)] for k in clusters])
+    return Diarization(turns, list(dict.fromkeys(t.speaker for t in turns)))
+
+
+class OnlineSpeakers:
+    """Labels for audio that arrives in order: each window joins the closest speaker so
+    far (its centroid then moves towards it) or starts a new one. Known speakers are the
+    first centroids, under their names. A label once given is never changed."""
+
+    def __init__(self, known: Sequence[KnownSpeaker] = (), model: CamPlus | None = None) -> None:
+        self._model = model
+        self._names = [k.name for k in known]
+        self._sums = [k.embedding.astype(np.float64) for k in known]
+        self._unnamed = 0
+
+    def _label(self, e: np.ndarray) -> str:
+        if self._sums:
+            cents = np.stack([s / max(float(np.linalg.norm(s)), 1e-9) for s in self._sums])
+            sims = cents @ e
+            best = int(np.argmax(sims))
+            if sims[best] >= ONLINE_SIMILARITY:
+                self._sums[best] = self._sums[best] + e
+                return self._names[best]
+        while letter(self._unnamed) in self._names:
+            self._unnamed += 1
+        name = letter(self._unnamed)
+        self._unnamed += 1
+        self._names.append(name)
+        self._sums.append(e.astype(np.float64))
+        return name
+
+    def turns(self, audio: Samples, start_s: float, end_s: float) -> list[Turn]:
+        """The turns of `audio`[start_s, end_s) (seconds of the whole stream), labelled
+        online. Call it for consecutive spans, in order."""
+        lo, hi = int(start_s * SAMPLE_RATE), int(end_s * SAMPLE_RATE)
+        piece = np.asarray(audio[lo:hi], dtype=np.float32)
+        duration = len(piece) / SAMPLE_RATE
+        regions = speech_regions(speech_probabilities(piece))
+        starts = _window_starts(regions, duration)
+        if not starts:
+            return []
+        emb = embed_windows(piece, starts, self._model)
+        labels = [self._label(e) for e in emb]
+        return [Turn(round(t.start + start_s, 3), round(t.end + start_s, 3), t.speaker)
+                for t in _turns(regions, starts, labels)]

@@ -1,0 +1,1 @@
+"""Speaker embedding: CAM++ rebuilt for ONNX Runtime from its published state dict."""
