@@ -427,6 +427,8 @@ def _add_live_args(p: argparse.ArgumentParser, levels: str) -> None:
     p.add_argument("--threshold", type=float, default=0.5, help="server VAD threshold (default 0.5)")
     p.add_argument("--prefix-padding-ms", type=int, default=300,
                    help="server VAD prefix padding (default 300)")
+    p.add_argument("--noise-reduction", choices=("near_field", "far_field", "none"), default=None,
+                   help="every session's noise_reduction (none: null; default: the server's)")
     p.add_argument("--frame-ms", type=int, choices=(20, 40), default=20,
                    help="audio per input_audio_buffer.append message (default 20)")
     p.add_argument("--timeout", type=float, default=30.0,
@@ -456,7 +458,7 @@ def _live_options(args: argparse.Namespace) -> LiveOptions:
         vad=VadSettings(args.threshold, 300 if args.turn_detection == "semantic_vad" else args.prefix_padding_ms,
                         args.silence_ms, args.turn_detection, args.eagerness),
         model=args.model, language=args.language, frame_s=args.frame_ms / 1e3,
-        timeout_s=args.timeout, seed=args.seed, progress=args.progress,
+        timeout_s=args.timeout, noise_reduction=args.noise_reduction, seed=args.seed, progress=args.progress,
         probe_health=args.probe_health, health_interval_s=args.health_interval_ms / 1e3)
 
 
@@ -474,6 +476,7 @@ def _live_settings(args: argparse.Namespace, clips: list[LiveClip], **extra: Any
                          turn_detection=args.turn_detection, eagerness=args.eagerness,
                          silence_ms=args.silence_ms, threshold=args.threshold,
                          prefix_padding_ms=args.prefix_padding_ms, frame_ms=args.frame_ms,
+                         noise_reduction=args.noise_reduction,
                          timeout_s=args.timeout, api_key_set=args.api_key is not None,
                          input=str(args.manifest or args.audio_dir or "builtin (server TTS)"),
                          clips=[{"name": c.name, "audio_s": c.audio_s, "reference": c.reference}

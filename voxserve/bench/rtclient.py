@@ -82,15 +82,19 @@ class VadSettings:
                 "silence_duration_ms": self.silence_duration_ms}
 
 
-def session_update(vad: VadSettings, model: str, language: str | None) -> dict[str, Any]:
+def session_update(vad: VadSettings, model: str, language: str | None,
+                   noise_reduction: str | None = None) -> dict[str, Any]:
+    """The bench's `session.update`; `noise_reduction` is sent only when given (`none`
+    sends null), so a server's default applies otherwise."""
+    audio_input: dict[str, Any] = {
+        "format": {"type": "audio/pcm", "rate": 24000},
+        "transcription": {"model": model, "language": language},
+        "turn_detection": vad.turn_detection(),
+    }
+    if noise_reduction is not None:
+        audio_input["noise_reduction"] = None if noise_reduction == "none" else {"type": noise_reduction}
     return {"type": "session.update", "event_id": "bench_update", "session": {
-        "type": "transcription",
-        "audio": {"input": {
-            "format": {"type": "audio/pcm", "rate": 24000},
-            "transcription": {"model": model, "language": language},
-            "turn_detection": vad.turn_detection(),
-        }},
-    }}
+        "type": "transcription", "audio": {"input": audio_input}}}
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,9 @@ class LiveOptions:
     """Audio per `input_audio_buffer.append` message."""
     timeout_s: float = 30.0
     """How long an utterance may take from its end of speech to `completed`."""
+    noise_reduction: str | None = None
+    """`near_field`, `far_field` or `none` (null) for every session; None leaves it to the
+    server's default."""
     seed: int = 0
     progress: bool = True
     probe_health: bool = True
@@ -263,7 +270,7 @@ class RealtimeClient:
             if created.get("type") != "session.created":
                 raise SessionFailed(f"expected session.created first, got {_brief(created)}",
                                     _error_code(created))
-            update = session_update(vad, options.model, options.language)
+            update = session_update(vad, options.model, options.language, options.noise_reduction)
             await ws.send_str(json.dumps(update))
             while True:
                 event = await _next_event(ws, timeout_s)

@@ -32,7 +32,7 @@ export function livePanel() {
   const ui = {
     card: $("live"), pill: $("live-state"), message: $("live-message"), status: $("live-status"),
     button: $("live-button"), silence: $("live-silence"), silenceValue: $("live-silence-value"),
-    level: $("live-level"), lines: $("live-lines"), key: $("api-key"),
+    noise: $("live-noise"), level: $("live-level"), lines: $("live-lines"), key: $("api-key"),
   };
   let state = "idle";
   let current = null; // the session: see start()
@@ -77,19 +77,14 @@ export function livePanel() {
 
   function sessionUpdate() {
     const silence = Number(ui.silence.value);
-    return {
-      type: "session.update",
-      session: {
-        type: "transcription",
-        audio: {
-          input: {
-            format: { type: "audio/pcm", rate: 24000 },
-            transcription: { model: "whisper-1" },
-            turn_detection: { type: "server_vad", threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms: silence },
-          },
-        },
-      },
+    const input = {
+      format: { type: "audio/pcm", rate: 24000 },
+      transcription: { model: "whisper-1" },
+      turn_detection: { type: "server_vad", threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms: silence },
     };
+    // The VAD hears the audio through the server's noise filter; "" leaves the server's default.
+    if (ui.noise.value) input.noise_reduction = ui.noise.value === "none" ? null : { type: ui.noise.value };
+    return { type: "session.update", session: { type: "transcription", audio: { input } } };
   }
 
   // ------------------------------------------------------------ start and stop
@@ -423,6 +418,9 @@ export function livePanel() {
   });
   ui.silence.addEventListener("change", () => {
     if (current?.ready && !current.stopping) send(current, sessionUpdate()); // applies to the next pause
+  });
+  ui.noise.addEventListener("change", () => {
+    if (current?.ready && !current.stopping) send(current, sessionUpdate()); // the VAD listens afresh
   });
   setState("idle");
 
