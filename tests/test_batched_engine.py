@@ -16,7 +16,7 @@ import pytest
 from tests.voice_support import HookedVoice
 from voxserve.config import TTSConfig
 from voxserve.engine.scheduler import Budget
-from voxserve.engine.tts import TTSEngine, load_models
+from voxserve.engine.tts import TTSEngine, load_models, stream_batch
 from voxserve.engine.voices import VoiceModel
 
 TEXTS = (
@@ -88,24 +88,26 @@ def test_a_batched_step_carries_several_streams_at_once(models: list[VoiceModel[
     assert len(steps) < sum(steps) / 2
 
 
-def test_admission_reads_the_units_its_steps_hold(engine: TTSEngine) -> None:
+def test_admission_reads_the_cost_at_the_batch_its_streams_make(engine: TTSEngine) -> None:
     """Streams of different texts at once fill steps of several units; admission counts
-    a model's cost at the mean units its steps hold, not at the streams live."""
+    a model's cost on its batch curve at the batch its live streams make (spread over
+    the model's kinds of unit: `stream_batch`), not at a step of one nor of every
+    stream live."""
     name = engine.default_model.name
+    profile = engine.default_model.profile
     voice = engine.default_model.voices[0]
     handles = [engine.submit(engine.prepare(text, voice), engine.sample_rate) for text in TEXTS]
     with ThreadPoolExecutor(len(handles)) as pool:
         list(pool.map(lambda h: engine.collect(h, 30.0), handles))
     stats = engine.step_stats()
-    vocoder_steps = stats["step_units"]["vocoder"]
-    assert max(vocoder_steps) > 1  # steps held several streams' chunks
-    units = stats["units"][name]
-    assert 1 <= units <= 8
+    assert max(stats["step_units"]["vocoder"]) > 1  # steps held several streams' chunks
+    assert 1 <= stats["units"][name] <= 8
+    kinds = len(profile.window_buckets) + 1
+    assert [stream_batch(n, profile, 8) for n in (1, kinds - 1, 2 * kinds, 100)] == [1, 1, 2, 8]
     meter = engine.stats.costs[name]
     with engine._cond:
-        costs = engine._admission_costs({name: 100})  # 100 streams live: not a step of 100
-    ramp = engine.default_model.profile.ramp
-    assert costs[name] == pytest.approx(meter.cost(max(1, round(units))) * ramp)  # type: ignore[operator]
+        costs = engine._admission_costs({name: 2 * kinds - 1})  # with the newcomer, two a kind
+    assert costs[name] == pytest.approx(meter.cost(2) * profile.ramp)  # type: ignore[operator]
     assert stats["step_frames"]["kept"] > 0
 
 

@@ -99,14 +99,22 @@ def _finish(kind: str, args: argparse.Namespace, settings: dict[str, Any],
     return 1 if failed and args.fail_on_error else 0
 
 
-def _openai_target(args: argparse.Namespace) -> SpeechApi:
+def _models(args: argparse.Namespace) -> list[str]:
+    """The models `--model` names, comma-separated, in order."""
+    models = [part.strip() for part in (args.model or "tts-1").split(",") if part.strip()]
+    if not models or len(set(models)) != len(models):
+        raise ValueError(f"--model takes distinct model names, comma-separated, not {args.model!r}")
+    return models
+
+
+def _openai_target(args: argparse.Namespace) -> list[SpeechApi]:
     from voxserve.bench.speech import SpeechTarget
 
-    return SpeechTarget(args.base_url, args.model or "tts-1", args.voice or "alloy",
-                        args.sample_rate, args.request_sample_rate, args.timeout)
+    return [SpeechTarget(args.base_url, model, args.voice or "alloy", args.sample_rate,
+                         args.request_sample_rate, args.timeout) for model in _models(args)]
 
 
-def _piper_target(args: argparse.Namespace) -> SpeechApi:
+def _piper_target(args: argparse.Namespace) -> list[SpeechApi]:
     from voxserve.bench.piper_http import PiperTarget
 
     for flag, value in (("--model", args.model), ("--sample-rate", args.sample_rate),
@@ -114,7 +122,7 @@ def _piper_target(args: argparse.Namespace) -> SpeechApi:
         if value is not None:
             raise ValueError(f"--api piper takes no {flag}: Piper's server speaks the model it "
                              f"was started with, at the rate its WAV header states")
-    return PiperTarget(args.base_url, args.voice, args.timeout)
+    return [PiperTarget(args.base_url, args.voice, args.timeout)]
 
 
 _SPEECH_APIS = {"openai": _openai_target, "piper": _piper_target}
@@ -125,7 +133,12 @@ def _speech(args: argparse.Namespace) -> int:
     from voxserve.bench.prompts import BUILTIN_PROMPTS, load_prompts, pick
     from voxserve.bench.speech import bench_speech
 
-    target = _SPEECH_APIS[args.api](args)
+    targets = _SPEECH_APIS[args.api](args)
+    target = targets[0]
+    if args.bursts < 0:
+        raise ValueError(f"--bursts takes a count of bursts (0: a closed loop), not {args.bursts}")
+    if args.bursts:
+        args.num_prompts = max(args.concurrency)  # a burst of C sends the first C
     probe = args.probe_health
     if probe is None:
         probe = target.health_path is not None
@@ -141,8 +154,10 @@ def _speech(args: argparse.Namespace) -> int:
                                 f"so liveness was not probed")
     # What every request sends besides its text, read back from the adapter itself.
     fields = {k: v for k, v in json.loads(target.body("")).items() if k not in ("input", "text")}
+    names = _models(args) if args.api == "openai" else [str(fields.get("model", args.api))]
     settings = _settings(args, api=args.api, url=target.url, request_fields=fields,
-                         probe_health=probe, model=fields.get("model"), voice=fields.get("voice"),
+                         probe_health=probe, model=",".join(names), voice=fields.get("voice"),
+                         bursts=args.bursts,
                          num_prompts=args.num_prompts, prompts_source=source,
                          processes=args.processes,
                          sample_rate_flag=args.sample_rate,
@@ -151,9 +166,9 @@ def _speech(args: argparse.Namespace) -> int:
                          **extra)
     started = time.perf_counter()
     measured = asyncio.run(bench_speech(
-        target, prompts, args.concurrency, args.request_rate, args.warmup,
+        targets, prompts, args.concurrency, args.request_rate, args.warmup,
         args.underrun_threshold_ms / 1e3, probe, args.health_interval_ms / 1e3,
-        args.progress, args.seed, args.processes))
+        args.progress, args.seed, args.processes, names, args.bursts))
     return _finish("speech", args, settings, measured, started)
 
 
@@ -574,7 +589,9 @@ def add_bench_parser(subparsers: Any) -> None:
                         help="wire format: openai (streaming POST /v1/audio/speech) or piper "
                         "(python -m piper.http_server: POST /synthesize, one whole WAV, "
                         "no /health) (default openai)")
-    speech.add_argument("--model", default=None, help="openai only (default tts-1)")
+    speech.add_argument("--model", default=None,
+                        help="openai only (default tts-1); several, comma-separated, take the "
+                        "requests in turn (tts-1,tts-1-hd: every other request each)")
     speech.add_argument("--voice", default=None,
                         help="voice name (default: alloy for openai; for piper, the voice "
                         "its server was started with)")
@@ -591,6 +608,10 @@ def add_bench_parser(subparsers: Any) -> None:
                              "hundreds of streams are not bound by one client process")
     speech.add_argument("--fail-on-error", action="store_true",
                         help="exit 1 if any request failed")
+    speech.add_argument("--bursts", type=int, default=0, metavar="N",
+                        help="each level sends N bursts of C requests at once, each after the "
+                             "one before has ended, and reads the server's /metrics around "
+                             "them: units per step, admission's holds (default: a closed loop)")
     speech.set_defaults(func=_guarded(_speech), probe_health=None)  # None: per --api
 
     asr = sub.add_parser("transcribe", help="ASR load: RTFx, latency, WER")

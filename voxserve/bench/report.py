@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from voxserve.bench.burst import burst_lines
+
 __all__ = [
     "METRICS",
     "Metric",
@@ -139,6 +141,8 @@ def format_table(result: dict[str, Any]) -> str:
         if tail.get("n", 0) and (level["concurrency"] > 1 or level["summary"]["completed"] >= 20):
             lines.append(f"c={level['concurrency']} slowest {int(tail['n'])} first packets, mean ms: "
                          f"{first_packet_tail_line(tail)}")
+    for level in result["levels"]:
+        lines += burst_lines(level)
     for level in result["levels"]:
         failures = level["summary"]["failures_by_status"]
         if failures:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 
+from voxserve.bench.burst import scrape, step_figures
 from voxserve.bench.health import LoopLag
 from voxserve.bench.levels import BenchError, measure_levels
 from voxserve.bench.load import LevelRun, run_level
@@ -34,6 +36,7 @@ __all__ = [
     "first_packet_summary",
     "first_packet_tail",
     "summarize_speech",
+    "summarize_targets",
 ]
 
 _ERROR_CHARS = 300
@@ -223,6 +226,19 @@ def summarize_speech(records: list[SpeechRecord], wall_s: float,
     }
 
 
+def summarize_targets(records: list[SpeechRecord], names: Sequence[str], wall_s: float,
+                      threshold_s: float) -> dict[str, Any]:
+    """Each target's share of a level (request i went to target i mod n), summarized as
+    the level is, with the `Retry-After` values its refusals carried."""
+    out: dict[str, Any] = {}
+    for i, name in enumerate(names):
+        mine = [r for r in records if r.index % len(names) == i]
+        summary = summarize_speech(mine, wall_s, threshold_s)
+        summary["retry_after_s"] = sorted({float(r.retry_after) for r in mine if r.retry_after})
+        out[name] = summary
+    return out
+
+
 def first_packet_summary(records: list[SpeechRecord]) -> dict[str, dict[str, float]]:
     """The server's parts of time to first audio, as each request's `Server-Timing`
     reported them, summarized per part; `http` is the rest of the client's TTFP (the
@@ -265,43 +281,68 @@ def first_packet_tail(records: list[SpeechRecord], share: float = 0.05) -> dict[
     return out
 
 
-async def bench_speech(target: SpeechApi, prompts: list[str], levels: list[int],
+async def bench_speech(targets: Sequence[SpeechApi], prompts: list[str], levels: list[int],
                        request_rate: float | None = None, warmup: int = 2,
                        threshold_s: float = 0.1, probe_health: bool = True,
                        health_interval_s: float = 0.05, progress: bool = True,
-                       seed: int = 0, processes: int = 1) -> dict[str, Any]:
-    """Warm up, then run every level: {"levels": [...], "health": {...}}. With
-    `processes` > 1 each level's clients run in that many child processes
-    (`bench/spread.py`), so that the client is not the bound."""
-    if probe_health and target.health_path is None:
+                       seed: int = 0, processes: int = 1, names: Sequence[str] = (),
+                       bursts: int = 0) -> dict[str, Any]:
+    """Warm up, then run every level: {"levels": [...], "health": {...}}. Request i of a
+    level goes to `targets[i % len(targets)]`; with several, each level also has a summary
+    per target under `names`. With `processes` > 1 each level's clients run in that many
+    child processes (`bench/spread.py`), so that the client is not the bound. With
+    `bursts`, a level of C sends the first C prompts all at once, that many times, each
+    burst after the one before has ended, and adds what the server's steps held over
+    them (`bench/burst.py: step_figures`)."""
+    target = targets[0]
+    if probe_health and any(t.health_path is None for t in targets):
         raise BenchError(f"{target.url} has no health endpoint to probe; turn probing off")
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)  # 0: no pool limit
     timeout = aiohttp.ClientTimeout(total=target.timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         for i in range(warmup):
             text = prompts[i % len(prompts)]
-            rec = await speak(session, target, text, SpeechRecord(-1 - i, len(text), 0.0, 0.0))
+            aim = targets[i % len(targets)]
+            rec = await speak(session, aim, text, SpeechRecord(-1 - i, len(text), 0.0, 0.0))
             if not rec.ok:
-                raise BenchError(f"warm-up request to {target.url} failed "
+                raise BenchError(f"warm-up request to {aim.url} failed "
                                  f"(status {rec.status}): {rec.error}")
 
-        async def level(concurrency: int) -> tuple[LevelRun[SpeechRecord], dict[str, Any]]:
+        def summary(run: LevelRun[SpeechRecord]) -> dict[str, Any]:
+            out = summarize_speech(run.results, run.wall_s, threshold_s)
+            if len(targets) > 1:
+                out["targets"] = summarize_targets(run.results, names, run.wall_s, threshold_s)
+            return out
+
+        async def run(concurrency: int, texts: list[str]) -> LevelRun[SpeechRecord]:
             if processes > 1:
-                spread, lag = await run_spread_level(_run_share, target, prompts, concurrency, request_rate,
-                                                     seed, processes)
+                spread, lag = await run_spread_level(_run_share, tuple(targets), texts, concurrency,
+                                                     request_rate, seed, processes)
                 spread.client_lag_s = lag
-                return spread, summarize_speech(spread.results, spread.wall_s, threshold_s)
+                return spread
             start = time.perf_counter()
 
             async def request(index: int, scheduled: float) -> SpeechRecord:
-                text = prompts[index]
+                text = texts[index]
                 record = SpeechRecord(index, len(text), scheduled - start,
                                       time.perf_counter() - start)
-                return await speak(session, target, text, record)
+                return await speak(session, targets[index % len(targets)], text, record)
 
-            run = await run_level(request, len(prompts), concurrency, request_rate, seed,
-                                  progress, desc=f"speech c={concurrency}")
-            return run, summarize_speech(run.results, run.wall_s, threshold_s)
+            return await run_level(request, len(texts), concurrency, request_rate, seed,
+                                   progress, desc=f"speech c={concurrency}")
+
+        async def level(concurrency: int) -> tuple[LevelRun[SpeechRecord], dict[str, Any]]:
+            if not bursts:
+                done = await run(concurrency, prompts)
+                return done, summary(done)
+            before = await scrape(session, target.base_url)
+            runs = [await run(concurrency, prompts[:concurrency]) for _ in range(bursts)]
+            lags = [lag for r in runs for lag in r.client_lag_s or []]
+            done = LevelRun([rec for r in runs for rec in r.results], runs[0].started_at,
+                            sum(r.wall_s for r in runs), lags if processes > 1 else None)
+            out = summary(done)
+            out["steps"] = step_figures(before, await scrape(session, target.base_url))
+            return done, out
 
         return await measure_levels(levels, level, target.base_url, probe_health,
                                     health_interval_s, target.health_path or "/health")
@@ -313,7 +354,7 @@ async def _run_share(job: Share, start_at: float) -> tuple[list[SpeechRecord], f
     lag = LoopLag()
     lag.start()
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
-    timeout = aiohttp.ClientTimeout(total=job.target.timeout_s)
+    timeout = aiohttp.ClientTimeout(total=job.target[0].timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         delay = start_at - time.perf_counter()
         if delay > 0:
@@ -322,7 +363,8 @@ async def _run_share(job: Share, start_at: float) -> tuple[list[SpeechRecord], f
         async def request(local: int, scheduled: float) -> SpeechRecord:
             text = job.texts[local]
             record = SpeechRecord(job.indices[local], len(text), scheduled - start_at, time.perf_counter() - start_at)
-            return await speak(session, job.target, text, record)
+            targets = job.target
+            return await speak(session, targets[record.index % len(targets)], text, record)
 
         run = await run_level(request, len(job.texts), job.concurrency, job.request_rate, job.seed, progress=False)
     ended = time.perf_counter()

@@ -51,7 +51,8 @@ class Share:
     """One process's part of a level."""
 
     target: Any
-    """Where and how to ask (a `bench.speech.SpeechApi`)."""
+    """Where and how to ask: the run's targets (`bench.speech.SpeechApi`s), request i
+    going to target i mod their number."""
     texts: list[str]
     indices: list[int]
     """Each text's index in the whole level."""

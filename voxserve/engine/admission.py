@@ -2,7 +2,11 @@
 lives here; the engines only report what they see.
 
 The line (`Admission`) runs on the event loop: at most `limit` active streams, a bounded
-FIFO of waiters behind them, and 429 past the queue or after the wait times out.
+FIFO of waiters behind them, and 429 past the queue or after the wait times out. On a
+batched device the line is as long as the device carries (`carry`: everyone active and
+waiting, at the device's batch curve, within its budget), so a burst that the device can
+run is queued whole rather than refused; a refusal's `Retry-After` is then the time the
+device needs for the work ahead of it (`drain`).
 
 An optional `gate(active, kind)` says whether the engine can take one more stream right
 now (no live stream is about to underrun, and the load with it stays within what the
@@ -28,7 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
+import math
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -76,6 +81,14 @@ excepted): the stream count follows what the device sustains right now."""
 Gate = Callable[[int, str | None], bool]
 """gate(active, kind): whether one more stream of `kind` fits now."""
 
+Carry = Callable[[int, Mapping[str | None, int], str | None], bool]
+"""carry(active, queued, kind): whether the device carries the streams active, those
+queued (by the kind each named) and one more of `kind`, once they are all let in."""
+
+Drain = Callable[[int, Mapping[str | None, int]], float | None]
+"""drain(active, queued): seconds the device needs to do the work of the streams active
+and queued (None: not known yet)."""
+
 
 class Admission:
     def __init__(
@@ -85,7 +98,14 @@ class Admission:
         timeout_s: float,
         gate: Gate | None = None,
         recheck_s: float = 0.05,
+        carry: Carry | None = None,
+        drain: Drain | None = None,
     ):
+        """`carry` (a batched device): past `max_queue` the line goes on taking waiters
+        while the device carries them all, up to `limit + max_queue` streams active and
+        queued together, so that a burst the device can run waits its turn instead of
+        being refused. `drain`: a refusal's `Retry-After` is the time the device needs
+        for the work ahead, rather than a guess from the line's length."""
         if limit < 1 or max_queue < 0:
             raise ValueError("limit must be >= 1 and max_queue >= 0")
         self.limit = limit
@@ -93,12 +113,16 @@ class Admission:
         self.timeout_s = timeout_s
         self.gate = gate
         self.recheck_s = recheck_s
+        self.carry = carry
+        self.drain = drain
         self.active = 0
         self.rejected = 0
         self.gated = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._kinds: dict[asyncio.Future[None], str | None] = {}
         """The kind each waiter named, for the gate."""
+        self._queued: Counter[str | None] = Counter()
+        """The waiters by the kind each named, for `carry` and `drain`."""
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -107,7 +131,21 @@ class Admission:
         return len(self._waiters)
 
     def _retry_after(self) -> float:
+        if self.drain is not None:
+            seconds = self.drain(self.active, self._queued)
+            if seconds is not None:
+                return float(max(1, math.ceil(seconds)))
         return max(1.0, round(1.0 + self.queued / max(1, self.limit)))
+
+    def _may_queue(self, kind: str | None) -> bool:
+        """Whether a newcomer of `kind` may wait in line: while the line is shorter than
+        `max_queue`, or, past it, while the device carries everyone (`carry`) within
+        `limit + max_queue` streams."""
+        if len(self._waiters) < self.max_queue:
+            return True
+        if self.carry is None or self.active + len(self._waiters) >= self.limit + self.max_queue:
+            return False
+        return self.carry(self.active, self._queued, kind)
 
     def _room(self, kind: str | None) -> bool:
         if self.active >= self.limit:
@@ -125,7 +163,7 @@ class Admission:
         preparation. It takes nothing and asks no gate; `acquire` decides the rest."""
         if self._closed:
             raise Unavailable("server is shutting down")
-        if len(self._waiters) >= self.max_queue and (self._waiters or self.active >= self.limit):
+        if (self._waiters or self.active >= self.limit) and not self._may_queue(None):
             self._refuse()
 
     def _refuse(self) -> None:
@@ -142,11 +180,12 @@ class Admission:
         if not self._waiters and self._room(kind):
             self.active += 1
             return
-        if len(self._waiters) >= self.max_queue:
+        if not self._may_queue(kind):
             self._refuse()
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         self._kinds[waiter] = kind
+        self._queued[kind] += 1
         self._arm_timer()
         try:
             await asyncio.wait_for(asyncio.shield(waiter), self.timeout_s)
@@ -169,14 +208,22 @@ class Admission:
     def _drop(self, waiter: asyncio.Future[None]) -> None:
         with contextlib.suppress(ValueError):
             self._waiters.remove(waiter)
-        self._kinds.pop(waiter, None)
+        self._forget(waiter)
         waiter.cancel()
+
+    def _forget(self, waiter: asyncio.Future[None]) -> None:
+        """Drop a waiter's kind, as it leaves the line."""
+        if waiter in self._kinds:
+            kind = self._kinds.pop(waiter)
+            self._queued[kind] -= 1
+            if self._queued[kind] <= 0:
+                del self._queued[kind]
 
     def _grant(self) -> None:
         """Admit waiters, oldest first, while there is room."""
         while self._waiters and self._room(self._kinds.get(self._waiters[0])):
             waiter = self._waiters.popleft()
-            self._kinds.pop(waiter, None)
+            self._forget(waiter)
             if not waiter.done():
                 self.active += 1
                 waiter.set_result(None)
@@ -200,6 +247,7 @@ class Admission:
         if self._timer is not None:
             self._timer.cancel()
         self._kinds.clear()
+        self._queued.clear()
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
@@ -230,6 +278,8 @@ class LoadView:
     playback: Sequence[Playback]
     """The players of the live streams past start-up."""
     now: float
+    batched: bool = False
+    """A batched device: at most `slots` streams start at once however cheap its costs."""
 
 
 def hold_reason(view: LoadView, newcomer: str | None, default: str) -> str | None:
@@ -238,7 +288,11 @@ def hold_reason(view: LoadView, newcomer: str | None, default: str) -> str | Non
     - "starting": while the cost of a model concerned (the newcomer's, or a live
       stream's) is not measured yet, at most one stream per slot of the device is
       starting, so a burst of arrivals ramps up instead of being let in before anyone
-      can tell it is too much;
+      can tell it is too much. On a batched device always (a step's worth of streams
+      starting at once): a stream's start costs the host far more than its steady
+      state (its request, its stage A, its first chunks, which carry the most context
+      per second of audio), which the device's batch curve does not see, and a burst
+      let in whole would have every stream's second chunk due at once;
     - "lagging": a live stream is about to run dry (`lagging`): within `EAGER_SLACK_S`
       while the load with the newcomer is within `EAGER_UTILIZATION`, within
       `MIN_SLACK_S` above it, so that near capacity newcomers come in only as fast as
@@ -247,7 +301,7 @@ def hold_reason(view: LoadView, newcomer: str | None, default: str) -> str | Non
     """
     concerned = {*view.live, newcomer or default}
     measured = all(view.costs.get(name) is not None for name in concerned)
-    if not measured and view.starting >= view.slots:
+    if (view.batched or not measured) and view.starting >= view.slots:
         return "starting"
     load = load_with(view.costs, view.live, view.unsubmitted, newcomer)
     eager = measured and load is not None and load <= view.capacity * EAGER_UTILIZATION

@@ -58,6 +58,11 @@ class CostMeter:
     step's time over the audio of all its units. `cost(batch)` reads the bucket at or
     below `batch` that has a measure (a smaller batch costs more per second of audio, so
     the figure errs on the safe side), else the smallest measured one.
+
+    A batched device's warm-up also gives the meter its batch curve (`add(...,
+    curve=True)`): steps timed at every batch bucket on a device with nothing else to
+    do, kept apart as well (`curve_cost`), since traffic's figures, which `cost` follows,
+    hold whatever else the host did meanwhile.
     """
 
     STAGES = ("acoustic", "vocoder")
@@ -65,33 +70,46 @@ class CostMeter:
     def __init__(self, window_s: float = 30.0):
         self._window_s = window_s
         self._windows: dict[tuple[str, bool, int], _Window] = {}
+        self._curve: dict[tuple[str, bool, int], _Window] = {}
 
-    def add(self, stage: str, busy_s: float, audio_s: float, threads: int = 1, batch: int = 1) -> None:
+    def add(
+        self, stage: str, busy_s: float, audio_s: float, threads: int = 1, batch: int = 1, curve: bool = False
+    ) -> None:
         """A unit of `stage` (or a step of `batch` units) ran `busy_s` seconds on `threads`
-        workers and made `audio_s` seconds of audio (stage A: its latents')."""
+        workers and made `audio_s` seconds of audio (stage A: its latents'); `curve`: a
+        warm-up step of the batch curve, kept in `curve_cost` too."""
         key = (stage, threads > 1, batch_bucket(batch))
-        window = self._windows.get(key)
-        if window is None:
-            window = self._windows[key] = _Window(self._window_s)
-        window.add(busy_s * threads, audio_s)
+        for windows in (self._windows, self._curve) if curve else (self._windows,):
+            window = windows.get(key)
+            if window is None:
+                window = windows[key] = _Window(self._window_s)
+            window.add(busy_s * threads, audio_s)
 
     def cost(self, batch: int = 1) -> float | None:
         """Device-seconds per audio-second at `batch` units a step, or None before both
         stages made 2 s of audio."""
+        return self._cost(self._windows, batch)
+
+    def curve_cost(self, batch: int = 1) -> float | None:
+        """As `cost`, from the warm-up's batch curve alone (None without one)."""
+        return self._cost(self._curve, batch)
+
+    def _cost(self, windows: dict[tuple[str, bool, int], _Window], batch: int) -> float | None:
         total = 0.0
         for stage in self.STAGES:
-            rate = self._rate(stage, False, batch)
+            rate = self._rate(windows, stage, False, batch)
             if rate is None:
-                rate = self._rate(stage, True, batch)
+                rate = self._rate(windows, stage, True, batch)
             if rate is None:
                 return None
             total += rate
         return total
 
-    def _rate(self, stage: str, spread: bool, batch: int) -> float | None:
+    @staticmethod
+    def _rate(windows: dict[tuple[str, bool, int], _Window], stage: str, spread: bool, batch: int) -> float | None:
         rates = {
             size: rate
-            for (name, wide, size), window in self._windows.items()
+            for (name, wide, size), window in windows.items()
             if name == stage and wide == spread and (rate := window.rate()) is not None
         }
         if not rates:

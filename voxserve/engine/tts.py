@@ -28,7 +28,13 @@ import soxr
 from voxserve.config import TTSConfig
 from voxserve.engine.adapters.kokoro import KokoroVoice
 from voxserve.engine.adapters.piper import PiperVoice
-from voxserve.engine.admission import TARGET_UTILIZATION, LoadView, hold_reason, stream_capacity
+from voxserve.engine.admission import (
+    TARGET_UTILIZATION,
+    LoadView,
+    hold_reason,
+    room_for,
+    stream_capacity,
+)
 from voxserve.engine.cores import SharedCores
 from voxserve.engine.cost import CostMeter
 from voxserve.engine.devices import BATCHED_DEVICES, resolve_device
@@ -45,7 +51,7 @@ from voxserve.engine.script import (
 from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
-from voxserve.engine.work import AcousticWork, StageInput, VocoderChunking, VocoderWork, Work
+from voxserve.engine.work import AcousticWork, ModelProfile, StageInput, VocoderChunking, VocoderWork, Work
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.text.split import normalize, segment
 
@@ -58,6 +64,7 @@ __all__ = [
     "decode_chunks",
     "load_models",
     "step_frames_of",
+    "stream_batch",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,6 +83,12 @@ stream, ends early (models without `sentence_chars`: Piper; Kokoro speaks whole 
 MAX_SEGMENT_CHARS = 200
 """Longer sentences are cut at clauses (then spaces): a long stage A holds a core for
 hundreds of milliseconds while other streams wait (not for Kokoro, as above)."""
+
+CAPACITY_ROUNDS = 4
+"""Times a batched device's capacity is read again at the batch its streams would make
+(`TTSEngine.capacity_streams`). On the sim's curves a cold read (Piper: 232 streams at
+a step of one) overshoots once (6,296 at a step of 128) and settles at the second
+(2,572); four leave room for a curve that is less even."""
 
 STEPS_IN_FLIGHT = 2
 """Threads that drive a batched device: one step runs while the next is gathered and its
@@ -103,8 +116,8 @@ of their chunk plans and the steps hold what steps under real traffic hold."""
 
 UNITS_WEIGHT = 0.05
 """Weight of each vocoder step in a model's mean units per step (`EngineStats.units`):
-the mean follows the last few dozen steps, so admission reads the batch that steps hold
-under the load of now."""
+the mean follows the last few dozen steps, the batch that steps hold under the load of
+now."""
 
 WARM_LONG_COST = 0.25
 """Start-up warms every worker with a longest segment only for a model cheaper than this
@@ -278,6 +291,18 @@ class EngineStats:
     units: dict[str, float] = field(default_factory=dict)
     """Each model's mean units per vocoder step, recent steps weighing most
     (`UNITS_WEIGHT`); absent before its first step."""
+    lengths: dict[str, float] = field(default_factory=dict)
+    """Each model's mean audio seconds per stream, recent streams weighing most
+    (`UNITS_WEIGHT`); absent before its first stream ends (the warm-up's give the first)."""
+
+    def ended(self, model: str, seconds: float) -> None:
+        """A stream of `model` ended whole, with `seconds` of audio."""
+        mean = self.lengths.get(model)
+        self.lengths[model] = seconds if mean is None else mean + UNITS_WEIGHT * (seconds - mean)
+
+    def stream_seconds(self) -> dict[str, float]:
+        """`lengths`, as a copy."""
+        return dict(self.lengths)
 
     def step(self, model: str, stage: str, step: Sequence[Work], chunking: VocoderChunking | None = None) -> None:
         """Count one device step of `stage` on `model` (whose chunk plan is `chunking`)."""
@@ -322,6 +347,17 @@ def step_frames_of(step: Sequence[VocoderWork], chunking: VocoderChunking | None
         "bucket": sum(spans) - kept - context,
         "padding": len(spans) * max(spans, default=0) - sum(spans),
     }
+
+
+def stream_batch(streams: int, profile: ModelProfile, batch: int) -> int:
+    """The units a batched step holds with `streams` streams of a model live: a step
+    runs one kind of unit (stage A, or the chunks of one window bucket), and a model's
+    streams stand spread over its kinds, so about `streams` over their number, within
+    one and the device's `batch`. (Measured on the sim device: 512 Piper streams, 73
+    units a vocoder step against 73 by this rule; 256, 45 against 36; 256 Kokoro
+    streams, 33-46 against 36: docs/BENCHMARKS.md.)"""
+    kinds = len(profile.window_buckets) + 1
+    return max(1, min(batch, streams // kinds))
 
 
 def fades(model: VoiceModel[Any], work: VocoderWork) -> tuple[int, int]:
@@ -479,6 +515,7 @@ class TTSEngine(WorkerEngine):
                 # Graphs for every window bucket and batch bucket before any client, so
                 # that no capture runs during traffic (a no-op but on CUDA).
                 model.capture_graphs(model.profile.window_buckets, budget.batch)
+                self._warm_curve(model, voice, longest + ".")
                 # A batched device: a step's worth of streams of different texts at
                 # once, so that steps hold units at different points of their plans, as
                 # under traffic: it measures the cost and the units per step that
@@ -495,6 +532,40 @@ class TTSEngine(WorkerEngine):
             with ThreadPoolExecutor(self.config.workers, thread_name_prefix="warmup") as pool:
                 texts = [longest + "."] * self.config.workers
                 list(pool.map(self.synthesize, texts, [voice] * self.config.workers))
+
+    def _warm_curve(self, model: VoiceModel[Any], voice: Voice, text: str) -> None:
+        """Time real steps of each stage of `model` at every batch bucket up to the
+        device's batch (`cost.batch_bucket`, the sizes graphs are captured at), and give
+        them to the model's cost meter: the batch curve admission reads from the first
+        request (`_admission_costs`), which traffic's own steps then refine. A stage A
+        step runs the text's longest segment `batch` times; a decoder step holds `batch`
+        windows of each of the model's window buckets in turn (one step per bucket,
+        about what one stream's plan decodes over a sentence), each counted for the
+        frames a chunk of that window keeps."""
+        profile = model.profile
+        item = max(model.inputs(text, voice, 1.0), key=lambda x: len(x.ids))
+        latent = model.acoustic([item])[0]
+        chunking = profile.chunking
+        windows = [w for w in profile.window_buckets if w <= latent.frames] or [latent.frames]
+        frame_s = profile.hop / profile.sample_rate
+        meter = self.stats.costs[model.name]
+        size = 1
+        while size <= self._sched.budget.batch:
+            started = time.perf_counter()
+            latents = model.acoustic([item] * size)
+            made = sum(x.frames for x in latents) * frame_s
+            meter.add("acoustic", time.perf_counter() - started, made, batch=size, curve=True)
+            busy = audio = 0.0
+            for window in windows:
+                kept = window
+                if chunking is not None:
+                    kept = max(window - chunking.left_context - chunking.right_context, chunking.first_chunk_frames)
+                started = time.perf_counter()
+                model.decode([Span(latent, 0, window)] * size)
+                busy += time.perf_counter() - started
+                audio += size * min(kept, window) * frame_s
+            meter.add("vocoder", busy, audio, batch=size, curve=True)
+            size *= 2
 
     @property
     def sample_rate(self) -> int:
@@ -645,6 +716,7 @@ class TTSEngine(WorkerEngine):
             starting=self._sched.starting() + max(0, admitted - len(self._sched)),
             playback=self._sched.playback(),
             now=self._clock(),
+            batched=budget.stepped,
         )
 
     def park(self, model: str | None) -> None:
@@ -689,35 +761,98 @@ class TTSEngine(WorkerEngine):
         with self._cond:
             return {name: meter.cost() for name, meter in self.stats.costs.items()}
 
-    def _admission_costs(self, live: Mapping[str, int]) -> dict[str, float | None]:
+    def _admission_costs(self, live: Mapping[str, int], curve: bool = False) -> dict[str, float | None]:
         """Each model's cost as admission counts it, times its profile's `ramp`: on a
-        CPU, at one unit a step; on a batched device, at the batch its steps hold,
-        observed (`EngineStats.units`, the mean units of its recent vocoder steps; the
-        warm-up's mixed streams give the first figure), and never more than its `live`
-        streams and the newcomer could make. A step holds only the streams at one kind
-        of unit, so the streams live are not the batch. Call under the lock."""
+        CPU, at one unit a step; on a batched device, read off its batch curve at the
+        batch its `live` streams and the newcomer make (`stream_batch`): the warm-up's
+        steps at every batch bucket, refined by traffic's (`CostMeter.cost`), or with
+        `curve` the warm-up's alone (`CostMeter.curve_cost`). Call under the lock."""
         budget = self._sched.budget
         costs: dict[str, float | None] = {}
         for name, meter in self.stats.costs.items():
-            batch = 1
-            if budget.stepped:
-                most = min(budget.batch, max(1, live.get(name, 0) + 1))
-                observed = self.stats.units.get(name)
-                batch = most if observed is None else max(1, min(most, round(observed)))
-            cost = meter.cost(batch)
-            costs[name] = None if cost is None else cost * self.models[name].profile.ramp
+            profile = self.models[name].profile
+            batch = stream_batch(live.get(name, 0) + 1, profile, budget.batch) if budget.stepped else 1
+            cost = meter.curve_cost(batch) if curve else meter.cost(batch)
+            costs[name] = None if cost is None else cost * profile.ramp
         return costs
+
+    @property
+    def batched(self) -> bool:
+        """Whether the engine drives a batched device (a GPU, the sim), whose steps hold
+        many units and whose cost falls with the batch, rather than CPU workers."""
+        return self._sched.budget.stepped
+
+    def carries(self, admitted: int, queued: Mapping[str | None, int], model: str | None) -> bool:
+        """Whether the device carries, at the batch curve its warm-up measured, the
+        streams admitted, those waiting in admission's line (`queued`, by the model each
+        named) and one more of `model`: their load within `TARGET_UTILIZATION` of the
+        device, each model's cost read at the batch all its streams make
+        (`_admission_costs`). Admission's line holds a burst the device carries instead
+        of refusing it, and the gate (`keeping_up`), at the costs traffic measures, lets
+        it in as fast as the streams keep up. True while no cost is known."""
+        with self._cond:
+            live, unsubmitted = self._crowd(admitted, queued)
+            costs = self._admission_costs(live, curve=True)
+            return room_for(self.capacity * TARGET_UTILIZATION, costs, live, unsubmitted, model)
+
+    def drain_s(self, admitted: int, queued: Mapping[str | None, int]) -> float | None:
+        """Seconds the device needs, at its batch curve, to make the audio of the streams
+        admitted and queued (`queued` as for `carries`), each as long as its model's
+        streams have been on average: what a refused client is told to wait
+        (`Retry-After`). None while no cost or length is known."""
+        with self._cond:
+            live, unsubmitted = self._crowd(admitted, queued)
+            costs = self._admission_costs(live)
+            lengths = self.stats.stream_seconds()
+        known = {name: c for name, c in costs.items() if c is not None and name in lengths}
+        if not known:
+            return None
+        worst = max(known, key=lambda name: known[name] * lengths[name])
+        total = sum(n * known.get(name, known[worst]) * lengths.get(name, lengths[worst]) for name, n in live.items())
+        total += unsubmitted * known[worst] * lengths[worst]
+        return total / self.capacity
+
+    def _crowd(self, admitted: int, queued: Mapping[str | None, int]) -> tuple[dict[str, int], int]:
+        """The streams counted as `_counted` counts them, with those `queued` under the
+        model each named (those of none, or of a model not loaded, unsubmitted). Call
+        under the lock."""
+        live, unsubmitted = self._counted(admitted)
+        for name, n in queued.items():
+            if name is not None and name in self.models:
+                live[name] = live.get(name, 0) + n
+            else:
+                unsubmitted += n
+        return live, unsubmitted
 
     def capacity_streams(self, admitted: int = 0) -> float | None:
         """Real-time streams the device sustains at admission's target utilization for
         the mix of models live now, each stream weighed by its model's measured cost
         (`engine/admission.py: stream_capacity`); None until some model's cost is known.
-        `admitted` as for `keeping_up`."""
+        `admitted` as for `keeping_up`.
+
+        On a batched device a model's cost falls as its streams make larger steps, so
+        the figure is read where the two agree: the mix of now (the default model alone
+        with none live) scaled to the capacity found, its costs read again at that
+        many streams, a few times over (`CAPACITY_ROUNDS`)."""
+        default = self.default_model.name
+        budget = self.capacity * TARGET_UTILIZATION
         with self._cond:
             live, unsubmitted = self._counted(admitted)
-            costs = self._admission_costs(live)
-        budget = self.capacity * TARGET_UTILIZATION
-        return stream_capacity(budget, costs, live, unsubmitted, self.default_model.name)
+            capacity = stream_capacity(budget, self._admission_costs(live), live, unsubmitted, default)
+            if not self.batched or capacity is None:
+                return capacity
+            total = sum(live.values()) + unsubmitted
+            mix = {name: n / total for name, n in live.items()} if total else {default: 1.0}
+            other = unsubmitted / total if total else 0.0
+            for _ in range(CAPACITY_ROUNDS):
+                crowd = {name: round(share * capacity) for name, share in mix.items()}
+                found = stream_capacity(
+                    budget, self._admission_costs(crowd), crowd, round(other * capacity), default
+                )
+                if found is None:
+                    break
+                capacity = found
+        return capacity
 
     def admission_held(self) -> dict[str, int]:
         """How often `keeping_up` held a newcomer, by reason (`EngineStats.held`)."""
@@ -790,29 +925,31 @@ class TTSEngine(WorkerEngine):
                 self._in_hand[index] = step
                 model = self._outputs[step[0].stream_id].model
             started = time.perf_counter()
-            audio = self._run(step, model)
+            audio, call = self._run(step, model)
             with self._cond:
-                spent = time.perf_counter() - started
+                ended = time.perf_counter()
                 busy = self.stats.busy_s
-                busy[index] = busy.get(index, 0.0) + spent
+                busy[index] = busy.get(index, 0.0) + ended - started
                 stage = "acoustic" if isinstance(step[0], AcousticWork) else "vocoder"
-                share = self._device_share(started, started + spent)
+                share = self._device_share(*call) if self._sched.budget.stepped else ended - started
                 self.stats.costs[model.name].add(stage, share, audio, step[0].threads, len(step))
                 self.stats.step(model.name, stage, step, model.profile.chunking)
 
     def _device_share(self, started: float, ended: float) -> float:
-        """The time a step that ran from `started` to `ended` costs its device, as the
-        cost meter counts it. Call under the lock.
+        """The time a batched device's step, whose model call ran from `started` to
+        `ended`, costs the device, as the cost meter counts it. Call under the lock.
 
-        A CPU worker's step costs its wall time. A batched device runs one step at a
-        time while the next is gathered and launched (`STEPS_IN_FLIGHT`), so a step's
-        wall time holds the tail of the one before it: counted whole, two steps in
-        flight read up to twice the device's time, and admission would see a device
-        half as large as it is. There a step costs what it adds to the device's busy
-        timeline: from the end of the step before (or its own start, if later) to its
-        end."""
-        if not self._sched.budget.stepped:
-            return ended - started
+        A CPU worker's step costs its wall time (`_worker`), the engine's work on its
+        chunks included: the worker does it. On a batched device a step costs its model
+        call (the launches and the kernels) and not the engine's work on the results
+        (handing each chunk to its stream), which runs while the next step is on the
+        device; counted, it would make a device whose host is busy with other threads
+        look small, and admission would refuse a burst the device carries. And the
+        device runs one step at a time while the next is gathered and launched
+        (`STEPS_IN_FLIGHT`), so a call's wall time holds the tail of the one before it:
+        counted whole, two calls in flight read up to twice the device's time. So a
+        step costs what its call adds to the device's busy timeline: from the end of
+        the call before (or its own start, if later) to its end."""
         share = max(0.0, ended - max(started, self._device_until))
         self._device_until = max(self._device_until, ended)
         return share
@@ -823,10 +960,12 @@ class TTSEngine(WorkerEngine):
         for work in step:
             self._fail(work, RuntimeError(f"worker {threading.current_thread().name} died"))
 
-    def _run(self, step: list[Work], model: VoiceModel[Any]) -> float:
+    def _run(self, step: list[Work], model: VoiceModel[Any]) -> tuple[float, tuple[float, float]]:
         """Run one step (units of one stage of one model) on that model; returns the
-        seconds of audio it produced (stage A: the seconds its latents hold). An error
-        fails the streams of that step only."""
+        seconds of audio it produced (stage A: the seconds its latents hold) and when its
+        model call started and ended (`time.perf_counter`). An error fails the streams
+        of that step only."""
+        started = time.perf_counter()
         try:
             acoustic = [work for work in step if isinstance(work, AcousticWork)]
             if acoustic:
@@ -835,9 +974,9 @@ class TTSEngine(WorkerEngine):
         except Exception as exc:  # noqa: BLE001 - any inference error fails only these streams
             for work in step:
                 self._fail(work, exc)
-            return 0.0
+            return 0.0, (started, time.perf_counter())
 
-    def _run_acoustic(self, step: list[AcousticWork], model: VoiceModel[Any]) -> float:
+    def _run_acoustic(self, step: list[AcousticWork], model: VoiceModel[Any]) -> tuple[float, tuple[float, float]]:
         started = time.perf_counter()
         latents = model.acoustic([work.input for work in step], threads=step[0].threads)
         ended = time.perf_counter()
@@ -850,9 +989,9 @@ class TTSEngine(WorkerEngine):
             self.stats.acoustic_runs += len(step)
             self._cond.notify_all()
         profile = model.profile
-        return sum(latent.frames for latent in latents) * profile.hop / profile.sample_rate
+        return sum(latent.frames for latent in latents) * profile.hop / profile.sample_rate, (started, ended)
 
-    def _run_vocoder(self, step: list[VocoderWork], model: VoiceModel[Any]) -> float:
+    def _run_vocoder(self, step: list[VocoderWork], model: VoiceModel[Any]) -> tuple[float, tuple[float, float]]:
         started = time.perf_counter()
         decoded = decode_chunks(model, step)
         ended = time.perf_counter()
@@ -874,9 +1013,11 @@ class TTSEngine(WorkerEngine):
                 self.stats.chunks += 1
                 self.stats.audio_seconds += samples / rate
                 if chunk is not None and chunk.last:
-                    self._outputs.pop(work.stream_id, None)
+                    out = self._outputs.pop(work.stream_id, None)
+                    if out is not None:
+                        self.stats.ended(model.name, out.model_samples / rate)
             self._cond.notify_all()
-        return sum(made) / rate
+        return sum(made) / rate, (started, ended)
 
     def _fail(self, work: Work, exc: BaseException) -> None:
         self._fail_stream(work.stream_id, work, "inference", exc)

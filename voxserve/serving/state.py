@@ -206,7 +206,9 @@ async def running_state(
         config=config,
         engine=engine,
         admission=Admission(
-            engine.max_streams, tts.max_queue, tts.queue_timeout_s, gate=engine.keeping_up
+            engine.max_streams, tts.max_queue, tts.queue_timeout_s, gate=engine.keeping_up,
+            carry=engine.carries if engine.batched else None,
+            drain=engine.drain_s if engine.batched else None,
         ),
         metrics=Metrics(lambda: state.engine_snapshot()),
         text_pool=BoundedPool(tts.text_workers, engine.max_streams + tts.max_queue, "text"),
