@@ -4,8 +4,12 @@ A `LiveSession` is the channel-independent half of a realtime transcription sess
 (`WS /v1/realtime` is the channel, `voxserve.api.realtime`). The channel hands it audio
 bytes, commits and clears in order; the session hands back `LiveEvent`s through the
 `emit` callback. Per append, on the event loop, it decodes the bytes to 16 kHz
-(`InputDecoder`, microseconds), scores whole 32 ms frames with Silero VAD on the VAD
-engine's thread, and feeds the probabilities to a `TurnDetector`. Transcription is work
+(`InputDecoder`, microseconds), passes them through the session's noise filter when
+`noise_reduction` asks for one (on the filter's threads, `engine/denoise.py`; its output
+keeps the input's sample indices), scores whole 32 ms frames of what the filter hands on
+with Silero VAD on the VAD engine's thread, and feeds the probabilities to a
+`TurnDetector`. Turns are cut from the audio as sent: the recognizer never hears the
+filter (docs/REALTIME.md, "Noise reduction", says why). Transcription is work
 for the shared ASR engine, with a deadline so that it goes before file work:
 
 - **final**: the committed turn, from its first speech frame (less the prefix padding) to
