@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
@@ -117,6 +120,10 @@ def run_server(
         config = replace(config, tts=replace(config.tts, fixed_prior=False))
     if not asr_nice:
         config = replace(config, asr=replace(config.asr, nice=0))
+    made_dir = None
+    if config.tts.saved_voices_dir is None:  # never the user's own folder
+        made_dir = Path(tempfile.mkdtemp(prefix="voxserve-voices-"))
+        config = replace(config, tts=replace(config.tts, saved_voices_dir=made_dir))
     app = create_app(config, engine, remote)
     # The production uvicorn settings (connection limits included), quieter logs.
     server = uvicorn.Server(uvicorn_config(app, config, log_level="warning", timeout_graceful_shutdown=2))
@@ -132,6 +139,8 @@ def run_server(
     finally:
         server.should_exit = True
         thread.join(15)
+        if made_dir is not None:
+            shutil.rmtree(made_dir, ignore_errors=True)
 
 
 MakeServer = Callable[[ServerConfig], contextlib.AbstractContextManager[RunningServer]]
@@ -241,7 +250,7 @@ _KOKORO = _Shared(
     lambda: run_server(
         ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0)), kokoro=True
     ),
-    ("test_kokoro_voice.py", "test_word_timings.py", "test_markup.py"),
+    ("test_kokoro_voice.py", "test_word_timings.py", "test_markup.py", "test_saved_voices.py"),
     # ~700 MB while it lives: its modules run together, away from tests/test_overload.py.
     adjacent=True,
 )

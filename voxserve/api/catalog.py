@@ -1,6 +1,6 @@
-"""`GET /health`, `/metrics`, `/v1/models` and `/v1/audio/voices`: one set of handlers for
-both apps, over what the running server reports (`voxserve.serving.catalog.ServerInfo`).
-They only turn it into responses."""
+"""`GET /health`, `/metrics` and `/v1/models`: one set of handlers for both apps, over
+what the running server reports (`voxserve.serving.catalog.ServerInfo`). They only turn
+it into responses. The voices are `voxserve.api.voices`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse, Response
 
 from voxserve.serving.catalog import METRICS_CONTENT_TYPE, ServerInfo, metrics_text, model_list
 
-__all__ = ["health", "metrics", "models", "voices"]
+__all__ = ["health", "metrics", "models"]
 
 
 def _info(request: Request) -> ServerInfo:
@@ -25,10 +25,6 @@ async def health(request: Request) -> Response:
 async def models(request: Request) -> Response:
     info = _info(request)
     return JSONResponse(model_list(info.models(), info.started_at, info.asr_catalog()))
-
-
-async def voices(request: Request) -> Response:
-    return JSONResponse({"object": "list", "voices": _info(request).voices()})
 
 
 async def metrics(request: Request) -> Response:

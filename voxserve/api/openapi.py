@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from voxserve.api.formats import CONTENT_TYPES
-from voxserve.api.schemas import ResponseFormat, SpeechRequest, TranscriptionForm
+from voxserve.api.schemas import ResponseFormat, SaveVoice, SpeechRequest, TranscriptionForm
 from voxserve.audio.encode import content_type
 from voxserve.config import TTSConfig
 
@@ -67,6 +67,15 @@ class VoiceCard(BaseModel):
     )
     language: str | None = Field(description="The language it speaks by default (en-US, es, ...)")
     gender: str | None = Field(description="female, male, or null when unknown")
+    saved: bool = Field(description="A saved voice (POST /v1/audio/voices), which DELETE removes")
+    voice: str | None = Field(None, description="A saved voice's voice or blend")
+    created_at: int | None = Field(None, description="When a saved voice was saved (Unix seconds)")
+
+
+class DeletedVoice(BaseModel):
+    id: str
+    object: Literal["voice"]
+    deleted: Literal[True]
 
 
 class VoiceList(BaseModel):
@@ -162,6 +171,8 @@ _RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
     ErrorResponse,
     ModelList,
     VoiceList,
+    VoiceCard,
+    DeletedVoice,
     Health,
     Transcription,
     VerboseTranscription,
@@ -313,6 +324,27 @@ def _speech_op() -> dict[str, Any]:
     }
 
 
+def _save_voice_op() -> dict[str, Any]:
+    return {
+        "summary": "Save a voice or blend under a name",
+        "operationId": "createVoice",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(SaveVoice)}}},
+        "responses": {
+            "201": _json(VoiceCard, "The saved voice"),
+            **_errors("400", "404", "413", "415", "503"),
+        },
+    }
+
+
+def _delete_voice_op() -> dict[str, Any]:
+    return {
+        "summary": "Delete a saved voice",
+        "operationId": "deleteVoice",
+        "parameters": [{"name": "voice_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+        "responses": {"200": _json(DeletedVoice, "The voice is gone"), **_errors("400", "404", "503")},
+    }
+
+
 def _get(op_id: str, summary: str, ok: dict[str, Any]) -> dict[str, Any]:
     return {"operationId": op_id, "summary": summary, "responses": {"200": ok}}
 
@@ -322,6 +354,7 @@ def openapi_document(max_input_chars: int = TTSConfig.max_input_chars) -> dict[s
     """The whole document, built once per setting of `--tts-max-input-chars`."""
     pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (SpeechRequest, "validation"),
+        (SaveVoice, "validation"),
         (TranscriptionForm, "validation"),
     ]
     pairs += [(m, "serialization") for m in _RESPONSE_MODELS]
@@ -351,7 +384,11 @@ def openapi_document(max_input_chars: int = TTSConfig.max_input_chars) -> dict[s
             "/v1/audio/transcriptions": {"post": _keyed(_transcribe_op("transcribe", form))},
             "/v1/audio/translations": {"post": _keyed(_transcribe_op("translate", form))},
             "/v1/models": {"get": _keyed(_get("listModels", "Models it answers to", models))},
-            "/v1/audio/voices": {"get": _keyed(_get("listVoices", "Voices and aliases", voices))},
+            "/v1/audio/voices": {
+                "get": _keyed(_get("listVoices", "Voices and aliases, and the saved voices", voices)),
+                "post": _keyed(_save_voice_op()),
+            },
+            "/v1/audio/voices/{voice_id}": {"delete": _keyed(_delete_voice_op())},
             "/health": {
                 "get": {
                     "operationId": "health",

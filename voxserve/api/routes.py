@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from voxserve.api import catalog
+from voxserve.api import catalog, voices
 from voxserve.api.openapi import openapi_endpoint
 from voxserve.api.playground import playground_routes
 from voxserve.api.streaming import StreamResponse
@@ -36,7 +36,9 @@ def route_table(
         Route("/metrics", catalog.metrics, methods=["GET"]),
         Route("/openapi.json", openapi_endpoint, methods=["GET"]),
         Route("/v1/models", catalog.models, methods=["GET"]),
-        Route("/v1/audio/voices", catalog.voices, methods=["GET"]),
+        Route("/v1/audio/voices", voices.list_voices, methods=["GET"]),
+        Route("/v1/audio/voices", voices.save_voice, methods=["POST"]),
+        Route("/v1/audio/voices/{voice_id}", voices.delete_voice, methods=["DELETE"]),
         Route("/v1/audio/speech", speech, methods=["POST"]),
         Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
         Route("/v1/audio/translations", translations, methods=["POST"]),

@@ -17,6 +17,7 @@ __all__ = [
     "MAX_CHUNKING_CHARS",
     "REPLICA_HEADER",
     "SPEECH_MODELS",
+    "SaveVoice",
     "ServerVAD",
     "SpeechRequest",
     "TranscriptionForm",
@@ -90,6 +91,15 @@ class SpeechRequest(BaseModel):
     @property
     def voice_name(self) -> str:
         return self.voice if isinstance(self.voice, str) else self.voice.id
+
+
+class SaveVoice(BaseModel):
+    """Body of `POST /v1/audio/voices`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, description="A letter, then letters, digits, '_' or '-'")
+    voice: str = Field(min_length=1, max_length=400, description="A voice or blend of one loaded model")
 
 
 class TranscriptionForm(BaseModel):

@@ -111,6 +111,14 @@ class ServerInfo(Protocol):
 
     def voices(self) -> list[dict[str, str | None]]: ...
 
+    saved_voices: SavedVoices | None
+    """The saved voices (`serving/saved_voices.py`); None until the server started."""
+
+    def voice_model(self, voice: str) -> str:
+        """The loaded voice model a voice or blend belongs to (404 for none): where a
+        voice to be saved is checked."""
+        ...
+
 
 def engine_devices(tts: TTSEngine | None, asr: ASREngine | None) -> dict[str, str]:
     """Where each engine this process runs decodes: "speech" and "transcription"."""
@@ -197,14 +205,25 @@ def saved_voice_model(engine: TTSEngine, voice: str) -> str:
     )
 
 
-def builtin_voice_names(engine: TTSEngine) -> set[str]:
-    """Every name a request may give a built-in voice by (own names and OpenAI names, any case
-    for the latter): a saved voice may not take one."""
-    names: set[str] = set()
-    for model in engine.models.values():
-        names.update(v.name for v in model.voices)
-        names.update(model.aliases())
-    return names
+def listed_voice_model(voices: list[dict[str, str | None]], voice: str) -> str:
+    """`saved_voice_model` where only the voice list is at hand (a Ray front end): the
+    model that lists the voice, or every voice of a blend `a(2)+b(1)`. The replica that
+    speaks it resolves it again, weights and all."""
+    names = [part.split("(", 1)[0].strip() for part in voice.split("+")]
+    for model in dict.fromkeys(str(v["model"]) for v in voices):
+        listed = {v["id"] for v in voices if v["model"] == model}
+        if all(name in listed for name in names):
+            return model
+    raise NotFound(
+        f"voice {voice[:100]!r} is no voice or blend of one loaded model; GET /v1/audio/voices lists them",
+        param="voice",
+    )
+
+
+def builtin_voice_names(voices: list[dict[str, str | None]]) -> set[str]:
+    """Every name a built-in voice is listed under (`voice_list`), in lower case: a saved
+    voice may not take one, in any case."""
+    return {str(v["id"]).lower() for v in voices}
 
 
 def speech_model_ids(engine: TTSEngine) -> list[str]:

@@ -44,7 +44,7 @@ from voxserve.config import ServerConfig
 from voxserve.engine.transcribe import TextDelta, TextDone, Transcript
 from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.errors import ReplicaLost, VoxError
-from voxserve.serving.catalog import Health, served_models
+from voxserve.serving.catalog import Health, listed_voice_model, served_models
 from voxserve.serving.engine_metrics import Row
 from voxserve.serving.jobs import (
     Append,
@@ -72,6 +72,7 @@ from voxserve.serving.realtime import (
     TranscriptCompleted,
     TranscriptFailed,
 )
+from voxserve.serving.saved_voices import SavedVoices, default_folder
 from voxserve.serving.speech import AudioChunk, SpeechParams
 from voxserve.serving.state import new_request_id
 from voxserve.serving.transcription import TranscriptionParams, asr_disabled, observe
@@ -197,6 +198,8 @@ class RemoteState:
     """WebSocket sessions open on this front end."""
     leases: SessionLeases | None = None
     """This front end's leases under the cluster's session cap (None: one front end)."""
+    saved_voices: SavedVoices | None = None
+    """The saved voices, in the folder every replica reads (`serving/saved_voices.py`)."""
 
     def new_request_id(self) -> str:
         return new_request_id()
@@ -213,6 +216,9 @@ class RemoteState:
 
     def voices(self) -> list[dict[str, str | None]]:
         return self.catalog.voices
+
+    def voice_model(self, voice: str) -> str:
+        return listed_voice_model(self.catalog.voices, voice)
 
     def served(self, deployment: str, replica: str) -> None:
         self.replica_requests.labels(deployment, replica).inc()
@@ -574,4 +580,7 @@ def remote_state(
     )
     uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
     leases = SessionLeases(remote.sessions) if remote.sessions is not None else None
-    return RemoteState(config, remote, catalog, asr_catalog, metrics, replica_requests, uploads, leases=leases)
+    saved = SavedVoices(config.tts.saved_voices_dir or default_folder(), config.tts.max_saved_voices)
+    return RemoteState(
+        config, remote, catalog, asr_catalog, metrics, replica_requests, uploads, leases=leases, saved_voices=saved
+    )

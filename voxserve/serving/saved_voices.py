@@ -64,8 +64,14 @@ class SavedVoice:
     """The voice model it belongs to (its own name, `kokoro`, `en_US-joe-medium`)."""
     created_at: int
 
-    def describe(self) -> dict[str, object]:
-        return {"object": "voice", **asdict(self), "saved": True}
+    def describe(self, openai_model: str | None = None, language: str | None = None) -> dict[str, object]:
+        """As `GET /v1/audio/voices` lists it, beside the built-in voices (`openai_model`
+        and `language`: its model's)."""
+        return {
+            "id": self.id, "name": self.name, "alias_of": None, "model": self.model,
+            "openai_model": openai_model, "language": language, "gender": None,
+            "saved": True, "voice": self.voice, "created_at": self.created_at,
+        }  # fmt: skip
 
 
 class SavedVoices:

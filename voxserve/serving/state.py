@@ -32,6 +32,7 @@ from voxserve.serving.catalog import (
     asr_models,
     engine_devices,
     engines_health,
+    saved_voice_model,
     served_models,
     speech_models,
     voice_list,
@@ -116,6 +117,9 @@ class AppState:
 
     def voices(self) -> list[dict[str, str | None]]:
         return voice_list(self.engine)
+
+    def voice_model(self, voice: str) -> str:
+        return saved_voice_model(self.engine, voice)
 
     async def open_speech(
         self, params: SpeechParams, request_id: str, started: float, gone: Gone | None = None
@@ -213,9 +217,9 @@ async def running_state(
         metrics=Metrics(lambda: state.engine_snapshot()),
         text_pool=BoundedPool(tts.text_workers, engine.max_streams + tts.max_queue, "text"),
         audio_pool=BoundedPool(tts.audio_workers, 4 * (engine.max_streams + tts.max_queue), "audio"),
+        saved_voices=SavedVoices(tts.saved_voices_dir or default_folder(), tts.max_saved_voices),
     )
     if publish is not None:
-        saved_voices=SavedVoices(tts.saved_voices_dir or default_folder(), tts.max_saved_voices),
         publish(state)
     collector_policy()
     engine.start()
