@@ -4,6 +4,7 @@ cancellation of queued waiters."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 import pytest
 
@@ -137,5 +138,67 @@ def test_refuse_if_full_answers_early_and_takes_nothing() -> None:
         adm.close()
         with pytest.raises(Unavailable):
             adm.refuse_if_full()
+
+    asyncio.run(run())
+
+
+def test_past_its_queue_the_line_holds_what_the_device_carries() -> None:
+    """On a batched device (`carry`), newcomers wait past `max_queue` while the device
+    carries everyone active and queued; once it does not, they get 429 at once, with the
+    `Retry-After` the device's drain time gives. Without `carry` (a CPU) the line stops at
+    `max_queue` as before."""
+    carried: list[tuple[int, dict[str | None, int], str | None]] = []
+
+    def carry(active: int, queued: Mapping[str | None, int], kind: str | None) -> bool:
+        carried.append((active, dict(queued), kind))
+        return active + sum(queued.values()) < 6  # the device carries six streams
+
+    busy = True  # the gate holds newcomers while set
+
+    async def run() -> None:
+        nonlocal busy
+        adm = Admission(
+            limit=8, max_queue=1, timeout_s=5, gate=lambda active, kind: not busy, carry=carry,
+            drain=lambda active, queued: 7.2,
+        )  # fmt: skip
+        await adm.acquire("piper")
+        waiting = [asyncio.create_task(adm.acquire("piper" if i % 2 else "kokoro")) for i in range(5)]
+        await asyncio.sleep(0)
+        assert adm.queued == 5 and adm.rejected == 0  # one under max_queue, four carried
+        assert carried[-1] == (1, {"kokoro": 2, "piper": 2}, "kokoro")  # the fifth waiter, asked with its kind
+        with pytest.raises(Overloaded) as info:
+            await adm.acquire("piper")
+        assert info.value.retry_after == 8  # the drain time, rounded up
+        with pytest.raises(Overloaded):
+            adm.refuse_if_full()
+        busy = False
+        await asyncio.wait_for(asyncio.gather(*waiting), 1)
+        assert adm.active == 6
+        assert adm.queued == 0 and adm._queued == {}
+
+        cpu = Admission(limit=1, max_queue=1, timeout_s=5)
+        await cpu.acquire()
+        queued = asyncio.create_task(cpu.acquire())
+        await asyncio.sleep(0)
+        with pytest.raises(Overloaded) as info:
+            await cpu.acquire()
+        assert info.value.retry_after == 2  # one more than the line over the limit
+        cpu.release()
+        await asyncio.wait_for(queued, 1)
+
+    asyncio.run(run())
+
+
+def test_the_carried_line_is_bounded_by_limit_and_queue_together() -> None:
+    async def run() -> None:
+        adm = Admission(limit=2, max_queue=1, timeout_s=5, carry=lambda active, queued, kind: True)
+        await adm.acquire()
+        await adm.acquire()
+        waiting = [asyncio.create_task(adm.acquire()) for _ in range(2)]
+        await asyncio.sleep(0)
+        assert adm.queued == 1 and adm.rejected == 1  # 2 active + 1 queued = limit + max_queue
+        with pytest.raises(Overloaded):
+            await waiting[1]
+        waiting[0].cancel()
 
     asyncio.run(run())

@@ -133,6 +133,35 @@ def test_a_batched_device_costs_less_per_stream_as_its_steps_grow() -> None:
     assert [batch_bucket(n) for n in (1, 2, 3, 64, 100)] == [1, 2, 2, 64, 64]
 
 
+def test_the_warm_up_curve_is_kept_apart_from_what_traffic_refines() -> None:
+    """Warm-up steps (`curve=True`) give both figures from the start; traffic's steps,
+    slower on a host busy with other work, move `cost` and leave `curve_cost` as the
+    device measured it alone."""
+    meter = CostMeter()
+    assert meter.curve_cost(8) is None
+    for size in (1, 2, 4, 8):
+        meter.add("acoustic", 0.001, 4.0, batch=size, curve=True)
+        meter.add("vocoder", 0.002 + 0.0001 * size, 2.0 * size, batch=size, curve=True)
+    warm = meter.curve_cost(8)
+    assert warm == pytest.approx(0.001 / 4 + 0.0028 / 16) and meter.cost(8) == pytest.approx(warm)
+    assert meter.curve_cost(1) == pytest.approx(0.001 / 4 + 0.0021 / 2)  # a step of one costs most
+    for _ in range(8):
+        meter.add("vocoder", 0.03, 16.0, batch=8)  # traffic: ten times the device's time
+    assert meter.cost(8) > 4 * warm  # type: ignore[operator]
+    assert meter.curve_cost(8) == pytest.approx(warm)
+
+
+def test_a_batched_device_lets_a_step_of_streams_start_at_once_whatever_its_costs() -> None:
+    """Measured costs end the ramp on a CPU; on a batched device a step's worth of
+    streams (`slots`) may be starting at once, however cheap the curve says they are."""
+    cpu = LoadView(2.0, 2, {"piper": 0.001}, {"piper": 3}, 0, 3, (), 10.0)
+    assert hold_reason(cpu, "piper", "piper") is None
+    batched = LoadView(1.0, 8, {"piper": 0.001}, {"piper": 8}, 0, 8, (), 10.0, batched=True)
+    assert hold_reason(batched, "piper", "piper") == "starting"
+    assert hold_reason(LoadView(1.0, 8, {"piper": 0.001}, {"piper": 8}, 0, 7, (), 10.0, batched=True),
+                       "piper", "piper") is None
+
+
 def view(live: int, cost: float | None = PIPER, playback: tuple[Playback, ...] = (), now: float = 10.0) -> LoadView:
     return LoadView(
         capacity=2.0, slots=2, costs={"piper": cost}, live={"piper": live}, unsubmitted=0,
