@@ -6,12 +6,14 @@ gives. Real servers on loopback, driven by concurrent HTTP clients."""
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tests.conftest import run_server
-from voxserve.cli import build_parser, server_config
+from voxserve.cli import build_parser, main, server_config
 from voxserve.config import ServerConfig
 
 TEXT = "A small yellow bird sang from the branch outside the kitchen window."
@@ -45,7 +47,7 @@ def metric(base_url: str, name: str) -> float:
     raise AssertionError(f"{name} not in /metrics")
 
 
-def test_warm_up_gives_the_capacity_and_a_burst_it_carries_is_let_in_whole() -> None:
+def test_warm_up_gives_the_capacity_and_a_burst_it_carries_is_let_in_whole(tmp_path: Path) -> None:
     with run_server(sim_config()) as srv:
         engine = srv.state.engine
         meter = engine.stats.costs[engine.default_model.name]
@@ -62,6 +64,20 @@ def test_warm_up_gives_the_capacity_and_a_burst_it_carries_is_let_in_whole() -> 
         assert all(size > 24000 for _, size, _ in results)  # over half a second of audio each
         assert srv.state.admission.rejected == 0
         assert engine.admission_held()["starting"] > 0  # the line held some past its two
+        # The same as a benchmark: two bursts of 12, every other request to each model
+        # name, with what the steps held read from /metrics around them.
+        out = tmp_path / "burst.json"
+        argv = ["bench", "speech", "--base-url", srv.base_url, "--concurrency", "12", "--bursts", "2",
+                "--model", "tts-1,gpt-4o-mini-tts", "--warmup", "0", "--no-progress", "-o", str(out)]
+        assert main(argv) == 0
+    level = json.loads(out.read_text())["levels"][0]
+    summary = level["summary"]
+    assert summary["requests"] == 24 and summary["completed"] == 24
+    assert [t["completed"] for t in summary["targets"].values()] == [12, 12]
+    steps = summary["steps"]
+    assert steps["engine_units_per_step"]["vocoder"] >= 1
+    assert steps["device_items_per_call"]["piper.vocoder"] >= 1
+    assert steps["capacity_streams"] > 0
 
 
 def test_a_true_overload_is_refused_with_the_wait_the_curve_gives() -> None:
