@@ -111,13 +111,15 @@ class TranscriptionForm(BaseModel):
     language: str | None = Field(None, max_length=16, description="ISO-639-1 code of the audio")
     prompt: str | None = Field(None, max_length=8192, description="Text that primes every piece")
     temperature: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)
-    response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = "json"
+    response_format: Literal["json", "text", "srt", "verbose_json", "vtt", "diarized_json"] = "json"
     timestamp_granularities: list[Literal["segment", "word"]] = Field(default_factory=list)
     stream: bool = False
     chunking_strategy: Chunking | None = None
     """Parsed by `parse_chunking`: None is no strategy (the default rule)."""
     logprobs: bool = False
     """`include[]=logprobs` was sent (`parse_include`)."""
+    known_speakers: list[tuple[str, bytes]] = Field(default_factory=list)
+    """Known speakers' names and reference audio (`api/speakers.py: parse_known_speakers`)."""
     noise_reduction: Literal["near_field", "far_field"] | None = Field(
         None,
         description=(

@@ -26,6 +26,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from voxserve.api.diarized import render_diarized, segment_event
 from voxserve.api.formats import (
     CONTENT_TYPES,
     as_json,
@@ -43,17 +44,26 @@ from voxserve.api.schemas import (
     parse_include,
     validate,
 )
+from voxserve.api.speakers import (
+    MAX_REFERENCE_CHARS,
+    MAX_REFERENCES_CHARS,
+    REFERENCES,
+    is_reference,
+    parse_known_speakers,
+)
 from voxserve.api.sse import sse, sse_error
 from voxserve.api.streaming import StreamResponse, until_disconnect
+from voxserve.engine.speakers import DiarizedTranscript, SegmentDone
 from voxserve.engine.transcribe import TextDelta, Transcript
 from voxserve.engine.uploads import UploadLease
 from voxserve.errors import InvalidRequest, PayloadTooLarge, VoxError
-from voxserve.serving.catalog import ASR_MODELS
+from voxserve.serving.catalog import ASR_MODELS, diarizing_model
 from voxserve.serving.service import Service, TranscriptionReply
 from voxserve.serving.transcription import TranscriptionParams
 
 __all__ = [
     "ASR_MODELS",
+    "read_form",
     "read_upload",
     "render",
     "transcript_events",
@@ -132,6 +142,8 @@ def transcription_params(body: TranscriptionForm, task: str) -> TranscriptionPar
         logprobs=body.logprobs,
         chunking=body.chunking_strategy,
         noise_reduction=body.noise_reduction,
+        diarize=diarizing_model(body.model),
+        known_speakers=tuple(body.known_speakers),
     )
 
 
@@ -141,7 +153,7 @@ async def read_upload(
     """Read and validate the multipart form: its fields and the uploaded file's bytes.
     With `lease`, every piece of the body is taken from the upload budget as it arrives
     (429 past it); the caller releases the lease."""
-    form = await _read_form(request, int(max_upload_mb * 1024 * 1024), lease)
+    form = await read_form(request, int(max_upload_mb * 1024 * 1024), lease)
     try:
         body, upload = _parse(form, task)
         data = await upload.read()
@@ -150,7 +162,7 @@ async def read_upload(
     return body, data
 
 
-async def _read_form(request: Request, limit: int, lease: UploadLease | None) -> FormData:
+async def read_form(request: Request, limit: int, lease: UploadLease | None) -> FormData:
     """Parse the multipart body, answering 413 as soon as it passes `limit` bytes and 429
     as soon as `lease` cannot take the next piece."""
     declared = request.headers.get("content-length")
@@ -188,8 +200,21 @@ class _FormParser(MultiPartParser):
     """Starlette's multipart parser, whose refusal of an oversized field names the field
     (`param`), so a client learns which of its fields to shorten."""
 
+    references = 0
+    """Characters of known-speaker references read so far."""
+
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
         part = self._current_part
+        if part.file is None and is_reference(part.field_name):
+            self.references += end - start
+            if len(part.data) + end - start > MAX_REFERENCE_CHARS or self.references > MAX_REFERENCES_CHARS:
+                raise InvalidRequest(
+                    f"a known speaker reference is over {MAX_REFERENCE_CHARS // (1024 * 1024)} MB, or all of them "
+                    f"over {MAX_REFERENCES_CHARS // (1024 * 1024)} MB; send 2-10 s of each voice",
+                    param=REFERENCES,
+                )
+            part.data.extend(data[start:end])
+            return
         if part.file is None and len(part.data) + end - start > self.max_part_size:
             name = part.field_name.split("[", 1)[0]
             raise InvalidRequest(
@@ -229,11 +254,23 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
     fields["chunking_strategy"] = parse_chunking(raw if isinstance(raw, str) else None, keys)
     includes = [v for k in ("include[]", "include") for v in form.getlist(k)]
     fields["logprobs"] = parse_include([v for v in includes if isinstance(v, str)])
+    diarizes = isinstance(fields.get("model"), str) and diarizing_model(fields["model"])
+    fields["known_speakers"] = parse_known_speakers(form, diarizes)
     body = validate(TranscriptionForm, fields)
+    if body.response_format == "diarized_json" and not diarizes:
+        raise InvalidRequest(
+            "response_format diarized_json needs a model that labels speakers: send "
+            "model=gpt-4o-transcribe-diarize, or another response_format",
+            param="response_format",
+        )
+    if diarizes and (task == "translate" or body.logprobs):
+        param = "model" if task == "translate" else "include"
+        raise InvalidRequest(f"{body.model} transcribes with speaker labels: it does not "
+                             f"{'translate' if task == 'translate' else 'give logprobs'}", param=param)
     if task == "translate" and (body.stream or body.timestamp_granularities):
         param = "stream" if body.stream else "timestamp_granularities"
         raise InvalidRequest(f"translations do not support '{param}'; leave it out", param=param)
-    if body.stream and body.response_format not in ("json", "text"):
+    if body.stream and body.response_format not in ("json", "text", "diarized_json"):
         raise InvalidRequest(
             "stream=true sends text events; use response_format json or text with it",
             param="response_format",
@@ -252,6 +289,8 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
 
 def render(t: Transcript, body: TranscriptionForm, task: str, headers: dict[str, str]) -> Response:
     fmt = body.response_format
+    if isinstance(t, DiarizedTranscript):
+        return render_diarized(t, body, task, headers)
     if fmt == "json":
         return JSONResponse(as_json(t, body.logprobs), headers=headers)
     if fmt == "verbose_json":
@@ -268,6 +307,9 @@ async def transcript_events(stream: TranscriptionReply) -> AsyncGenerator[bytes,
     try:
         async with contextlib.aclosing(stream.deltas()) as deltas:
             async for item in deltas:
+                if isinstance(item, SegmentDone):
+                    yield sse(segment_event(item))
+                    continue
                 if isinstance(item, TextDelta):
                     event: dict[str, Any] = {"type": "transcript.text.delta", "delta": item.text}
                 else:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from voxserve.audio.blocks import Samples
 from voxserve.engine.asr import (
     SEGMENTS_AHEAD,
     ASREngine,
@@ -106,6 +107,12 @@ class Transcription:
     @property
     def duration(self) -> float:
         return self.handle.duration
+
+    @property
+    def audio(self) -> Samples:
+        """The decoded 16 kHz audio, for work beside the transcription (diarization)."""
+        assert self._prepared is not None
+        return self._prepared.audio
 
     async def windows(self) -> AsyncIterator[WindowResult]:
         """Decoded pieces in order; raises StreamFailed if the engine failed the request."""

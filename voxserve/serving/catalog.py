@@ -23,6 +23,7 @@ from voxserve.serving.saved_voices import SavedVoices
 
 __all__ = [
     "ASR_MODELS",
+    "DIARIZE_MODELS",
     "METRICS_CONTENT_TYPE",
     "SPEECH_MODELS",
     "Health",
@@ -30,6 +31,7 @@ __all__ = [
     "asr_model",
     "asr_models",
     "builtin_voice_names",
+    "diarizing_model",
     "engine_devices",
     "engines_health",
     "markup_voice",
@@ -66,6 +68,15 @@ changes only its base URL works. OpenAI's dated snapshots of these names
 (`gpt-4o-transcribe-2025-03-20`) mean the same (`_DATED`)."""
 
 _DATED = re.compile(r"(gpt-4o-transcribe|gpt-4o-mini-transcribe)-\d{4}-\d{2}-\d{2}")
+
+DIARIZE_MODELS = ("gpt-4o-transcribe-diarize", "voxserve-diarize")
+"""Transcription with speaker labels (OpenAI's name, then voxserve's own): the default
+ASR model's words given to speakers by CAM++ embeddings (`serving/diarization.py`)."""
+
+
+def diarizing_model(model_id: str) -> bool:
+    """Whether a request's `model` asks for speaker labels."""
+    return model_id in DIARIZE_MODELS
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -246,7 +257,7 @@ def asr_model(model_id: str, loaded: Iterable[str], param: str = "model") -> str
     names = list(loaded)
     if model_id in names:
         return model_id
-    if model_id in ASR_MODELS or _DATED.fullmatch(model_id):
+    if model_id in ASR_MODELS or model_id in DIARIZE_MODELS or _DATED.fullmatch(model_id):
         return None
     raise NotFound(
         f"model {model_id!r} does not exist; use one of: {', '.join((*ASR_MODELS, *names))}",
@@ -272,6 +283,7 @@ def served_models(speech: Mapping[str, str], asr: Mapping[str, Mapping[str, Any]
     if asr:
         default = next((name for name, about in asr.items() if about.get("default")), next(iter(asr)))
         models.update(dict.fromkeys(ASR_MODELS, default))
+        models.update(dict.fromkeys(DIARIZE_MODELS, default))
         models.update({name: name for name in asr})
     return models
 

@@ -129,6 +129,9 @@ class Metrics:
         self.asr_audio_seconds = Counter(
             "voxserve_asr_audio_seconds", "Input audio seconds transcribed", registry=r
         )
+        self.asr_diarized_seconds = Counter(
+            "voxserve_asr_diarized_audio_seconds", "Input audio seconds transcribed with speaker labels", registry=r
+        )
         self.asr_rtfx = Histogram(
             "voxserve_asr_rtfx", "Audio seconds / request wall time", buckets=_RTFX_BUCKETS, registry=r
         )

@@ -8,6 +8,7 @@ upload budget, is the channel's part. No HTTP here.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -61,6 +62,12 @@ class TranscriptionParams:
     noise_reduction: str | None = None
     """`near_field` or `far_field`: the VAD that cuts the audio hears it through the noise
     filter (`engine/denoise.py`); the recognizer hears the audio as sent."""
+    diarize: bool = False
+    """The words are to be given to speakers (`serving/diarization.py`)."""
+    known_speakers: tuple[tuple[str, bytes], ...] = ()
+    """Known speakers' names and reference audio, for `diarize`."""
+    speakers_only: bool = False
+    """Only who spoke when, no words (`POST /v1/audio/diarization`)."""
 
 
 def asr_disabled() -> NotFound:
@@ -189,8 +196,8 @@ class Transcriber:
             language=params.language or None,
             prompt=params.prompt or None,
             temperature=params.temperature,
-            timings=params.timings,
-            words=params.words,
+            timings=params.timings or params.diarize,
+            words=params.words or params.diarize,
             logprobs=params.logprobs,
             chunking=params.chunking,
         )
@@ -206,9 +213,22 @@ class Transcriber:
             engine.hold(model, -1)
             self.admission.release()
 
+        if params.speakers_only:
+            from voxserve.serving.diarization import speakers_only
+
+            return speakers_only(engine, self.pool, data, params.known_speakers, release, self.metrics, started,
+                                 request_id)
         try:
+            if params.diarize:
+                # diarization builds on this module's stream
+                from voxserve.serving.diarization import DiarizedStream, known_speakers
+
+                loop = asyncio.get_running_loop()
+                known = await loop.run_in_executor(self.pool, known_speakers, params.known_speakers)
             transcription = await start_transcription(engine, data, options, self.pool, request_id, through)
         except BaseException:
             release()
             raise
+        if params.diarize:
+            return DiarizedStream(transcription, params, release, self.metrics, started, self.pool, known)
         return TranscriptionStream(transcription, params, release, self.metrics, started)
