@@ -20,6 +20,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from voxserve.api.batch import BatchRequest
 from voxserve.api.formats import CONTENT_TYPES
 from voxserve.api.schemas import ResponseFormat, SaveVoice, SpeechRequest, TranscriptionForm
 from voxserve.audio.encode import content_type
@@ -70,6 +71,19 @@ class VoiceCard(BaseModel):
     saved: bool = Field(description="A saved voice (POST /v1/audio/voices), which DELETE removes")
     voice: str | None = Field(None, description="A saved voice's voice or blend")
     created_at: int | None = Field(None, description="When a saved voice was saved (Unix seconds)")
+
+
+class BatchItem(BaseModel):
+    index: int
+    audio: str | None = Field(None, description="The item's audio in its format, base64")
+    audio_format: str | None = None
+    sample_rate: int | None = None
+    error: ErrorDetail | None = Field(None, description="Why the item has no audio")
+
+
+class BatchSpeech(BaseModel):
+    object: Literal["list"]
+    data: list[BatchItem] = Field(description="One entry per item, in the items' order")
 
 
 class DeletedVoice(BaseModel):
@@ -173,6 +187,7 @@ _RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
     VoiceList,
     VoiceCard,
     DeletedVoice,
+    BatchSpeech,
     Health,
     Transcription,
     VerboseTranscription,
@@ -324,6 +339,22 @@ def _speech_op() -> dict[str, Any]:
     }
 
 
+def _batch_op() -> dict[str, Any]:
+    zipped = {"application/zip": {"schema": {"type": "string", "format": "binary"}}}
+    return {
+        "summary": "Speak 1 to 32 inputs, each with its own overrides, as JSON or a zip",
+        "operationId": "createSpeechBatch",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(BatchRequest)}}},
+        "responses": {
+            "200": {
+                "description": "Every item's audio (or its error), in order",
+                "content": {"application/json": {"schema": _ref(BatchSpeech)}, **zipped},
+            },
+            **_errors("400", "404", "413", "415", "429", "503"),
+        },
+    }
+
+
 def _save_voice_op() -> dict[str, Any]:
     return {
         "summary": "Save a voice or blend under a name",
@@ -355,6 +386,7 @@ def openapi_document(max_input_chars: int = TTSConfig.max_input_chars) -> dict[s
     pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (SpeechRequest, "validation"),
         (SaveVoice, "validation"),
+        (BatchRequest, "validation"),
         (TranscriptionForm, "validation"),
     ]
     pairs += [(m, "serialization") for m in _RESPONSE_MODELS]
@@ -381,6 +413,7 @@ def openapi_document(max_input_chars: int = TTSConfig.max_input_chars) -> dict[s
         },
         "paths": {
             "/v1/audio/speech": {"post": _keyed(_speech_op())},
+            "/v1/audio/speech/batch": {"post": _keyed(_batch_op())},
             "/v1/audio/transcriptions": {"post": _keyed(_transcribe_op("transcribe", form))},
             "/v1/audio/translations": {"post": _keyed(_transcribe_op("translate", form))},
             "/v1/models": {"get": _keyed(_get("listModels", "Models it answers to", models))},
