@@ -11,7 +11,7 @@ import torch
 
 from voxserve.runners.whisper.graphs import GREEDY_STEPS, GreedyLoop, GreedyState, GreedySteps
 from voxserve.runners.whisper.model import Cache, Decoder
-from voxserve.runners.whisper.search import TokenRules, greedy
+from voxserve.runners.whisper.search import TokenRules, beam_search
 from voxserve.runners.whisper.weights import Dims
 
 pytestmark = pytest.mark.timeout(60)
@@ -84,7 +84,7 @@ def test_the_graphed_loop_decodes_as_the_step_by_step_search(max_steps: int) -> 
                 loop = GreedyLoop(decoder, cache, EOT, max_steps, capture=False)
                 results.append(loop.decode(lambda t, s=step: s(t, 0), start, length, max_steps, rules))  # type: ignore[misc]
             else:
-                results.append(greedy(step, start, max_steps, rules))
+                results.append(beam_search(step, lambda rows, i: None, start, 1, max_steps, rules))
     eager, graphed_hyps = results
     assert [h.tokens for h in graphed_hyps] == [h.tokens for h in eager]
     assert [round(h.logprob, 4) for h in graphed_hyps] == [round(h.logprob, 4) for h in eager]

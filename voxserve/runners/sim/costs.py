@@ -15,25 +15,33 @@ or phoneme id, times the batch). Its figures come from `SOURCES`, the H200 measu
 Whisper is costed per batch, not per step (`WhisperCost`): one call runs the log-mel,
 the encoder and a loop of decoder steps whose number the text decides, and an eager
 step's kernels run behind its own launches, so a step costs the larger of its host and
-device shares, not their sum. Its figures are `WHISPER_SOURCES`.
+device shares, not their sum. Its model's figures are `WHISPER_SOURCES`; its search's
+host share per step and per piece is measured from the torch runner's own search and
+shipped as a table (`whisper_search.json`, made by `scripts/whisper_search_host.py`):
+the sim runs where torch is not installed, and a table measured once on a quiet machine
+is steadier than one measured at each start beside the server's own load.
 
 Nothing here imports torch or touches a GPU.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 __all__ = [
     "KOKORO_ACOUSTIC",
     "KOKORO_DECODER",
     "PIPER_ACOUSTIC",
     "PIPER_VOCODER",
+    "SEARCH_TABLE",
     "SOURCES",
     "STAGES",
     "WHISPER_SOURCES",
     "WHISPER_TINY",
     "Cost",
+    "SearchHost",
     "Source",
     "StageCost",
     "WhisperCost",
@@ -211,6 +219,29 @@ class Cost:
 
 
 @dataclass(frozen=True)
+class SearchHost:
+    """The host's share of one step of a decoding search: `step_s` a step, plus
+    `per_piece_s` for each piece past the first."""
+
+    step_s: float
+    per_piece_s: float
+
+    def seconds(self, pieces: int) -> float:
+        return self.step_s + self.per_piece_s * max(0, pieces - 1)
+
+
+SEARCH_TABLE = Path(__file__).with_name("whisper_search.json")
+"""The search's host share as measured from the torch runner's own search
+(`scripts/whisper_search_host.py`): beam search of five, of one (greedy) and sampling of
+five, a line over the pieces in a batch."""
+
+
+def _measured(name: str) -> SearchHost:
+    entry = json.loads(SEARCH_TABLE.read_text(encoding="utf-8"))["searches"][name]
+    return SearchHost(float(entry["step_s"]), float(entry["per_piece_s"]))
+
+
+@dataclass(frozen=True)
 class WhisperCost:
     """Whisper's cost per batch on one H200 (`batch`), fitted to `WHISPER_SOURCES`:
 
@@ -221,12 +252,15 @@ class WhisperCost:
     - a step's kernels: `step_s` plus `step_per_row_s` per further row (the graphed
       batch of 128 is 113.5 ms); eager, the host's `eager_host_step_s` of launches
       bounds each step and the device waits between them;
-    - beam search (and sampling, best of 5): top-k and cache reordering on the host take
-      `beam_host_step_s` a step plus `beam_host_step_per_piece_s` per further piece,
-      more than the kernels: the host bounds the step;
     - under a graph the host spends `graph_host_step_s` a step (assumed: the replay and
-      reading the next tokens); the log-mel of a batch `mel_s` plus `mel_per_window_s`
-      per 30 s window (assumed: a few kernels)."""
+      reading the next tokens); greedy decoding without timestamps runs whole in the
+      captured greedy loop and spends only that;
+    - every other search (beam search, greedy with the timestamp rules, sampling) adds
+      its own host share a step, measured from the runner's search (`SEARCH_TABLE`):
+      `beam_host` for a beam of two or more, `greedy_host` for one, `sample_host` for
+      sampling;
+    - the log-mel of a batch `mel_s` plus `mel_per_window_s` per 30 s window (assumed:
+      a few kernels)."""
 
     encoder_s: float = 4.0e-3
     encoder_per_window_s: float = 0.362e-3
@@ -234,22 +268,43 @@ class WhisperCost:
     step_per_row_s: float = 0.003e-3
     eager_host_step_s: float = 2.5e-3
     graph_host_step_s: float = 0.06e-3
-    beam_host_step_s: float = 1.01e-3
-    beam_host_step_per_piece_s: float = 0.0405e-3
+    beam_host: SearchHost = field(default_factory=lambda: _measured("beam5"))
+    greedy_host: SearchHost = field(default_factory=lambda: _measured("greedy"))
+    sample_host: SearchHost = field(default_factory=lambda: _measured("sample5"))
     mel_s: float = 0.1e-3
     mel_per_window_s: float = 0.01e-3
 
-    def batch(self, pieces: int, rows: int, width: int, steps: int, graphs: bool, align: bool) -> Cost:
+    def search_host_s(self, pieces: int, rows: int, sampling: bool, timestamps: bool, graphs: bool) -> float:
+        """The search's host seconds a step, beside the model's own."""
+        if sampling:
+            return self.sample_host.seconds(pieces)
+        if rows > pieces:
+            return self.beam_host.seconds(pieces)
+        if graphs and not timestamps:
+            return 0.0  # the captured greedy loop
+        return self.greedy_host.seconds(pieces)
+
+    def batch(
+        self,
+        pieces: int,
+        rows: int,
+        width: int,
+        steps: int,
+        graphs: bool,
+        align: bool,
+        sampling: bool = False,
+        timestamps: bool = False,
+    ) -> Cost:
         """A batch of `pieces` in an encoder window of `width` frames, decoded over `rows`
-        (pieces times the beam) for `steps` steps (the longest piece's tokens and the
-        end of text), and aligned once more if `align`."""
+        (pieces times the beam or the samples) for `steps` steps (the longest piece's
+        tokens and the end of text), with the timestamp rules if `timestamps`, and
+        aligned once more if `align`."""
         scale = width / WHISPER_FULL_WINDOW
         mel = self.mel_s + self.mel_per_window_s * pieces * scale
         encoder = (self.encoder_s + self.encoder_per_window_s * (pieces - 1)) * scale
         kernels = self.step_s + self.step_per_row_s * (rows - 1)
         host = self.graph_host_step_s if graphs else self.eager_host_step_s
-        if rows > pieces:
-            host += self.beam_host_step_s + self.beam_host_step_per_piece_s * (pieces - 1) - self.graph_host_step_s
+        host += self.search_host_s(pieces, rows, sampling, timestamps, graphs)
         steps += 1 if align else 0
         return Cost(mel + encoder + steps * max(kernels, host), steps * host)
 
@@ -272,9 +327,12 @@ class WhisperSource:
 
     def modelled(self) -> float:
         """The model's real-time factor for this batch (the log-mel left out: the probes
-        fed features)."""
-        cost = WHISPER_TINY.batch(self.batch, self.batch * self.beam, WHISPER_FULL_WINDOW, WHISPER_30S_STEPS + 1, self.graphed, False)
-        mel = WHISPER_TINY.mel_s + WHISPER_TINY.mel_per_window_s * self.batch
+        fed features). The probes' greedy bookkeeping was a few device operations a step,
+        within the fitted launches, so the model is compared without the search's own
+        measured share."""
+        model = replace(WHISPER_TINY, greedy_host=SearchHost(0.0, 0.0))
+        cost = model.batch(self.batch, self.batch * self.beam, WHISPER_FULL_WINDOW, WHISPER_30S_STEPS + 1, self.graphed, False)
+        mel = model.mel_s + model.mel_per_window_s * self.batch
         return self.batch * 30.0 / (cost.device_s - mel)
 
 
@@ -283,9 +341,9 @@ WHISPER_SOURCES: tuple[WhisperSource, ...] = (
     WhisperSource(1, 1, True, 30 / 0.035, 0.02, "the same under a CUDA graph, static cache: 35 ms, 857x (DESIGN)"),
     WhisperSource(128, 1, False, 14_501, 0.02, "greedy, batch 128, eager: 14,501x (DESIGN)"),
     WhisperSource(128, 1, True, 33_839, 0.02, "greedy, batch 128, graphed: 33,839x (DESIGN)"),
-    WhisperSource(1, 5, True, 329, 0.03, "beam 5, graphed, batch 1: 329x (BENCHMARKS.md)"),
-    WhisperSource(64, 5, True, 5_764, 0.03, "beam 5, graphed, batch 64: 5,764x (BENCHMARKS.md)"),
 )
-"""The H200 figures Whisper's costs are fitted to (docs/BENCHMARKS.md, "Transcription
-on a GPU"; the one-at-a-time and batch-128 probes of 2026-11-27). A decoder step is
-2.5 ms eager and 0.36 ms replayed from a graph."""
+"""The H200 figures Whisper's model costs are fitted to (docs/BENCHMARKS.md,
+"Transcription on a GPU"; the one-at-a-time and batch-128 probes of 2026-11-27), greedy
+without timestamps, where the whole search runs in the captured loop. A decoder step is
+2.5 ms eager and 0.36 ms replayed from a graph. The other searches' host share is the
+measured `SEARCH_TABLE`."""

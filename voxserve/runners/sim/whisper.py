@@ -5,7 +5,8 @@ host's share without a GPU.
 Everything around the model is real: the tokenizer (the bundled tiny.en's), the decoding
 options, the segments the engine builds. A batch's log-mel, encoder and decoder steps are
 device time on the process's one simulated device, waited for with the GIL released; the
-Python a real runner runs between kernels is host time, spent holding the GIL. The text
+Python a real runner runs between kernels (launches, replays, and the search's own share
+as measured from the torch runner's search) is host time, spent holding the GIL. The text
 is not a transcript: `[sim]` and then words of a plausible number and length for the
 piece's duration, so that nothing downstream mistakes it for one (the benches refuse to
 score it).
@@ -117,7 +118,10 @@ class SimWhisperRunner:
         rows = len(inputs) * (opts.best_of if opts.temperature > 0 else opts.beam_size)
         width = max(x.window for x in inputs)
         steps = max(len(t) for t in tokens) + 1 + len(opts.previous)
-        cost = self.costs.batch(len(inputs), rows, width, steps, self.graphs, any(x.align for x in inputs))
+        cost = self.costs.batch(
+            len(inputs), rows, width, steps, self.graphs, any(x.align for x in inputs),
+            sampling=opts.temperature > 0, timestamps=not opts.without_timestamps,
+        )
         # The kernels are queued at once and run while the host does its share (launches,
         # the search's bookkeeping): the call ends when both have.
         end = self.device.reserve(cost.device_s, "whisper", len(inputs))

@@ -16,10 +16,14 @@ gives the CTranslate2 runner's transcripts on the same weights:
 - sampling draws `best_of` continuations at the temperature and keeps the best the same
   way.
 
-Each step hands the device one batch of rows (every piece's beams) and brings its top
-candidates back to the host, where the bookkeeping is plain numpy. Rows of finished pieces
-keep running on end-of-text tokens, so the batch keeps its shape (a captured graph needs
-that). This module knows nothing of audio, prompts or tokenizers.
+Every step is a fixed set of tensor operations over the whole batch, on the device that
+runs the model: the token rules read each row's last two tokens and last timestamp
+(`_Rows`), the beams' choice and the finished hypotheses are gathers and scatters, and
+nothing is read back to the host but, once per `CHECK_EVERY` steps, whether every piece
+is done. Rows of finished pieces keep running on end-of-text tokens, so the batch keeps
+its shape (a captured graph needs that). The host rebuilds each piece's best sequence
+once, at the end, from the steps' back-pointers. This module knows nothing of audio,
+prompts or tokenizers.
 """
 
 from __future__ import annotations
@@ -31,12 +35,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["Hypothesis", "TokenRules", "beam_search", "greedy", "sample"]
+__all__ = ["CHECK_EVERY", "Hypothesis", "TokenRules", "beam_search", "sample"]
 
 Step = Callable[[Tensor, int], Tensor]
 """(tokens [rows], step index) -> logits [rows, vocab] of the next token."""
 Reorder = Callable[[Tensor, int], None]
 """Rows take the decoder state of the given rows, after the given step."""
+
+CHECK_EVERY = 8
+"""The search asks the device whether every piece is done once per this many steps: each
+question waits for the device, and the few spare steps on done pieces change nothing."""
+
+_NEG = float("-inf")
 
 
 @dataclass(frozen=True)
@@ -71,56 +81,116 @@ class TokenRules:
     max_initial_timestamp: int = 0
     """Index of the last timestamp allowed first (timestamps mode)."""
 
+    @property
+    def timestamp_begin(self) -> int:
+        """The first timestamp token (`<|0.00|>`)."""
+        return self.no_timestamps + 1
+
     def masks(self, device: torch.device) -> tuple[Tensor, Tensor]:
         """Additive masks (0 or -inf) for every step and for the first step."""
         every = torch.zeros(self.vocab, device=device)
-        every[list(self.suppress)] = -np.inf
+        every[list(self.suppress)] = _NEG
         first = every.clone()
-        first[list(self.suppress_begin)] = -np.inf
+        first[list(self.suppress_begin)] = _NEG
         if self.timestamps:
-            every[self.no_timestamps] = -np.inf
-            first[self.no_timestamps] = -np.inf
-            first[: self.no_timestamps + 1] = -np.inf
-            first[self.no_timestamps + 2 + self.max_initial_timestamp :] = -np.inf
+            every[self.no_timestamps] = _NEG
+            first[self.no_timestamps] = _NEG
+            first[: self.no_timestamps + 1] = _NEG
+            first[self.no_timestamps + 2 + self.max_initial_timestamp :] = _NEG
         return every, first
 
-    def timestamp_mask(self, history: np.ndarray, logits: Tensor) -> Tensor:
-        """Timestamps mode, after the first step: the pairing, ordering and forcing rules
-        for each row of `history` [rows, steps so far], as an additive mask."""
-        begin = self.no_timestamps + 1
-        rows = history.shape[0]
-        mask = np.zeros((rows, self.vocab), dtype=np.float32)
-        check = np.ones(rows, dtype=bool)
-        for r in range(rows):
-            seq = history[r]
-            last = int(seq[-1])
-            if last >= begin:
-                before = int(seq[-2]) if len(seq) > 1 else last
-                if before >= begin:
-                    mask[r, begin:] = -np.inf  # a pair is closed: text must follow
-                    check[r] = False
-                else:
-                    mask[r, : self.eot] = -np.inf  # an open pair: a timestamp or the end
-            stamps = seq[seq >= begin]
-            if len(stamps):
-                mask[r, begin : int(stamps[-1])] = -np.inf
-        additive = torch.from_numpy(mask).to(logits.device)
-        if not check.any():
-            return additive
-        logprobs = torch.log_softmax((logits.float() + additive), dim=-1)
-        stamp = torch.logsumexp(logprobs[:, begin:], dim=-1)
+
+class _Rows:
+    """What the timestamp rules read of each row's tokens so far, on the device: its last
+    token, the one before (the last again after one token) and its last timestamp (the
+    first timestamp while there is none, which masks nothing)."""
+
+    def __init__(self, rows: int, rules: TokenRules, device: torch.device):
+        begin = rules.timestamp_begin
+        self.last = torch.full((rows,), -1, dtype=torch.long, device=device)
+        self.before = torch.full((rows,), -1, dtype=torch.long, device=device)
+        self.stamp = torch.full((rows,), begin, dtype=torch.long, device=device)
+        self.begin = begin
+
+    def push(self, tokens: Tensor, step: int, origin: Tensor | None = None) -> None:
+        """Rows take `origin`'s state (the beams' choice), then append `tokens`."""
+        last, stamp = self.last, self.stamp
+        if origin is not None:
+            last, stamp = last.index_select(0, origin), stamp.index_select(0, origin)
+        self.before = tokens if step == 0 else last
+        self.last = tokens
+        self.stamp = torch.where(tokens >= self.begin, tokens, stamp)
+
+
+class _Filter:
+    """A step's token rules as additive masks over the batch's logits."""
+
+    def __init__(self, rules: TokenRules, device: torch.device):
+        self.rules = rules
+        self.every, self.first = rules.masks(device)
+        columns = torch.arange(rules.vocab, device=device)
+        self.columns = columns
+        self.is_stamp = columns >= rules.timestamp_begin
+        self.before_eot = columns < rules.eot
+        self.text = ~self.is_stamp
+
+    def __call__(self, raw: Tensor, step: int, rows: _Rows) -> Tensor:
+        """`raw` logits in float32 with the step's rules applied."""
+        logits = raw.float() + (self.first if step == 0 else self.every)
+        if not self.rules.timestamps or step == 0:
+            return logits
+        begin = self.rules.timestamp_begin
+        after_stamp = rows.last >= begin
+        closed = after_stamp & (rows.before >= begin)  # a pair is closed: text must follow
+        opened = after_stamp & ~closed  # an open pair: a timestamp or the end
+        banned = (
+            (closed[:, None] & self.is_stamp)
+            | (opened[:, None] & self.before_eot)
+            | (self.is_stamp & (self.columns < rows.stamp[:, None]))  # never decreasing
+        )
+        logits = logits.masked_fill(banned, _NEG)
+        logprobs = torch.log_softmax(logits, dim=-1)
+        stamps = torch.logsumexp(logprobs[:, begin:], dim=-1)
         text = logprobs[:, :begin].max(dim=-1).values
-        force = (stamp > text).cpu().numpy() & check
-        additive[torch.from_numpy(force).to(logits.device), :begin] = -np.inf
-        return additive
+        force = (stamps > text) & ~closed
+        return logits.masked_fill(force[:, None] & self.text, _NEG)
 
 
-def _filtered(logits: Tensor, step: int, rules: TokenRules, masks: tuple[Tensor, Tensor], history: np.ndarray) -> Tensor:
-    """`logits` in float32 with the step's token rules applied."""
-    logits = logits.float() + (masks[1] if step == 0 else masks[0])
-    if rules.timestamps and step > 0:
-        logits = logits + rules.timestamp_mask(history, logits)
-    return logits
+class _Finished:
+    """The finished hypotheses of every piece, up to `2 x beam` each (a piece may take
+    `beam` at its last step with `beam - 1` already kept), in device tensors: per slot
+    the step, the row it continued, its last token and its length (`kept`), and its log
+    probability. A slot past the end takes the writes of continuations that did not
+    finish."""
+
+    def __init__(self, pieces: int, beam: int, device: torch.device):
+        self.cap = 2 * beam
+        slots = pieces * self.cap + 1
+        self.dump = slots - 1
+        self.kept = torch.zeros(slots, 4, dtype=torch.long, device=device)
+        self.logprob = torch.full((slots,), _NEG, dtype=torch.float64, device=device)
+        self.count = torch.zeros(pieces, dtype=torch.long, device=device)
+        self.base = torch.arange(pieces, device=device)[:, None] * self.cap
+
+    def add(self, finishing: Tensor, rank: Tensor, step: int, rows: Tensor, tokens: Tensor, ends: Tensor, values: Tensor) -> None:
+        """Keep the `finishing` slots [pieces, beam] (`rank`: their order among a piece's
+        finishing ones): the row they continue, their token (the end of text or, at the
+        last step, any), and their log probability."""
+        dest = torch.where(finishing, self.base + self.count[:, None] + rank, self.dump).view(-1)
+        kept = torch.stack([torch.full_like(rows, step), rows, tokens, (~ends).long() + step], dim=-1)
+        self.kept.index_copy_(0, dest, kept.view(-1, 4))
+        self.logprob.index_copy_(0, dest, values.reshape(-1).double())
+        self.count += finishing.sum(dim=1)
+
+    def best(self, pieces: int) -> Tensor:
+        """Each piece's best slot: the highest log probability over length (-inf when
+        empty); the first kept wins a tie."""
+        used = torch.arange(self.cap, device=self.count.device)[None, :] < self.count[:, None]
+        logprob = self.logprob[:-1].view(pieces, self.cap)
+        length = self.kept[:-1, 3].view(pieces, self.cap)
+        score = torch.where(length > 0, logprob / length.clamp(min=1).double(), _NEG)
+        score = torch.where(used, score, _NEG)
+        return self.base[:, 0] + score.argmax(dim=1)
 
 
 def beam_search(
@@ -134,27 +204,32 @@ def beam_search(
 ) -> list[Hypothesis]:
     """The best hypothesis of each piece. `start` [pieces * beam] holds each row's start
     token (a piece's beams are adjacent rows); the decoder state has that many rows.
-    `first_logits` sees the first step's raw logits (for the no-speech probability)."""
+    `first_logits` sees the first step's raw logits (for the no-speech probability).
+    A beam of one is greedy decoding."""
     rows = start.shape[0]
     pieces = rows // beam
     device = start.device
-    masks = rules.masks(device)
-    scores = torch.full((pieces, beam), -np.inf, device=device)
+    rules_filter = _Filter(rules, device)
+    state = _Rows(rows, rules, device)
+    finished = _Finished(pieces, beam, device)
+    scores = torch.full((pieces, beam), _NEG, device=device)
     scores[:, 0] = 0.0
-    tokens = start
-    history = np.zeros((rows, 0), dtype=np.int64)
-    finished: list[list[Hypothesis]] = [[] for _ in range(pieces)]
-    done = np.zeros(pieces, dtype=bool)
     width = min(2 * beam, rules.vocab)
+    first_rows = torch.arange(pieces, device=device)[:, None] * beam
+    own = torch.arange(beam, device=device).expand(pieces, beam)
+    identity = first_rows + own
+    done = torch.zeros(pieces, dtype=torch.bool, device=device)
+    origins = torch.zeros(max_steps, rows, dtype=torch.long, device=device)
+    chosen = torch.full((max_steps, rows), rules.eot, dtype=torch.long, device=device)
+    tokens = start
     for step in range(max_steps):
         raw = step_fn(tokens, step)
         if step == 0 and first_logits is not None:
             first_logits(raw)
-        logprobs = torch.log_softmax(_filtered(raw, step, rules, masks, history), dim=-1)
+        logprobs = torch.log_softmax(rules_filter(raw, step, state), dim=-1)
         total = logprobs.view(pieces, beam, -1) + scores.unsqueeze(-1)
         values, flat = total.view(pieces, -1).topk(width, dim=-1)
-        values_np, flat_np = values.cpu().numpy(), flat.cpu().numpy()
-        origin_beam, token = np.divmod(flat_np, rules.vocab)
+        origin_beam, token = flat.div(rules.vocab, rounding_mode="floor"), flat.remainder(rules.vocab)
         last = step == max_steps - 1
         ends = token == rules.eot
         # Slots among the first `beam` that end the text (every slot at the last step)
@@ -162,76 +237,46 @@ def beam_search(
         # first `beam` that does not end it, or keeps its own if none is left.
         finishing = (ends[:, :beam] | last) & ~done[:, None]
         spare_ok = ~ends[:, beam:]
-        spare_order = np.argsort(~spare_ok, axis=1, kind="stable")
-        rank = np.cumsum(finishing, axis=1) - 1
-        replaced = finishing & (rank < spare_ok.sum(axis=1, keepdims=True))
-        picked = np.take_along_axis(spare_order, np.clip(rank, 0, width - beam - 1), axis=1)
-        take = np.where(replaced, beam + picked, np.arange(beam))
-        for p, k in np.argwhere(finishing):
-            seq = history[p * beam + origin_beam[p, k]].tolist()
-            if not ends[p, k]:
-                seq.append(int(token[p, k]))
-            finished[p].append(Hypothesis(seq, float(values_np[p, k])))
-        next_token = np.take_along_axis(token, take, axis=1)
-        next_score = np.take_along_axis(values_np, take, axis=1).astype(np.float32)
-        origin = np.arange(pieces)[:, None] * beam + np.take_along_axis(origin_beam, take, axis=1)
-        next_token[done] = rules.eot
-        next_score[done] = -np.inf
-        origin[done] = np.arange(rows, dtype=np.int64).reshape(pieces, beam)[done]
-        done |= last | (np.array([len(f) for f in finished]) >= beam)
-        if done.all():
+        spare_order = torch.argsort((~spare_ok).to(torch.int8), dim=1, stable=True)
+        rank = finishing.long().cumsum(dim=1) - 1
+        replaced = finishing & (rank < spare_ok.sum(dim=1, keepdim=True))
+        picked = spare_order.gather(1, rank.clamp(0, width - beam - 1))
+        take = torch.where(replaced, beam + picked, own)
+        finished.add(finishing, rank, step, first_rows + origin_beam[:, :beam], token[:, :beam], ends[:, :beam], values[:, :beam])
+        next_token = torch.where(done[:, None], rules.eot, token.gather(1, take))
+        next_score = torch.where(done[:, None], _NEG, values.gather(1, take))
+        origin = torch.where(done[:, None], identity, first_rows + origin_beam.gather(1, take))
+        done = done | (finished.count >= beam)
+        if last or ((step + 1) % CHECK_EVERY == 0 and bool(done.all())):
             break
-        flat_origin = origin.reshape(-1)
-        history = np.concatenate([history[flat_origin], next_token.reshape(-1, 1)], axis=1)
-        order = torch.from_numpy(flat_origin).to(device)
-        reorder(order, step)
-        tokens = torch.from_numpy(next_token.reshape(-1)).to(device)
-        scores = torch.from_numpy(next_score).to(device)
-    return [max(hyps, key=lambda h: h.score) for hyps in finished]
+        flat_origin = origin.view(-1)
+        origins[step] = flat_origin
+        chosen[step] = next_token.view(-1)
+        if rules.timestamps:
+            state.push(next_token.view(-1), step, flat_origin)
+        reorder(flat_origin, step)
+        tokens = next_token.view(-1)
+        scores = next_score
+    return _hypotheses(finished, finished.best(pieces), origins, chosen, rules.eot)
 
 
-GREEDY_CHECK_EVERY = 8
-"""Greedy decoding asks the device whether every row has ended once per this many steps:
-each question waits for the device, and a few spare steps on ended rows cost less."""
-
-
-def greedy(
-    step_fn: Step,
-    start: Tensor,
-    max_steps: int,
-    rules: TokenRules,
-    first_logits: Callable[[Tensor], None] | None = None,
-) -> list[Hypothesis]:
-    """Beam search of one beam (the most likely token each step), kept on the device: no
-    host round trip per step, so a captured step is not held up waiting for the host.
-    Gives `beam_search(..., beam=1)`'s hypotheses; without timestamp rules, which need
-    the host."""
-    rows = start.shape[0]
-    device = start.device
-    every, first = rules.masks(device)
-    tokens = start
-    history = torch.full((rows, max_steps), rules.eot, dtype=torch.long, device=device)
-    sums = torch.zeros(rows, dtype=torch.float32, device=device)
-    ended = torch.zeros(rows, dtype=torch.bool, device=device)
-    for step in range(max_steps):
-        raw = step_fn(tokens, step)
-        if step == 0 and first_logits is not None:
-            first_logits(raw)
-        logprobs = torch.log_softmax(raw.float() + (first if step == 0 else every), dim=-1)
-        best = logprobs.argmax(dim=-1)
-        gained = logprobs.gather(1, best.view(-1, 1)).view(-1)
-        sums += torch.where(ended, 0.0, gained)
-        best = torch.where(ended, rules.eot, best)
-        history[:, step] = best
-        ended |= best == rules.eot
-        tokens = best
-        if (step + 1) % GREEDY_CHECK_EVERY == 0 and bool(ended.all()):
-            break
-    out: list[Hypothesis] = []
-    for seq, total in zip(history.cpu().tolist(), sums.cpu().tolist(), strict=True):
-        end = seq.index(rules.eot) if rules.eot in seq else len(seq)
-        out.append(Hypothesis(seq[:end], float(total)))
-    return out
+def _hypotheses(finished: _Finished, slots: Tensor, origins: Tensor, chosen: Tensor, eot: int) -> list[Hypothesis]:
+    """The kept hypotheses at `slots`, their tokens traced back through each step's
+    origins (`origins[s][r]`: the row that row r continued at step s; `chosen[s][r]`:
+    the token it took): one read of the device, then plain numpy per step."""
+    step, row, token, length = finished.kept[slots].cpu().numpy().T
+    logprob = finished.logprob[slots].cpu().numpy()
+    longest = int(step.max(initial=0))
+    back = origins[:longest].cpu().numpy()
+    took = chosen[:longest].cpu().numpy()
+    seqs = np.full((len(slots), longest + 1), eot, dtype=np.int64)
+    seqs[np.arange(len(slots)), step] = token
+    at = row.copy()
+    for s in range(longest - 1, -1, -1):
+        inside = s < step
+        seqs[inside, s] = took[s, at[inside]]
+        at = np.where(inside, back[s, at], at)
+    return [Hypothesis(seqs[i, : length[i]].tolist(), float(logprob[i])) for i in range(len(slots))]
 
 
 def sample(
@@ -247,35 +292,37 @@ def sample(
     """The best of `best_of` samples per piece at `temperature`; rows as in
     `beam_search` (a piece's samples are adjacent rows)."""
     rows = start.shape[0]
+    pieces = rows // best_of
     device = start.device
-    masks = rules.masks(device)
+    rules_filter = _Filter(rules, device)
+    state = _Rows(rows, rules, device)
     tokens = start
-    history = np.zeros((rows, 0), dtype=np.int64)
-    sums = np.zeros(rows, dtype=np.float64)
-    alive = np.ones(rows, dtype=bool)
+    history = torch.full((rows, max_steps), rules.eot, dtype=torch.long, device=device)
+    sums = torch.zeros(rows, dtype=torch.float64, device=device)
+    lengths = torch.zeros(rows, dtype=torch.long, device=device)
+    alive = torch.ones(rows, dtype=torch.bool, device=device)
     for step in range(max_steps):
         raw = step_fn(tokens, step)
         if step == 0 and first_logits is not None:
             first_logits(raw)
-        logits = _filtered(raw, step, rules, masks, history)
+        logits = rules_filter(raw, step, state)
         probs = torch.softmax(logits / temperature, dim=-1)
         drawn = torch.multinomial(probs, 1, generator=generator).view(-1)
         logprob = torch.log_softmax(logits, dim=-1).gather(1, drawn.view(-1, 1)).view(-1)
-        drawn_np = drawn.cpu().numpy()
-        sums += np.where(alive, logprob.cpu().numpy(), 0.0)
-        drawn_np = np.where(alive, drawn_np, rules.eot)
-        history = np.concatenate([history, drawn_np.reshape(-1, 1)], axis=1)
-        alive &= drawn_np != rules.eot
-        if not alive.any():
+        sums += torch.where(alive, logprob.double(), 0.0)
+        drawn = torch.where(alive, drawn, rules.eot)
+        history[:, step] = drawn
+        alive = alive & (drawn != rules.eot)
+        lengths += alive.long()
+        if step == max_steps - 1 or ((step + 1) % CHECK_EVERY == 0 and not bool(alive.any())):
             break
-        tokens = torch.from_numpy(drawn_np).to(device)
-    out: list[Hypothesis] = []
-    for p in range(rows // best_of):
-        hyps = []
-        for r in range(p * best_of, (p + 1) * best_of):
-            seq = history[r].tolist()
-            if rules.eot in seq:
-                seq = seq[: seq.index(rules.eot)]
-            hyps.append(Hypothesis(seq, float(sums[r])))
-        out.append(max(hyps, key=lambda h: h.score))
-    return out
+        if rules.timestamps:
+            state.push(drawn, step)
+        tokens = drawn
+    length = lengths.view(pieces, best_of)
+    score = torch.where(length > 0, sums.view(pieces, best_of) / length.clamp(min=1).double(), _NEG)
+    best = torch.arange(pieces, device=device) * best_of + score.argmax(dim=1)
+    seqs = history[best].cpu().numpy()
+    kept = lengths[best].cpu().numpy()
+    totals = sums[best].cpu().numpy()
+    return [Hypothesis(seqs[i, : kept[i]].tolist(), float(totals[i])) for i in range(pieces)]

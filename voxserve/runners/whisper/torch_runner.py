@@ -46,7 +46,7 @@ from voxserve.runners.whisper.interface import (
 )
 from voxserve.runners.whisper.mel import TorchLogMel
 from voxserve.runners.whisper.model import Cache, Whisper
-from voxserve.runners.whisper.search import Hypothesis, TokenRules, beam_search, greedy, sample
+from voxserve.runners.whisper.search import Hypothesis, TokenRules, beam_search, sample
 from voxserve.runners.whisper.tokens import WhisperTokens
 from voxserve.runners.whisper.weights import Weights, load_weights
 
@@ -257,10 +257,12 @@ class TorchWhisperRunner:
                 else GreedyLoop(decoder, cache, self._eot, max_steps, capture=False)
             )
             hyps = loop.decode(lambda tokens: step_fn(tokens, 0), start, length, max_steps, rules, first_logits)
-        elif per_piece == 1 and not rules.timestamps:
-            hyps = greedy(step_fn, start, max_steps, rules, first_logits=first_logits)
         else:
-            hyps = beam_search(step_fn, lambda rows, i: cache.reorder(rows, length + i + 1), start, per_piece, max_steps, rules, first_logits=first_logits)
+            # A beam of one (greedy) always continues its own row: nothing to reorder.
+            reorder: Callable[[Tensor, int], None] = (
+                (lambda rows, i: None) if per_piece == 1 else (lambda rows, i: cache.reorder(rows, length + i + 1))
+            )
+            hyps = beam_search(step_fn, reorder, start, per_piece, max_steps, rules, first_logits=first_logits)
         return hyps, no_speech
 
     def _step_function(self, cache: Cache, graph: object, length: int) -> Callable[[Tensor, int], Tensor]:
@@ -292,16 +294,20 @@ class TorchWhisperRunner:
         longest = max(len(s) for s in sequences)
         padded = torch.tensor([s + [self._eot] * (longest - len(s)) for s in sequences], device=self.device)
         logits, scores = self.model.decoder.align(padded, audio, self._heads)
-        text_probs = torch.softmax(logits[..., : self._eot].float(), dim=-1)
+        # Each text token's probability at its position, for every row in one gather and
+        # one read of the device.
+        offsets = [len(sot) for sot in sots]
+        at = torch.tensor([[o + i for i in range(len(t))] + [0] * (longest - len(t)) for o, t in zip(offsets, texts, strict=True)], device=self.device)
+        ids = torch.tensor([t + [0] * (longest - len(t)) for t in texts], device=self.device)
+        text_logits = logits[..., : self._eot].float()
+        picked = text_logits.gather(1, at[..., None].expand(-1, -1, text_logits.shape[-1]))
+        probs = torch.softmax(picked, dim=-1).gather(2, ids[..., None])[..., 0].cpu().numpy()
         scores_np = scores.float().cpu().numpy()
         for b, (sequence, text) in enumerate(zip(sequences, texts, strict=True)):
-            offset = len(sots[b])
+            offset = offsets[b]
             matrix = alignment_matrix(scores_np[b, :, : len(sequence)], frames[b] // 2)
             rows, cols = negative_dtw(matrix[offset : len(sequence) - 1])
-            positions = torch.arange(offset, offset + len(text), device=self.device)
-            ids = torch.tensor(text, device=self.device)
-            probs = text_probs[b, positions, ids].cpu().tolist()
-            yield Alignment(rows, cols, [float(p) for p in probs])
+            yield Alignment(rows, cols, [float(p) for p in probs[b, : len(text)]])
 
 
 def _build(weights: Weights, device: torch.device, dtype: torch.dtype) -> Whisper:
