@@ -264,6 +264,14 @@ def test_a_dialogue_speaks_each_voice_within_the_model(kokoro_server: RunningSer
         assert np.abs(both[: len(bella)].astype(int) - bella).max() < 200
         assert np.abs(both[-len(adam) :].astype(int) - adam).max() < 200
         assert not both[len(bella) : len(bella) + KOKORO_RATE // 2].any()
+        r = client.post("/v1/audio/speech", json={
+            "model": "tts-1-hd", "voice": "af_heart", "response_format": "wav", "timestamps": True,
+            "input": "[voice:af_bella] Hello there. [pause:0.5s] [voice:am_adam] Hello there.",
+        })
+        words = r.json()["timestamps"]
+        second = [w for w in words if w["word"].startswith("Hello")][1]
+        assert second["start_time"] >= (len(bella) + KOKORO_RATE // 2) / KOKORO_RATE  # after voice one and the pause
+        assert second["start_time"] < (len(bella) + KOKORO_RATE // 2) / KOKORO_RATE + 0.5
         blend = speak('<speak><voice name="af_bella(2)+am_adam(1)">Hello there.</voice></speak>')
         assert len(blend) > KOKORO_RATE // 2
 
