@@ -128,6 +128,33 @@ def test_a_file_group_that_queued_behind_a_batch_waits_from_its_end() -> None:
     assert b.next_batch(1.04) is None and b.next_batch(1.05) is not None
 
 
+def test_a_burst_goes_as_one_batch() -> None:
+    """On a batched device a group that has waited keeps waiting while the engine says
+    pieces are coming, up to the burst wait from its oldest piece; it goes as soon as
+    nothing more is coming, or when it fills."""
+    b: Batcher[str] = Batcher(max_batch=4, wait_s=0.05, spread=False, burst_wait_s=0.25)
+    b.coming = 3  # three uploads still decoding
+    b.add(_pending(1, 0), now=0.0)
+    assert b.next_batch(0.05) is None and b.deadline() == pytest.approx(0.25)
+    b.coming = 1
+    b.add(_pending(2, 0), now=0.1)
+    b.add(_pending(3, 0), now=0.12)
+    assert b.next_batch(0.2) is None
+    b.coming = 0
+    assert b.deadline() == pytest.approx(0.05)
+    batch = b.next_batch(0.2)
+    assert batch is not None and [p.payload for p in batch] == ["1:0", "2:0", "3:0"]
+    # A burst that never arrives holds the group at most the burst wait.
+    b.coming = 5
+    b.add(_pending(4, 0), now=1.0)
+    assert b.next_batch(1.2) is None and b.next_batch(1.25) is not None
+    # A full group goes at once, whatever is coming.
+    for r in range(5, 9):
+        b.add(_pending(r, 0), now=2.0)
+    full = b.next_batch(2.0)
+    assert full is not None and len(full) == 4
+
+
 def test_batches_spread_over_workers() -> None:
     b: Batcher[str] = Batcher(max_batch=8, wait_s=0.0, workers=2)
     for i in range(5):

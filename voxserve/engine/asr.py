@@ -104,6 +104,11 @@ pieces at beam 5 takes about this long on the H200, so at most one batch's time 
 to a file's latency."""
 BATCH_TIME_WEIGHT = 0.25
 """Weight of the latest file batch in the running batch time (`file_wait`)."""
+BATCHED_BURST_WAIT_S = 0.25
+"""The longest a file group waits on a batched device while more file pieces are coming
+(uploads being decoded, pieces of registered requests not yet ready), so that a burst of
+uploads goes as one batch: a batch of 64 short pieces takes about 75 ms of the H200, and
+64 uploads of 2-17 s arrive and decode over 100-200 ms on two cores."""
 BATCHED_SPARE_CORES = 2
 """Cores a batched device's audio pool leaves free: one for the event loop (HTTP), one
 for the worker that feeds the device and turns its tokens into text."""
@@ -186,6 +191,8 @@ class _Job:
     options: TranscribeOptions
     left: int
     deadline: float | None = None
+    unsent: int = 0
+    """File pieces not yet submitted (`Batcher.coming` counts them)."""
 
 
 @dataclass
@@ -250,6 +257,7 @@ class ASREngine(WorkerEngine):
             max(wait_s, BATCHED_FILE_WAIT_S) if self.batched else wait_s,
             workers=config.workers,
             spread=not self.batched,
+            burst_wait_s=BATCHED_BURST_WAIT_S if self.batched else 0.0,
         )
         self._batch_s: float | None = None
         """Running wall time of a file batch on a batched device (`file_wait`)."""
@@ -291,6 +299,7 @@ class ASREngine(WorkerEngine):
             self._stopping = True
             for job_id, job in self._jobs.items():
                 self._batcher.abort(job_id)
+                self._batcher.coming -= job.unsent
                 job.handle.results.fail(Unavailable("server is shutting down"))
             self._jobs.clear()
             self._cond.notify_all()
@@ -420,6 +429,7 @@ class ASREngine(WorkerEngine):
         # measuring the runner through the engine) runs without it.
         from voxserve.audio.decode import decode_blocks
 
+        self._expect(1)
         lease = self.budget.lease()
         try:
             audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
@@ -440,6 +450,17 @@ class ASREngine(WorkerEngine):
         except BaseException:
             lease.release()
             raise
+        finally:
+            self._expect(-1)
+
+    def _expect(self, pieces: int) -> None:
+        """Count file pieces on their way to the batcher (+) or arrived or dropped (-):
+        an upload being decoded counts one, a registered request its pieces not yet
+        submitted. A batched device's file groups wait for them (`Batcher.coming`)."""
+        with self._cond:
+            self._batcher.coming += pieces
+            if self._batcher.coming <= 0:
+                self._cond.notify_all()
 
     def prepare_samples(self, samples: np.ndarray) -> PreparedAudio:
         """Cut audio that is already 16 kHz float32 (a live utterance), holding its share
@@ -526,7 +547,8 @@ class ASREngine(WorkerEngine):
         with self._cond:
             if self._stopping:
                 raise Unavailable("server is shutting down")
-            self._jobs[job_id] = _Job(handle, model, attempts, options, pieces, deadline)
+            self._jobs[job_id] = _Job(handle, model, attempts, options, pieces, deadline, unsent=0 if deadline else pieces)
+            self._batcher.coming += 0 if deadline else pieces
         return handle
 
     def submit(self, handle: ASRHandle, prepared: PreparedAudio, index: int, decode_input: Any) -> bool:
@@ -549,6 +571,9 @@ class ASREngine(WorkerEngine):
             if job is None:
                 return False
             now = self._clock()
+            sent = min(job.unsent, len(pieces))
+            job.unsent -= sent
+            self._batcher.coming -= sent
             for index, decode_input in pieces:
                 span = prepared.spans[index]
                 offset, duration = span.start / SAMPLE_RATE, len(span) / SAMPLE_RATE
@@ -573,7 +598,9 @@ class ASREngine(WorkerEngine):
         """Drop a request and its queued pieces; pieces in flight are discarded later."""
         with self._cond:
             self._batcher.abort(handle.id)
-            self._jobs.pop(handle.id, None)
+            job = self._jobs.pop(handle.id, None)
+            if job is not None:
+                self._batcher.coming -= job.unsent
             self._cond.notify_all()
         handle.results.close()
 
@@ -737,6 +764,7 @@ class ASREngine(WorkerEngine):
             jobs = [self._jobs.pop(j) for j in job_ids if j in self._jobs]
             for j in job_ids:
                 self._batcher.abort(j)
+            self._batcher.coming -= sum(job.unsent for job in jobs)
             self.stats.failures += 1
             self._cond.notify_all()
         for job in jobs:

@@ -10,6 +10,11 @@ in one place:
   batched device the engine also sets `free_at`, when its last file batch ended: a
   file group's wait then counts from it if later, so pieces that queued behind a batch
   gather the ones arriving just after it instead of going alone the moment it ends;
+- on a batched device a burst goes as one batch: a file group that has waited `wait_s`
+  keeps waiting while the engine says more file pieces are `coming` (uploads being
+  decoded, pieces of registered requests not yet ready) and the batch has room for
+  them, up to `burst_wait_s` from its oldest segment; otherwise the pieces decoded first
+  would go alone and the rest of the burst behind them;
 - a live segment (one with a `deadline`: an utterance of a realtime session) is due at
   once and never shares a batch with file segments;
 - among due groups, the one holding the most urgent segment goes first. Live segments
@@ -69,13 +74,19 @@ class Pending(Generic[P]):
 
 
 class Batcher(Generic[P]):
-    def __init__(self, max_batch: int, wait_s: float, workers: int = 1, spread: bool = True):
+    def __init__(
+        self, max_batch: int, wait_s: float, workers: int = 1, spread: bool = True, burst_wait_s: float = 0.0
+    ):
         if max_batch < 1 or workers < 1:
             raise ValueError("max_batch and workers must be at least 1")
         self.max_batch = max_batch
         self.wait_s = wait_s
         self.workers = workers
         self.spread = spread
+        self.burst_wait_s = burst_wait_s
+        """The longest a file group waits for pieces still `coming` (0: it does not)."""
+        self.coming = 0
+        """File pieces the engine knows are on their way (set by the engine)."""
         self.free_at = -math.inf
         """When the last file batch ended (the engine's clock; batched devices only):
         a file group waits `wait_s` from its oldest segment or from this, whichever is
@@ -113,7 +124,15 @@ class Batcher(Generic[P]):
     def _due(self, group: list[Pending[P]], now: float) -> bool:
         if group[0].live:
             return True
-        return len(group) >= self.max_batch or now >= self._since(group) + self.wait_s
+        return len(group) >= self.max_batch or now >= self._due_at(group)
+
+    def _due_at(self, group: list[Pending[P]]) -> float:
+        """When a file group that does not fill goes: `wait_s` after it started waiting,
+        or, while pieces are coming, `burst_wait_s` after its oldest segment if later."""
+        due = self._since(group) + self.wait_s
+        if self.coming > 0 and self.burst_wait_s > 0:
+            due = max(due, min(p.ready_at for p in group) + self.burst_wait_s)
+        return due
 
     def _since(self, group: list[Pending[P]]) -> float:
         """Where a file group's wait starts: its oldest segment's arrival, or when the
@@ -149,4 +168,4 @@ class Batcher(Generic[P]):
         waits = [g for k, g in self._groups.items() if files or k[1]]
         if not waits:
             return None
-        return min(min(p.ready_at for p in g) if g[0].live else self._since(g) for g in waits) + self.wait_s
+        return min(min(p.ready_at for p in g) + self.wait_s if g[0].live else self._due_at(g) for g in waits)
