@@ -22,6 +22,7 @@ always in time) and counts:
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 import wave
@@ -157,7 +158,8 @@ def main() -> None:
         rows = probe(args.folders)
         args.probe.write_text(json.dumps(rows))
     else:
-        rows = json.loads(args.rules.read_text())
+        raw = args.rules.read_bytes()
+        rows = json.loads(gzip.decompress(raw) if args.rules.suffix == ".gz" else raw)
     from voxserve.serving import realtime as rt
 
     tries: list[tuple[str, tuple[float, ...], float | None]] = [

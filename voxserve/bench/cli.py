@@ -185,12 +185,12 @@ def _transcribe(args: argparse.Namespace) -> int:
     clips = [clips[i % len(clips)] for i in range(count)]
     target = TranscribeTarget(args.base_url, args.model, args.language, args.timeout)
     settings = _settings(args, model=args.model, language=args.language,
-                         input=str(args.manifest or args.audio_dir), num_requests=count,
+                         input=str(args.manifest or args.audio_dir), num_requests=count, bursts=args.bursts,
                          clips=[c.path.name for c in clips])
     started = time.perf_counter()
     measured = asyncio.run(bench_transcribe(
         target, clips, args.concurrency, args.request_rate, args.warmup, args.probe_health,
-        args.health_interval_ms / 1e3, args.progress, args.seed))
+        args.health_interval_ms / 1e3, args.progress, args.seed, args.bursts))
     if "wer_refused" in measured:
         print(measured["wer_refused"])
     return _finish("transcribe", args, settings, measured, started)
@@ -225,7 +225,7 @@ def _plot(args: argparse.Namespace) -> int:
     from voxserve.bench.report import load_result
 
     labels = args.label or []
-    runs = [(labels[i] if i < len(labels) else path.stem, load_result(path))
+    runs = [(labels[i] if i < len(labels) else path.name.removesuffix(".gz").removesuffix(".json"), load_result(path))
             for i, path in enumerate(args.results)]
     plot_results(runs, args.out)
     print(f"wrote {args.out}")
@@ -622,6 +622,9 @@ def add_bench_parser(subparsers: Any) -> None:
                         help='JSON lines: {"audio": path, "text": reference}')
     asr.add_argument("--num-requests", type=int, default=None,
                      help="requests per level, cycling the clips (default: each clip once)")
+    asr.add_argument("--bursts", type=int, default=0, metavar="N",
+                     help="each level sends N bursts of C requests at once, each after the "
+                          "one before has ended (default: a closed loop)")
     asr.add_argument("--model", default="whisper-1")
     asr.add_argument("--language", default=None)
     asr.add_argument("--fail-on-error", action="store_true")

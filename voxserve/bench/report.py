@@ -8,6 +8,7 @@ once, and the table, `compare` and the plot all read them from there.
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
 import math
 import os
@@ -269,7 +270,10 @@ def write_json(result: dict[str, Any], path: Path) -> None:
 
 
 def load_result(path: Path) -> dict[str, Any]:
-    result = json.loads(path.read_text(encoding="utf-8"))
+    """A result as `write_result` wrote it, or gzipped (`.json.gz`), as docs/bench keeps
+    the larger ones."""
+    raw = path.read_bytes()
+    result = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
     if not isinstance(result, dict) or result.get("kind") not in METRICS:
         raise ValueError(f"{path} is not a voxserve bench result ({', '.join(METRICS)})")
     return result
