@@ -3,8 +3,10 @@ from what is here (no download: the wheels are fetched only by a real staging ru
 here the plan holds the models, the voice and the clips), each call's size measured on
 disk against the lent machine's 64 MiB, then every call run in its dry form: slices
 joined and checked, what is complete installed, each model measured in the call that
-completes it (Piper, Kokoro, and Whisper through HTTP) against a real server on the
-simulated GPU with the modules the GPU image lacks refused at import, and one archive
+completes it (Piper, Kokoro, and Whisper through HTTP: a loop, bursts and one at a time)
+against a real server on the simulated GPU with the modules the GPU image lacks refused
+at import, Whisper's search and its runner alone (greedy and beam search) on torch on the
+CPU, and one archive
 under $OUT holding a JSON per step and level. The dry levels are one stream and a few
 uploads, and only the batched speech setup runs, so the three servers' start-up is most
 of the time."""
@@ -28,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "scripts" / "gpu"
 MIB = 2**20
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(420)
 
 DEVICE = "sim"
 """The simulated GPU: the server's batched path, scheduled as on CUDA."""
@@ -64,12 +66,12 @@ def test_staged_calls_fit_and_a_dry_run_returns_its_archive(tmp_path: Path) -> N
     assert plan["ready"]["piper"] == 1
 
     work, out = tmp_path / "work", tmp_path / "out"
-    run_env = {**env, "VOX_WORK": str(work), "OUT": str(out), "PYTHON": sys.executable, "VOX_LIMIT": "150"}
+    run_env = {**env, "VOX_WORK": str(work), "OUT": str(out), "PYTHON": sys.executable, "VOX_LIMIT": "200"}
     for k in range(1, len(calls) + 1):
         subprocess.run(
             [str(GPU / "call.sh"), str(k), "--dry", "--device", DEVICE, "--stage", str(stage), "--models",
              "piper,kokoro,whisper", "--setups", "batched", "--port", str(_free_port())],
-            check=True, env=run_env, capture_output=True, timeout=170,
+            check=True, env=run_env, capture_output=True, timeout=220,
         )  # fmt: skip
         assert [p.name for p in out.iterdir()] == ["results.tar.gz"]
     with tarfile.open(out / "results.tar.gz") as tar:
@@ -83,6 +85,9 @@ def test_staged_calls_fit_and_a_dry_run_returns_its_archive(tmp_path: Path) -> N
         kokoro = result(plan["ready"]["kokoro"], "kokoro-batched-c1")
         k = plan["ready"]["whisper"]
         files, short = result(k, "whisper-files"), result(k, "whisper-short-c1")
+        bursts = result(k, "whisper-bursts")
+        search = result(k, "whisper-search")
+        beam5 = result(k, "whisper-runner-beam5")
         stage1 = result(1, "stage")
         last = result(len(calls), "stage")
     for k in range(1, len(calls) + 1):
@@ -98,6 +103,13 @@ def test_staged_calls_fit_and_a_dry_run_returns_its_archive(tmp_path: Path) -> N
     assert files["requests"] == 4 and files["failed"] == 0 and files["rtfx"] > 0
     assert files["latency_p50_ms"] > 0 and files["health_p99_ms"] is not None and files["wer"] is None
     assert short["requests"] == 2 and short["failed"] == 0 and short["latency_p50_ms"] > 0
+    # Bursts of uploads at once, with the server's own figures over them.
+    assert bursts["requests"] == 4 and bursts["failed"] == 0
+    assert bursts["pieces_per_batch"] >= 1 and bursts["server_cpu_ms_per_audio_s"] > 0
+    # The torch runner's search (on the CPU here): its host share measured per step, and
+    # the runner alone decoding with beam search.
+    assert all(search["searches"][name]["step_s"] > 0 for name in ("beam5", "greedy", "sample5"))
+    assert beam5["beam"] == 5 and beam5["best"]["words"] > 0 and beam5["best"]["rtfx"] > 0
     assert stage1["copied_bytes"] > 0 and last["waiting"] == []
     # Everything was joined, checked against its sha256, and the staged voice and model
     # are where the servers read them.

@@ -21,13 +21,15 @@ Measures:
   against a server with the default `--tts-gpu-batch`, then against one with
   `--tts-gpu-batch 1` (one unit a step: the throughput of serving one request at a time);
   first audio p50 and p99, audio-seconds per second, continuity;
-- transcription: `voxserve bench transcribe` through HTTP at a high concurrency with
-  /health probed (RTFx, /health p99), one short clip at a time (latency p50), then the
-  Whisper runner alone on 30 s windows, greedy, at batch 1 and at larger batches
-  (the best one is reported).
+- transcription: `voxserve bench transcribe` through HTTP: a steady loop at a high
+  concurrency with /health probed (RTFx, /health p99), bursts of as many uploads at once,
+  each level with the server's pieces per batch and CPU per audio-second, one short clip
+  at a time (latency p50); then the decoding search's host share per step and per piece
+  (`scripts/whisper_search_host.py`), and the Whisper runner alone on 30 s windows,
+  greedy and beam 5, at batch 1 and at larger batches (the best one is reported).
 
 `--dry` checks the whole path on a machine without a GPU: tiny levels, `--device`
-(cpu, or sim where it exists), the wheels installed for the GPU machine's Python but not
+(cpu, or sim where it exists; the search and the runner alone then run on the CPU), the wheels installed for the GPU machine's Python but not
 imported, and the modules the image lacks refused at import (`scripts/gpu/image/`).
 """
 
@@ -375,13 +377,18 @@ def measure_transcription(call: Call) -> None:
             try:
                 many = 2 if call.dry else 64
                 requests = 4 if call.dry else 512
-                for name, level, count, health in (("files", many, requests, True), ("short-c1", 1, 2 if call.dry else 24, False)):
+                # A steady loop of `many` uploads, `many` uploads at once in bursts (each
+                # when the one before has ended), then one at a time.
+                levels = (("files", many, ["--num-requests", str(requests)], True),
+                          ("bursts", many, ["--bursts", "2" if call.dry else "4"], False),
+                          ("short-c1", 1, ["--num-requests", "2" if call.dry else "24"], False))  # fmt: skip
+                for name, level, load, health in levels:
                     if call.left() < (5 if call.dry else 20):
                         call.record(f"whisper-{name}", {"skipped": f"{call.left():.0f} s left of the call's budget"})
                         continue
                     try:
                         raw = _bench(call, ["transcribe", "--audio-dir", str(clips), "--concurrency", str(level),
-                                            "--num-requests", str(count), "--timeout", "120",
+                                            *load, "--timeout", "120",
                                             "--probe-health" if health else "--no-probe-health"],
                                      call.mine / "bench.json", limit=call.left() - 10)  # fmt: skip
                     except (subprocess.SubprocessError, OSError, ValueError) as exc:
@@ -389,38 +396,58 @@ def measure_transcription(call: Call) -> None:
                         continue
                     s = raw["levels"][0]["summary"]
                     health_s = raw.get("health") or {}
+                    use = s.get("server") or {}
                     call.record(f"whisper-{name}", {
                         "concurrency": level, "requests": s["requests"], "failed": s["failed"],
                         "rtfx": s.get("rtfx"), "audio_s": s.get("audio_s"), "wer": s.get("wer"),
                         "latency_p50_ms": _ms(s, "latency_s", "p50"), "latency_p99_ms": _ms(s, "latency_s", "p99"),
                         "health_p99_ms": round(1000 * health_s["p99"], 2) if "p99" in health_s else None,
+                        "pieces_per_batch": use.get("pieces_per_batch"),
+                        "server_cpu_ms_per_audio_s": use.get("cpu_ms_per_audio_s"),
                     })  # fmt: skip
             finally:
                 server.close()
                 call.pack()
     else:
         call.record("whisper-server", {"skipped": f"{call.left():.0f} s left of the call's budget"})
-    if call.device not in ("cpu", "cuda"):
+    # The runner alone and its search's host share run on torch: on the GPU, or in a dry
+    # run on the CPU (the simulated device has no torch search to run).
+    device = call.device if call.device in ("cpu", "cuda") else "cpu" if call.dry else None
+    if device is None:
         call.record("whisper-runner", {"skipped": f"the runner alone runs on torch's devices, not {call.device}"})
         return
-    if call.left() < (5 if call.dry else 30):
-        call.record("whisper-runner", {"skipped": f"{call.left():.0f} s left of the call's budget"})
+    if call.left() < (5 if call.dry else 20):
+        call.record("whisper-search", {"skipped": f"{call.left():.0f} s left of the call's budget"})
         return
-    batches = "1" if call.dry else "1,64,128,256"
-    out = call.mine / "whisper-runner.json"
-    cmd = [sys.executable, str(HERE / "call.py"), "runner", "--weights", str(weights), "--clips", str(clips),
-           "--device", call.device, "--batches", batches, "--reps", "1" if call.dry else "3", "--out", str(out)]  # fmt: skip
+    search = call.mine / "whisper-search.json"
+    small = ["--pieces", "1,2", "--repeat", "1", "--steps", "8"] if call.dry else []
+    cmd = [sys.executable, str(ROOT / "scripts" / "whisper_search_host.py"), "--device", device, *small, "--out", str(search)]
     try:
-        subprocess.run(cmd, check=True, env=call.env(), timeout=call.left() - 5)
+        subprocess.run(cmd, check=True, env=call.env(), timeout=call.left() - 5, stdout=subprocess.DEVNULL)
     except (subprocess.SubprocessError, OSError) as exc:
-        call.record("whisper-runner-error", {"error": repr(exc)[:400]})
+        call.record("whisper-search-error", {"error": repr(exc)[:400]})
     call.pack()
+    # Greedy runs in the captured loop (CUDA only); beam search runs the search above.
+    runs = ((5, "1"),) if call.dry else ((1, "1,64,128,256"), (5, "1,64"))
+    for beam, batches in runs:
+        if call.left() < (5 if call.dry else 30):
+            call.record(f"whisper-runner-beam{beam}", {"skipped": f"{call.left():.0f} s left of the call's budget"})
+            continue
+        out = call.mine / ("whisper-runner.json" if beam == 1 else f"whisper-runner-beam{beam}.json")
+        cmd = [sys.executable, str(HERE / "call.py"), "runner", "--weights", str(weights), "--clips", str(clips),
+               "--device", device, "--batches", batches, "--beam", str(beam), "--reps", "1" if call.dry else "3",
+               "--out", str(out)]  # fmt: skip
+        try:
+            subprocess.run(cmd, check=True, env=call.env(), timeout=call.left() - 5)
+        except (subprocess.SubprocessError, OSError) as exc:
+            call.record(f"whisper-runner-beam{beam}-error", {"error": repr(exc)[:400]})
+        call.pack()
 
 
 def runner_bench(args: argparse.Namespace) -> None:
     """The Whisper runner alone: 30 s windows of the clips (sentences packed in order),
-    log-mel on the device included, greedy; each batch size timed `--reps` times after a
-    first run that captures; the median."""
+    log-mel on the device included, greedy or beam search (`--beam`); each batch size
+    timed `--reps` times after a first run that captures; the median."""
     import statistics
     import wave
 
@@ -448,7 +475,7 @@ def runner_bench(args: argparse.Namespace) -> None:
 
     runner = TorchWhisperRunner(args.weights, device=args.device)
     mel = runner.log_mel()
-    opts = runner.options("transcribe", "en", None, 1, 0.0)
+    opts = runner.options("transcribe", "en", None, args.beam, 0.0)
     tok = runner.tokenizer("transcribe", "en")
     rows: list[dict[str, Any]] = []
     for batch in (int(b) for b in args.batches.split(",")):
@@ -475,7 +502,8 @@ def runner_bench(args: argparse.Namespace) -> None:
                      "words": sum(len(t.split()) for t in texts)})  # fmt: skip
         args.out.write_text(json.dumps({"device": args.device, "rows": rows}, indent=1) + "\n")
     best = max((r for r in rows if "rtfx" in r), key=lambda r: r["rtfx"], default=None)
-    info = {"device": args.device, "gpu": _gpu_name(), "torch": torch.__version__, "graphs": runner._graphs is not None}
+    info = {"device": args.device, "gpu": _gpu_name(), "torch": torch.__version__, "graphs": runner._graphs is not None,
+            "beam": args.beam}
     args.out.write_text(json.dumps({**info, "rows": rows, "best": best}, indent=1) + "\n")
 
 
@@ -489,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         r.add_argument("--device", default="cuda")
         r.add_argument("--batches", default="1,64,128,256")
         r.add_argument("--reps", type=int, default=3)
+        r.add_argument("--beam", type=int, default=1)
         r.add_argument("--out", type=Path, required=True)
         runner_bench(r.parse_args(argv[1:]))
         return 0

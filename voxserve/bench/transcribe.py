@@ -19,6 +19,7 @@ import aiohttp
 from voxserve.bench.levels import BenchError, measure_levels
 from voxserve.bench.load import LevelRun, run_level
 from voxserve.bench.metrics import summarize, word_errors
+from voxserve.bench.server_use import ServerUse, server_use
 
 __all__ = ["SIM_REFUSAL", "Clip", "TranscribeRecord", "TranscribeTarget", "bench_transcribe", "load_audio_dir",
            "load_manifest", "summarize_transcribe", "transcription_simulated"]
@@ -181,8 +182,13 @@ def summarize_transcribe(records: list[TranscribeRecord], wall_s: float) -> dict
 async def bench_transcribe(target: TranscribeTarget, clips: list[Clip], levels: list[int],
                            request_rate: float | None = None, warmup: int = 1,
                            probe_health: bool = True, health_interval_s: float = 0.05,
-                           progress: bool = True, seed: int = 0) -> dict[str, Any]:
-    """Warm up, then send every clip once per level: {"levels": [...], "health": {...}}."""
+                           progress: bool = True, seed: int = 0, bursts: int = 0) -> dict[str, Any]:
+    """Warm up, then send every clip once per level: {"levels": [...], "health": {...}}.
+
+    With `bursts`, a level is that many bursts of C requests sent at once (the clips
+    cycled), each burst sent when the one before has ended, instead of a closed loop.
+    Each level's summary also holds the server's own figures over the level, read from
+    its `/metrics` (`server`: pieces per decoder batch, CPU seconds per audio-second)."""
     data = {clip.path: clip.path.read_bytes() for clip in clips}
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
     timeout = aiohttp.ClientTimeout(total=target.timeout_s)
@@ -200,23 +206,52 @@ async def bench_transcribe(target: TranscribeTarget, clips: list[Clip], levels: 
                                  f"(status {rec.status}): {rec.error}")
 
         async def level(concurrency: int) -> tuple[LevelRun[TranscribeRecord], dict[str, Any]]:
+            before = await server_use(session, target.base_url)
             start = time.perf_counter()
 
-            async def request(index: int, scheduled: float) -> TranscribeRecord:
-                clip = clips[index]
-                record = TranscribeRecord(index, clip.path.name, clip.audio_s,
-                                          scheduled - start, time.perf_counter() - start,
-                                          clip.reference)
-                return await transcribe(session, target, clip, data[clip.path], record)
+            def request_from(first: int) -> Any:
+                async def request(index: int, scheduled: float) -> TranscribeRecord:
+                    clip = clips[(first + index) % len(clips)]
+                    record = TranscribeRecord(first + index, clip.path.name, clip.audio_s,
+                                              scheduled - start, time.perf_counter() - start,
+                                              clip.reference)
+                    return await transcribe(session, target, clip, data[clip.path], record)
+                return request
 
-            run = await run_level(request, len(clips), concurrency, request_rate, seed,
-                                  progress, desc=f"transcribe c={concurrency}")
-            return run, summarize_transcribe(run.results, run.wall_s)
+            if bursts:
+                records: list[TranscribeRecord] = []
+                for b in range(bursts):
+                    part = await run_level(request_from(b * concurrency), concurrency, concurrency,
+                                           None, seed, progress,
+                                           desc=f"transcribe burst {b + 1}/{bursts} of {concurrency}")
+                    records += part.results
+                run = LevelRun(records, start, time.perf_counter() - start)
+            else:
+                run = await run_level(request_from(0), len(clips), concurrency, request_rate, seed,
+                                      progress, desc=f"transcribe c={concurrency}")
+            summary = summarize_transcribe(run.results, run.wall_s)
+            after = await server_use(session, target.base_url)
+            if before is not None and after is not None:
+                summary["server"] = _server_summary(before, after, summary["audio_s"])
+            return run, summary
 
         result = await measure_levels(levels, level, target.base_url, probe_health, health_interval_s)
         if simulated:
             result["wer_refused"] = SIM_REFUSAL
         return result
+
+
+def _server_summary(before: ServerUse, after: ServerUse, audio_s: float) -> dict[str, Any]:
+    """The server's figures across a level: its decoder batches' mean pieces and its
+    process's CPU per audio-second answered."""
+    batches = after.asr_batches - before.asr_batches
+    cpu = after.cpu_s - before.cpu_s
+    return {
+        "asr_batches": batches,
+        "pieces_per_batch": (after.asr_pieces - before.asr_pieces) / batches if batches else None,
+        "cpu_s": cpu,
+        "cpu_ms_per_audio_s": 1e3 * cpu / audio_s if audio_s > 0 else None,
+    }
 
 
 async def transcription_simulated(session: aiohttp.ClientSession, base_url: str) -> bool:
