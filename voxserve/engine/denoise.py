@@ -53,7 +53,7 @@ A headset's voice stands far above the noise, so `near_field` keeps 30 % of the 
 which spares the voice the filter's artefacts; `far_field` takes the model's output whole."""
 NOISE_REDUCTION_TYPES = tuple(STRENGTHS)
 THREADS = 2
-"""Filter threads. One keeps up with about a dozen sessions (a session costs 4-7 % of a
+"""Filter threads. One keeps up with about a dozen sessions (a session costs 6-9 % of a
 core); a second keeps one slow call from delaying every other session's audio."""
 
 
