@@ -7,11 +7,13 @@ piece, and write it as the simulated device's table (`runners/sim/whisper_search
 The search (`runners/whisper/search.py`) runs as the runner runs it, on a stand-in
 model whose device work is next to nothing: the logits come from a table made up front
 (a step costs one indexing), over a vocabulary of 32 text tokens and 40 timestamps, with
-the token rules the server decodes with (no timestamps; `--timestamps` for all of them), and the beams reorder the self-attention cache of a real decoder
-of tiny.en's four layers one unit wide. What a step then costs is the search's Python
-and the dispatch of its operations: the host's share (on a CPU, the thread's CPU time;
-on CUDA, the wall time, which also counts each kernel's launch). The model's own step is left out: its host share
-is a graph replay (or an eager decoder's launches), costed apart in `runners/sim/costs.py`.
+the token rules the server decodes with (no timestamps; `--timestamps` for all of them),
+and the beams reorder the self-attention cache of a real decoder of tiny.en's four
+layers, one unit wide. What a step then costs is the search's Python and the dispatch of
+its operations: the host's share (on a CPU, the thread's CPU time; on CUDA, the wall
+time, which also counts each kernel's launch). The model's own step is left out: its
+host share is a graph replay (or an eager decoder's launches), costed apart in
+`runners/sim/costs.py`.
 """
 
 from __future__ import annotations
