@@ -778,7 +778,9 @@ def test_a_batched_step_runs_the_new_streams_stage_a_together_then_their_first_c
         s.complete_acoustic(w, latent(300))
     chunks = s.next_step(0.0)
     assert len(chunks) == 5 and all(isinstance(w, VocoderWork) and w.seq == 0 for w in chunks)
-    assert {(w.lo, w.hi) for w in chunks if isinstance(w, VocoderWork)} == {(0, 26)}  # one size
+    # One size: five streams at once are a burst, so each starts with the plan's second
+    # size (32 frames and 10 of context), planned as it was queued.
+    assert {(w.lo, w.hi) for w in chunks if isinstance(w, VocoderWork)} == {(0, 42)}
     assert all(w.threads == 1 for w in chunks)
 
 
@@ -848,10 +850,12 @@ def test_a_batched_device_keeps_the_plans_exact_sizes() -> None:
         assert isinstance(chunk, VocoderWork) and chunk.end == end
 
 
-def test_a_batched_step_plans_a_first_chunk_of_a_burst_by_the_streams_still_waiting() -> None:
-    """A batched step claims a first chunk with the window its queue entry was planned
-    with, unless the stream starts in a burst (`Budget.burst_waiting`): then its plan
-    skips the smallest size, counted at its own claim, as on a CPU worker."""
+def test_a_batched_step_plans_a_first_chunk_of_a_burst_as_it_is_queued() -> None:
+    """A stream queued for its first chunk while `Budget.burst_waiting` others wait for
+    theirs skips the plan's smallest size, as on a CPU worker; on a batched device it is
+    decided as the stream is queued, which sets its window's kind, so that the step that
+    claims the burst's first chunks holds one window size. A stream that starts after
+    the burst has gone gets the smallest size."""
     s = Scheduler(credits=4, budget=Budget(slots=16, batch=8, spare_chunks=2, burst_waiting=2))
     for sid in (1, 2, 3):
         s.add(sid, [seg()], 0.0, PIPER)
@@ -861,9 +865,15 @@ def test_a_batched_step_plans_a_first_chunk_of_a_burst_by_the_streams_still_wait
         s.complete_acoustic(w, latent(300))
     chunks = s.next_step(0.0)
     kept = [(w.stream_id, w.start, w.end) for w in chunks if isinstance(w, VocoderWork) and w.seq == 0]
-    # Stream 1 is claimed while 2 and 3 wait; stream 2 while only 3 does; 3 then alone.
-    assert kept == [(1, 0, 32), (2, 0, 16), (3, 0, 16)]
-    plain = batched()
+    assert kept == [(1, 0, 32), (2, 0, 32), (3, 0, 32)]  # one step, one window size
+    s.add(4, [seg()], 1.0, PIPER)
+    stage_a = s.next_step(1.0)
+    assert [w.stream_id for w in stage_a] == [4]
+    assert isinstance(stage_a[0], AcousticWork)
+    s.complete_acoustic(stage_a[0], latent(300))
+    late = [w for w in s.next_step(1.0) if isinstance(w, VocoderWork) and w.stream_id == 4]
+    assert [(w.start, w.end) for w in late] == [(0, 16)]
+    plain = batched()  # three streams are no burst at the default `BURST_WAITING`
     for sid in (1, 2, 3):
         plain.add(sid, [seg()], 0.0, PIPER)
     for w in plain.next_step(0.0):

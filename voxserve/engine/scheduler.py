@@ -101,7 +101,9 @@ Chunks are independent given their context frames."""
 
 BURST_WAITING = 3
 """A stream whose first chunk is claimed while at least this many other new streams wait
-for theirs starts with the plan's second chunk size (`Scheduler._burst`)."""
+for theirs starts with the plan's second chunk size (`Scheduler._burst`), on a CPU and on
+a batched device alike: in a burst of hundreds on a GPU the host, busy starting the
+others, makes a Piper stream's third chunk late when its first holds only 16 frames."""
 
 
 NEW_WAIT_S = 0.05
@@ -185,7 +187,7 @@ class Budget:
     @classmethod
     def batched(cls, batch: int, steps: int = 2) -> Budget:
         """A device that runs `batch` units per step, `steps` steps overlapping."""
-        return cls(slots=batch * steps, batch=batch, spare_chunks=SPARE_CHUNKS)
+        return cls(slots=batch * steps, batch=batch, spare_chunks=SPARE_CHUNKS, burst_waiting=BURST_WAITING)
 
     @property
     def stepped(self) -> bool:
@@ -406,6 +408,9 @@ class Scheduler:
         """Running estimate of stage A seconds per phoneme id, per model, to start it
         early enough."""
         self._acoustic_in_flight = 0
+        self._unclaimed = 0
+        """Streams whose first chunk is not claimed yet (`_burst`), kept as they come and
+        go so that a step of a hundred first chunks does not count them a hundred times."""
         self._vocoder_s_per_frame: dict[str, float] = {}
         """Running estimate of a one-thread vocoder call's seconds per decoded frame, per
         model, from the chunks timed so far (`complete_vocoder`)."""
@@ -438,6 +443,7 @@ class Scheduler:
             raise ValueError(f"stream {stream_id} exists")
         self._acoustic_s_per_id.setdefault(profile.name, profile.acoustic_s_per_id)
         stream = self._streams[stream_id] = _Stream(stream_id, now, list(segments), profile, complete)
+        self._unclaimed += 1
         if self.budget.stepped:
             windows = self._windows.get(profile)
             if windows is None:
@@ -471,6 +477,7 @@ class Scheduler:
         stream = self._streams.pop(stream_id, None)
         if stream is not None:
             stream.unqueue()
+            self._unclaimed -= stream.claimed == 0
         return stream is not None
 
     def taken(self, stream_id: int) -> None:
@@ -557,6 +564,10 @@ class Scheduler:
         stream.window = None
         if stream.id not in self._streams:
             return
+        if stream.claimed == 0:
+            # Its first window's size, and so its kind, is set here: the step that
+            # claims it holds only windows of that kind.
+            stream.skip = int(self._burst(stream))
         for acoustic in (False, True):
             if not (self._acoustic_candidate(stream) if acoustic else self._vocoder_candidate(stream, False)):
                 continue
@@ -894,9 +905,7 @@ class Scheduler:
         instead of two. The figures: docs/BENCHMARKS.md, "TTS on Piper"."""
         if not self.budget.burst_waiting:
             return False
-        waiting = sum(
-            1 for other in self._streams.values() if other is not stream and other.claimed == 0
-        )
+        waiting = self._unclaimed - (stream.claimed == 0)
         return waiting >= self.budget.burst_waiting
 
     def _claim_vocoder(self, stream: _Stream, alone: bool = False) -> VocoderWork:
@@ -912,6 +921,7 @@ class Scheduler:
         window = stream.window if self.budget.stepped and seq > 0 else None
         lo, hi, start, end, bucket = window or self._window(stream, latent)
         stream.claimed += 1
+        self._unclaimed -= seq == 0
         stream.in_flight += 1
         stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
         latent.claimed = end
@@ -946,18 +956,13 @@ class Scheduler:
                     raise AssertionError("a claimed chunk has an open latent")
             assert latent is not None
             seq = stream.claimed
-            if seq == 0:
-                # The kept window was planned with the defaults (not alone, no skip); a
-                # batched step never claims a first chunk alone, and a burst may skip.
-                skip = int(self._burst(stream))
-                if skip != stream.skip or stream.alone:
-                    window = None
-                stream.alone = False
-                stream.skip = skip
+            # A first chunk's window was planned as the stream was queued, its burst's skip
+            # with it (`_touch`); a batched step never claims one alone.
             if window is None:
                 window = self._window(stream, latent)
             lo, hi, start, end, bucket = window
             stream.claimed = seq + 1
+            self._unclaimed -= seq == 0
             stream.in_flight += 1
             stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
             latent.claimed = end
@@ -1051,6 +1056,7 @@ class Scheduler:
         stream = self._streams.pop(stream_id, None)
         if stream is not None:
             stream.unqueue()
+            self._unclaimed -= stream.claimed == 0
 
     def _release_workers(self, work: Work) -> None:
         self._busy = max(0, self._busy - work.threads)
