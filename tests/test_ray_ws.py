@@ -298,6 +298,17 @@ def test_realtime_errors_keep_their_event_id_through_ray(deployment: RayDeployme
         ws.send(json.dumps(bad))
         error = json.loads(ws.recv(timeout=10))
         assert error["error"]["code"] == "model_not_found" and error["error"]["event_id"] == "evt_model"
+        # The replica's noise filter checks the type and takes a known one.
+        bad = {"type": "session.update", "event_id": "evt_noise",
+               "session": {"type": "transcription", "audio": {"input": {"noise_reduction": {"type": "studio"}}}}}
+        ws.send(json.dumps(bad))
+        error = json.loads(ws.recv(timeout=10))
+        assert error["error"]["param"] == "session.audio.input.noise_reduction.type", error
+        good = {"type": "session.update",
+                "session": {"type": "transcription", "audio": {"input": {"noise_reduction": {"type": "far_field"}}}}}
+        ws.send(json.dumps(good))
+        updated = json.loads(ws.recv(timeout=10))
+        assert updated["session"]["audio"]["input"]["noise_reduction"] == {"type": "far_field"}, updated
 
 
 def _keeper() -> dict[str, Any]:
