@@ -39,6 +39,7 @@ from voxserve.serving.batch import BatchResult, BatchSlots, speak_batch
 from voxserve.serving.service import Service
 from voxserve.serving.speech import SpeechParams
 from voxserve.serving.waiting import unless_gone
+from voxserve.text.markup import Say
 
 __all__ = ["MAX_ITEMS", "MAX_TOTAL_INPUTS", "BatchRequest", "speech_batch"]
 
@@ -90,18 +91,28 @@ def _item(data: dict[str, Any], defaults: dict[str, Any], at: int, max_chars: in
     return speech_params(body)
 
 
-async def _check_voices(state: Service, items: list[SpeechParams]) -> None:
-    """Every item's model, voice and language, before any item is spoken (404, 400)."""
+def _tag_voices(text: str, max_chars: int) -> list[str]:
+    """The voices an input's markup names (read and bounded already by `_item`)."""
+    script = read_script(text, max_chars)
+    if script is None:
+        return []
+    return list(dict.fromkeys(item.voice for item in script.items if isinstance(item, Say) and item.voice))
+
+
+async def _check_voices(state: Service, items: list[SpeechParams], max_chars: int) -> None:
+    """Every item's model, voice and language, and the voices its markup names, before
+    any item is spoken (404, 400)."""
     lane = state.speech_lane()
     try:
         for at, item in enumerate(items):
-            try:
-                await lane.check(item.model, item.voice, item.language)
-            except VoxError as exc:
-                where = f"items[{at}]" + (f".{exc.param}" if exc.param else "")
-                exc.message = f"{where}: {exc.message}"
-                exc.param = where
-                raise
+            for voice, param in [(item.voice, None), *((v, "input") for v in _tag_voices(item.text, max_chars))]:
+                try:
+                    await lane.check(item.model, voice, item.language)
+                except VoxError as exc:
+                    where = f"items[{at}]." + (param or exc.param or "voice")
+                    exc.message = f"{where}: {exc.message}"
+                    exc.param = where
+                    raise
     finally:
         await lane.close()
 
@@ -148,7 +159,7 @@ async def speech_batch(request: Request) -> Response:
             param="items",
             code="input_too_long",
         )
-    await _check_voices(state, items)
+    await _check_voices(state, items, max_chars)
     request_id = request.headers.get("x-request-id") or state.new_request_id()
     left = asyncio.ensure_future(until_disconnect(request))
     try:

@@ -497,6 +497,15 @@ class TaggedSegmenter(TextSegmenter):
         self._waiting = ""
         """Segments of tags alone, spoken with the next segment."""
 
+    @property
+    def pending(self) -> str:
+        """Text received and not yet cut into a segment, a tag held back included."""
+        return super().pending + self._held
+
+    @property
+    def pending_chars(self) -> int:
+        return super().pending_chars + len(self._held)
+
     def feed(self, text: str) -> list[str]:
         text = self._held + text
         start = text.rfind("[", max(0, len(text) - 420))
