@@ -244,6 +244,7 @@ export function livePanel() {
         showStatus();
         break;
       case "session.updated":
+        s.noiseReduction = event.session?.audio?.input?.noise_reduction?.type ?? null;
         if (!s.ready) {
           s.ready = true;
           for (const bytes of s.early.splice(0)) append(s, bytes);
@@ -430,6 +431,7 @@ export function livePanel() {
       return Object.freeze({
         state,
         sentSeconds: s ? s.sentBytes / 2 / 24000 : 0,
+        noiseReduction: s?.noiseReduction ?? null,
         errors: [...errors],
         lines: s
           ? [...s.lines.entries()].map(([itemId, l]) =>
