@@ -219,9 +219,11 @@ def test_the_cli_reaches_the_engines_through_the_serving_layer() -> None:
 # The load generator speaks HTTP to whatever server it measures. Only the modules that
 # measure this machine's offline limit (`voxserve bench offline`, `bench asr-offline`) or
 # compare the engine with a peer library in process (`bench kokoro-peer`), or run the
-# server's noise filter and VAD on the audio they send (`bench.real_speech --filter`) run
-# the engines and runners in process.
+# server's noise filter and VAD on the audio they send (`bench.real_speech --filter`), or
+# mark where each clean recording of a diarization conversation speaks (`bench.conversations`)
+# run the engines and runners in process.
 _BENCH_OFFLINE = {
+    "voxserve.bench.conversations",
     "voxserve.bench.offline",
     "voxserve.bench.real_speech",
     "voxserve.bench.offline_kokoro",

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from voxserve.api import batch, catalog, voices
+from voxserve.api import batch, catalog, diarization, voices
 from voxserve.api.openapi import openapi_endpoint
 from voxserve.api.playground import playground_routes
 from voxserve.api.streaming import StreamResponse
@@ -43,6 +43,7 @@ def route_table(
         Route("/v1/audio/speech/batch", batch.speech_batch, methods=["POST"]),
         Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
         Route("/v1/audio/translations", translations, methods=["POST"]),
+        Route("/v1/audio/diarization", diarization.diarization, methods=["POST"]),
     ]
     if speech_stream is not None:
         routes.append(WebSocketRoute("/v1/audio/speech/stream", speech_stream))

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import soxr
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.optimize import linear_sum_assignment
 
@@ -55,11 +56,18 @@ __all__ = [
 WINDOW_S = WINDOW_SAMPLES / SAMPLE_RATE
 STEP_S = 0.75
 """Half a window: each moment is seen by two windows."""
-ONSET, OFFSET = 0.15, 0.1
+ONSET, OFFSET = 0.1, 0.06
 """VAD hysteresis: speech starts at this probability and lasts until it falls below the
 second. Far under the cut planner's 0.5: Silero scores speech heard through a telephone
-line at 0.2-0.4, and every second it misses is missed speech that no clustering can win
-back (docs/ASR.md, "Diarization")."""
+line at 0.2-0.4 (lower still beside wideband room noise), and every second it misses is
+missed speech that no clustering can win back (docs/ASR.md, "Diarization")."""
+BAND_RATE = 8000
+"""The VAD hears every voice in the telephone band (resampled to 8 kHz and back), so a
+caller on a phone line and a person in the room are judged alike: wideband hiss beside
+band-limited speech halves Silero's scores, and the band costs wideband speech little."""
+_MARGIN = 1600
+"""Samples read either side of a block for its resampling (0.1 s), so blocks join
+without edge effects."""
 MIN_GAP_S = 0.3
 """A pause shorter than this inside one person's speech does not split a region."""
 MIN_REGION_S = 0.2
@@ -117,6 +125,30 @@ def letter(index: int) -> str:
         index, rem = divmod(index - 1, 26)
         label = chr(ord("A") + rem) + label
     return label
+
+
+class _Band:
+    """`audio` as the VAD hears it (`BAND_RATE`), resampled a block at a time as the VAD
+    reads it: a bounded copy, never the whole file."""
+
+    def __init__(self, audio: Samples) -> None:
+        self.audio = audio
+
+    def __len__(self) -> int:
+        return len(self.audio)
+
+    def __getitem__(self, span: slice) -> np.ndarray:
+        lo, hi = span.start or 0, min(len(self.audio), span.stop)
+        a, b = max(0, lo - _MARGIN), min(len(self.audio), hi + _MARGIN)
+        x = np.asarray(self.audio[a:b], dtype=np.float32)
+        y = soxr.resample(soxr.resample(x, SAMPLE_RATE, BAND_RATE), BAND_RATE, SAMPLE_RATE)
+        out = np.zeros(b - a, dtype=np.float32)
+        out[: min(len(y), b - a)] = y[: b - a]
+        return out[lo - a : hi - a]
+
+
+def _regions(audio: Samples) -> list[tuple[float, float]]:
+    return speech_regions(speech_probabilities(_Band(audio)))
 
 
 def speech_regions(probs: np.ndarray) -> list[tuple[float, float]]:
@@ -178,7 +210,7 @@ def reference_embedding(samples: np.ndarray, model: CamPlus | None = None) -> np
     """One unit-length embedding of a reference clip (16 kHz): the mean of its windows
     over its speech (all of it when the VAD hears too little)."""
     duration = len(samples) / SAMPLE_RATE
-    regions = speech_regions(speech_probabilities(samples)) or [(0.0, duration)]
+    regions = _regions(samples) or [(0.0, duration)]
     emb = embed_windows(samples, _window_starts(regions, duration), model)
     mean = emb.mean(axis=0)
     unit: np.ndarray = (mean / max(float(np.linalg.norm(mean)), 1e-9)).astype(np.float32)
@@ -263,7 +295,7 @@ def _names(cents: np.ndarray, known: Sequence[KnownSpeaker]) -> dict[int, str]:
 def diarize(audio: Samples, known: Sequence[KnownSpeaker] = (), model: CamPlus | None = None) -> Diarization:
     """The turns of 16 kHz `audio`, clustered over the whole file."""
     duration = len(audio) / SAMPLE_RATE
-    regions = speech_regions(speech_probabilities(audio))
+    regions = _regions(audio)
     starts = _window_starts(regions, duration)
     if not starts:
         return Diarization([], [])
@@ -322,7 +354,7 @@ class OnlineSpeakers:
         lo, hi = int(start_s * SAMPLE_RATE), int(end_s * SAMPLE_RATE)
         piece = np.asarray(audio[lo:hi], dtype=np.float32)
         duration = len(piece) / SAMPLE_RATE
-        regions = speech_regions(speech_probabilities(piece))
+        regions = _regions(piece)
         starts = _window_starts(regions, duration)
         if not starts:
             return []

