@@ -4,7 +4,10 @@
 threads, never on the VAD thread (whose 0.1 ms frames must not wait behind a filter hop)
 nor on the ASR workers. A live session filters each append as it arrives and awaits the
 result before its next one, so at most one call per session is queued; the stream's lock
-keeps its state consistent even if a waiter is cancelled and its call still runs.
+keeps its state consistent even if a waiter is cancelled and its call still runs. An
+upload's filter (`for_file`) runs on the thread that decodes and cuts it, for the VAD that
+plans the cuts. What the filter hands on goes to the VAD only: given the filtered audio,
+the recognizer lost words on clean speech and in babble (docs/BENCHMARKS.md).
 
 The two types OpenAI names map to a strength (`runners/denoise.py: DenoiseStream.strength`):
 `near_field` (a headset: the voice far above the noise) keeps a floor of the input under
@@ -25,27 +28,18 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from voxserve.engine.threads import prestart
 from voxserve.errors import InvalidRequest, Unavailable
-from voxserve.runners.denoise import (
-    LATENCY_SAMPLES,
-    SAMPLE_RATE,
-    Denoiser,
-    DenoiseStream,
-    default_model_path,
-)
+from voxserve.runners.denoise import SAMPLE_RATE, Denoiser, DenoiseStream, default_model_path
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LATENCY_SAMPLES", "NOISE_REDUCTION_TYPES", "STRENGTHS", "DenoiseEngine",
-           "DenoiseStream", "FileFilter", "Filtered"]
+__all__ = ["NOISE_REDUCTION_TYPES", "STRENGTHS", "DenoiseEngine", "DenoiseStream", "FileFilter"]
 
 STRENGTHS = {"near_field": 0.7, "far_field": 1.0}
 """The share of the model's output in what the filter hands on (the rest is the input).
@@ -55,15 +49,6 @@ NOISE_REDUCTION_TYPES = tuple(STRENGTHS)
 THREADS = 2
 """Filter threads. One keeps up with about a dozen sessions (a session costs 6-9 % of a
 core); a second keeps one slow call from delaying every other session's audio."""
-
-
-@dataclass(frozen=True)
-class Filtered:
-    """The output of one call: `samples` are the filtered audio from input sample `start`
-    of the stream (the same index the raw audio has)."""
-
-    start: int
-    samples: np.ndarray
 
 
 class DenoiseEngine:
@@ -79,7 +64,6 @@ class DenoiseEngine:
         self._stopped = False
         self._busy_s = 0.0
         self._audio_s = 0.0
-        self._calls = 0
         self.estimate = 0.0
         """CPU-seconds per second of audio, timed at start-up on one warm call."""
 
@@ -142,13 +126,18 @@ class DenoiseEngine:
             return self._busy_s / self._audio_s
         return self.estimate
 
-    async def feed(self, stream: DenoiseStream, samples: np.ndarray) -> Filtered:
-        """Filter `samples` on a filter thread; the output now final, and where it starts."""
-        return await self._submit(self._feed, stream, samples)
-
-    async def flush(self, stream: DenoiseStream) -> Filtered:
-        """The output of every sample the stream still holds; the stream starts afresh."""
-        return await self._submit(self._flush, stream)
+    async def feed(self, stream: DenoiseStream, samples: np.ndarray) -> np.ndarray:
+        """Filter `samples` on a filter thread: the output now final, which continues the
+        stream's earlier output (sample `stream.samples_out - len(output)` on)."""
+        executor = self._executor
+        if executor is None:
+            raise Unavailable("noise reduction is not running")
+        try:
+            work = executor.submit(self._feed, stream, samples)
+        except RuntimeError:  # shut down between the check and the submit
+            raise Unavailable("noise reduction is not running") from None
+        # The shield keeps a cancelled waiter from cancelling work not yet started.
+        return await asyncio.shield(asyncio.wrap_future(work))
 
     def for_file(self, kind: str) -> FileFilter:
         """A filter for one upload's VAD, run on the caller's thread (the audio pool
@@ -156,37 +145,18 @@ class DenoiseEngine:
         assert self._model is not None
         return FileFilter(self, self._model, self.stream(kind))
 
-    async def _submit(self, call: Callable[..., Filtered], *args: object) -> Filtered:
-        executor = self._executor
-        if executor is None:
-            raise Unavailable("noise reduction is not running")
-        try:
-            work = executor.submit(call, *args)
-        except RuntimeError:  # shut down between the check and the submit
-            raise Unavailable("noise reduction is not running") from None
-        # The shield keeps a cancelled waiter from cancelling work not yet started.
-        return await asyncio.shield(asyncio.wrap_future(work))
-
-    def _feed(self, stream: DenoiseStream, samples: np.ndarray) -> Filtered:
+    def _feed(self, stream: DenoiseStream, samples: np.ndarray) -> np.ndarray:
         assert self._model is not None
         started = time.process_time()
         out = self._model.feed(stream, samples)
         self.count(time.process_time() - started, len(samples))
-        return Filtered(stream.samples_out - len(out), out)
-
-    def _flush(self, stream: DenoiseStream) -> Filtered:
-        assert self._model is not None
-        started = time.process_time()
-        out = self._model.flush(stream)
-        self.count(time.process_time() - started, 0)
-        return Filtered(stream.samples_out - len(out), out)
+        return out
 
     def count(self, busy_s: float, samples: int) -> None:
         """Add a call's CPU time and the audio it took to the filter's cost."""
         with self._lock:
             self._busy_s += busy_s
             self._audio_s += samples / SAMPLE_RATE
-            self._calls += 1
 
     def stop(self) -> None:
         """Refuse new calls, finish the queued ones and join the threads. Idempotent."""
@@ -196,10 +166,6 @@ class DenoiseEngine:
         if executor is not None:
             executor.shutdown(wait=True)
 
-    def snapshot(self) -> dict[str, float]:
-        """Counters since start: calls, CPU-seconds busy, seconds of audio filtered."""
-        with self._lock:
-            return {"calls": float(self._calls), "busy_s": self._busy_s, "audio_s": self._audio_s}
 
 
 class FileFilter:

@@ -17,8 +17,8 @@ next call. That alignment is what lets a caller keep raw and filtered audio unde
 sample indices.
 
 `strength` blends the filtered output with the input (delayed alike): 1 is the model's own
-output, 0 the input unchanged. The model removes the noise it hears, and the blend keeps a
-floor of it, which a recognizer tolerates better than the artefacts of full suppression.
+output, 0 the input unchanged. The model removes the noise it hears; the blend keeps a
+floor of the input, and with it soft onsets that full suppression can eat.
 
 This module is one of the places that import onnxruntime; it knows nothing of sessions,
 threads or HTTP (`engine/denoise.py` runs it).

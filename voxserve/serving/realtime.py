@@ -551,7 +551,7 @@ class LiveSession:
         if not len(samples):
             return
         self._audio.add(samples)
-        heard = samples if self._filter is None else (await self._live.denoise.feed(self._filter, samples)).samples
+        heard = samples if self._filter is None else await self._live.denoise.feed(self._filter, samples)
         probs = await self._live.vad.score(self._vad_stream, heard)
         first = self._vad_stream.frames_done - len(probs)
         if self._detector is None:
