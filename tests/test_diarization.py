@@ -113,8 +113,10 @@ def test_diarized_json_labels_each_person(http: httpx.Client, conversation: tupl
     assert label_of["joe"] == {"A"} and label_of["beckett"] == {"B"}, segments
     text = " ".join(s["text"] for s in segments).lower()
     assert "stella" in text and "fail better" in text and "museum" in text, segments
-    plain = _post(http, {"model": "whisper-1"}, audio).json()["text"]
-    assert body["text"] == plain  # the words are the plain transcription's
+    # the words are those of the same transcription without speakers (its default cut, "auto", and word times)
+    plain = _post(http, {"model": "whisper-1", "chunking_strategy": "auto", "response_format": "verbose_json",
+                         "timestamp_granularities[]": "word"}, audio).json()["text"]
+    assert body["text"] == plain
 
 
 def test_known_speaker_is_named_and_a_stranger_stays_lettered(

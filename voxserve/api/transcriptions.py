@@ -53,6 +53,7 @@ from voxserve.api.speakers import (
 )
 from voxserve.api.sse import sse, sse_error
 from voxserve.api.streaming import StreamResponse, until_disconnect
+from voxserve.audio.chunks import AUTO
 from voxserve.engine.speakers import DiarizedTranscript, SegmentDone
 from voxserve.engine.transcribe import TextDelta, Transcript
 from voxserve.engine.uploads import UploadLease
@@ -140,7 +141,9 @@ def transcription_params(body: TranscriptionForm, task: str) -> TranscriptionPar
         timings=body.response_format in ("srt", "vtt", "verbose_json"),
         words="word" in body.timestamp_granularities,
         logprobs=body.logprobs,
-        chunking=body.chunking_strategy,
+        # "auto" is the diarizing model's default, as OpenAI's: pieces end in pauses,
+        # where turns change hands
+        chunking=body.chunking_strategy or (AUTO if diarizing_model(body.model) else None),
         noise_reduction=body.noise_reduction,
         diarize=diarizing_model(body.model),
         known_speakers=tuple(body.known_speakers),
