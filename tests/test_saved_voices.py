@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import MakeServer, RunningServer, tts_config
+from voxserve.serving.saved_voices import SavedVoices
 
 KEY = "vx-saved-voices-key"
 
@@ -133,3 +134,14 @@ def test_a_blend_across_models_or_of_unknown_voices_is_refused(kokoro_server: Ru
     with httpx.Client(base_url=kokoro_server.base_url, timeout=60) as client:
         r = client.post("/v1/audio/voices", json={"name": "mixed", "voice": voice})
         assert r.status_code in (400, 404), r.text
+
+
+def test_two_servers_on_one_folder_see_one_set(tmp_path: Path) -> None:
+    """What Ray replicas sharing a folder see: a voice saved or deleted by one process is
+    found, or gone, in the other at its next lookup."""
+    one, two = SavedVoices(tmp_path, 8), SavedVoices(tmp_path, 8)
+    assert two.find("shared") is None
+    saved = one.add("shared", "joe", "en_US-joe-medium", taken=False)
+    assert two.find("shared") == saved and two.find(saved.id) == saved
+    one.remove(saved.id)
+    assert two.find("shared") is None and two.all() == []

@@ -10,12 +10,13 @@ They live in one folder that the server owns (`--tts-saved-voices-dir`), one JSO
 per voice, named by its id. A file is written to a temporary name, flushed to disk and
 renamed over (then the folder is flushed), so a crash mid-write leaves the old set
 whole: a file is there entirely or not at all, and leftover temporary files are ignored
-and removed at start. Every process that names the same folder sees the same set: a
-lookup that misses, and every listing, read the folder again when its modification time
-changed, so Ray replicas on one node share it as it is, and replicas on other nodes when
-the folder is on storage they all mount (NFS, a shared volume). No request costs more
-than one `stat` of the folder when nothing changed. Bounded: `--tts-max-saved-voices`
-voices, names of at most `MAX_NAME` characters.
+and removed at start. Every process that names the same folder sees the same set: every
+lookup and every listing reads the folder's file names, and the files new since the last
+read when they changed (a save or a delete anywhere), so Ray replicas on one node share
+it as it is, and replicas on other nodes when the folder is on storage they all mount
+(NFS, a shared volume). A lookup costs one listing of the folder (at most a few hundred
+names) when nothing changed. Bounded: `--tts-max-saved-voices` voices, names of at most
+`MAX_NAME` characters.
 """
 
 from __future__ import annotations
@@ -82,19 +83,20 @@ class SavedVoices:
         self.limit = limit
         self._lock = threading.Lock()
         self._voices: dict[str, SavedVoice] = {}
-        self._seen: int | None = None
-        """The folder's modification time when it was last read (None: never, or absent)."""
+        self._seen: frozenset[str] | None = None
+        """The voice files the folder held when it was last read (None: no folder). A
+        voice's file never changes once written (a new voice gets a new id), so the
+        names alone tell whether anything changed."""
         self._clean()
         self._reload()
 
     def find(self, key: str) -> SavedVoice | None:
-        """The saved voice of this name or id, or None."""
+        """The saved voice of this name or id, or None: as the folder holds it now (a
+        voice another process deleted is gone here too)."""
         with self._lock:
-            found = self._lookup(key)
-            if found is None and self._changed():
+            if self._changed():
                 self._reload()
-                found = self._lookup(key)
-            return found
+            return self._lookup(key)
 
     def all(self) -> list[SavedVoice]:
         with self._lock:
@@ -138,6 +140,8 @@ class SavedVoices:
                 (self.folder / f"{found.id}.json").unlink()
             _sync_folder(self.folder)
             del self._voices[found.id]
+            if self._seen is not None:
+                self._seen = self._seen - {f"{found.id}.json"}
             return found
 
     # -- the folder ------------------------------------------------------------------
@@ -147,23 +151,25 @@ class SavedVoices:
             return found
         return next((v for v in self._voices.values() if v.name == key), None)
 
-    def _mtime(self) -> int | None:
+    def _names(self) -> frozenset[str] | None:
         try:
-            return self.folder.stat().st_mtime_ns
+            with os.scandir(self.folder) as entries:
+                return frozenset(e.name for e in entries if e.name.startswith("voice_") and e.name.endswith(".json"))
         except FileNotFoundError:
             return None
 
     def _changed(self) -> bool:
-        return self._mtime() != self._seen
+        return self._names() != self._seen
 
     def _reload(self) -> None:
-        self._seen = self._mtime()
+        """Read the files that appeared since the last read; forget those gone."""
+        self._seen = self._names()
         voices: dict[str, SavedVoice] = {}
-        if self._seen is not None:
-            for path in sorted(self.folder.glob("voice_*.json")):
-                saved = _read(path)
-                if saved is not None and len(voices) < self.limit:
-                    voices[saved.id] = saved
+        for name in sorted(self._seen or ()):
+            known = self._voices.get(name.removesuffix(".json"))
+            saved = known if known is not None else _read(self.folder / name)
+            if saved is not None and len(voices) < self.limit:
+                voices[saved.id] = saved
         self._voices = voices
 
     def _write(self, saved: SavedVoice) -> None:
@@ -181,11 +187,11 @@ class SavedVoices:
                 os.unlink(tmp)
             raise
         _sync_folder(self.folder)
-        self._seen = self._mtime()
+        self._seen = (self._seen or frozenset()) | {f"{saved.id}.json"}
 
     def _clean(self) -> None:
         """Remove temporary files a crash mid-write left."""
-        if self._mtime() is None:
+        if not self.folder.is_dir():
             return
         for path in self.folder.glob(".saving-*"):
             with contextlib.suppress(OSError):
