@@ -148,6 +148,14 @@ def test_make_asr_set_then_transcribe(server: RunningServer, tmp_path: Path, cap
             assert rec["text"] and rec["reference_words"] in (6, 4)
     assert "RTFx" in capsys.readouterr().out
 
+    # --diarize asks for speaker labels; the diarized transcript's text is scored the same
+    rc = main(["bench", "transcribe", "--base-url", server.base_url, "--manifest",
+               str(folder / "manifest.jsonl"), "--concurrency", "1", "--diarize", "--no-progress", "-o", str(out)])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert result["settings"]["model"] == "gpt-4o-transcribe-diarize" and result["settings"]["diarize"]
+    assert result["levels"][0]["summary"]["failed"] == 0 and result["levels"][0]["summary"]["wer"] <= 0.2
+
 
 def test_closed_loop_and_poisson_keep_the_concurrency_cap() -> None:
     in_flight = peak = 0

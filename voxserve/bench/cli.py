@@ -183,8 +183,10 @@ def _transcribe(args: argparse.Namespace) -> int:
     clips = load_manifest(args.manifest) if args.manifest else load_audio_dir(args.audio_dir)
     count = args.num_requests or len(clips)
     clips = [clips[i % len(clips)] for i in range(count)]
-    target = TranscribeTarget(args.base_url, args.model, args.language, args.timeout)
-    settings = _settings(args, model=args.model, language=args.language,
+    model = "gpt-4o-transcribe-diarize" if args.diarize else args.model
+    target = TranscribeTarget(args.base_url, model, args.language, args.timeout,
+                              "diarized_json" if args.diarize else "json")
+    settings = _settings(args, model=model, language=args.language, diarize=args.diarize,
                          input=str(args.manifest or args.audio_dir), num_requests=count, bursts=args.bursts,
                          clips=[c.path.name for c in clips])
     started = time.perf_counter()
@@ -626,6 +628,9 @@ def add_bench_parser(subparsers: Any) -> None:
                      help="each level sends N bursts of C requests at once, each after the "
                           "one before has ended (default: a closed loop)")
     asr.add_argument("--model", default="whisper-1")
+    asr.add_argument("--diarize", action="store_true",
+                     help="ask for speaker labels: model gpt-4o-transcribe-diarize, response_format "
+                          "diarized_json (instead of --model)")
     asr.add_argument("--language", default=None)
     asr.add_argument("--fail-on-error", action="store_true")
     asr.set_defaults(func=_guarded(_transcribe))

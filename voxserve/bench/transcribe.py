@@ -94,6 +94,8 @@ class TranscribeTarget:
     model: str = "whisper-1"
     language: str | None = None
     timeout_s: float = 600.0
+    response_format: str = "json"
+    """json, or diarized_json to ask for speaker labels (its `text` is scored the same)."""
 
     @property
     def url(self) -> str:
@@ -104,7 +106,7 @@ class TranscribeTarget:
         mime = mimetypes.guess_type(clip.path.name)[0] or "application/octet-stream"
         form.add_field("file", data, filename=clip.path.name, content_type=mime)
         form.add_field("model", self.model)
-        form.add_field("response_format", "json")
+        form.add_field("response_format", self.response_format)
         if self.language:
             form.add_field("language", self.language)
         return form
