@@ -460,6 +460,22 @@ def test_uploaded_file_is_transcribed(playground: Playground, clips: Clips) -> N
     assert not playground.problems
 
 
+def test_speaker_column(playground: Playground, clips: Clips) -> None:
+    page = playground.page
+    page.check("#speakers")
+    try:
+        before = playground.transcriptions()
+        page.set_input_files("#file-input", clips.upload)
+        playground.wait_transcribed(before)
+        assert playground.state("listen") == "done", page.inner_text("#listen-message")
+        _assert_segments(page)
+        speakers = page.locator("#segments li .speaker").all_inner_texts()
+        assert speakers and set(speakers) == {"A"}, speakers  # one voice: one speaker
+    finally:
+        page.uncheck("#speakers")
+    assert not playground.problems
+
+
 def test_recording_is_transcribed(playground: Playground, clips: Clips) -> None:
     page = playground.page
     before = playground.transcriptions()

@@ -19,7 +19,7 @@ const ui = {
   speedValue: $("speed-value"), speakButton: $("speak-button"), stopButton: $("stop-button"),
   wave: $("wave"), ttfa: $("ttfa"), rtf: $("rtf"), received: $("received"), chunks: $("chunks"),
   listen: $("listen"), listenState: $("listen-state"), listenMessage: $("listen-message"),
-  listenHint: $("listen-hint"), record: $("record-button"), file: $("file-input"),
+  listenHint: $("listen-hint"), record: $("record-button"), file: $("file-input"), speakers: $("speakers"),
   transcript: $("transcript"), segments: $("segments"),
   server: $("server"), metricsState: $("metrics-state"), metricsNote: $("metrics-note"),
   active: $("m-active"), queued: $("m-queued"), ttfp: $("m-ttfp"), rtfP50: $("m-rtf"),
@@ -376,7 +376,7 @@ async function transcribe(blob, name) {
   ui.segments.replaceChildren();
   const form = new FormData();
   form.append("file", blob, name);
-  form.append("model", "whisper-1");
+  form.append("model", ui.speakers.checked ? "gpt-4o-transcribe-diarize" : "whisper-1");
   form.append("response_format", "verbose_json");
   const started = performance.now();
   try {
@@ -402,7 +402,14 @@ function segmentItem(segment) {
   time.textContent = `${fmtClock(segment.start)}–${fmtClock(segment.end)}`;
   const text = document.createElement("span");
   text.textContent = segment.text.trim();
-  item.append(time, text);
+  item.append(time);
+  if (segment.speaker) {
+    const speaker = document.createElement("b");
+    speaker.className = "speaker";
+    speaker.textContent = segment.speaker;
+    item.append(speaker);
+  }
+  item.append(text);
   return item;
 }
 
