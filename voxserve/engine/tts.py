@@ -51,7 +51,14 @@ from voxserve.engine.script import (
 from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
 from voxserve.engine.voices import Span, Voice, VoiceModel
 from voxserve.engine.words import WordTime, word_times
-from voxserve.engine.work import AcousticWork, ModelProfile, StageInput, VocoderChunking, VocoderWork, Work
+from voxserve.engine.work import (
+    AcousticWork,
+    ModelProfile,
+    StageInput,
+    VocoderChunking,
+    VocoderWork,
+    Work,
+)
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.text.split import normalize, segment
 
@@ -499,7 +506,8 @@ class TTSEngine(WorkerEngine):
         per worker, all at once, so that every worker's sessions size their memory arenas
         now rather than while clients are served (RSS then stays flat from the start). On
         a batched device, the model first captures its step graphs for every window bucket
-        (`VoiceModel.capture_graphs`), then a step's worth of mixed streams runs."""
+        (`VoiceModel.capture_graphs`), then its batch curve is timed (`_warm_curve`), then
+        a step's worth of mixed streams runs."""
         words = ("the quick brown fox jumps over a lazy dog near the quiet river bank " * 8).split()
         longest = ""
         for word in words:
@@ -796,10 +804,11 @@ class TTSEngine(WorkerEngine):
             return room_for(self.capacity * TARGET_UTILIZATION, costs, live, unsubmitted, model)
 
     def drain_s(self, admitted: int, queued: Mapping[str | None, int]) -> float | None:
-        """Seconds the device needs, at its batch curve, to make the audio of the streams
-        admitted and queued (`queued` as for `carries`), each as long as its model's
-        streams have been on average: what a refused client is told to wait
-        (`Retry-After`). None while no cost or length is known."""
+        """Seconds the device needs, at the costs admission reads (the batch curve as
+        traffic refined it), to make the audio of the streams admitted and queued
+        (`queued` as for `carries`), each as long as its model's streams have been on
+        average: what a refused client is told to wait (`Retry-After`). None while no
+        cost or length is known."""
         with self._cond:
             live, unsubmitted = self._crowd(admitted, queued)
             costs = self._admission_costs(live)
