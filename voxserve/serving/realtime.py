@@ -319,8 +319,7 @@ class LiveTranscriber:
         if self.open_sessions >= self.config.max_sessions or (load > 0 and load + weight > capacity + 1e-9):
             raise Overloaded(
                 f"the server has {self.open_sessions} live transcription sessions open, "
-                f"{active} of them active (a load of {load:.1f} sessions, noise reduction "
-                f"counted), against its capacity ({capacity} active, "
+                f"{active} of them active, against its capacity ({capacity} active, "
                 f"{self.config.max_sessions} open); try again later"
             )
         self.open_sessions += 1
