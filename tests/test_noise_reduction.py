@@ -4,7 +4,7 @@ server's `WS /v1/realtime` sessions and transcription form, driven by real clien
 The server here has the operator's default on (`--realtime-noise-reduction far_field`), so
 a session that asks for nothing is filtered, and one that sends null is not. Speech is the
 server's own voice (Piper, 24 kHz) in seeded white noise; the benchmark on recordings of
-people is `python -m voxserve.bench.real_speech --noise-reduction` (docs/BENCHMARKS.md).
+people is `python -m voxserve.bench.real_speech --filter` (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -323,3 +323,14 @@ def test_the_planner_runs_the_filter_only_when_it_plans(denoiser: Denoiser) -> N
     plan = planner(long, None, through)
     assert plan is not None and through.fed == len(long)
     assert len(plan.probs) == len(long) // 512
+
+
+def test_an_open_filtered_session_weighs_more_in_the_servers_admission(nr_server: RunningServer,
+                                                                        rt: Session) -> None:
+    live = nr_server.state.asr.live  # type: ignore[union-attr]
+    assert live.denoise.cost > 0
+    weight = live.filter_weight()
+    assert weight > 1.0  # on a CPU the filter shares the ASR workers' cores
+    assert live.load() == pytest.approx(weight)
+    _update(rt, None)
+    assert live.load() == pytest.approx(1.0)
