@@ -289,6 +289,20 @@ def test_long_transcription_through_ray(deployment: RayDeployment) -> None:
         assert '"type":"transcript.text.done"' in lines[-1]
 
 
+def test_speaker_labels_through_ray(deployment: RayDeployment) -> None:
+    with _client(deployment) as c:
+        pcm = speak_pcm(c, LONG[0])
+        files = {"file": ("one.wav", wav_bytes(pcm), "audio/wav")}
+        r = c.post("/v1/audio/transcriptions", files=files,
+                   data={"model": "gpt-4o-transcribe-diarize", "response_format": "diarized_json"}, timeout=120)
+        assert r.status_code == 200, r.text
+        assert "#ASR#" in r.headers[REPLICA]
+        assert {s["speaker"] for s in r.json()["segments"]} == {"A"}
+        r = c.post("/v1/audio/diarization", files=files, data={"response_format": "rttm"}, timeout=120)
+        assert r.status_code == 200, r.text
+        assert r.text.startswith("SPEAKER audio 1 ") and " A <NA> <NA>" in r.text
+
+
 def test_client_that_leaves_stops_its_replica_stream(deployment: RayDeployment) -> None:
     # Twenty sentences, over two minutes of audio: many seconds of work for one worker.
     with _client(deployment) as c, c.stream("POST", "/v1/audio/speech", json=speech_json(" ".join(LONG))) as r:
