@@ -2,7 +2,7 @@
 
     python -m voxserve.bench.real_speech --base-url http://127.0.0.1:8000 \
         --model whisper-1 [--model other] [--give-language] [--out results.json] \
-        [--conditions all] [--filter off,near_field,far_field] [--false-turns 30]
+        [--conditions all] [--filter off,near_field,far_field] [--false-turns 30] [--stop-delay]
 
 Every clip of `real_speech_set.CLIPS` is sent to `POST /v1/audio/transcriptions` under
 each condition: by default clean, in pink noise at 5 dB SNR, and in babble at 10 dB SNR
@@ -18,7 +18,9 @@ were given the filtered audio, beside the audio as it is (`off`), in the same ru
 filter's CPU time per second of audio (one thread, at 16 kHz) is printed with them.
 `--false-turns S` counts the turns the server's VAD (Silero, default `server_vad`) starts
 in S seconds of noise alone (pink, and babble of six speakers), heard raw and through
-each filter, in 20 ms pieces as a live session gets them.
+each filter, in 20 ms pieces as a live session gets them. `--stop-delay` streams each clip
+(in each condition) through the VAD the same way and says how much later, through each
+filter, its last turn ends: the latency the filter adds to a final.
 
 Prints per model (and filter) the error rate of each condition and their mean, for the
 English clips, the English clips over 30 s, and each language (word error rate;
@@ -50,7 +52,7 @@ from voxserve.bench.real_speech_mix import (
 )
 from voxserve.bench.real_speech_set import CLIPS, SAMPLE_RATE, Clip, default_cache, load_clip
 from voxserve.engine.denoise import NOISE_REDUCTION_TYPES, STRENGTHS
-from voxserve.engine.turns import Start, TurnDetector
+from voxserve.engine.turns import Start, Stop, TurnDetector
 from voxserve.engine.vad import SileroVAD, VADStream
 from voxserve.runners.denoise import Denoiser, DenoiseStream
 
@@ -157,6 +159,25 @@ def false_turns(noise: np.ndarray, filters: Filters, kind: str, vad: SileroVAD) 
     return starts
 
 
+def last_stop_heard(audio: np.ndarray, filters: Filters, kind: str, vad: SileroVAD) -> int | None:
+    """How many samples of `audio` (then 1.5 s of silence) a live session has received when
+    the default server VAD, hearing it through `kind`, ends its last turn; None if no turn
+    ends. The difference between filters is the latency the filter adds to a final."""
+    detector = TurnDetector(0.5, 500.0)
+    stream = VADStream()
+    denoise = None if kind == "off" else DenoiseStream(STRENGTHS[kind])
+    padded = np.concatenate([audio, np.zeros(int(1.5 * SAMPLE_RATE))]).astype(np.float32)
+    last = None
+    for at in range(0, len(padded), PIECE):
+        piece = padded[at:at + PIECE]
+        if denoise is not None:
+            piece = filters.model.feed(denoise, piece)
+        first = stream.frames_done
+        if any(isinstance(e, Stop) for e in detector.feed(vad.score(stream, piece), first)):
+            last = at + PIECE
+    return last
+
+
 def _noise_alone(seconds: float, others: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
     n = int(seconds * SAMPLE_RATE)
     pink = pink_noise(n, _rng(seed, "alone", "pink"))
@@ -241,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"process: {', '.join(FILTERS)} (default off)")
     parser.add_argument("--false-turns", type=float, default=0.0, metavar="SECONDS",
                         help="also count the VAD's turns in this much noise alone, per filter")
+    parser.add_argument("--stop-delay", action="store_true",
+                        help="also time when the VAD ends each clip's last turn, per filter, "
+                             "against the raw audio (clips in each condition, streamed in 20 ms)")
     parser.add_argument("--cache", type=Path, default=default_cache(),
                         help="where the archives and decoded clips are kept")
     parser.add_argument("--seed", type=int, default=0)
@@ -276,6 +300,22 @@ def main(argv: list[str] | None = None) -> int:
         for noise_name, noise in _noise_alone(args.false_turns, audio, args.seed).items():
             turns[noise_name] = {k: false_turns(noise, filters, k, vad) for k in FILTERS}
             print(f"turns started in {args.false_turns:g} s of {noise_name} alone: {turns[noise_name]}")
+    delays: dict[str, list[float]] = {}
+    if args.stop_delay:
+        filters = filters or Filters()
+        vad = SileroVAD()
+        for condition in conditions:
+            for clip in clips:
+                sound = noisy(clip, audio[clip.id], condition, audio, args.seed)
+                raw_at = last_stop_heard(sound, filters, "off", vad)
+                for kind in NOISE_REDUCTION_TYPES:
+                    filtered_at = last_stop_heard(sound, filters, kind, vad)
+                    if raw_at is not None and filtered_at is not None:
+                        delays.setdefault(kind, []).append((filtered_at - raw_at) * 1000 / SAMPLE_RATE)
+        for kind, ms in delays.items():
+            p10, p50, p90 = np.percentile(ms, [10, 50, 90])
+            print(f"last turn ends later through {kind}: median {p50:.0f} ms, p10 {p10:.0f} ms, "
+                  f"p90 {p90:.0f} ms over {len(ms)} clips")
     records: list[Record] = []
     started = time.time()
     with httpx.Client(base_url=args.base_url, timeout=args.timeout) as client:
@@ -307,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                          "give_language": args.give_language, "seed": args.seed,
                          "conditions": conditions, "filters": kinds, "started": started,
                          "filter_cpu_per_audio_s": cost, "false_turns": turns,
-                         "false_turns_noise_s": args.false_turns,
+                         "false_turns_noise_s": args.false_turns, "stop_delay_ms": delays,
                          "wall_s": time.time() - started,
                          "snr": "active speech level (20 ms frames within 40 dB of the "
                                 "loudest) over the noise's whole-clip RMS"},
