@@ -160,7 +160,7 @@ serve-check:
 # alone, as they time themselves or measure the process they run in. The second part runs
 # even if the first failed (not if it was interrupted); the target fails if either did.
 TEST_WORKERS ?= 2
-test: lint $(KOKORO_STAMP) $(SMART_TURN_STAMP) $(GTCRN_STAMP) serve-check $(AGENTS_STAMP)
+test: lint $(KOKORO_STAMP) $(SMART_TURN_STAMP) $(GTCRN_STAMP) $(CAMPLUS_STAMP) serve-check $(AGENTS_STAMP)
 	@cache="$(TEST_CACHE)"; \
 	if [ -z "$$cache" ]; then cache=$$(mktemp -d "$${TMPDIR:-/tmp}/voxserve-test-cache.XXXXXX"); trap 'rm -rf "$$cache"' EXIT; fi; \
 	echo "model cache for the tests: $$cache"; \
