@@ -56,7 +56,7 @@ def test_openai_transcription_names_reach_whisper(
     r = client.post("/v1/audio/translations", files={"file": ("a.wav", audio)}, data={"model": "whisper-tiny.en"})
     error = r.json()["error"]
     assert r.status_code == 400 and "English-only" in error["message"] and "whisper-base" in error["message"]
-    for unknown in ("gpt-5-transcribe", "gpt-4o-transcribe-diarize", "gpt-4o-transcribe-2025-3-20", "x" * 200):
+    for unknown in ("gpt-5-transcribe", "gpt-4o-transcribe-diarised", "gpt-4o-transcribe-2025-3-20", "x" * 200):
         with pytest.raises(NotFoundError) as refused:
             sdk.audio.transcriptions.create(model=unknown, file=("a.wav", audio))
         assert refused.value.code == "model_not_found" and "whisper-base" in refused.value.message
