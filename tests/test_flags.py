@@ -108,7 +108,7 @@ def test_help_comes_from_the_docstring() -> None:
     assert "\n" not in field_docs(ServerConfig)["request_timeout_s"]
 
 
-_CHOICES = {"device": "cpu", "runtime": "torch", "precision": "bfloat16"}
+_CHOICES = {"device": "cpu", "runtime": "torch", "precision": "bfloat16", "noise_reduction": "far_field"}
 """Fields that take one of a few names: a valid one other than the default."""
 
 
@@ -125,13 +125,13 @@ def _other_value(flags: ConfigFlags[Any], flag: Flag) -> tuple[list[str], Any]:
             "https://a.example",
             "https://b.example:8443",
         )
+    if flag.path[-1] in _CHOICES:
+        return [flag.option, _CHOICES[flag.path[-1]]], _CHOICES[flag.path[-1]]
     if value is None:
         if "Path" in str(hint):
             return [flag.option, "/srv/voices"], Path("/srv/voices")
         number = 2 if "int" in str(hint) else 0.25
         return [flag.option, str(number)], number
-    if flag.path[-1] in _CHOICES:
-        return [flag.option, _CHOICES[flag.path[-1]]], _CHOICES[flag.path[-1]]
     if isinstance(value, Path | str):
         return [flag.option, f"{value}x"], type(value)(f"{value}x")
     if isinstance(value, int):
@@ -291,6 +291,7 @@ def test_environment_read() -> None:
 ENVIRONMENT_WRITERS = {
     "voxserve/env.py": "reads VOXSERVE_*",
     "voxserve/runners/files.py": "XDG_CACHE_HOME, the user's cache folder convention",
+    "voxserve/serving/saved_voices.py": "XDG_DATA_HOME, the user's data folder convention",
     "voxserve/runners/whisper/weights.py": "XDG_CACHE_HOME, the user's cache folder convention",
     "voxserve/ray/environment.py": "sets Ray's and glibc's variables for a local Ray instance",
     "voxserve/bench/asr_offline.py": "sets HF_HUB_OFFLINE for faster-whisper",
