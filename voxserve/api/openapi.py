@@ -307,6 +307,46 @@ def _transcribe_op(task: str, form: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _diarize_op() -> dict[str, Any]:
+    """`/v1/audio/diarization`: a multipart form, answered as turns without words (json) or
+    RTTM lines; its fields are read by hand (`api/diarization.py`), so they are listed here."""
+    text = {"type": "string"}
+    body = {
+        "type": "object",
+        "properties": {
+            "file": {"type": "string", "format": "binary", "description": "The audio"},
+            "model": {**text, "description": "A model that labels speakers (gpt-4o-transcribe-diarize)"},
+            "response_format": {"type": "string", "enum": ["json", "rttm"], "default": "json"},
+            "known_speaker_names[]": {"type": "array", "items": text, "maxItems": 4,
+                                      "description": "Names of up to 4 known speakers"},
+            "known_speaker_references[]": {"type": "array", "items": text, "maxItems": 4,
+                                           "description": "A data URL of 2-10 s of each known speaker's audio"},
+        },
+        "required": ["file"],
+    }
+    turn = {"type": "object", "properties": {"start": {"type": "number"}, "end": {"type": "number"},
+                                             "speaker": text}}
+    turns = {"type": "object", "properties": {"duration": {"type": "number"},
+                                              "segments": {"type": "array", "items": turn},
+                                              "speakers": {"type": "array", "items": text}}}
+    return {
+        "summary": "Who spoke when in an uploaded audio file",
+        "operationId": "createDiarization",
+        "requestBody": {
+            "required": True,
+            "content": {"multipart/form-data": {"schema": body,
+                                                "encoding": {"file": {"contentType": "application/octet-stream"}}}},
+        },
+        "responses": {
+            "200": {
+                "description": "The speakers' turns in the asked `response_format`",
+                "content": {"application/json": {"schema": turns}, "text/plain": {"schema": text}},
+            },
+            **_errors("400", "408", "413", "429", "500", "503", "504"),
+        },
+    }
+
+
 def _speech_op() -> dict[str, Any]:
     audio = {
         content_type(fmt): {"schema": {"type": "string", "format": "binary"}}
@@ -416,6 +456,7 @@ def openapi_document(max_input_chars: int = TTSConfig.max_input_chars) -> dict[s
             "/v1/audio/speech/batch": {"post": _keyed(_batch_op())},
             "/v1/audio/transcriptions": {"post": _keyed(_transcribe_op("transcribe", form))},
             "/v1/audio/translations": {"post": _keyed(_transcribe_op("translate", form))},
+            "/v1/audio/diarization": {"post": _keyed(_diarize_op())},
             "/v1/models": {"get": _keyed(_get("listModels", "Models it answers to", models))},
             "/v1/audio/voices": {
                 "get": _keyed(_get("listVoices", "Voices and aliases, and the saved voices", voices)),
