@@ -293,3 +293,19 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path: Path) -> None:
         z.writestr("archive/data.pkl", pickle.dumps({"w": Evil()}))
     with pytest.raises(pickle.UnpicklingError, match="not allowed"):
         read_state_dict(path)
+
+
+def test_a_server_without_the_speaker_model_answers_503(http: httpx.Client, conversation: tuple[bytes, Any],
+                                                        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Installed without `make install`'s CAM++ step: speaker labels get a 503 naming the
+    step, and plain transcription goes on."""
+    import voxserve.engine.diarize as diarize
+
+    monkeypatch.setattr(diarize, "_model", None)
+    monkeypatch.setattr(diarize, "checkpoint_path", lambda: tmp_path / "missing.pt")
+    audio, _ = conversation
+    for path in ("/v1/audio/diarization", "/v1/audio/transcriptions"):
+        r = _post(http, {"model": "gpt-4o-transcribe-diarize"}, audio, path)
+        assert r.status_code == 503, r.text
+        assert "make install" in r.json()["error"]["message"]
+    assert _post(http, {"model": "whisper-1"}, audio).status_code == 200

