@@ -299,7 +299,7 @@ def test_a_server_without_the_speaker_model_answers_503(http: httpx.Client, conv
                                                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Installed without `make install`'s CAM++ step: speaker labels get a 503 naming the
     step, and plain transcription goes on."""
-    import voxserve.engine.diarize as diarize
+    from voxserve.engine import diarize
 
     monkeypatch.setattr(diarize, "_model", None)
     monkeypatch.setattr(diarize, "checkpoint_path", lambda: tmp_path / "missing.pt")
