@@ -10,7 +10,6 @@ people is `python -m voxserve.bench.real_speech --filter` (docs/BENCHMARKS.md).
 from __future__ import annotations
 
 import base64
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,18 +18,17 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
 
 from tests.asr_support import SHORT, wav_bytes, wer
 from tests.conftest import RunningServer, run_server, tts_config
+from tests.test_realtime import Session
 from voxserve.config import RealtimeConfig
 from voxserve.engine.live import session_weight
 from voxserve.runners.denoise import HOP, LATENCY_SAMPLES, Denoiser, DenoiseStream
 
 pytestmark = pytest.mark.timeout(120)
 
-CHUNK = 960
-"""Samples per append: 40 ms at 24 kHz."""
 COMPLETED = "conversation.item.input_audio_transcription.completed"
 
 
@@ -113,32 +111,6 @@ def speech(nr_server: RunningServer) -> list[np.ndarray]:
     from tests.asr_support import speak_all
 
     return speak_all(nr_server.base_url, SHORT[:2])
-
-
-class Session:
-    def __init__(self, ws: ClientConnection):
-        self.ws = ws
-        self.events: list[dict[str, Any]] = []
-
-    def send(self, event: dict[str, Any]) -> None:
-        self.ws.send(json.dumps(event))
-
-    def until(self, kind: str, timeout: float = 30) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            event = json.loads(self.ws.recv(max(0.01, deadline - time.monotonic())))
-            assert isinstance(event, dict)
-            self.events.append(event)
-            if event["type"] == kind:
-                return event
-
-    def append(self, pcm: np.ndarray) -> None:
-        for i in range(0, len(pcm), CHUNK):
-            chunk = pcm[i:i + CHUNK].astype("<i2").tobytes()
-            self.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk).decode()})
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["type"] == kind]
 
 
 @pytest.fixture()
