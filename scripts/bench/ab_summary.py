@@ -31,13 +31,18 @@ def figures(path: Path, key: str) -> dict[int, float]:
 def main(out: Path) -> None:
     print("set      | c   | A median | B median | B/A  | rounds | figure")
     for name, (key, label) in FIGURES.items():
-        runs = {tree: [figures(p, key) for p in sorted(out.glob(f"{name}-{tree}-*.json"))] for tree in "ab"}
+        runs = {
+            tree: [figures(p, key) for p in sorted(out.glob(f"{name}-{tree}-*.json"))]
+            for tree in "ab"
+        }
         if not runs["a"] or not runs["b"]:
             continue
         for c in sorted(runs["a"][0]):
             a = statistics.median(run[c] for run in runs["a"])
             b = statistics.median(run[c] for run in runs["b"])
-            print(f"{name:<8} | {c:<3} | {a:8.0f} | {b:8.0f} | {b / a:.2f} | {len(runs['a'])}/{len(runs['b'])}    | {label}")
+            print(
+                f"{name:<8} | {c:<3} | {a:8.0f} | {b:8.0f} | {b / a:.2f} | {len(runs['a'])}/{len(runs['b'])}    | {label}"
+            )
 
 
 if __name__ == "__main__":
