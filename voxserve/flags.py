@@ -273,9 +273,9 @@ def _metavar(flag: Flag) -> str:
     kind = flag.kind
     if kind == "list":
         return "A,B"
-    if flag.path[-1].endswith("_s") and not flag.path[-1].endswith("_per_s"):
+    if flag.option.endswith("-s") and not flag.option.endswith("-per-s"):
         return "SECONDS"
-    if flag.path[-1].endswith("_ms"):
+    if flag.option.endswith("-ms"):
         return "MS"
     if kind in ("int", "float"):
         return "N"
