@@ -35,7 +35,7 @@ def _heard(text: str) -> str:
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("asr") / "fox.wav"
     # Deterministic synthesis (no noise), so the transcript is the same on every run.
-    args = ["--sample-rate", "16000", "--tts-noise-scale", "0", "--tts-noise-w", "0"]
+    args = ["--sample-rate", "16000", "--piper-noise-scale", "0", "--piper-noise-w", "0"]
     assert main(["speak", SENTENCE, "-o", str(path), *args]) == 0
     return str(path)
 
@@ -83,7 +83,7 @@ def test_cli_transcribe(speech_wav: str, capsys: pytest.CaptureFixture[str]) -> 
     # only the English model loaded it is refused, saying why.
     assert main(["transcribe", speech_wav, "--language", "fr", "--asr-workers", "1"]) == 0
     capsys.readouterr()
-    only_english = ["--asr-model", "whisper-tiny.en", "--asr-workers", "1"]
+    only_english = ["--asr-models", "whisper-tiny.en", "--asr-workers", "1"]
     assert main(["transcribe", speech_wav, "--language", "fr", *only_english]) == 2
     assert "English-only" in capsys.readouterr().err
 

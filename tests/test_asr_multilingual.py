@@ -35,7 +35,7 @@ def speech(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     path = tmp_path_factory.mktemp("ml") / "fox.wav"
     # Deterministic synthesis (no noise): with the voice's own noise, whisper-base heard
     # "quit" for "quick" in one run of the suite.
-    assert main(["speak", SENTENCE, "-o", str(path), "--tts-noise-scale", "0", "--tts-noise-w", "0"]) == 0
+    assert main(["speak", SENTENCE, "-o", str(path), "--piper-noise-scale", "0", "--piper-noise-w", "0"]) == 0
     return path.read_bytes()
 
 

@@ -48,8 +48,8 @@ def test_voice_dir_serves_any_piper_voice(tmp_path: Path, capsys: pytest.Capture
     shutil.copy(files.model, voice_dir / "en_US-test-medium.onnx")
     shutil.copy(files.config, voice_dir / "en_US-test-medium.onnx.json")
     out = tmp_path / "v.wav"
-    assert main(["speak", "A voice from a folder.", "-o", str(out), "--tts-voice-dir", str(voice_dir)]) == 0
-    assert main(["voices", "--tts-voice-dir", str(voice_dir)]) == 0
+    assert main(["speak", "A voice from a folder.", "-o", str(out), "--piper-voice-dir", str(voice_dir)]) == 0
+    assert main(["voices", "--piper-voice-dir", str(voice_dir)]) == 0
     assert "en_US-test-medium" in capsys.readouterr().out
 
 
@@ -65,9 +65,9 @@ def test_voice_dir_without_a_voice_is_a_clear_error(tmp_path: Path) -> None:
 def test_voices_names_a_missing_or_empty_voice_dir_without_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["voices", "--tts-voice-dir", str(tmp_path / "missing")]) == 2
+    assert main(["voices", "--piper-voice-dir", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
-    assert main(["voices", "--tts-voice-dir", str(tmp_path)]) == 2
+    assert main(["voices", "--piper-voice-dir", str(tmp_path)]) == 2
     assert "exactly one Piper voice" in capsys.readouterr().err
 
 

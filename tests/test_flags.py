@@ -16,6 +16,7 @@ import pytest
 
 import voxserve.config
 from voxserve.cli import (
+    RENAMED,
     build_parser,
     ray_config,
     serve_flags,
@@ -23,7 +24,7 @@ from voxserve.cli import (
     speak_flags,
     transcribe_flags,
 )
-from voxserve.config import ServerConfig, TTSConfig
+from voxserve.config import RayConfig, ServerConfig, TTSConfig
 from voxserve.env import VARIABLES, Environment
 from voxserve.flags import ConfigFlags, Flag, comma_list, field_docs, flag_name
 
@@ -177,7 +178,7 @@ def test_speak_and_transcribe_share_the_engine_flags() -> None:
     assert all(flag.option in transcribe for flag in asr.flags)
     # A local file has no upload, queue or shared budget: those stay `serve` flags.
     assert "--asr-max-upload-mb" not in transcribe and "--asr-max-queue" not in transcribe
-    assert {"--asr-workers", "--asr-beam-size", "--asr-max-audio-seconds", "--asr-audio-workers"} <= set(transcribe)
+    assert {"--asr-workers", "--asr-beam-size", "--asr-max-audio-s", "--asr-audio-workers"} <= set(transcribe)
 
 
 def _fields(command: str) -> dict[str, tuple[type, tuple[str, ...]]]:
@@ -190,9 +191,12 @@ def test_a_flag_means_one_thing_on_every_command() -> None:
     for other in (speak, transcribe):
         for option, field in other.items():
             assert serve[option] == field, option
-    # Every engine flag names its engine; the bare --device sets every engine the command runs.
+    # Every engine flag names its engine, or the one model family that reads it; the bare
+    # --device sets every engine the command runs.
     engines = [o for f in (*speak_flags(), *transcribe_flags()) for o in (flag.option for flag in f.flags)]
-    assert all(o.startswith(("--tts-", "--asr-")) or o == "--asr" for o in engines)
+    assert all(o.startswith(("--tts-", "--asr-", "--piper-")) or o == "--asr" for o in engines)
+    ray = next(f for f in serve_flags() if f.cls is RayConfig)
+    assert all(flag.option.startswith("--ray-") for flag in ray.flags)
     parse = build_parser().parse_args
     assert server_config(parse(["serve", "--device", "cpu"]), {}).tts.device == "cpu"
     assert server_config(parse(["serve", "--device", "cpu"]), {}).asr.device == "cpu"
@@ -212,15 +216,133 @@ def test_the_engine_groups_hold_operators_choices_only() -> None:
 
 def test_an_old_spelling_warns_and_keeps_its_meaning(capsys: pytest.CaptureFixture[str]) -> None:
     parse = build_parser().parse_args
-    config = server_config(parse(["serve", "--workers", "3", "--no-fixed-prior", "--max-upload-mb", "5"]), {})
+    argv = ["serve", "--workers", "3", "--no-tts-fixed-prior", "--max-upload-mb", "5", "--realtime-active", "20",
+            "--tts-replicas", "3", "--asr-model", "whisper-base"]  # fmt: skip
+    args = parse(argv)
+    config, layout = server_config(args, {}), ray_config(args)
     assert (config.tts.workers, config.tts.fixed_prior, config.asr.max_upload_mb) == (3, False, 5.0)
+    assert (config.realtime.active_s, layout.tts.count, config.asr.models) == (20.0, 3, ("whisper-base",))
     err = capsys.readouterr().err
-    assert "--workers is deprecated; use --tts-workers" in err
-    assert "--no-fixed-prior is deprecated; use --no-tts-fixed-prior" in err
-    assert "--max-upload-mb is deprecated; use --asr-max-upload-mb" in err
+    for old, new in (("--workers", "--tts-workers"), ("--no-tts-fixed-prior", "--no-piper-fixed-prior"),
+                     ("--max-upload-mb", "--asr-max-upload-mb"), ("--realtime-active", "--realtime-active-s"),
+                     ("--tts-replicas", "--ray-tts-replicas"), ("--asr-model", "--asr-models")):  # fmt: skip
+        assert f"warning: {old} is deprecated and goes in the next release; use {new}\n" in err, old
     assert parse(["speak", "Hi.", "--runtime", "torch"]).tts_runtime == "torch"
+    assert parse(["speak", "Hi.", "--tts-voice-dir", "/v"]).piper_voice_dir == Path("/v")
+    assert parse(["voices", "--tts-voice-dir", "/v"]).piper_voice_dir == Path("/v")
     assert parse(["transcribe", "a.wav", "--runtime", "ct2"]).asr_runtime == "ct2"
-    assert "--runtime is deprecated; use --asr-runtime" in capsys.readouterr().err
+    assert parse(["transcribe", "a.wav", "--asr-max-audio-seconds", "60"]).asr_max_audio_s == 60.0
+    assert "--runtime is deprecated and goes in the next release; use --asr-runtime" in capsys.readouterr().err
+
+
+def _flag_by_option() -> dict[str, tuple[ConfigFlags[Any], Flag]]:
+    return {flag.option: (flags, flag) for flags in serve_flags() for flag in flags.flags}
+
+
+def test_every_old_spelling_sets_what_its_new_one_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each renamed flag, given under its old and its new name, parses to the same
+    arguments (so to the same config), and only the old one warns."""
+    parse = build_parser().parse_args
+    by_option = _flag_by_option()
+    for old, new in RENAMED.items():
+        more, _ = _other_value(*by_option[new])
+        value = more[1:]
+        spelled = [f"--no-{old[2:]}"] if more[0].startswith("--no-") else [old]
+        assert vars(parse(["serve", *spelled, *value])) == vars(parse(["serve", *more])), old
+        err = capsys.readouterr().err
+        assert err.count("warning:") == 1 and f"{spelled[0]} is deprecated" in err and more[0] in err, old
+    assert set(RENAMED).isdisjoint(by_option), "an old spelling is a flag again"
+
+
+def test_every_duration_says_its_unit() -> None:
+    """A flag that takes a duration ends in its unit: `-s` for seconds, `-ms` for
+    milliseconds (the field's own suffix), never `-seconds` or nothing."""
+    for option, (flags, flag) in _flag_by_option().items():
+        field = flag.path[-1]
+        if field.endswith(("_s", "_seconds")) and not field.endswith("_per_s"):
+            assert option.endswith("-s"), option
+        elif field.endswith("_ms"):
+            assert option.endswith("-ms"), option
+        assert "-seconds" not in option and not option.endswith("-timeout"), option
+
+
+# -- the README's tables ---------------------------------------------------------------
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n#", start + len(heading) + 2)
+    return text[start:end]
+
+
+def _rows(section: str) -> list[list[str]]:
+    """The cells of every table row below a header row (`|---|` lines dropped)."""
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and not set(cells[0]) <= {"-"} and cells[0] not in ("flag", "old"):
+            rows.append(cells)
+    return rows
+
+
+def _options_in(cell: str) -> list[str]:
+    """`--x N` / `--no-x`, `--y` -> ["--x", "--y"]: the flags a cell names, `--no-` forms left out."""
+    names = [part.split()[0] for part in re.findall(r"`([^`]*)`", cell)]
+    return [n for n in names if n.startswith("--") and f"--{n[5:]}" not in names]
+
+
+def _help_default(action: argparse.Action) -> str | None:
+    text = action.help or ""
+    return text.rsplit(" (default: ", 1)[1].removesuffix(")") if text.endswith(")") and " (default: " in text else None
+
+
+def _same(readme: str, shown: str) -> bool:
+    readme = readme.strip("`")
+    try:
+        return float(readme) == float(shown)
+    except ValueError:
+        return readme == shown
+
+
+def test_the_readme_flag_tables_match_help() -> None:
+    """The README's flag tables list `serve --help`'s flags in its order, one a row, and
+    give the defaults it shows, except those that depend on the machine (cores)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = _rows(_section(readme, "### Flags"))
+    serve = _subparser("serve")
+    shown = [a for a in serve._actions if a.option_strings and a.help != argparse.SUPPRESS and a.dest != "help"]
+    assert [o for row in rows for o in _options_in(row[0])] == [a.option_strings[0] for a in shown]
+    by_option = _flag_by_option()
+    for row, action in zip(rows, shown, strict=True):
+        default = _help_default(action)
+        option = action.option_strings[0]
+        if default is None or option not in by_option:
+            continue
+        flags, flag = by_option[option]
+        field = next(f for f in dataclasses.fields(_owner(flags, flag)) if f.name == flag.path[-1])
+        if field.default_factory is dataclasses.MISSING:
+            assert _same(row[1], default), (option, row[1], default)
+
+
+def test_the_readme_lists_every_rename() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = {old: new for cells in _rows(_section(readme, "### Renamed flags"))
+              for old in _options_in(cells[0]) for new in _options_in(cells[1])}  # fmt: skip
+    assert listed == RENAMED
+
+
+DOCS = ("README.md", "docs/ASR.md", "docs/GPU.md", "docs/KOKORO.md", "docs/MARKUP.md", "docs/REALTIME.md",
+        "docs/SCALING.md", "docs/SIMULATION.md")  # fmt: skip
+"""The documents that name flags in their current spelling only."""
+
+
+def test_the_docs_use_the_new_spellings() -> None:
+    old = re.compile(r"(?<![\w-])--(?:no-)?(" + "|".join(re.escape(o[2:]) for o in RENAMED) + r")(?![\w-])")
+    for name in DOCS:
+        text = (ROOT / name).read_text(encoding="utf-8")
+        if name == "README.md":
+            text = text.replace(_section(text, "### Renamed flags"), "")
+        assert not old.findall(text), (name, sorted(set(old.findall(text))))
 
 
 @pytest.mark.parametrize(
@@ -244,7 +366,8 @@ def test_a_changed_or_removed_flag_is_refused_with_what_to_write(
 
 
 def test_flag_names() -> None:
-    assert flag_name("queue_timeout_s", "tts-") == "--tts-queue-timeout"
+    assert flag_name("queue_timeout_s", "tts-") == "--tts-queue-timeout-s"
+    assert flag_name("batch_wait_ms", "asr-") == "--asr-batch-wait-ms"
     assert flag_name("messages_per_s", "ws-") == "--ws-messages-per-s"
     assert flag_name("beam_size", "asr-") == "--asr-beam-size"
     assert comma_list(" a, b,,c ,") == ("a", "b", "c") and comma_list("") == ()

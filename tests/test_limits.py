@@ -56,8 +56,8 @@ def strict() -> Any:
 
 def test_limits_are_flags() -> None:
     args = build_parser().parse_args(
-        ["serve", "--tts-max-input-chars", "500", "--request-timeout", "30", "--asr-max-buffered-audio", "20000",
-         "--asr-max-upload-mb", "5", "--asr-max-audio-seconds", "600", "--tts-max-streams", "8",
+        ["serve", "--tts-max-input-chars", "500", "--request-timeout-s", "30", "--asr-max-buffered-audio-s", "20000",
+         "--asr-max-upload-mb", "5", "--asr-max-audio-s", "600", "--tts-max-streams", "8",
          "--tts-max-queue", "4"]
     )
     config = server_config(args, env={})

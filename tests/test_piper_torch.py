@@ -320,7 +320,7 @@ def test_whisper_hears_torch_as_well_as_onnx_runtime(streams: dict[str, list[np.
 
 
 def test_a_voice_folder_converts_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A user's voice (`--tts-voice-dir`): converted on first load into the cache folder by
+    """A user's voice (`--piper-voice-dir`): converted on first load into the cache folder by
     its hash and layout, read from there on the next; a damaged file is converted again.
     The torch path makes no ONNX split."""
     bundled = bundled_voice()

@@ -7,12 +7,16 @@ variables come from `voxserve.env`, read once when the server's config is built.
 `speak`, `transcribe` and `voices` run through the serving layer
 (`voxserve.serving.offline`), never the engines directly.
 
-One naming rule: every engine flag carries its engine's prefix (`--tts-workers`,
-`--asr-runtime`) on every command that has it, so that a flag means one thing everywhere.
+One naming rule: a flag is its field's name behind the prefix of what it sets, the
+engine (`--tts-workers`, `--asr-runtime`), a model family that alone reads it
+(`--piper-voice-dir`), the sessions (`--ws-`, `--realtime-`) or the Ray layout
+(`--ray-tts-replicas`), with its unit in the name (`-s`, `-ms`, `-mb`, `-bytes`,
+`-per-s`), so that a flag means one thing on every command and says what it takes.
 The one bare engine flag, `--device`, sets every engine the command runs (a device name
 means the same to both); an engine's own `--tts-device` or `--asr-device` wins over it.
-Old spellings that keep their meaning are accepted with a warning; those whose meaning
-would change, and flags that became constants, are refused with what to write instead.
+Old spellings that keep their meaning (`RENAMED`) are accepted with a warning until the
+next release; those whose meaning would change, and flags that became constants, are
+refused with what to write instead.
 """
 
 from __future__ import annotations
@@ -43,13 +47,23 @@ from voxserve.env import Environment
 from voxserve.flags import ConfigFlags, add_old_spellings
 
 __all__ = [
-    "build_parser", "main", "ray_config", "serve_flags", "server_config", "speak_flags", "transcribe_flags",
+    "RENAMED", "build_parser", "main", "ray_config", "serve_flags", "server_config", "speak_flags",
+    "transcribe_flags",
 ]  # fmt: skip
+
+
+_PIPER_ONLY = ("voice_dir", "fixed_prior", "noise_scale", "noise_w")
+"""TTS fields that only the Piper model reads: their flags name the family, not the engine."""
 
 
 @functools.cache
 def _tts_flags() -> ConfigFlags[TTSConfig]:
-    return ConfigFlags(TTSConfig, "TTS engine", prefix="tts-")
+    return ConfigFlags(
+        TTSConfig,
+        "TTS engine (--piper-*: settings of the Piper model alone)",
+        prefix="tts-",
+        rename={name: "piper-" + name.replace("_", "-") for name in _PIPER_ONLY},
+    )
 
 
 _SERVING_ONLY_ASR = ("enabled", "max_upload_mb", "max_buffered_upload_mb", "max_buffered_audio_s",
@@ -63,7 +77,7 @@ def _asr_flags(serving: bool) -> ConfigFlags[ASRConfig]:
         ASRConfig,
         "ASR engine",
         prefix="asr-",
-        rename={"enabled": "asr", "models": "asr-model"},  # --no-asr
+        rename={"enabled": "asr", "max_audio_seconds": "asr-max-audio-s"},  # --no-asr; seconds as `-s`
         skip={} if serving else {name: "only `serve` has it" for name in _SERVING_ONLY_ASR},
     )
 
@@ -73,7 +87,6 @@ def _server_flags() -> ConfigFlags[ServerConfig]:
     return ConfigFlags(
         ServerConfig,
         "Server, connections and browsers (see README: Security)",
-        rename={"min_upload_bytes_per_s": "min-upload-rate"},
         metavars={"min_upload_bytes_per_s": "BYTES_PER_S", "allowed_origins": "ORIGINS", "allowed_hosts": "HOSTS"},
         skip={
             "tts": "the TTS engine's flags",
@@ -101,8 +114,9 @@ def _ray_flags() -> ConfigFlags[RayConfig]:
     return ConfigFlags(
         RayConfig,
         "Ray Serve (scale out; needs `pip install voxserve[ray]`, see docs/SCALING.md)",
+        prefix="ray-",
         prefixes={"tts": "tts-", "asr": "asr-"},
-        rename={f"{side}.{field}": f"{side}-{name}" for side in ("tts", "asr") for field, name in replicas.items()},
+        rename={f"{side}.{field}": f"ray-{side}-{name}" for side in ("tts", "asr") for field, name in replicas.items()},
         metavars={f"{side}.{field}": "N" for side in ("tts", "asr") for field in replicas},
         skip={"address": "--ray"},
     )
@@ -121,18 +135,34 @@ def transcribe_flags() -> tuple[ConfigFlags[Any], ...]:
     return (_asr_flags(False),)
 
 
-_TTS_RENAMED = {
-    f"--{old}": f"--tts-{old}"
-    for old in ("workers", "max-streams", "max-queue", "queue-timeout", "text-workers", "max-input-chars",
-                "voice-dir", "cache-dir", "noise-scale", "noise-w", "fixed-prior")
+RENAMED = {
+    # Engine flags that had no engine prefix.
+    **{f"--{name}": f"--tts-{name}" for name in ("workers", "max-streams", "max-queue", "text-workers",
+                                                  "max-input-chars", "cache-dir")},
+    **{f"--{name}": f"--asr-{name}" for name in ("audio-workers", "max-upload-mb", "max-buffered-upload-mb")},
+    "--queue-timeout": "--tts-queue-timeout-s",
+    "--max-audio-seconds": "--asr-max-audio-s",
+    # Piper's own settings under the TTS engine's prefix, or under none.
+    **{f"--{pre}{name}": f"--piper-{name}" for pre in ("", "tts-")
+       for name in ("voice-dir", "fixed-prior", "noise-scale", "noise-w")},
+    # Durations in seconds that did not say so, or said it as `-seconds`.
+    **{f"--{name}": f"--{name}-s" for name in (
+        "header-timeout", "body-idle-timeout", "send-stall-timeout", "request-timeout",
+        "ws-idle-timeout", "ws-send-timeout", "realtime-max-buffer", "realtime-max-turn",
+        "realtime-idle-timeout", "realtime-active", "tts-queue-timeout", "asr-queue-timeout",
+        "asr-max-buffered-audio")},
+    "--asr-max-audio-seconds": "--asr-max-audio-s",
+    # Ray's deployment sizes under the engines' names, or under none.
+    **{f"--{name}": f"--ray-{name}" for name in (
+        "tts-replicas", "tts-min-replicas", "tts-max-replicas", "tts-target-requests",
+        "asr-replicas", "asr-min-replicas", "asr-max-replicas", "asr-target-requests",
+        "frontend-replicas", "frontend-cpus")},
+    # A list under a singular name, and a rate under a name without its unit.
+    "--asr-model": "--asr-models",
+    "--min-upload-rate": "--min-upload-bytes-per-s",
 }  # fmt: skip
-"""The TTS engine's flags that had no prefix: each keeps its meaning under its new name."""
-
-_ASR_RENAMED = {
-    f"--{old}": f"--asr-{old}"
-    for old in ("audio-workers", "max-upload-mb", "max-buffered-upload-mb", "max-audio-seconds")
-}
-"""The ASR engine's flags that had no prefix."""
+"""Every old spelling still accepted, with a warning, until the next release: old -> new.
+Each command takes those whose new spelling it has (the README lists them all)."""
 
 _CONSTANT = "it is no longer a flag: {} holds it, and docs/BENCHMARKS.md the measurement behind it"
 
@@ -167,6 +197,12 @@ _SERVE_RUNTIME = (
     "on serve it named the ASR runtime only; name each engine's: --asr-runtime (ct2, torch or "
     "auto) and --tts-runtime (onnx, torch or auto)"
 )
+
+
+def _old_spellings(parser: argparse.ArgumentParser, renamed: Mapping[str, str], refused: Mapping[str, str]) -> None:
+    """Accept `RENAMED`'s old spellings of the flags `parser` has, and `renamed`; refuse `refused`."""
+    options = parser._option_string_actions
+    add_old_spellings(parser, {**{o: n for o, n in RENAMED.items() if n in options}, **renamed}, refused)
 
 
 def _add_device(parser: argparse.ArgumentParser, engines: str, choices: tuple[str, ...] = DEVICES) -> None:
@@ -378,7 +414,7 @@ def _voices(args: argparse.Namespace) -> int:
     from voxserve.serving.offline import voice_catalog
 
     try:
-        catalog = voice_catalog(args.tts_voice_dir, args.tts_cache_dir)
+        catalog = voice_catalog(args.piper_voice_dir, args.tts_cache_dir)
     except (FileNotFoundError, ValueError) as exc:  # no such folder, or no voice in it
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -393,10 +429,7 @@ def _voices(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="voxserve", description="Real-time speech serving")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the HTTP server")
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument(
@@ -415,12 +448,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(serve, "every engine", TTS_DEVICES)
     for flags in serve_flags():
         flags.add_to(serve)
-    add_old_spellings(
-        serve, {**_TTS_RENAMED, **_ASR_RENAMED},
-        {"--runtime": _SERVE_RUNTIME, **_TTS_CONSTANTS, **_ASR_CONSTANTS, **_SERVE_CONSTANTS},
-    )  # fmt: skip
+    refused = {"--runtime": _SERVE_RUNTIME, **_TTS_CONSTANTS, **_ASR_CONSTANTS, **_SERVE_CONSTANTS}
+    _old_spellings(serve, {}, refused)
     serve.set_defaults(func=_serve)
 
+
+def _add_speak(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     speak = sub.add_parser("speak", help="synthesize text to a WAV file, no server")
     speak.add_argument("text", help="text to speak, or - for stdin")
     speak.add_argument("-o", "--output", type=Path, default=Path("speech.wav"))
@@ -431,9 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(speak, "speech", TTS_DEVICES)
     for flags in speak_flags():
         flags.add_to(speak)
-    add_old_spellings(speak, {**_TTS_RENAMED, "--runtime": "--tts-runtime"}, _TTS_CONSTANTS)
+    _old_spellings(speak, {"--runtime": "--tts-runtime"}, _TTS_CONSTANTS)
     speak.set_defaults(func=_speak)
 
+
+def _add_transcribe(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     transcribe = sub.add_parser("transcribe", help="transcribe an audio file, no server")
     transcribe.add_argument("file", type=Path, help="any audio or video file that FFmpeg reads")
     transcribe.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
@@ -448,16 +483,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(transcribe, "transcription")
     for flags in transcribe_flags():
         flags.add_to(transcribe)
-    transcribe_renamed = {old: new for old, new in _ASR_RENAMED.items() if new in _options(transcribe)}
-    add_old_spellings(transcribe, {**transcribe_renamed, "--runtime": "--asr-runtime"}, _ASR_CONSTANTS)
+    _old_spellings(transcribe, {"--runtime": "--asr-runtime"}, _ASR_CONSTANTS)
     transcribe.set_defaults(func=_transcribe)
 
+
+def _add_voices(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     voices = sub.add_parser("voices", help="list voices")
-    voices.add_argument("--tts-voice-dir", type=Path, help="a folder with a Piper voice (default: the bundled one)")
+    voices.add_argument("--piper-voice-dir", type=Path, help="a folder with a Piper voice (default: the bundled one)")
     voices.add_argument("--tts-cache-dir", type=Path, help="where converted graphs are kept")
-    add_old_spellings(voices, {"--voice-dir": "--tts-voice-dir", "--cache-dir": "--tts-cache-dir"}, {})
+    _old_spellings(voices, {}, {})
     voices.set_defaults(func=_voices)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="voxserve", description="Real-time speech serving")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_serve, _add_speak, _add_transcribe, _add_voices):
+        add(sub)
     try:
         from voxserve.bench.cli import add_bench_parser
     except ImportError:
@@ -465,10 +507,6 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         add_bench_parser(sub)
     return parser
-
-
-def _options(parser: argparse.ArgumentParser) -> set[str]:
-    return set(parser._option_string_actions)
 
 
 def main(argv: list[str] | None = None) -> int:

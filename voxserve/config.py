@@ -414,7 +414,7 @@ class Replicas:
     count: int = 1
     """Replicas to run when no bounds are set."""
     min: int | None = None
-    """Autoscaling lower bound; set it with `max`, and `count` is ignored."""
+    """Autoscaling lower bound; give the upper bound with it, and the fixed count is ignored."""
     max: int | None = None
     """Autoscaling upper bound."""
     target: int = 8

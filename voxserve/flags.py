@@ -1,9 +1,11 @@
 """Command-line flags generated from the config dataclasses, so that every field has one.
 
-A flag's name is its field's name (`max_streams` -> `--tts-max-streams`, after a
-prefix such as `tts-`; a trailing `_s`, seconds, is dropped: `queue_timeout_s` ->
-`--tts-queue-timeout`); its type comes from the field's annotation and its help from the
-docstring under the field. A nested config dataclass gives flags for its own fields.
+A flag's name is its field's name in kebab case after a prefix such as `tts-`
+(`max_streams` -> `--tts-max-streams`), unit suffix included, so that a flag says what it
+takes: `queue_timeout_s` -> `--tts-queue-timeout-s` (seconds), `batch_wait_ms` ->
+`--asr-batch-wait-ms`, `max_upload_mb` -> `--asr-max-upload-mb`. Its type comes from the
+field's annotation and its help from the docstring under the field. A nested config
+dataclass gives flags for its own fields.
 
 - `int`, `float`, `str`, `Path`: one value; `X | None`: the same, absent means the default.
 - `bool`: `--x` and `--no-x`.
@@ -62,9 +64,7 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def flag_name(field: str, prefix: str = "") -> str:
-    """`--` + prefix + the field's name in kebab case, without a trailing `_s` (seconds)."""
-    if field.endswith("_s") and not field.endswith("_per_s"):
-        field = field[:-2]
+    """`--` + prefix + the field's name in kebab case, its unit suffix (`_s`, `_ms`) kept."""
     return "--" + prefix + field.replace("_", "-")
 
 
@@ -215,7 +215,7 @@ class _Renamed(argparse.Action):
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
     ) -> None:
-        print(f"warning: {option} is deprecated; use {self.new}", file=sys.stderr)
+        print(f"warning: {option} is deprecated and goes in the next release; use {self.new}", file=sys.stderr)
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
@@ -273,8 +273,10 @@ def _metavar(flag: Flag) -> str:
     kind = flag.kind
     if kind == "list":
         return "A,B"
-    if flag.path[-1].endswith("_s") and not flag.path[-1].endswith("_per_s"):
+    if flag.option.endswith("-s") and not flag.option.endswith("-per-s"):
         return "SECONDS"
+    if flag.option.endswith("-ms"):
+        return "MS"
     if kind in ("int", "float"):
         return "N"
     if kind == "path":

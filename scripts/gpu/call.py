@@ -307,9 +307,9 @@ def measure_speech(call: Call, model: str) -> None:
     most = max(levels)
     runtime = [] if call.device == "sim" else ["--tts-runtime", "torch"]  # the sim device has its own
     common = ["--no-asr", "--device", call.device, *runtime, "--tts-models", model,
-              "--tts-max-streams", str(most + 8), "--tts-max-queue", str(most + 8), "--tts-queue-timeout", "300"]  # fmt: skip
+              "--tts-max-streams", str(most + 8), "--tts-max-queue", str(most + 8), "--tts-queue-timeout-s", "300"]  # fmt: skip
     if model == "piper":
-        common += ["--tts-voice-dir", str(call.work / "voices" / "piper")]
+        common += ["--piper-voice-dir", str(call.work / "voices" / "piper")]
     for setup, extra, wanted in (("batched", [], levels), ("one-at-a-time", ["--tts-gpu-batch", "1"], single)):
         if not wanted or setup not in call.setups:
             continue
@@ -362,11 +362,11 @@ def measure_transcription(call: Call) -> None:
     weights = files / "tiny.en.npz"
     voice = call.work / "voices" / "piper"
     # The sim device has its own runtime and reads only a tokenizer: the bundled model's.
-    model = [] if call.device == "sim" else ["--asr-runtime", "torch", "--asr-model", str(weights)]
+    model = [] if call.device == "sim" else ["--asr-runtime", "torch", "--asr-models", str(weights)]
     args = ["--asr", "--asr-device", call.device, *model,
             "--tts-models", "piper", "--tts-device", "cpu", "--tts-runtime", "onnx"]  # fmt: skip
     if voice.is_dir():
-        args += ["--tts-voice-dir", str(voice)]
+        args += ["--piper-voice-dir", str(voice)]
     if call.left() > (20 if call.dry else 60):
         try:
             server = Server(call, "whisper", args, up_s=min(180, call.left() - (10 if call.dry else 30)))

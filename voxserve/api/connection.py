@@ -1,7 +1,7 @@
 """The HTTP/1.1 connection protocol: uvicorn's httptools protocol plus the limits that live
 below the app, where only the connection can enforce them.
 
-- **Header timeout** (`--header-timeout`). uvicorn waits forever for a request's headers, so
+- **Header timeout** (`--header-timeout-s`). uvicorn waits forever for a request's headers, so
   a client that connects and sends half a request line holds its connection (and a
   `--limit-concurrency` place) for good. Here a timer runs whenever the connection has no
   request in progress: from the moment it is accepted, and again after each response.
@@ -10,7 +10,7 @@ below the app, where only the connection can enforce them.
   own `timeout_keep_alive`.
 - **Header size.** httptools sets no limit on the request line and headers. Past
   `MAX_HEAD_BYTES` or `MAX_HEADERS` the client gets 431 and the connection closes.
-- **Send stall** (`--send-stall-timeout`). A client that stops reading fills the socket's
+- **Send stall** (`--send-stall-timeout-s`). A client that stops reading fills the socket's
   buffers; the transport then pauses writing, and every `send()` of the response waits.
   If writing stays paused that long, the client has read nothing for that long: the
   connection is reset (unsent bytes dropped, nothing lingers in the kernel), and the app

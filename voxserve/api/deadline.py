@@ -1,6 +1,6 @@
 """Time limits on every HTTP request, as plain ASGI middleware: the request deadline
-(`--request-timeout`) and the pace of request bodies (`--body-idle-timeout`,
-`--min-upload-rate`).
+(`--request-timeout-s`) and the pace of request bodies (`--body-idle-timeout-s`,
+`--min-upload-bytes-per-s`).
 
 The deadline: no HTTP request lives longer than it. When the time is up, the request's
 task is cancelled, which runs the same clean-up as a client that disconnects (admission

@@ -22,12 +22,12 @@ except the idle timeout, a normal close:
 | live sessions: the measured capacity, at most `--realtime-max-sessions` | 8 | `too_many_sessions` | 1013 |
 | message size (`--realtime-max-message-bytes`) | 256 KiB | `message_too_large` | 1009 |
 | messages per second (`--realtime-messages-per-s`, burst) | 200, 1000 | `rate_limited` | 1008 |
-| no message and no turn being transcribed (`--realtime-idle-timeout`) | 15 min | (none: reason `idle_timeout`) | 1000 |
-| events the client does not read (`OUTBOX`, `--ws-send-timeout`) | 256, 15 s | (none: it is gone) | - |
+| no message and no turn being transcribed (`--realtime-idle-timeout-s`) | 15 min | (none: reason `idle_timeout`) | 1000 |
+| events the client does not read (`OUTBOX`, `--ws-send-timeout-s`) | 256, 15 s | (none: it is gone) | - |
 | the replica holding the session died (Ray) | | `replica_lost` | 1012 |
 | any failure that is not a `VoxError` | | `internal_error` | 1011 |
 
-With manual commits, uncommitted audio past `--realtime-max-buffer` (60 s) makes room by
+With manual commits, uncommitted audio past `--realtime-max-buffer-s` (60 s) makes room by
 dropping the oldest silence, then the oldest audio: the newest speech is kept. An idle
 session counts under `--realtime-max-sessions` but not against the measured capacity. Parsing is linear: one `json.loads` and one base64 decode of a
 message of bounded size; the audio is decoded by the session.

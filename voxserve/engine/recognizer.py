@@ -222,14 +222,14 @@ def choose_model(
         raise InvalidRequest(
             f"the loaded models ({', '.join(models)}) are English-only, so there is nothing to "
             "translate: use /v1/audio/transcriptions, or start the server with a multilingual "
-            "model in --asr-model (whisper-base)",
+            "model in --asr-models (whisper-base)",
             **_field("translation"),
         )
     if options.language is not None and not any(options.language in a.languages for a in models.values()):
         if english:
             msg = (
                 f"the loaded models ({', '.join(models)}) are English-only; send language 'en' "
-                "or leave it out, or start the server with a multilingual model in --asr-model "
+                "or leave it out, or start the server with a multilingual model in --asr-models "
                 "(whisper-base)"
             )
         else:
@@ -241,7 +241,7 @@ def choose_model(
     missing = models[default].lacks(options) or ""
     raise InvalidRequest(
         f"no loaded model can serve {missing} together with the rest of this request; the "
-        f"server loads {', '.join(models)} (start it with --asr-model naming one that can)",
+        f"server loads {', '.join(models)} (start it with --asr-models naming one that can)",
         **_field(missing),
     )
 

@@ -219,7 +219,7 @@ class ASRCollector(Collector):
         yield f.gauge("voxserve_asr_healthy", "1 while every ASR worker is alive", lambda s: 1 if s["healthy"] else 0)
         yield f.gauge(
             "voxserve_asr_buffered_audio_seconds",
-            "Decoded audio held by transcriptions, against --asr-max-buffered-audio",
+            "Decoded audio held by transcriptions, against --asr-max-buffered-audio-s",
             lambda s: s["buffered_audio_s"],
         )
         yield f.counter(

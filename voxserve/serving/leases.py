@@ -2,7 +2,7 @@
 session of the cluster, whichever front end holds it.
 
 Each front end counts its own sessions (`Service.ws_open`) and never goes past the cap
-alone. Where several front ends serve (Ray, `--frontend-replicas N`), each also takes a
+alone. Where several front ends serve (Ray, `--ray-frontend-replicas N`), each also takes a
 lease per session from one keeper (`voxserve.ray.leases`), which grants at most
 `max_sessions` leases in all:
 
