@@ -3,9 +3,8 @@
 An American and a British voice speak a fixed sentence that round-trips through the
 server's own Whisper, a Mandarin and a Japanese one round-trip through the multilingual
 Whisper base with the language forced, and one voice of every other language speaks;
-blends, the voice list, word timings and the refusals are checked too. Every English
-voice: scripts/bench/kokoro_voices.py; every Mandarin and Japanese one:
-scripts/bench/kokoro_cjk.py.
+blends, the voice list, word timings and the refusals are checked too. Every Mandarin
+and Japanese voice: scripts/bench/kokoro_cjk.py.
 """
 
 from __future__ import annotations
@@ -80,7 +79,7 @@ def test_models_and_voices_are_listed(http: httpx.Client) -> None:
 
 @pytest.mark.parametrize("voice", ["af_heart", "bf_emma"])
 def test_an_american_and_a_british_voice_round_trip_through_whisper(http: httpx.Client, voice: str) -> None:
-    """One voice per English variant; scripts/bench/kokoro_voices.py round-trips all of them."""
+    """One voice per English variant."""
     pcm = _speak(http, voice)
     assert len(pcm) > 24000 * 2 and np.abs(pcm).max() > 1000
     heard = _transcribe(http, pcm)

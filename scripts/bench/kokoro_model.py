@@ -1,7 +1,14 @@
 """Measure the Kokoro runner: int8 against float32, chunked against whole decoding, first
-audio and real-time factor on one and two threads. Offline, in process; prints a report.
+audio and real-time factor on one and two threads, and the served window plans against the
+whole-sentence decode. Offline, in process; prints a report.
 
     PYTHONPATH=$PWD .venv/bin/python scripts/bench/kokoro_model.py [--repeat 5] [--only speed,chunks,latency]
+    PYTHONPATH=$PWD .venv/bin/python scripts/bench/kokoro_model.py --only windows --plans 48,48,1.25,12 36,48,1.25,12
+
+`windows` renders each plan (FIRST,LATER,GROWTH,CONTEXT[,CROSSFADE], the crossfade in
+samples, 0 for hard cuts) exactly as the engine streams it and prints its log-mel distance,
+level, energy dips and clicks at the joins against the whole decode (docs/KOKORO.md,
+"Choosing the windows").
 
 Every comparison runs inside one process, one configuration after the other with the same
 inputs, and reports medians, so that ratios hold even on a shared, noisy machine.
@@ -10,6 +17,7 @@ inputs, and reports medians, so that ratios hold even on a shared, noisy machine
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
 from dataclasses import replace
@@ -18,6 +26,8 @@ from typing import cast
 import numpy as np
 import onnxruntime as ort
 
+from voxserve.bench import kokoro_prosody as kp
+from voxserve.engine.adapters.kokoro import CHUNKING, KokoroVoice
 from voxserve.runners.kokoro.onnx_runner import (
     HOP,
     SAMPLE_RATE,
@@ -25,6 +35,7 @@ from voxserve.runners.kokoro.onnx_runner import (
     KokoroAcousticRunner,
     KokoroDecoderRunner,
     KokoroInput,
+    KokoroModel,
     Precision,
     decode_span,
     load_voice,
@@ -214,11 +225,47 @@ def latency(repeat: int, precision: Precision) -> None:
             )
 
 
+def windows(specs: list[str]) -> None:
+    """Each window plan rendered as the engine streams it, against the whole-sentence decode."""
+    plans = []
+    for spec in specs:
+        parts = spec.split(",")
+        plans.append((int(parts[0]), int(parts[1]), float(parts[2]), int(parts[3]),
+                      int(parts[4]) if len(parts) > 4 else HOP))
+    model = KokoroVoice(KokoroModel())
+    clips = [kp._whole(model, text, voice) for voice, text in itertools.product(("af_heart", "af_nova"), kp.PROSODY_TEXTS)]
+    print("| first, later, growth, context, crossfade | log-mel, median (max) | level | joins in sound / all | worst dip there | worst click |")
+    print("|---|---|---|---|---|---|")
+    for plan in plans:
+        mel, level, dips, clicks, sounding, total = [], [], [], [], 0, 0
+        first, later, growth, context, fade = plan
+        chunking = replace(CHUNKING, first_chunk_frames=first, chunk_frames=later,
+                           left_context=context, right_context=context)
+        for whole, latents in clips:
+            rendered = [kp.render_windows(model, latent, chunking, growth, fade) for latent in latents]
+            pcm = np.concatenate([part for part, _ in rendered])
+            offset, joins = 0, list[int]()
+            for part, at in rendered:
+                joins.extend(offset + j for j in at)
+                offset += len(part)
+            dip, click, n = kp.join_quality(whole, pcm, joins)
+            mel.append(kp.mel_distance_db(whole, pcm))
+            level.append(kp._db(pcm) - kp._db(whole))
+            dips.append(dip)
+            clicks.append(click)
+            sounding += n
+            total += len(joins)
+        print(f"| {', '.join(map(str, plan))} | {np.median(mel):.2f} dB ({max(mel):.2f}) | {np.median(level):+.2f} dB | "
+              f"{sounding} / {total} | {max(dips):.1f} dB | {max(clicks):+.1f} dB |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--only", default="split,speed,chunks,latency")
     parser.add_argument("--precision", default="int8", choices=["int8", "float32"], help="for chunks and latency")
+    parser.add_argument("--plans", nargs="+", default=["48,48,1.25,12"],
+                        help="for windows: FIRST,LATER,GROWTH,CONTEXT[,CROSSFADE] ...")
     args = parser.parse_args()
     steps = args.only.split(",")
     print(f"onnxruntime {ort.__version__}")
@@ -230,6 +277,8 @@ def main() -> None:
         chunks(cast(Precision, args.precision))
     if "latency" in steps:
         latency(args.repeat, cast(Precision, args.precision))
+    if "windows" in steps:
+        windows(args.plans)
 
 
 if __name__ == "__main__":

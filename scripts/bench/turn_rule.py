@@ -1,10 +1,16 @@
 """How semantic_vad's rule would end the turns of a set of clips, offline, with the server's
 own VAD, turn detector, end-of-turn model and Whisper model, but no server and no clock.
 
-For each clip (`paused_turns.py` writes them: `whole-*` sentences and `paused-*` ones with
-a pause put in mid-thought) it finds every pause the turn detector sees, asks the model at
+`--clips OUT` makes the set from a running server's own voices: turns with a pause in the
+middle of the thought (`paused-N-VOICE.wav`), or with `--whole` the same sentences without
+it (`whole-N-VOICE.wav`), each with its `.txt` reference, as `bench make-asr-set` writes
+them (so `voxserve bench realtime --audio-dir OUT` reads them too). Each sentence is spoken
+whole, so its prosody runs on through the pause point, with word timings; the pause goes in
+at the quietest 5 ms between the word before the `|` and the word after it.
+
+For each clip `--probe` finds every pause the turn detector sees, asks the model at
 each silence of `SILENCES_MS` that the pause lasted, and decodes the turn up to the pause as
-the early final does. Then, per eagerness (and per first silence with `--first`), it
+the early final does. Then `--rules`, per eagerness (and per first silence with `--first`),
 applies the rule of `serving/realtime.py` (`_probes` and `_ends_turn`, with the transcript
 always in time) and counts:
 
@@ -14,6 +20,8 @@ always in time) and counts:
 - the silence at which the last pause ends, p50 and p90 (the final's latency less the
   VAD's lag and the model's call).
 
+    python scripts/bench/turn_rule.py --clips paused --base-url http://127.0.0.1:8000
+    python scripts/bench/turn_rule.py --clips whole --whole --base-url http://127.0.0.1:8000
     python scripts/bench/turn_rule.py --probe probes.json whole/ paused/
     python scripts/bench/turn_rule.py --rules probes.json --first 96,250,400,700
     python scripts/bench/turn_rule.py --rules probes.json --first 160 --complete-at 0.8,0.9,0.95
@@ -22,9 +30,11 @@ always in time) and counts:
 from __future__ import annotations
 
 import argparse
+import base64
 import gzip
 import json
 import statistics
+import urllib.request
 import wave
 from pathlib import Path
 from typing import Any
@@ -36,6 +46,99 @@ RATE = 16000
 FRAME = 512
 """Samples per VAD frame (32 ms)."""
 LATE_MS = 1500.0
+
+
+SENTENCES = [
+    "I would like to book a table for | four people at eight tonight.",
+    "Can you tell me what the weather will be like in | Paris this weekend?",
+    "Please send the report to | my manager before the meeting tomorrow.",
+    "I need a flight from Boston to | Denver on the morning of the twelfth.",
+    "What is the best way to get from the airport to | the city center?",
+    "My order number is | four five six, and it has not arrived yet.",
+    "Could you remind me to call | my sister when I get home tonight?",
+    "The package should be delivered to the | back door of the building.",
+    "I want to change my appointment with | the dentist to next Friday.",
+    "How much does it cost to rent a car for | three days in Chicago?",
+    "Set a timer for | twenty minutes and tell me when it is done.",
+    "We are looking for a hotel near the | beach with free parking.",
+    "Do you know if the pharmacy on | Main Street is open on Sundays?",
+    "I think we should move the meeting to | Thursday afternoon instead.",
+    "Could you add milk, eggs and | a loaf of bread to my shopping list?",
+    "The train to Seattle leaves at | half past nine from platform two.",
+    "Please turn off the lights in the | kitchen and the living room.",
+    "My flight was cancelled, so I need | a new ticket for tomorrow.",
+    "What time does the museum | close on Saturday evenings?",
+    "I'd like to order a large pizza with | mushrooms and extra cheese.",
+    "Remind me to water the plants | every morning this week.",
+    "Is there a quiet place nearby where | I can work for an hour?",
+    "Send a message to Anna saying that | I will be ten minutes late.",
+    "We need two more chairs for | the guests arriving this evening.",
+    "Can you find a recipe for | a vegetarian lasagna for six people?",
+    "The printer on the third floor is | out of paper again.",
+    "I was wondering whether you could | help me fix my bicycle.",
+    "Play some relaxing music while | I finish cooking dinner.",
+    "How long will it take to drive to | the coast if we leave now?",
+    "My phone keeps turning off when | the battery is still half full.",
+    "Book two tickets for the concert | on the fifteenth of June.",
+    "Tell me which of these three | laptops has the longest battery life.",
+    "I left my keys somewhere in | the office yesterday afternoon.",
+    "Let's meet at the cafe across | the street from the library.",
+    "Could you check whether my package | has been shipped yet?",
+    "After lunch I want to go for | a walk along the river.",
+]
+VOICES = [("tts-1", "alloy"), ("tts-1-hd", "af_bella"), ("tts-1-hd", "am_adam"), ("tts-1-hd", "bf_emma")]
+SPOKEN_RATE = 24000
+
+
+def speak(base_url: str, model: str, voice: str, text: str) -> tuple[np.ndarray, list[dict[str, float]]]:
+    body = json.dumps({"model": model, "voice": voice, "input": text, "timestamps": True,
+                       "response_format": "pcm", "sample_rate": SPOKEN_RATE}).encode()
+    request = urllib.request.Request(f"{base_url}/v1/audio/speech", body,
+                                     {"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        reply = json.load(response)
+    audio = np.frombuffer(base64.b64decode(reply["audio"]), dtype=np.int16)
+    return audio, reply["timestamps"]
+
+
+def quietest(audio: np.ndarray, a: float, b: float, window_s: float = 0.005) -> int:
+    """The sample in [a, b] seconds where a 5 ms window holds the least energy."""
+    lo, hi = max(0, int(a * SPOKEN_RATE)), min(len(audio), int(b * SPOKEN_RATE))
+    w = max(1, int(window_s * SPOKEN_RATE))
+    if hi - lo <= w:
+        return (lo + hi) // 2
+    power = np.convolve(audio[lo:hi].astype(np.float64) ** 2, np.ones(w), mode="valid")
+    return lo + int(np.argmin(power)) + w // 2
+
+
+def write(path: Path, audio: np.ndarray, text: str) -> None:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SPOKEN_RATE)
+        w.writeframes(audio.astype(np.int16).tobytes())
+    path.with_suffix(".txt").write_text(text + "\n")
+
+
+def make_clips(base_url: str, out: Path, pause_ms: float, whole: bool, sentences: int, pool: int) -> None:
+    """Speak the set's turns on a running server, with or without the pause, into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    pause = np.zeros(int(pause_ms / 1000 * SPOKEN_RATE), dtype=np.int16)
+    for v, (model, voice) in enumerate(VOICES):
+        # Each voice takes its own run of sentences, so the set holds different words.
+        for k in range(sentences):
+            n = (k + 3 * v) % min(pool, len(SENTENCES))
+            before, after = SENTENCES[n].split("|")
+            text = f"{before.strip()} {after.strip()}"
+            audio, words = speak(base_url, model, voice, text)
+            name = f"{'whole' if whole else 'paused'}-{n:02d}-{voice}"
+            if not whole:
+                k_before = len(before.split()) - 1
+                end, start = words[k_before]["end_time"], words[k_before + 1]["start_time"]
+                cut = quietest(audio, end - 0.04, start + 0.04)
+                audio = np.concatenate([audio[:cut], pause, audio[cut:]])
+            write(out / f"{name}.wav", audio, text)
+            print(name, f"{len(audio) / SPOKEN_RATE:.2f} s")
 
 
 def _load(path: Path) -> np.ndarray:
@@ -147,6 +250,13 @@ def outcome(rows: list[dict[str, Any]], due: tuple[float, ...], english: bool = 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--clips", type=Path, help="speak the set's turns into this folder")
+    p.add_argument("--base-url", default="http://127.0.0.1:8000", help="with --clips: the server whose voices speak")
+    p.add_argument("--pause-ms", type=float, default=600.0, help="with --clips: the pause put in mid-thought")
+    p.add_argument("--whole", action="store_true", help="with --clips: the sentences without the pause")
+    p.add_argument("--sentences", type=int, default=10, help="with --clips: sentences per voice")
+    p.add_argument("--pool", type=int, default=12,
+                   help="with --clips: draw them from the first N of SENTENCES (12: the live benches' set; 36: all)")
     p.add_argument("--probe", type=Path, help="write the pauses of the clips in FOLDERS here")
     p.add_argument("--rules", type=Path, help="read pauses written by --probe and apply the rule")
     p.add_argument("--first", default="", help="also try these first silences (ms, comma-separated)")
@@ -154,6 +264,9 @@ def main() -> None:
                    help="with --first, also try these probabilities in place of COMPLETE_AT (comma-separated)")
     p.add_argument("folders", nargs="*", type=Path)
     args = p.parse_args()
+    if args.clips:
+        make_clips(args.base_url, args.clips, args.pause_ms, args.whole, args.sentences, args.pool)
+        return
     if args.probe:
         rows = probe(args.folders)
         args.probe.write_text(json.dumps(rows))

@@ -1,15 +1,15 @@
 """Cut long audio into pieces of at most 30 s, at quiet points. Pure.
 
-Whisper sees 30 s at a time. Cutting at fixed 30 s marks lands inside words and measured
-35% WER; cutting at the quietest ~100 ms window of the last second before each limit
-measured 4.0%, as good as sequential decoding. Each span keeps its true sample offsets, so
-timestamps across cuts are exact.
+Whisper sees 30 s at a time. Cutting at fixed 30 s marks lands inside words, and Whisper
+then loses the words the cut splits; cutting at the quietest ~100 ms window of the
+last second before each limit keeps them, as sequential decoding does. Each span keeps its
+true sample offsets, so timestamps across cuts are exact.
 
 In fluent speech the last second may hold no pause at all, and its quietest 100 ms is
 then a stop consonant's closure inside a word. So the latest real pause in the last
 `wide_seconds` wins: at least `min_pause_seconds` under -20 dB from the audio's typical
 level, cut in its middle. Only without one does the quietest window of the last second
-decide (the measured rule).
+decide.
 
 Memory: the audio may be an hour long, so nothing here copies or converts all of it. The
 typical level is computed in float32 chunks of at most `CHUNK_SAMPLES`; window energies

@@ -2,8 +2,8 @@
 bytes in, a view of them out.
 
 Most uploads from programs are such files, and FFmpeg hands them over in frames of 1,024
-samples, each converted and copied on its way through Python: about 1 ms of CPU per
-audio-second, most of a short upload's cost on the server. Here the header is read and
+samples, each converted and copied on its way through Python: most of a short upload's
+cost on the server. Here the header is read and
 the data chunk is viewed as int16 at once. Any other layout (more channels, other sample
 formats) returns None and goes through FFmpeg, which downmixes and converts it.
 """

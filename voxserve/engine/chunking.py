@@ -6,7 +6,7 @@ request without one is cut the same way with `AUTO` once its audio is over one p
 (30 s), because a cut in a VAD silence loses no word where an energy cut can (docs/ASR.md,
 "Cutting"). Audio of at most 30 s with no strategy is one piece, and nothing runs.
 
-The VAD costs about 2 ms of one core per second of audio (Silero, one thread); it runs
+The VAD is cheap beside the decoding it plans (Silero, one thread); it runs
 in the caller's thread, the audio pool, over the audio in blocks of at most
 `VAD_BLOCK_SAMPLES`, so an hour-long upload is never copied whole. One model is loaded
 on first use and shared: an ONNX Runtime session may run from several threads at once,

@@ -1,8 +1,8 @@
 """What speech costs a device: each voice model's measured cost. Pure: no locks, no
 clock, no models. Admission (`engine/admission.py`) weighs streams by it.
 
-A model's cost is device-seconds per audio-second: on a CPU, worker-seconds (Piper ~0.08
-on this CPU; a model six times as slow, ~0.5); on a batched device, the time of its
+A model's cost is device-seconds per audio-second: on a CPU, worker-seconds (a model that
+decodes ten times faster than real time on one worker costs 0.1); on a batched device, the time of its
 steps over the audio they made, which falls as the batch grows (a step of 64 chunks
 takes little more than a step of one), so it is kept per batch size.
 """

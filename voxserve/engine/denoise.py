@@ -1,7 +1,7 @@
 """Noise reduction for live sessions and files, run off the event loop.
 
 `DenoiseEngine` runs `runners/denoise.py: Denoiser` (GTCRN) on a small pool of its own
-threads, never on the VAD thread (whose 0.1 ms frames must not wait behind a filter hop)
+threads, never on the VAD thread (whose short frames must not wait behind a filter hop)
 nor on the ASR workers. A live session filters each append as it arrives and awaits the
 result before its next one, so at most one call per session is queued; the stream's lock
 keeps its state consistent even if a waiter is cancelled and its call still runs. An
@@ -47,7 +47,7 @@ A headset's voice stands far above the noise, so `near_field` keeps 30 % of the 
 which spares the voice the filter's artefacts; `far_field` takes the model's output whole."""
 NOISE_REDUCTION_TYPES = tuple(STRENGTHS)
 THREADS = 2
-"""Filter threads. One keeps up with about a dozen sessions (a session costs 6-9 % of a
+"""Filter threads. One keeps up with many sessions (a session costs a small share of a
 core); a second keeps one slow call from delaying every other session's audio."""
 
 

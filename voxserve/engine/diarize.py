@@ -56,8 +56,9 @@ __all__ = [
 
 WINDOW_S = WINDOW_SAMPLES / SAMPLE_RATE
 STEP_S = 1.0
-"""Two thirds of a window: the same DER on the benchmark's conversations as half a window
-(0.75 s), with a quarter fewer windows to embed."""
+"""Two thirds of a window: every stretch of speech still falls in more than one window, with
+fewer windows to embed than at half a window (the DER it gives: `python -m
+voxserve.bench.diarize`)."""
 ONSET, OFFSET = 0.1, 0.06
 """VAD hysteresis: speech starts at this probability and lasts until it falls below the
 second. Far under the cut planner's 0.5: Silero scores speech heard through a telephone

@@ -67,8 +67,9 @@ DECODES_PER_TURN = 1.5
 """...each decoded this many times (its final, and an early final or delta that speech
 made useless half of the time)..."""
 SPEECH_DECODE_FACTOR = 1.3
-"""...each decode taking this many times the warm-up's decode of silence (the turn's
-words; measured 1.15-1.25 on tiny.en, 3 s turns)."""
+"""...each decode taking this many times the warm-up's decode of silence: a turn's words
+make the decoder run more steps than silence does, and the estimate rounds that up, so
+that it admits too few sessions rather than too many."""
 
 
 @dataclass(frozen=True)

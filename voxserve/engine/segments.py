@@ -40,8 +40,8 @@ SENTENCE_END = ".。!！?？"
 LOOP_MIN_WORDS = 2
 """A text that ends by saying its last words again, back to back, this many words or more
 ("... an easy way to travel. Food and an easy way to travel", "Hello there. Hello
-there."), is a decoding loop. In the window probes (scripts/bench/window_probe.py) this
-caught every loop of the short windows and flagged none of the 30 s window's texts."""
+there."), is a decoding loop: people rarely say a phrase twice back to back, and a short
+window makes Whisper do it (`scripts/bench/window_probe.py` counts what this catches)."""
 _WORD = re.compile(r"\w+(?:'\w+)*")
 CLAUSE_END = ",，;；:："
 SOFT_SPLIT_S = 8.0

@@ -16,9 +16,9 @@ checks `stragglers()` and leaves with `os._exit` (as `voxserve serve` does).
 
 numpy's OpenBLAS starts a thread per core for any product past a small size and lets
 them spin between calls. The server's parallelism is its own threads, so those extra
-threads only fight the inference threads for the cores: the log-mel product of a 5 s
-clip took 26-64 ms instead of 0.2 ms while the cores were busy. `single_threaded_blas`
-turns them off; call it at start-up.
+threads only fight the inference threads for the cores, and a product that takes well
+under a millisecond alone waits for cores the workers hold. `single_threaded_blas` turns
+them off; call it at start-up.
 """
 
 from __future__ import annotations

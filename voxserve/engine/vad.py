@@ -12,24 +12,15 @@ given to it. Only that call's probabilities are lost (`frames_done` counts them)
 Samples that complete no frame skip the thread when the stream has nothing in flight:
 they are only buffered, on the loop (a 20 ms piece completes no frame 3 times in 8).
 
-Cost of one stream, fed in pieces of 20 ms, 100 ms or 1 s, as CPU time per 32 ms frame
-(all threads; `python -m voxserve.engine.vad`, 60 s of audio, this 2-core machine while
-other jobs ran, so noisy): "direct" calls `SileroVAD.score` in a loop; "engine" awaits
-`VADEngine.score` from asyncio, one call at a time, so every call also pays two thread
-wake-ups (~0.15 ms) that a busy server partly shares out.
+Every awaited call pays two thread wake-ups besides the scoring, so scoring in bigger
+pieces costs less CPU per frame, but a turn's end is then seen up to a piece later.
+`python -m voxserve.engine.vad` prints one stream's CPU per frame, called directly and
+through the engine, for pieces of 20 ms, 100 ms and 1 s.
 
-| piece  | direct           | engine                  | one awaited call (wall) |
-|--------|------------------|-------------------------|-------------------------|
-| 20 ms  | 0.105 ms (0.33%) | 0.25-0.30 ms (0.8-0.9%) | ~0.2 ms                 |
-| 100 ms | 0.07 ms (0.23%)  | 0.12-0.14 ms (0.4%)     | ~0.4 ms                 |
-| 1 s    | 0.06 ms (0.19%)  | 0.065 ms (0.2%)         | ~2 ms                   |
-
-The percentages are one live session's share of a core. Scoring in bigger pieces costs
-less, but a turn's end is then seen up to a piece later.
-
-`semantic_vad` also asks the end-of-turn model (`runners/turn.py: SmartTurn`, ~40 ms a call
-on one core) whether a turn's speech is a finished thought. Those calls run on a second
-dedicated thread, never on the VAD thread, whose 0.1 ms frames must not wait behind them.
+`semantic_vad` also asks the end-of-turn model (`runners/turn.py: SmartTurn`, whose call
+costs far more than a VAD frame's) whether a turn's speech is a finished thought. Those calls
+run on a second dedicated thread, never on the VAD thread, whose frames must not wait
+behind them.
 Each session makes at most one such call at a time. Their wall time goes to `turn_cost`,
 which the live admission counts as live work (`LivePolicy.ran_other`).
 

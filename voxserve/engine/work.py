@@ -86,7 +86,7 @@ class ModelProfile:
     chunk_growth: float = 2.0
     """Each chunk after the second is this many times the one before (up to
     `max_chunk_frames`): at most what one thread decodes, context included, while the
-    audio before it plays (Piper decodes ~12x real time and doubles)."""
+    audio before it plays (Piper decodes many times faster than real time, so it doubles)."""
     ramp: float = 1.0
     """Admission counts each stream of this model at its measured cost times this. A
     stream whose chunks grow slowly (Kokoro's by 1.25) keeps up while it ramps only if
@@ -251,8 +251,8 @@ def plan_chunk(
     double) from `chunk_frames` up to `max_chunk_frames`. A stream whose first chunk was
     claimed `alone` starts at `idle_first_chunk_frames`, and every chunk after it grows
     from there (Piper: 12, 24, 48, ...), so that each one is ready before the audio before it has played: a
-    12-frame first chunk leaves its second 120 ms of audio to arrive in, where 8 frames
-    (74 ms) ran dry on a loaded machine and gained only 2-3 ms on a quiet one. A
+    12-frame first chunk leaves its second 120 ms of audio to arrive in; a smaller one
+    leaves too little on a loaded machine and gains little on a quiet one. A
     stream that `skip`s sizes starts further along the same plan (skip 1: 32, 64, 128,
     ...). A tail shorter than half a chunk joins the chunk before it. With a `level` per
     frame, the end moves on to the quietest frame within `SNAP_FRAMES` (and a quarter of

@@ -118,8 +118,8 @@ def prepare_local(host: str, environ: MutableMapping[str, str] | None = None) ->
     """
     env = os.environ if environ is None else environ
     root = Path(tempfile.mkdtemp(prefix="vxray-", dir=_short_tmp()))  # mode 0700
-    # HAProxy in place of Serve's Python proxy: it adds 6-7 ms to the first audio
-    # instead of 21-23 ms (docs/BENCHMARKS.md). Set it to 0 for Serve's own proxy.
+    # HAProxy in place of Serve's Python proxy: it adds less to the first audio
+    # (docs/BENCHMARKS.md, "Ray"). Set it to 0 for Serve's own proxy.
     haproxy = env.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1") == "1"
     runtime = LocalRuntime(root, LOOPBACK if haproxy else host)
     runtime.ray_dir.mkdir(mode=0o700)

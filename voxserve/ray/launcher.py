@@ -11,8 +11,8 @@ With no address, the local instance is prepared by `voxserve.ray.environment` be
 Ray is imported: every Ray and HAProxy listener on loopback (only the Serve HTTP front
 end on `--host`), token authentication, private sockets. `serve_on_ray` checks the
 node IP and refuses to serve if Ray did not take it. On SIGINT or SIGTERM (also during
-start-up) it stops within `LOCAL_SHUTDOWN_S` plus Ray's own teardown, about 5 s in
-all on the project's 2-core VM, and leaves no Ray or HAProxy process behind.
+start-up) it stops within `LOCAL_SHUTDOWN_S` plus Ray's own teardown, and leaves no Ray
+or HAProxy process behind.
 """
 
 from __future__ import annotations

@@ -5,11 +5,10 @@ Every session runs its graph's nodes in order (`ORT_SEQUENTIAL`, no inter-op poo
 single-threaded session, the crowded case, has no pool at all. A session on several
 intra-op threads runs only while the engine found every worker free (a lone stream), and
 its pool threads spin between the graph's many small nodes instead of sleeping: with
-`allow_spinning` off, waking them costs the Piper prior ~17 ms on two threads against
-~13 ms spinning (`docs/BENCHMARKS.md`, "TTS on Piper"). `force_spinning_stop` parks them
-the moment the call returns: left spinning, they burn a core through every gap between
-calls (4 CPU-seconds per second of calls, against 2 parked) and slow the other sessions'
-calls by 4-7 ms.
+`allow_spinning` off, every node waits for a thread to wake, which lengthens the lone
+stream's call and so its first audio (the README, "How it works"). `force_spinning_stop`
+parks them the moment the call returns: left spinning, they burn a core through every gap
+between calls and slow the other sessions' calls.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """CUDA graphs for a batched call at fixed shapes: one per key (batch bucket, item shapes,
 the call's host-decided flags).
 
-A TTS step on a GPU is bound by kernel launches while its batch is small (a Piper
-vocoder chunk: 2.3 ms eager, 0.43 ms replayed from a graph). A graph replays fixed
-buffers, so each key gets its own. The batch is padded up to a power of two (`bucket`),
-so that a step of 37 windows and one of 40 share a graph; the padding rows are copies of
+A TTS step on a GPU is bound by kernel launches while its batch is small: eager, the host
+launches its many small kernels one by one, and a graph launches them as one. A graph
+replays fixed buffers, so each key gets its own. The batch is padded up to a power of two
+(`bucket`), so that a step of 37 windows and one of 40 share a graph; the padding rows are copies of
 the first item, and every item's output depends only on its own input. The item's own
 shape (a window's frames) is what the caller gives: the scheduler hands a batched device
 windows of a few bucketed sizes, and the decoders mask what lies past each item's end.

@@ -8,7 +8,8 @@ newest 8 s of 16 kHz audio as `audio/mel.py: TurnFeatures`) and gives `logits`
 [batch, 1], which are already probabilities (a sigmoid ends the graph): at 0.5 or above,
 the speaker has finished the thought.
 
-One call on a quiet core takes ~40 ms on one thread (`python -m voxserve.runners.turn`).
+A call costs tens of milliseconds of one core, so callers keep it off any latency path
+that cannot wait that long (`python -m voxserve.runners.turn` times it here).
 This module is one of the places that import onnxruntime; it knows nothing of sessions,
 threads or HTTP (`engine/vad.py: TurnEngine` runs it).
 """

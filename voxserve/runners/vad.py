@@ -5,14 +5,14 @@ it is never downloaded. Its graph takes `input` [seq_len, 576] (each row: the 64
 before a frame, then the frame's 512), and the LSTM state `h`, `c` [1, 1, 128]; it returns
 `speech_probs` [seq_len] and the state after the last row. The state runs along the rows,
 so a stream can be scored in any number of calls and gives the same probabilities as one
-call over all of it (bit for bit, measured), as long as its state and its last 64 samples
+call over all of it (bit for bit), as long as its state and its last 64 samples
 are carried: that is `VADStream`. The first frame's context is zeros, as in
 faster-whisper's `SileroVADModel`, which this matches except on the last frame of a call
 (that one zeroes the last frame's final 64 samples in place when it builds the contexts).
 
 The graph's batch is fixed at 1 (h [1, 4, 128] is refused), so streams cannot share a
-call. One call costs ~0.1 ms for a frame and ~1.8 ms for 32 frames: what pays is scoring
-all of a stream's new frames in one call. This module is one of the places that import
+call. A call has a fixed cost besides its frames, so what pays is scoring all of a
+stream's new frames in one call. This module is one of the places that import
 onnxruntime; it knows nothing of sessions, threads or HTTP (`engine/vad.py` runs it).
 """
 

@@ -1,6 +1,6 @@
 """The server process's policy for Python's cyclic garbage collector: `collector_policy`,
 set once at start-up (`running_state`) and applied as is by the scheduler's benchmark
-(scripts/bench/scheduler_step.py). It owns the collector's thresholds and nothing else;
+(`scripts/bench/scheduler_step.py`). It owns the collector's thresholds and nothing else;
 it never runs or disables a collection.
 
 The collector runs a young collection once the GC-tracked objects made and not yet
@@ -9,8 +9,8 @@ step makes one work item per unit, up to 128, and frees them when it completes, 
 steps in flight; streams that start and end make and free their state. At 1,000 streams
 that churn moves the count past 700 every 70 or so steps, always while a step is
 gathered (it makes the most objects at once), under the engine lock, and the collection
-then scans everything made since the last one and still alive (about 8,000 objects,
-about 1 ms). `GEN0_THRESHOLD` lets the churn of steps in flight pass without one; the
+then scans everything made since the last one and still alive, a pause inside the
+step. `GEN0_THRESHOLD` lets the churn of steps in flight pass without one; the
 older generations keep CPython's thresholds. docs/BENCHMARKS.md ("The scheduler's step")
 gives the figures, and the collections and memory of a server under load with and
 without it.
@@ -23,9 +23,9 @@ import gc
 __all__ = ["GEN0_THRESHOLD", "collector_policy"]
 
 GEN0_THRESHOLD = 10_000
-"""Net new GC-tracked objects that start a young collection. scripts/bench/scheduler_step.py
-at 1,000 streams: 46 of 4,000 steps held one at 700, none at 10,000, which also leaves
-room for the event loop's own churn."""
+"""Net new GC-tracked objects that start a young collection: more than the steps in flight
+at 1,000 streams make before they free them, with room for the event loop's own churn
+(`scripts/bench/scheduler_step.py` counts the steps that hold a collection)."""
 
 
 def collector_policy() -> None:

@@ -77,7 +77,7 @@ class OfflineTTS(_Running):
         # One utterance of `tts-1`: Piper alone where it is loaded (it claims tts-1, so
         # Kokoro would load for nothing); another model id loads the configured models
         # and means the one that claims it, as a request's `model` does. No fixed-length
-        # prior copies (a background build, ~1 s of CPU, that pays off over many
+        # prior copies (a background build that pays off over many
         # requests, not one; the command's exit would wait for it).
         tts_1 = model == SPEECH_MODELS[0] and "piper" in config.models
         models = ("piper",) if tts_1 else config.models

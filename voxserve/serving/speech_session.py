@@ -213,7 +213,7 @@ class HeldSlot:
     The slot is asked for with its voice model, and between segments it is parked in
     `ledger` under that model: admission weighs it as one stream of that model all the
     while. Unnamed, it would weigh as a stream of the costliest model (with Kokoro
-    loaded, six to nine of Piper's on a 2-core CPU), and a few voice agents pausing between the
+    loaded, several of Piper's), and a few voice agents pausing between the
     segments of their replies would hold every other newcomer back."""
 
     def __init__(

@@ -329,7 +329,8 @@ _LANG_SWITCH = re.compile(r"\([^()]+\)")
 _LETTERS = re.compile(r"[^\W_]+")
 _MAX_WORD_CHARS = 100
 """A longer run without a space is no word (a URL, a hash, a key smash): only its first
-characters are read. espeak spells such runs letter by letter at ~10 us a letter."""
+characters are read. espeak spells such runs letter by letter, at a cost that grows with
+the run."""
 _NOT_IN_WORDS = frozenset(_MARKS.values()) | {" "}
 """Kokoro symbols that never come from inside an espeak word: a "." there is no pause."""
 

@@ -3,7 +3,7 @@ with `moonshine-cpp`.
 
 The shipped files keep most weights as uint8 with a Cast -> Mul -> Add chain in front of
 them, and ONNX Runtime does not fold constants in an ORT-format model: it would dequantize
-every weight on every call, ~60 ms of a ~75 ms decoder step on one core. Each file is read
+every weight on every call, most of a decoder step's time. Each file is read
 back as ONNX and its chains are rewritten once:
 
 - The encoder's MatMul weights become `MatMulNBits` (8 bits, `BLOCK` rows a block, one scale
@@ -14,7 +14,7 @@ back as ONNX and its chains are rewritten once:
   graph does): the encoder's convolutions, and every decoder weight. A decoder step has
   one row a piece; the 8-bit kernels that are fast there quantize the activations, and a
   piece's log-probabilities then move with the batch it runs in (up to 0.05), while
-  `MatMulNBits` with float activations takes ~5x the time of a float32 step.
+  `MatMulNBits` with float activations takes several times a float32 step's time.
 
 Neither graph takes a mask. The decoder gets one here: `ENCODER_BIAS` [batch, frames],
 0 on a piece's frames and -inf past its end, added to every cross-attention's scores
@@ -24,7 +24,7 @@ input and its attention is bidirectional, so padding changes every frame; it run
 each piece at its own length.
 
 The rewritten graphs are kept in the runners' cache (`prepared_graphs`), named by the
-shipped files' digest, so that a start reads them instead of rewriting them (~2.4 s).
+shipped files' digest, so that a start reads them instead of rewriting them.
 This module and `onnx_runner.py` are the only Moonshine modules that import onnxruntime.
 """
 
@@ -59,7 +59,7 @@ ENCODER_BIAS = "encoder_attention_bias"
 _BIAS_4D = "encoder_attention_bias_4d"
 BLOCK = 128
 """`MatMulNBits` rows a block. The encoder's widths (416, 1664) pad to 512 and 1664; the
-fewest blocks keep the fewest scales, and 32 measured no faster."""
+fewest blocks keep the fewest scales, and smaller blocks are no faster."""
 LAYOUT = "m2"
 """Names what the rewrite does: a cached graph of another layout is not read."""
 ENCODER_FILE = "encoder_model.ort"

@@ -1,9 +1,9 @@
-"""Compare voxserve's word timings with Whisper's word timestamps on the same audio.
+"""Compare a server's word timings with Whisper's word timestamps on the same audio.
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/bench/word_timings.py
+    python -m voxserve.bench.word_timings --base-url http://127.0.0.1:8000
 
-Starts a server on loopback with both voice models (noise off), asks each model for a
-sentence with `timestamps: true`, transcribes that audio with the server's own Whisper
+Asks each voice model of a running server (both by default) for a sentence with
+`timestamps: true`, transcribes that audio with the server's own Whisper
 (`timestamp_granularities[]=word`) and prints, per model, how far the starts and ends of
 the words both name lie apart (median and 90th percentile, seconds). Whisper's own word
 times are only good to a few tens of milliseconds, so this bounds the error from above.
@@ -11,17 +11,14 @@ times are only good to a few tens of milliseconds, so this bounds the error from
 
 from __future__ import annotations
 
+import argparse
 import base64
 import io
 import re
 import wave
-from dataclasses import replace
 
 import httpx
 import numpy as np
-
-from tests.conftest import run_server
-from voxserve.config import ServerConfig, TTSConfig
 
 TEXT = (
     "Voice agents need word timings to know which words were heard when the user "
@@ -46,7 +43,13 @@ def _plain(word: str) -> str:
 def _compare(http: httpx.Client, model: str) -> str:
     r = http.post(
         "/v1/audio/speech",
-        json={"model": model, "voice": "alloy", "input": TEXT, "response_format": "pcm", "timestamps": True},
+        json={
+            "model": model,
+            "voice": "alloy",
+            "input": TEXT,
+            "response_format": "pcm",
+            "timestamps": True,
+        },
     )
     r.raise_for_status()
     body = r.json()
@@ -54,8 +57,12 @@ def _compare(http: httpx.Client, model: str) -> str:
     t = http.post(
         "/v1/audio/transcriptions",
         files={"file": ("a.wav", _wav(pcm, body["sample_rate"]))},
-        data={"model": "whisper-1", "language": "en", "response_format": "verbose_json",
-              "timestamp_granularities[]": "word"},
+        data={
+            "model": "whisper-1",
+            "language": "en",
+            "response_format": "verbose_json",
+            "timestamp_granularities[]": "word",
+        },
     )
     t.raise_for_status()
     ours = [(_plain(w["word"]), w["start_time"], w["end_time"]) for w in body["timestamps"]]
@@ -79,12 +86,18 @@ def _compare(http: httpx.Client, model: str) -> str:
     )
 
 
-def main() -> None:
-    tts = replace(TTSConfig(), models=("piper", "kokoro"), noise_w=0.0, noise_scale=0.0)
-    with run_server(ServerConfig(tts=tts)) as srv, httpx.Client(base_url=srv.base_url, timeout=120) as http:
-        for model in ("tts-1", "tts-1-hd"):
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000")
+    parser.add_argument(
+        "--models", default="tts-1,tts-1-hd", help="voice models to ask (comma-separated)"
+    )
+    args = parser.parse_args(argv)
+    with httpx.Client(base_url=args.base_url, timeout=120) as http:
+        for model in args.models.split(","):
             print(_compare(http, model))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
