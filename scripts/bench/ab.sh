@@ -3,7 +3,8 @@
 # goes first: Piper at c=1 and 16, Kokoro at c=1 and 2, transcription at c=1 and 4, one
 # realtime session, and the simulated H200 with Kokoro at c=256.
 # usage: [SETS="piper kokoro asr sim"] scripts/bench/ab.sh TREE_A TREE_B OUTDIR [ROUNDS]
-# Summarize with: python scripts/bench/ab_summary.py OUTDIR
+# It ends with each set's and level's median over rounds for each tree, and B over A;
+# ROUNDS=0 prints that summary of an OUTDIR alone.
 set -eu
 cd "$(dirname "$0")/../.."
 B=$PWD/.venv/bin
@@ -11,6 +12,48 @@ A=${1:?usage: ab.sh TREE_A TREE_B OUTDIR [ROUNDS]}; BT=${2:?}; OUT=${3:?}; ROUND
 SETS=${SETS:-piper kokoro asr sim}
 PORT=8473; URL=http://127.0.0.1:$PORT
 mkdir -p "$OUT"
+
+summary() {  # speech: first audio p50; transcription: latency p50; realtime: end of speech to completed, p50
+  "$B/python" - "$OUT" <<'PY'
+import json
+import statistics
+import sys
+from pathlib import Path
+
+FIGURES = {
+    "piper": ("ttfp_s", "first audio p50 ms"),
+    "kokoro": ("ttfp_s", "first audio p50 ms"),
+    "sim": ("ttfp_s", "first audio p50 ms"),
+    "asr": ("latency_s", "latency p50 ms"),
+    "realtime": ("completed_latency_s", "completed p50 ms"),
+}
+
+
+def figures(path: Path, key: str) -> dict[int, float]:
+    levels = json.loads(path.read_text())["levels"]
+    return {level["concurrency"]: level["summary"][key]["p50"] * 1000 for level in levels}
+
+
+def main(out: Path) -> None:
+    print("set      | c   | A median | B median | B/A  | rounds | figure")
+    for name, (key, label) in FIGURES.items():
+        runs = {
+            tree: [figures(p, key) for p in sorted(out.glob(f"{name}-{tree}-*.json"))]
+            for tree in "ab"
+        }
+        if not runs["a"] or not runs["b"]:
+            continue
+        for c in sorted(runs["a"][0]):
+            a = statistics.median(run[c] for run in runs["a"])
+            b = statistics.median(run[c] for run in runs["b"])
+            print(
+                f"{name:<8} | {c:<3} | {a:8.0f} | {b:8.0f} | {b / a:.2f} | {len(runs['a'])}/{len(runs['b'])}    | {label}"
+            )
+
+
+main(Path(sys.argv[1]))
+PY
+}
 
 start() {  # tree log serve-flags...
   local tree=$1 log=$2; shift 2
@@ -57,3 +100,4 @@ for round in $(seq "$ROUNDS"); do
     fi
   done
 done
+summary
