@@ -30,8 +30,8 @@ from voxserve.runners.whisper.interface import (
     DecodeInput,
     DecodeOptions,
     DecodeOutput,
+    TokenizerSide,
     bundled_model,
-    decode_options,
 )
 
 __all__ = [
@@ -46,7 +46,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class WhisperRunner:
+class WhisperRunner(TokenizerSide[Tokenizer]):
     def __init__(
         self,
         model_dir: Path | None = None,
@@ -67,11 +67,14 @@ class WhisperRunner:
         self._wide: dict[int, ctranslate2.models.Whisper] = {}
         """Replicas with several intra-op threads, by thread count (one replica each)."""
         self._wide_lock = threading.Lock()
-        self.multilingual: bool = self.model.is_multilingual
+        multilingual: bool = self.model.is_multilingual
         self.n_mels: int = self.model.n_mels
-        self._hf = _load_tokenizer(model_dir)
+        self._hf = hf = _load_tokenizer(model_dir)
+        # faster-whisper's tokenizer helper, for each task and language
+        super().__init__(
+            multilingual, lambda task, language: Tokenizer(hf, multilingual, task=task, language=language or "en")
+        )
         self.languages: tuple[str, ...] = tuple(_LANGUAGE_CODES) if self.multilingual else ("en",)
-        self._tokenizers: dict[tuple[str, str | None], Tokenizer] = {}
         self._eot = self._token_id("<|endoftext|>")
         self._no_timestamps = self._token_id("<|notimestamps|>")
 
@@ -105,27 +108,6 @@ class WhisperRunner:
     def log_mel(self) -> LogMel:
         """The features this model takes, computed in numpy (faster-whisper's extractor)."""
         return LogMel(self.n_mels)
-
-    # -- tokenizer side (pure Python, thread-safe) -------------------------------------
-    def tokenizer(self, task: str, language: str | None) -> Tokenizer:
-        """faster-whisper's tokenizer helper for this task and language (cached)."""
-        key = (task, language)
-        tok = self._tokenizers.get(key)
-        if tok is None:
-            tok = Tokenizer(self._hf, self.multilingual, task=task, language=language or "en")
-            self._tokenizers[key] = tok
-        return tok
-
-    def options(
-        self,
-        task: str,
-        language: str | None,
-        prompt: str | None,
-        beam_size: int,
-        temperature: float,
-    ) -> DecodeOptions:
-        tok = self.tokenizer(task, language)
-        return decode_options(tok, prompt, beam_size, temperature, self.multilingual and language is None)
 
     # -- inference ---------------------------------------------------------------------
     def run(self, inputs: Sequence[DecodeInput], opts: DecodeOptions, threads: int = 1) -> list[DecodeOutput]:
