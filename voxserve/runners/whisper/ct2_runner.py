@@ -125,6 +125,26 @@ class WhisperRunner(TokenizerSide[Tokenizer]):
                 sots[i][1] = self._token_id(token)
         tail = [self._no_timestamps] if opts.without_timestamps else []
         prompts = [list(opts.previous) + sot + tail for sot in sots]
+        outputs = self._generate(model, encoded, prompts, opts)
+        texts = [[t for t in o.tokens if t < self._eot] for o in outputs]
+        aligned: list[Alignment | None] = [None] * len(inputs)
+        if any(x.align for x in inputs):
+            wanted = [t if x.align else [] for t, x in zip(texts, inputs, strict=True)]
+            aligned = self._align(model, encoded, sots, wanted, [x.frames for x in inputs])
+        return [
+            DecodeOutput(o.tokens, o.avg_logprob, o.no_speech_prob, lang, al)
+            for o, lang, al in zip(outputs, languages, aligned, strict=True)
+        ]
+
+    def _generate(
+        self,
+        model: ctranslate2.models.Whisper,
+        encoded: ctranslate2.StorageView,
+        prompts: list[list[int]],
+        opts: DecodeOptions,
+    ) -> list[DecodeOutput]:
+        """Each piece's tokens (end of text left out), average log-probability and
+        no-speech probability: a beam search, or sampling at a temperature above 0."""
         if opts.temperature > 0:
             sampling = {
                 "beam_size": 1,
@@ -145,23 +165,13 @@ class WhisperRunner(TokenizerSide[Tokenizer]):
             max_initial_timestamp_index=round(opts.max_initial_timestamp / TIME_PRECISION),
             **sampling,
         )
-        eot = self._eot
         outputs: list[DecodeOutput] = []
-        texts: list[list[int]] = []
         for result in results:
-            tokens = [t for t in result.sequences_ids[0] if t != eot]
+            tokens = [t for t in result.sequences_ids[0] if t != self._eot]
             # CTranslate2 returns the length-normalised score; recover the average log prob.
             avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
             outputs.append(DecodeOutput(tokens, avg_logprob, result.no_speech_prob, None, None))
-            texts.append([t for t in tokens if t < eot])
-        aligned: list[Alignment | None] = [None] * len(inputs)
-        if any(x.align for x in inputs):
-            wanted = [t if x.align else [] for t, x in zip(texts, inputs, strict=True)]
-            aligned = self._align(model, encoded, sots, wanted, [x.frames for x in inputs])
-        return [
-            DecodeOutput(o.tokens, o.avg_logprob, o.no_speech_prob, lang, al)
-            for o, lang, al in zip(outputs, languages, aligned, strict=True)
-        ]
+        return outputs
 
     def _align(
         self,

@@ -215,15 +215,7 @@ class TorchWhisperRunner(TokenizerSide[WhisperTokens]):
             keep_no_speech(logits[:, sot_index])
             first_logits = None
         step_fn = self._step_function(cache, graph, length)
-        rules = TokenRules(
-            vocab=self.dims.vocab,
-            eot=self._eot,
-            suppress=self._suppress,
-            suppress_begin=self._suppress_begin,
-            timestamps=not opts.without_timestamps,
-            no_timestamps=self._no_timestamps,
-            max_initial_timestamp=round(opts.max_initial_timestamp / TIME_PRECISION),
-        )
+        rules = self._rules(opts)
         max_steps = min(MAX_LENGTH // 2, MAX_LENGTH - length)
         if opts.temperature > 0:
             hyps = sample(step_fn, start, per_piece, opts.temperature, max_steps, rules, first_logits=first_logits)
@@ -241,6 +233,18 @@ class TorchWhisperRunner(TokenizerSide[WhisperTokens]):
             )
             hyps = beam_search(step_fn, reorder, start, per_piece, max_steps, rules, first_logits=first_logits)
         return hyps, no_speech
+
+    def _rules(self, opts: DecodeOptions) -> TokenRules:
+        """What the search may emit at each step, for this model and these options."""
+        return TokenRules(
+            vocab=self.dims.vocab,
+            eot=self._eot,
+            suppress=self._suppress,
+            suppress_begin=self._suppress_begin,
+            timestamps=not opts.without_timestamps,
+            no_timestamps=self._no_timestamps,
+            max_initial_timestamp=round(opts.max_initial_timestamp / TIME_PRECISION),
+        )
 
     def _step_function(self, cache: Cache, graph: object, length: int) -> Callable[[Tensor, int], Tensor]:
         """The search's step: a graph replay, the fixed-shape step run eagerly, or the eager
