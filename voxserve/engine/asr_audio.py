@@ -48,7 +48,8 @@ class PreparedAudio:
     lease: Lease | None = None
     """This audio's share of the engine's buffered-audio budget."""
     fitted: bool = False
-    """Encode each piece in a window fitted to it even without `FITTED_WINDOWS` (live turns)."""
+    """Encode each piece in a window fitted to it even without `engine/asr.py: FITTED_WINDOWS`
+    (live turns)."""
     window: int | None = None
     """Encode every piece in this many feature frames (pieces cut evenly by `even_pieces`:
     one width, so they share batches); None: each piece's own window."""
