@@ -19,7 +19,7 @@ from voxserve.audio.cut import Span, plan_spans, quietest_point
 from voxserve.audio.decode import decode_audio
 from voxserve.audio.encode import wav_file
 from voxserve.audio.mel import N_FRAMES, LogMel
-from voxserve.engine.asr import _busiest
+from voxserve.engine.asr_audio import _busiest
 from voxserve.engine.batcher import Batcher, Pending
 from voxserve.engine.chunking import Planner, even_pieces
 from voxserve.engine.results import ResultStream

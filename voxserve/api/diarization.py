@@ -10,7 +10,6 @@ and budget as a transcription's, and the work holds a transcription slot
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from starlette.datastructures import UploadFile
@@ -19,11 +18,10 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from voxserve.api.speakers import parse_known_speakers
 from voxserve.api.streaming import until_disconnect
-from voxserve.api.transcriptions import read_form
+from voxserve.api.transcriptions import arrival, read_form
 from voxserve.engine.speakers import DiarizedTranscript
 from voxserve.errors import InvalidRequest
 from voxserve.serving.catalog import DIARIZE_MODELS, diarizing_model
-from voxserve.serving.service import Service
 from voxserve.serving.transcription import TranscriptionParams
 
 __all__ = ["as_rttm", "diarization"]
@@ -50,13 +48,8 @@ def _json(t: DiarizedTranscript) -> dict[str, Any]:
 
 
 async def diarization(request: Request) -> Response:
-    state: Service = request.app.state.vox
-    state.check_transcriptions()
-    started = time.perf_counter()
-    request_id = request.headers.get("x-request-id") or state.new_request_id()
-    assert state.uploads is not None
-    lease = state.uploads.lease()
-    try:
+    with arrival(request) as came:
+        state, request_id, lease = came.state, came.request_id, came.lease
         form = await read_form(request, int(state.config.asr.max_upload_mb * 1024 * 1024), lease)
         try:
             upload = form.get("file")
@@ -77,14 +70,12 @@ async def diarization(request: Request) -> Response:
             await form.close()
         params = TranscriptionParams(model=model, task="transcribe", response_format=str(fmt), diarize=True,
                                      known_speakers=known, speakers_only=True)
-        reply = await state.open_transcription(params, data, request_id, started,
+        reply = await state.open_transcription(params, data, request_id, came.started,
                                                lambda: until_disconnect(request), False, lease)
         try:
             result = await reply.transcript(lambda: until_disconnect(request))
         finally:
             reply.close()
-    finally:
-        lease.release()
     assert isinstance(result, DiarizedTranscript)
     headers = {"x-request-id": request_id}
     if fmt == "rttm":

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.datastructures import FormData, UploadFile
@@ -64,6 +65,8 @@ from voxserve.serving.transcription import TranscriptionParams
 
 __all__ = [
     "ASR_MODELS",
+    "Arrival",
+    "arrival",
     "read_form",
     "read_upload",
     "render",
@@ -86,16 +89,38 @@ async def translations(request: Request) -> Response | StreamResponse:
     return await _serve(request, "translate")
 
 
-async def _serve(request: Request, task: str) -> Response | StreamResponse:
+@dataclass(frozen=True)
+class Arrival:
+    """An upload route's request before its body is read: the service, its id, when it
+    arrived, and its lease on the upload budget."""
+
+    state: Service
+    request_id: str
+    started: float
+    lease: UploadLease
+
+
+@contextlib.contextmanager
+def arrival(request: Request) -> Iterator[Arrival]:
+    """Refuse a request for transcription work before its upload is read (404 when
+    speech-to-text is off, 429 when no slot is free), then hold a lease on the upload
+    budget until the block ends."""
     state: Service = request.app.state.vox
     state.check_transcriptions()  # 404 when off; 429 now skips the upload
     started = time.perf_counter()
     request_id = request.headers.get("x-request-id") or state.new_request_id()
-    headers = {"x-request-id": request_id}
     assert state.uploads is not None
     lease = state.uploads.lease()
     try:
-        body, reply = await _read_and_open(request, state, task, request_id, started, lease)
+        yield Arrival(state, request_id, started, lease)
+    finally:
+        lease.release()
+
+
+async def _serve(request: Request, task: str) -> Response | StreamResponse:
+    with arrival(request) as came:
+        headers = {"x-request-id": came.request_id}
+        body, reply = await _read_and_open(request, came.state, task, came.request_id, came.started, came.lease)
         if body.stream:
             if reply.replica is not None:
                 headers[REPLICA_HEADER] = reply.replica
@@ -104,8 +129,6 @@ async def _serve(request: Request, task: str) -> Response | StreamResponse:
             transcript = await reply.transcript(lambda: until_disconnect(request))
         finally:
             reply.close()
-    finally:
-        lease.release()
     if reply.replica is not None:
         headers[REPLICA_HEADER] = reply.replica
     return render(transcript, body, task, headers)

@@ -24,15 +24,13 @@ a long file, uses the cores that would idle (`solo_threads`, pure). While it run
 holds every core: file batches wait for it, live ones do not.
 
 On a batched device (CUDA, or the simulated one) one worker feeds the device, and a
-batch fills instead: pieces of every width share it, padded to the widest; a file group
-waits up to one batch's time for company (`file_wait`), counted from when the last file
-batch ended if that is later than its oldest piece (`Batcher.free_at`), so pieces that
-queued behind a batch gather those arriving just after it; and pieces arrive as raw audio, whose
-log-mel the runner computes for the whole batch where the model runs (`AudioInput`).
+batch fills instead: pieces of every width share it, padded to the widest, and a file
+group waits up to one batch's time for company (`engine/asr_sizing.py`); pieces arrive
+as raw audio, whose log-mel the runner computes for the whole batch (`AudioInput`).
 
-Audio work (decode, cut, and log-mel on a CPU) is not done here: `prepare` and
-`features` are pure steps that callers run in their audio pool. This module knows
-nothing of HTTP.
+Audio work (decode, cut, and log-mel on a CPU) is not done here: `prepare` and `piece`
+are steps that callers run in their audio pool (`engine/asr_audio.py`). What each model
+costs is followed in `engine/asr_costs.py`. This module knows nothing of HTTP.
 """
 
 from __future__ import annotations
@@ -51,18 +49,36 @@ from typing import Any, cast
 
 import numpy as np
 
-from voxserve.audio.blocks import Samples
-from voxserve.audio.chunks import AUTO, Chunking
-from voxserve.audio.cut import Span, plan_spans
-from voxserve.audio.mel import N_FRAMES, SAMPLE_RATE
+from voxserve.audio.chunks import Chunking
+from voxserve.audio.mel import SAMPLE_RATE
 from voxserve.config import ASRConfig, default_cores
 from voxserve.engine import devices
 from voxserve.engine.adapters.whisper import FALLBACK_TEMPERATURES, fitted_window
-from voxserve.engine.admission import weighted_room
+from voxserve.engine.asr_audio import PreparedAudio, cut, live_audio, piece_samples
+from voxserve.engine.asr_costs import (
+    COST_PROBE_S,
+    ModelCosts,
+    live_decode_s,
+    probe_sound,
+    timed_cost,
+)
 from voxserve.engine.asr_models import load_recognizers
+from voxserve.engine.asr_sizing import (
+    BATCH_TIME_WEIGHT,
+    BATCHED_FILE_WAIT_MAX_S,
+    BATCHED_FILE_WAIT_S,
+    CPU_MAX_REQUESTS,
+    audio_budget,
+    audio_pool_size,
+    batcher_for,
+    file_wait,
+    requests_limit,
+    resolve_device,
+    sized,
+    solo_threads,
+)
 from voxserve.engine.batcher import Batcher, Pending
-from voxserve.engine.budget import AudioBudget, Lease
-from voxserve.engine.chunking import Hearing, even_pieces, planner, speech_probabilities
+from voxserve.engine.chunking import Hearing, speech_probabilities
 from voxserve.engine.cores import SharedCores
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.live import LiveEstimate, LivePolicy, LiveView
@@ -73,8 +89,11 @@ from voxserve.engine.threads import lower_priority, prestart
 from voxserve.errors import NotFound, ServerError, Unavailable
 
 __all__ = [
+    "BATCHED_FILE_WAIT_MAX_S",
+    "BATCHED_FILE_WAIT_S",
     "CPU_MAX_REQUESTS",
     "FALLBACK_TEMPERATURES",
+    "SEGMENTS_AHEAD",
     "ASREngine",
     "ASRHandle",
     "PreparedAudio",
@@ -93,25 +112,6 @@ log = logging.getLogger(__name__)
 CPU_MAX_BATCH = 8
 """Most pieces one CPU decoding call takes: past it a batch's pieces wait for its longest
 one, and the workers already decode in parallel. (A GPU takes `--asr-gpu-batch`.)"""
-BATCHED_FILE_WAIT_S = 0.025
-"""How long a file group waits to fill on a batched device before any batch has run:
-about one batch's time there (short pieces, greedy: 15-25 ms on the H200's figures,
-`runners/sim/costs.py`). After that the wait is one batch's time as measured
-(`file_wait`)."""
-BATCHED_FILE_WAIT_MAX_S = 0.1
-"""The longest a file group waits to fill on a batched device: a full batch of 64 short
-pieces at beam 5 takes about this long on the H200, so at most one batch's time is added
-to a file's latency."""
-BATCH_TIME_WEIGHT = 0.25
-"""Weight of the latest file batch in the running batch time (`file_wait`)."""
-BATCHED_BURST_WAIT_S = 0.25
-"""The longest a file group waits on a batched device while more file pieces are coming
-(uploads being decoded, pieces of registered requests not yet ready), so that a burst of
-uploads goes as one batch: a batch of 64 short pieces takes about 75 ms of the H200, and
-64 uploads of 2-17 s arrive and decode over 100-200 ms on two cores."""
-BATCHED_SPARE_CORES = 2
-"""Cores a batched device's audio pool leaves free: one for the event loop (HTTP), one
-for the worker that feeds the device and turns its tokens into text."""
 SEGMENTS_AHEAD = 16
 """Pieces of one request whose features may wait in the engine: bounds a long file's
 memory while keeping every worker fed."""
@@ -122,42 +122,6 @@ work (docs/ASR.md). 0: 30 s pieces."""
 FITTED_WINDOWS = True
 """Encode a file piece shorter than 30 s in a window fitted to it (below), not Whisper's
 30 s: about a third of the decode time at the same WER. Live turns always use them."""
-ENCODER_30S_AS_SPEECH_S = 27.0
-"""One encoder pass over a 30 s window costs about as much as beam-decoding 27 s of speech,
-and a window of w seconds (w / 30)^2 of it: what `even_pieces` weighs a cut by (the
-timings: docs/BENCHMARKS.md, "Tuning constants")."""
-COST_PROBE_S = 4.0
-"""The warm-up times each model on this much sound: its first cost estimate."""
-COST_WEIGHT = 0.1
-"""Weight of the latest file batch in a model's running cost (`ASREngine.costs`)."""
-TURN_ESTIMATE_S = 3.0
-"""The warm-up times a live turn of this length, in the window a live turn gets."""
-SILENCE_PEAK = 10 ** (-60 / 20)
-"""A piece whose loudest sample stays under -60 dBFS is not decoded: Whisper would only
-hallucinate on it ("you", "Thank you.")."""
-
-
-@dataclass(frozen=True)
-class PreparedAudio:
-    audio: Samples
-    """16 kHz mono float32: `SampleBlocks` from `prepare`, sliced one piece at a time."""
-    spans: list[Span]
-    lease: Lease | None = None
-    """This audio's share of the engine's buffered-audio budget."""
-    fitted: bool = False
-    """Encode each piece in a window fitted to it even without `FITTED_WINDOWS` (live turns)."""
-    window: int | None = None
-    """Encode every piece in this many feature frames (pieces cut evenly by `even_pieces`:
-    one width, so they share batches); None: each piece's own window."""
-
-    def release(self) -> None:
-        """Give the audio's share of the budget back (the request is over); idempotent."""
-        if self.lease is not None:
-            self.lease.release()
-
-    @property
-    def duration(self) -> float:
-        return len(self.audio) / SAMPLE_RATE
 
 
 @dataclass(frozen=True)
@@ -221,51 +185,28 @@ class ASREngine(WorkerEngine):
         self.batched = device in devices.BATCHED_DEVICES
         """Whether batches fill (one device, one batch at a time) rather than spread over
         CPU workers."""
-        if self.batched:
-            # A GPU decodes one batch at a time, so one thread feeds it batches as large
-            # as it takes well; several threads would only split them.
-            config = replace(config, workers=1, solo_threads=1)
-        if config.audio_workers == 0:
-            config = replace(config, audio_workers=audio_pool_size(self.batched, default_cores()))
-        if config.max_requests == 0:
-            config = replace(config, max_requests=requests_limit(self.batched, config.gpu_batch))
+        config = sized(config, self.batched, default_cores())
         super().__init__(config.workers)
         self.config = config
         self.max_batch = config.gpu_batch if self.batched else CPU_MAX_BATCH
         """Most pieces one decoding call takes."""
         self.even_piece_s = EVEN_PIECE_S
         """`EVEN_PIECE_S`; a probe that compares cut limits sets its own."""
-        self.device = device
-        self.runtime = runtime
+        self.device, self.runtime = device, runtime
         self.models: dict[str, Recognizer] = load_recognizers(config, device, runtime)
         """The loaded models by name, the default first (`ASRConfig.models`)."""
         self.default = next(iter(self.models.values()))
         """The model OpenAI's names mean (`choose_model`)."""
-        self.budget = AudioBudget(int(config.max_buffered_audio_s * SAMPLE_RATE), SAMPLE_RATE)
-        if config.max_buffered_audio_s < 2 * config.max_audio_seconds:
-            log.warning(
-                "the buffered-audio budget (%g s) holds less than two files of the longest "
-                "accepted length (%g s): one long upload can hold all of it",
-                config.max_buffered_audio_s,
-                config.max_audio_seconds,
-            )
+        self.budget = audio_budget(config)
         self._clock = clock
         self._cond = threading.Condition()
-        wait_s = config.batch_wait_ms / 1000
-        self._batcher: Batcher[Piece] = Batcher(
-            self.max_batch,
-            max(wait_s, BATCHED_FILE_WAIT_S) if self.batched else wait_s,
-            workers=config.workers,
-            spread=not self.batched,
-            burst_wait_s=BATCHED_BURST_WAIT_S if self.batched else 0.0,
-        )
+        self._batcher: Batcher[Piece] = batcher_for(config, self.batched, self.max_batch)
         self._batch_s: float | None = None
         """Running wall time of a file batch on a batched device (`file_wait`)."""
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
         self._stopping = False
-        self._in_flight = 0
-        self._busy_workers = 0
+        self._in_flight = self._busy_workers = 0
         self._busy_cores = 0
         """Intra-op threads of the batches decoding now (a solo batch counts all of its)."""
         self._file_batches = 0
@@ -273,19 +214,13 @@ class ASREngine(WorkerEngine):
         self._live_sessions = 0
         self._live_decode_s = math.inf
         """The fastest live decode `estimate_live` has timed."""
-        self.live_policy = LivePolicy(
-            self._live_view,
-            clock,
-            slots=self.max_batch if self.batched else config.workers,
-            workers=config.workers,
-        )
+        slots = self.max_batch if self.batched else config.workers
+        self.live_policy = LivePolicy(self._live_view, clock, slots=slots, workers=config.workers)
         """When live sessions decode, and how many the workers sustain (`engine/live.py`)."""
         self.stats = ASRStats()
-        self.costs: dict[str, float] = {}
-        """Each model's decoding cost, seconds of one core per second of audio: timed at
-        warm-up, then followed by its file batches (`COST_WEIGHT`)."""
-        self._held: Counter[str] = Counter()
-        """Transcription slots held, by model (`hold`): what admission weighs."""
+        self.costs = ModelCosts()
+        """Each model's decoding cost, and the transcription slots held of it: what
+        admission weighs (`engine/asr_costs.py`)."""
         self.cores = SharedCores()
         """What the speech engine does on the same cores; the server sets it. No batch runs
         solo while speech runs. Asked under this engine's lock (`engine/cores.py`)."""
@@ -310,17 +245,11 @@ class ASREngine(WorkerEngine):
         sound (`COST_PROBE_S`) as the first estimate of its cost; then time a live decode.
         The cut planner's VAD loads here too: an upload over 30 s would otherwise pay its
         session's creation (~0.25 s here)."""
-        probe = _probe_sound(COST_PROBE_S)
+        probe = probe_sound(COST_PROBE_S)
         speech_probabilities(probe)  # loads the cut planner's VAD before the first long upload
         for model in self.models.values():
             model.warm(self.config.solo_threads, self.config.nice)
-            key = _first_key(model, self.config.beam_size)
-            piece = model.input(probe, fitted_window(len(probe)))
-            started = time.perf_counter()
-            model.decode([piece], key, 1)
-            cost = (time.perf_counter() - started) / COST_PROBE_S
-            with self._cond:
-                self.costs.setdefault(model.name, cost)
+            self.costs.first(model.name, timed_cost(model, probe, self.config.beam_size))
         self.estimate_live()
 
     def estimate_live(self) -> None:
@@ -328,15 +257,7 @@ class ASREngine(WorkerEngine):
         others: the live capacity's estimate until sessions are measured
         (`engine/live.py`). The fastest of three. The warm-up calls it; the server calls
         it again once every engine has warmed up, when no other warm-up shares the cores."""
-        model = self.default
-        key = _first_key(model, self.config.beam_size)
-        turn = np.zeros(int(TURN_ESTIMATE_S * SAMPLE_RATE), dtype=np.float32)
-        piece = model.input(turn, fitted_window(len(turn)))
-        took = self._live_decode_s
-        for _ in range(3):
-            started = time.perf_counter()
-            model.decode([piece], key, 1)
-            took = min(took, time.perf_counter() - started)
+        took = min(self._live_decode_s, live_decode_s(self.default, self.config.beam_size))
         self._live_decode_s = took
         self.live_policy.estimate = LiveEstimate.from_warmup(took)
         log.info("ASR warm-up: a live decode takes ~%.0f ms; live capacity estimated from it", took * 1e3)
@@ -411,20 +332,13 @@ class ASREngine(WorkerEngine):
         timed: bool = False,
         through: Hearing | None = None,
     ) -> PreparedAudio:
-        """Decode and cut (`even`: into even short pieces, `engine/chunking.py: even_pieces`; callers pass False
-        for requests that show word times: a piece's first word is aligned to the piece's
-        start when the piece begins in a pause, so each extra cut can move a word's start
-        by up to half a pause). CPU work: run it in the audio pool.
+        """Decode and cut for `model` (the request's), as `engine/asr_audio.py: cut` says.
+        CPU work: run it in the audio pool.
 
         Every block of decoded samples is reserved against the buffered-audio budget
         before it is allocated (429 when the budget is spent) and held until the caller
         calls `release()` on the result. One request holds at most `max_audio_seconds`
-        (plus one block): decoding stops with 400 past it. Cuts fall in the silences
-        the VAD finds (`engine/chunking.py`, with `chunking`'s settings, hearing the audio
-        `through` the request's noise filter when it has one). For `model` (the
-        request's), a request that shows times (`timed`) on a model that times segments
-        from the cuts gets pieces of at most its `timed_piece_s`, and a model that
-        `trims_silence` gets the VAD's cuts whatever the audio's length."""
+        (plus one block): decoding stops with 400 past it."""
         # PyAV is imported only to decode uploads: an engine fed samples (a GPU machine
         # measuring the runner through the engine) runs without it.
         from voxserve.audio.decode import decode_blocks
@@ -433,20 +347,10 @@ class ASREngine(WorkerEngine):
         lease = self.budget.lease()
         try:
             audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
-            recognizer = self.model(model)
-            if recognizer.timed_piece_s is not None and timed:
-                plan = planner(audio, chunking or AUTO, through)
-                assert plan is not None
-                return PreparedAudio(audio, plan(recognizer.timed_piece_s), lease)
-            plan = planner(audio, chunking or (AUTO if recognizer.trims_silence else None), through)
-            spans = [Span(0, len(audio))] if plan is None else plan()
-            c = self.config
-            recut = spans if plan is None or not even else even_pieces(
-                plan, spans, c.workers, SEGMENTS_AHEAD, self.even_piece_s, _busiest
+            return cut(
+                audio, lease, self.model(model), chunking=chunking, timed=timed, through=through,
+                even=even, workers=self.config.workers, ahead=SEGMENTS_AHEAD, even_piece_s=self.even_piece_s,
             )
-            if recut is spans:
-                return PreparedAudio(audio, spans, lease)
-            return PreparedAudio(audio, recut, lease, window=fitted_window(max(len(s) for s in recut)))
         except BaseException:
             lease.release()
             raise
@@ -465,14 +369,7 @@ class ASREngine(WorkerEngine):
     def prepare_samples(self, samples: np.ndarray) -> PreparedAudio:
         """Cut audio that is already 16 kHz float32 (a live utterance), holding its share
         of the buffered-audio budget like an upload. CPU work: run it in the audio pool."""
-        lease = self.budget.lease()
-        try:
-            lease.take(len(samples))
-            audio = np.ascontiguousarray(samples, dtype=np.float32)
-            return PreparedAudio(audio, plan_spans(audio, SAMPLE_RATE), lease, fitted=True)
-        except BaseException:
-            lease.release()
-            raise
+        return live_audio(samples, self.budget)
 
     # -- live sessions -----------------------------------------------------------------
     def live_session(self, opened: bool) -> None:
@@ -510,22 +407,8 @@ class ASREngine(WorkerEngine):
         """What one piece is decoded from, for `model` (the request's, `ASRHandle.model`):
         its log-mel on a CPU Whisper, its raw samples on a batched device or a model that
         takes audio; None when it is silent. CPU work: run it in the audio pool."""
-        found = self._span(prepared, index)
+        found = piece_samples(prepared, index, FITTED_WINDOWS)
         return None if found is None else self.model(model).input(*found)
-
-    def _span(self, prepared: PreparedAudio, index: int) -> tuple[np.ndarray, int] | None:
-        """A piece's samples and the encoder window it gets, or None when it is silent."""
-        span = prepared.spans[index]
-        samples = prepared.audio[span.start : span.end]
-        if not len(samples) or max(-float(samples.min()), float(samples.max())) < SILENCE_PEAK:
-            return None
-        if prepared.window is not None:
-            window = prepared.window
-        elif prepared.fitted or FITTED_WINDOWS:
-            window = fitted_window(len(samples))
-        else:
-            window = N_FRAMES
-        return samples, window
 
     def open(
         self,
@@ -609,10 +492,7 @@ class ASREngine(WorkerEngine):
         """Threads that decode, cut and featurize uploads for this engine, at its priority,
         all started at once."""
         pool = ThreadPoolExecutor(
-            self.config.audio_workers,
-            thread_name_prefix="asr-audio",
-            initializer=lower_priority,
-            initargs=(self.config.nice,),
+            self.config.audio_workers, "asr-audio", initializer=lower_priority, initargs=(self.config.nice,)
         )
         prestart(pool, self.config.audio_workers)
         return pool
@@ -620,89 +500,83 @@ class ASREngine(WorkerEngine):
     def _worker(self, index: int) -> None:
         lower_priority(self.config.nice)
         while True:
-            with self._cond:
-                batch = None
-                while not self._stopping:
-                    files = self._files_allowed()
-                    idle = self.config.workers - self._busy_workers
-                    batch = self._batcher.next_batch(self._clock(), files, idle)
-                    if batch is not None:
-                        break
-                    deadline = self._batcher.deadline(files)
-                    self._cond.wait(None if deadline is None else max(0.0, deadline - self._clock()))
-                if batch is None:
-                    return
-                live = batch[0].live
-                threads = solo_threads(
-                    self.config.solo_threads,
-                    live=live,
-                    running=self._busy_workers,
-                    waiting=len(self._batcher) + self._still_to_come(batch),
-                    live_sessions=self._live_sessions,
-                    busy_elsewhere=self.cores.speech_running(),
-                )
-                self._busy_workers += 1
-                self._busy_cores += threads
-                self._file_batches += 0 if live else 1
-                self._in_flight += len(batch)
-                self.stats.batches += 1
-                self.stats.solo_batches += threads > 1
-                self.stats.batch_sizes[len(batch)] += 1
+            taken = self._take()
+            if taken is None:
+                return
+            batch, threads = taken
             started = time.perf_counter()
             self._run(batch, threads)
-            audio_s = sum(p.payload.duration for p in batch)
-            with self._cond:
-                self._busy_workers -= 1
-                self._busy_cores -= threads
-                self._file_batches -= 0 if live else 1
-                self._in_flight -= len(batch)
-                busy = self.stats.busy_s
-                took = time.perf_counter() - started
-                busy[index] = busy.get(index, 0.0) + took
-                if live:
-                    self.live_policy.ran(took, threads)
-                else:
-                    self._meter(batch[0].key, took * threads, audio_s)
-                if not live and self.batched:
-                    self._batcher.free_at = self._clock()
-                    self._batch_s = took if self._batch_s is None else self._batch_s + BATCH_TIME_WEIGHT * (took - self._batch_s)
-                    self._batcher.wait_s = file_wait(self._batch_s, self.config.batch_wait_ms / 1000)
-                self._cond.notify_all()
+            self._ran(index, batch, threads, time.perf_counter() - started)
 
-    def _meter(self, key: Hashable, busy_s: float, audio_s: float) -> None:
-        """Follow a model's cost with one file batch. Call under the lock."""
-        name = cast(tuple[str, Hashable, int], key)[0]
-        if audio_s <= 0:
-            return
-        seen = busy_s / audio_s
-        known = self.costs.get(name)
-        self.costs[name] = seen if known is None else known + COST_WEIGHT * (seen - known)
+    def _take(self) -> tuple[list[Pending[Piece]], int] | None:
+        """Wait for the next batch and count it in; None when the engine stops."""
+        with self._cond:
+            batch = None
+            while not self._stopping:
+                files = self._files_allowed()
+                idle = self.config.workers - self._busy_workers
+                batch = self._batcher.next_batch(self._clock(), files, idle)
+                if batch is not None:
+                    break
+                deadline = self._batcher.deadline(files)
+                self._cond.wait(None if deadline is None else max(0.0, deadline - self._clock()))
+            if batch is None:
+                return None
+            live = batch[0].live
+            threads = solo_threads(
+                self.config.solo_threads,
+                live=live,
+                running=self._busy_workers,
+                waiting=len(self._batcher) + self._still_to_come(batch),
+                live_sessions=self._live_sessions,
+                busy_elsewhere=self.cores.speech_running(),
+            )
+            self._busy_workers += 1
+            self._busy_cores += threads
+            self._file_batches += 0 if live else 1
+            self._in_flight += len(batch)
+            self.stats.batches += 1
+            self.stats.solo_batches += threads > 1
+            self.stats.batch_sizes[len(batch)] += 1
+            return batch, threads
+
+    def _ran(self, index: int, batch: list[Pending[Piece]], threads: int, took: float) -> None:
+        """Count a decoded batch out, `took` seconds on worker `index`: the live meter
+        times live batches, the model's cost and the batched wait follow file ones."""
+        live = batch[0].live
+        audio_s = sum(p.payload.duration for p in batch)
+        with self._cond:
+            self._busy_workers -= 1
+            self._busy_cores -= threads
+            self._file_batches -= 0 if live else 1
+            self._in_flight -= len(batch)
+            busy = self.stats.busy_s
+            busy[index] = busy.get(index, 0.0) + took
+            if live:
+                self.live_policy.ran(took, threads)
+            else:
+                self.costs.meter(cast(tuple[str, Hashable, int], batch[0].key)[0], took * threads, audio_s)
+            if not live and self.batched:
+                self._batcher.free_at = self._clock()
+                self._batch_s = took if self._batch_s is None else self._batch_s + BATCH_TIME_WEIGHT * (took - self._batch_s)
+                self._batcher.wait_s = file_wait(self._batch_s, self.config.batch_wait_ms / 1000)
+            self._cond.notify_all()
 
     def weights(self) -> dict[str, float]:
         """Each model's cost over the cheapest one's (1 for every model until measured):
         what one transcription slot of it weighs in admission."""
-        with self._cond:
-            costs = {name: self.costs.get(name) for name in self.models}
-        known = [c for c in costs.values() if c]
-        floor = min(known) if known else None
-        return {name: (c / floor if c and floor else 1.0) for name, c in costs.items()}
+        return self.costs.weights(self.models)
 
     def hold(self, model: str, n: int = 1) -> None:
         """Count a transcription slot of `model` taken (n=1) or given back (n=-1)."""
-        with self._cond:
-            self._held[model] += n
-            if self._held[model] <= 0:
-                del self._held[model]
+        self.costs.hold(model, n)
 
     def admits(self, active: int, model: str | None) -> bool:
         """The transcription admission's gate: whether a request for `model` fits, with
         every slot weighed by its model's cost (`weights`), within the request limit:
         a request for a model three times as costly as the cheapest holds three of
         its `max_requests`."""
-        weights = self.weights()
-        with self._cond:
-            held = dict(self._held)
-        return weighted_room(held, weights, model or self.default.name, self.config.max_requests)
+        return self.costs.admits(self.models, model or self.default.name, self.config.max_requests)
 
     def _still_to_come(self, batch: list[Pending[Piece]]) -> int:
         """Pieces of the batch's own requests other than the batch's: a long file's next
@@ -772,85 +646,3 @@ class ASREngine(WorkerEngine):
             log.error("transcription failed for request %s: %r", rid, exc, exc_info=exc)
             job.handle.results.fail(ServerError(f"transcription failed (request {rid})"))
 
-
-def resolve_device(config: ASRConfig) -> tuple[str, str]:
-    """(device, runtime) for `config` (`engine/devices.py`): CTranslate2 is the CPU runtime."""
-    return devices.resolve_device(config.device, config.runtime, "ct2")
-
-
-def file_wait(batch_s: float, floor_s: float) -> float:
-    """How long a file group waits to fill on a batched device: one batch's time
-    (`batch_s`, as measured), at least `floor_s` (`--asr-batch-wait-ms`), at most
-    `BATCHED_FILE_WAIT_MAX_S`, counted from when the last file batch ended if later
-    than the group's oldest piece (`Batcher.free_at`). The pieces that arrive while a
-    batch decodes, and those just after it, then join the next one instead of going in
-    small batches: on a device with room to spare that costs
-    little latency, and every batch saved is host time (launches, the search's
-    bookkeeping) given back to the uploads."""
-    return max(floor_s, min(BATCHED_FILE_WAIT_MAX_S, batch_s))
-
-
-CPU_MAX_REQUESTS = 32
-"""Transcriptions in progress at once on a CPU when not set (`ASRConfig.max_requests`)."""
-
-
-def requests_limit(batched: bool, gpu_batch: int) -> int:
-    """Transcriptions in progress at once when not set: `CPU_MAX_REQUESTS` on a CPU; on
-    a batched device twice its batch, since a 3-8 s upload is one piece and a batch fills
-    only with as many uploads in progress (one batch decoding, the next gathering)."""
-    return 2 * gpu_batch if batched else CPU_MAX_REQUESTS
-
-
-def audio_pool_size(batched: bool, cores: int) -> int:
-    """Audio threads (upload decoding, resampling, cutting) when not set: two on a CPU,
-    where the decoding workers need the other cores; on a batched device every core but
-    `BATCHED_SPARE_CORES`, because there the host's upload work, not the model, bounds
-    throughput (docs/BENCHMARKS.md, "The host side")."""
-    if not batched:
-        return min(cores, 2)
-    return max(2, cores - BATCHED_SPARE_CORES)
-
-
-def solo_threads(
-    threads: int, *, live: bool, running: int, waiting: int, live_sessions: int, busy_elsewhere: bool
-) -> int:
-    """Intra-op threads for a batch about to start: all `threads` when it is the only work
-    (no other batch `running`; no piece `waiting`, queued or still to come from the
-    batch's own requests; nothing `busy_elsewhere`), else 1. A file
-    batch never goes solo while live sessions are open: it would hold the core that
-    their turns need."""
-    if running or waiting or busy_elsewhere or (live_sessions and not live):
-        return 1
-    return threads
-
-
-def _busiest(spans: list[Span], workers: int) -> float:
-    """Cost of the largest batch, in seconds of speech decoded, when idle workers take
-    consecutive pieces, each its share of what is left (`Batcher.next_batch`): its audio,
-    plus each piece's encoder pass in the window fitted to the longest piece."""
-    window = fitted_window(max(len(s) for s in spans)) / N_FRAMES
-    encoder = ENCODER_30S_AS_SPEECH_S * window * window
-    most, first = 0.0, 0
-    for free in range(workers, 0, -1):
-        take = math.ceil((len(spans) - first) / free)
-        if take:
-            audio = (spans[first + take - 1].end - spans[first].start) / SAMPLE_RATE
-            most = max(most, take * encoder + audio)
-        first += take
-    return most
-
-
-def _probe_sound(seconds: float) -> np.ndarray:
-    """A seeded, speech-shaped sound (noise in syllable-length bursts) for timing a
-    model's decode: silence would be decoded to nothing, and cost too little."""
-    rng = np.random.default_rng(0)
-    n = int(seconds * SAMPLE_RATE)
-    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * np.arange(n) / SAMPLE_RATE)
-    return (0.1 * envelope * rng.standard_normal(n)).astype(np.float32)
-
-
-def _first_key(model: Recognizer, beam_size: int) -> Hashable:
-    """The batch key of a first attempt at English (at no language for a model that does
-    not speak it, which then detects it): what the warm-up times."""
-    language = "en" if "en" in model.abilities.languages else None
-    return model.attempts(TranscribeOptions(language=language), beam_size)[0]

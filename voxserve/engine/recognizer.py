@@ -207,19 +207,33 @@ def choose_model(
         missing = models[requested].lacks(options)
         if missing is None:
             return requested
-        able = [name for name, a in models.items() if a.lacks(options) is None]
-        english = models[requested].languages == ("en",)
-        only = " (it is English-only)" if english and _field(missing)["param"] in ("language", "model") else ""
-        hint = f"; {able[0]} can: name it as the model, or send whisper-1" if able else ""
-        raise InvalidRequest(f"model {requested} cannot serve {missing}{only}{hint}", **_field(missing))
+        raise _lacking(requested, missing, models, options)
     if models[default].lacks(options) is None:
         return default
     for name, abilities in models.items():
         if abilities.lacks(options) is None:
             return name
+    raise _unservable(models, default, options)
+
+
+def _lacking(
+    requested: str, missing: str, models: Mapping[str, Abilities], options: TranscribeOptions
+) -> InvalidRequest:
+    """The 400 for a model named by its own name that lacks what is `missing`: what it
+    lacks, and which loaded model has all the request asks for."""
+    able = [name for name, a in models.items() if a.lacks(options) is None]
+    english = models[requested].languages == ("en",)
+    only = " (it is English-only)" if english and _field(missing)["param"] in ("language", "model") else ""
+    hint = f"; {able[0]} can: name it as the model, or send whisper-1" if able else ""
+    return InvalidRequest(f"model {requested} cannot serve {missing}{only}{hint}", **_field(missing))
+
+
+def _unservable(models: Mapping[str, Abilities], default: str, options: TranscribeOptions) -> InvalidRequest:
+    """The 400 for a request no loaded model can serve, naming what is missing and what
+    to send or load instead."""
     english = all(a.languages == ("en",) for a in models.values())
     if options.task == "translate" and not any(a.translates for a in models.values()):
-        raise InvalidRequest(
+        return InvalidRequest(
             f"the loaded models ({', '.join(models)}) are English-only, so there is nothing to "
             "translate: use /v1/audio/transcriptions, or start the server with a multilingual "
             "model in --asr-models (whisper-base)",
@@ -237,9 +251,9 @@ def choose_model(
                 f"unknown language {options.language!r}; send an ISO-639-1 code such as "
                 f"{_languages_hint(models)}, or leave it out"
             )
-        raise InvalidRequest(msg, **_field("language"))
+        return InvalidRequest(msg, **_field("language"))
     missing = models[default].lacks(options) or ""
-    raise InvalidRequest(
+    return InvalidRequest(
         f"no loaded model can serve {missing} together with the rest of this request; the "
         f"server loads {', '.join(models)} (start it with --asr-models naming one that can)",
         **_field(missing),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -256,6 +257,31 @@ def window_segments(
     if not text.strip():
         return []
 
+    segment = _segment_maker(out, tok, offset, temperature, logprobs)
+    words = []
+    if out.alignment is not None:
+        words = _words(_word_timings(tok, text_tokens, out.alignment), offset, duration)
+    if not words:
+        return [segment(offset, offset + duration, text, text_tokens, None, 0)]
+    by_word = {id(w): tokens for w, tokens in words}
+    segments = []
+    first = 0
+    for group in group_sentences([w for w, _ in words]):
+        tokens = [t for w in group for t in by_word[id(w)]]
+        segments.append(
+            segment(group[0].start, group[-1].end, "".join(w.word for w in group), tokens, tuple(group), first)
+        )
+        first += len(tokens)
+    return segments
+
+
+def _segment_maker(
+    out: DecodeOutput, tok: WhisperTokenizer, offset: float, temperature: float, logprobs: bool
+) -> Callable[[float, float, str, list[int], tuple[Word, ...] | None, int], TimedSegment]:
+    """What makes one segment of a window: (start, end, text, its tokens, its words, the
+    index of its first text token in the window) -> the segment, with the window's scores,
+    and with `logprobs` its text tokens' log-probabilities: the alignment's probability
+    of each token given the ones before it and the audio."""
     probs: dict[int, float] = {}
     if logprobs and out.alignment is not None:
         probs = dict(enumerate(out.alignment.token_probs))
@@ -263,12 +289,10 @@ def window_segments(
     def token_logprobs(first: int, tokens: list[int]) -> tuple[TokenLogprob, ...] | None:
         if not logprobs:
             return None
-        return tuple(
-            _token_logprob(tok, t, probs.get(first + i)) for i, t in enumerate(tokens)
-        )
+        return tuple(_token_logprob(tok, t, probs.get(first + i)) for i, t in enumerate(tokens))
 
     def segment(
-        start: float, end: float, text: str, tokens: list[int], words: tuple[Word, ...] | None, first: int = 0
+        start: float, end: float, text: str, tokens: list[int], words: tuple[Word, ...] | None, first: int
     ) -> TimedSegment:
         return TimedSegment(
             start=round(start, 3),
@@ -284,21 +308,7 @@ def window_segments(
             logprobs=token_logprobs(first, tokens),
         )
 
-    words = []
-    if out.alignment is not None:
-        words = _words(_word_timings(tok, text_tokens, out.alignment), offset, duration)
-    if not words:
-        return [segment(offset, offset + duration, text, text_tokens, None)]
-    by_word = {id(w): tokens for w, tokens in words}
-    segments = []
-    first = 0
-    for group in group_sentences([w for w, _ in words]):
-        tokens = [t for w in group for t in by_word[id(w)]]
-        segments.append(
-            segment(group[0].start, group[-1].end, "".join(w.word for w in group), tokens, tuple(group), first)
-        )
-        first += len(tokens)
-    return segments
+    return segment
 
 
 def _token_logprob(tok: WhisperTokenizer, token: int, probability: float | None) -> TokenLogprob:

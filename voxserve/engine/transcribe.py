@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Transcript:
+    """A whole transcription: its text, language, audio length and timed segments."""
+
     text: str
     language: str
     """ISO-639-1 code: the one asked for, or the one detected in most pieces."""

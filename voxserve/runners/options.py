@@ -1,5 +1,5 @@
 """ONNX Runtime session options shared by the CPU runners (Piper, Kokoro, Moonshine, the noise
-filter, the speaker embedder).
+filter, the speaker embedder, the end-of-turn model).
 
 Every session runs its graph's nodes in order (`ORT_SEQUENTIAL`, no inter-op pool). A
 single-threaded session, the crowded case, has no pool at all. A session on several
@@ -19,7 +19,8 @@ __all__ = ["cpu_options"]
 
 
 def cpu_options(threads: int) -> ort.SessionOptions:
-    """Options for a CPU session on `threads` intra-op threads."""
+    """Options for a CPU session on `threads` intra-op threads (graph optimization left
+    at ONNX Runtime's default, all of it)."""
     if threads < 1:
         raise ValueError("a session needs at least one thread")
     opts = ort.SessionOptions()

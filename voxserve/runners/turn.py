@@ -24,6 +24,7 @@ import numpy as np
 import onnxruntime as ort
 
 from voxserve.audio.mel import SAMPLE_RATE, TURN_SAMPLES, TurnFeatures
+from voxserve.runners.options import cpu_options
 
 __all__ = ["COMPLETE_AT", "MODEL_FILE", "SmartTurn", "default_model_path"]
 
@@ -48,12 +49,7 @@ class SmartTurn:
                 f"the end-of-turn model {path} is missing: `make install` fetches it "
                 "(from the pipecat-ai 1.14.0 wheel, checked against its sha256)"
             )
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(str(path), cpu_options(threads), providers=["CPUExecutionProvider"])
         self._features = TurnFeatures()
 
     def complete(self, samples: np.ndarray) -> float:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from voxserve.audio.chunks import Chunking
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine, TranscribeOptions
-from voxserve.engine.denoise import DenoiseEngine
+from voxserve.engine.denoise import DenoiseEngine, FileFilter
 from voxserve.engine.diarize import Diarization, KnownSpeaker, OnlineSpeakers, diarize
 from voxserve.engine.speakers import DiarizedTranscript, SegmentDone, speaker_segments
 from voxserve.engine.stream import StreamFailed
@@ -46,15 +46,43 @@ from voxserve.serving.waiting import unless_gone
 
 __all__ = [
     "DiarizedStream",
+    "Held",
     "SpeakersOnly",
     "Transcriber",
     "TranscriptionParams",
     "TranscriptionStream",
     "asr_disabled",
     "observe",
+    "transcribe_options",
 ]
 
 log = logging.getLogger(__name__)
+
+
+def asr_disabled() -> NotFound:
+    return NotFound("speech-to-text is off on this server; start it without --no-asr", code="asr_disabled")
+
+
+def observe(m: Metrics, task: str, fmt: str, duration: float, started: float) -> None:
+    """Count one answered transcription in the ASR metrics."""
+    elapsed = time.perf_counter() - started
+    m.asr_requests.labels(task, fmt).inc()
+    m.asr_audio_seconds.inc(duration)
+    m.asr_latency.observe(elapsed)
+    if elapsed > 0:
+        m.asr_rtfx.observe(duration / elapsed)
+
+
+@dataclass(frozen=True)
+class Held:
+    """An admitted request's slot, and what its answer records when it ends."""
+
+    request_id: str
+    params: TranscriptionParams
+    release: Callable[[], None]
+    """Gives the slot back (`Transcriber.open`)."""
+    metrics: Metrics
+    started: float
 
 
 @dataclass(frozen=True)
@@ -88,18 +116,18 @@ class TranscriptionParams:
     """Only who spoke when, no words (`POST /v1/audio/diarization`)."""
 
 
-def asr_disabled() -> NotFound:
-    return NotFound("speech-to-text is off on this server; start it without --no-asr", code="asr_disabled")
-
-
-def observe(m: Metrics, task: str, fmt: str, duration: float, started: float) -> None:
-    """Count one answered transcription in the ASR metrics."""
-    elapsed = time.perf_counter() - started
-    m.asr_requests.labels(task, fmt).inc()
-    m.asr_audio_seconds.inc(duration)
-    m.asr_latency.observe(elapsed)
-    if elapsed > 0:
-        m.asr_rtfx.observe(duration / elapsed)
+def transcribe_options(params: TranscriptionParams) -> TranscribeOptions:
+    """What the engine is asked for; the model is chosen from `params.model` after."""
+    return TranscribeOptions(
+        task=params.task,
+        language=params.language or None,
+        prompt=params.prompt or None,
+        temperature=params.temperature,
+        timings=params.timings or params.diarize,
+        words=params.words or params.diarize,
+        logprobs=params.logprobs,
+        chunking=params.chunking,
+    )
 
 
 class TranscriptionStream:
@@ -108,23 +136,19 @@ class TranscriptionStream:
     ends it, exactly once whatever calls it: the engine drops the request's queued
     pieces, its audio's share of the budget goes back, and so does its slot."""
 
-    def __init__(
-        self,
-        transcription: Transcription,
-        params: TranscriptionParams,
-        release: Callable[[], None],
-        metrics: Metrics,
-        started: float,
-    ):
-        self.request_id = transcription.handle.request_id
+    def __init__(self, transcription: Transcription, held: Held):
+        self._transcription = transcription
+        self._take(held)
+
+    def _take(self, held: Held) -> None:
+        """Keep the slot and what the answer records."""
+        self.request_id = held.request_id
         self.replica: str | None = None
         """Where the work runs, when that is another process (a Ray replica)."""
-        self._transcription = transcription
-        self._params = params
-        self._release = release
-        """Gives the slot back (`Transcriber.open`)."""
-        self._metrics = metrics
-        self._started = started
+        self._params = held.params
+        self._release = held.release
+        self._metrics = held.metrics
+        self._started = held.started
         self._closed = False
 
     @property
@@ -204,22 +228,8 @@ class Transcriber:
         (`gone` ends the wait with 499), then decode and cut the audio and start feeding
         the engine. Returns holding the slot; the caller closes the stream once."""
         engine = self.engine
-        through = None
-        if params.noise_reduction is not None:
-            (self.denoise or DenoiseEngine()).check(params.noise_reduction, "noise_reduction")
-            assert self.denoise is not None
-            through = self.denoise.for_file(params.noise_reduction)
-        options = TranscribeOptions(
-            task=params.task,
-            language=params.language or None,
-            prompt=params.prompt or None,
-            temperature=params.temperature,
-            timings=params.timings or params.diarize,
-            words=params.words or params.diarize,
-            logprobs=params.logprobs,
-            chunking=params.chunking,
-        )
-        options = engine.choose(options, asr_model(params.model, engine.models))
+        through = self._hearing(params.noise_reduction)
+        options = engine.choose(transcribe_options(params), asr_model(params.model, engine.models))
         model = options.model
         assert model is not None
         await unless_gone(
@@ -231,9 +241,9 @@ class Transcriber:
             engine.hold(model, -1)
             self.admission.release()
 
+        held = Held(request_id, params, release, self.metrics, started)
         if params.speakers_only:
-            return speakers_only(engine, self.pool, data, params.known_speakers, release, self.metrics, started,
-                                 request_id)
+            return speakers_only(engine, self.pool, data, params.known_speakers, held)
         try:
             if params.diarize:
                 loop = asyncio.get_running_loop()
@@ -243,24 +253,24 @@ class Transcriber:
             release()
             raise
         if params.diarize:
-            return DiarizedStream(transcription, params, release, self.metrics, started, self.pool, known)
-        return TranscriptionStream(transcription, params, release, self.metrics, started)
+            return DiarizedStream(transcription, held, self.pool, known)
+        return TranscriptionStream(transcription, held)
+
+    def _hearing(self, noise_reduction: str | None) -> FileFilter | None:
+        """The noise filter that the VAD cutting the upload hears it through; 400 for a
+        filter this server cannot apply."""
+        if noise_reduction is None:
+            return None
+        (self.denoise or DenoiseEngine()).check(noise_reduction, "noise_reduction")
+        assert self.denoise is not None
+        return self.denoise.for_file(noise_reduction)
 
 
 class DiarizedStream(TranscriptionStream):
     """A transcription whose words are given to speakers (see the module docstring)."""
 
-    def __init__(
-        self,
-        transcription: Transcription,
-        params: TranscriptionParams,
-        release: Callable[[], None],
-        metrics: Metrics,
-        started: float,
-        pool: Executor,
-        known: list[KnownSpeaker],
-    ):
-        super().__init__(transcription, params, release, metrics, started)
+    def __init__(self, transcription: Transcription, held: Held, pool: Executor, known: list[KnownSpeaker]):
+        super().__init__(transcription, held)
         self._pool = pool
         self._known = known
         self._audio = transcription.audio
@@ -308,15 +318,9 @@ class SpeakersOnly(TranscriptionStream):
     with no text and the turns; `deltas()` is not offered (the route never streams).
     It shares the stream's interface, not its engine work: nothing is transcribed."""
 
-    def __init__(self, work: asyncio.Future[tuple[float, Diarization]], release: Callable[[], None],
-                 metrics: Metrics, started: float, request_id: str):
-        self.request_id = request_id
-        self.replica = None
+    def __init__(self, work: asyncio.Future[tuple[float, Diarization]], held: Held):
+        self._take(held)
         self._work = work
-        self._release = release
-        self._metrics = metrics
-        self._started = started
-        self._closed = False
         self._seconds = 0.0
 
     @property
@@ -341,9 +345,10 @@ class SpeakersOnly(TranscriptionStream):
             self._release()
 
 
-def speakers_only(engine: ASREngine, pool: Executor, data: bytes, known: Sequence[tuple[str, bytes]],
-                  release: Callable[[], None], metrics: Metrics, started: float, request_id: str) -> SpeakersOnly:
-    """Start diarizing `data` in `pool`; the stream holds the slot that `release` gives back."""
+def speakers_only(
+    engine: ASREngine, pool: Executor, data: bytes, known: Sequence[tuple[str, bytes]], held: Held
+) -> SpeakersOnly:
+    """Start diarizing `data` in `pool`; the stream holds the slot that `held` gives back."""
 
     def work() -> tuple[float, Diarization]:
         from voxserve.audio.decode import decode_blocks
@@ -355,5 +360,4 @@ def speakers_only(engine: ASREngine, pool: Executor, data: bytes, known: Sequenc
         finally:
             lease.release()
 
-    return SpeakersOnly(asyncio.get_running_loop().run_in_executor(pool, work), release, metrics, started,
-                        request_id)
+    return SpeakersOnly(asyncio.get_running_loop().run_in_executor(pool, work), held)

@@ -208,18 +208,12 @@ def _log_softmax_at(logits: np.ndarray, chosen: np.ndarray) -> np.ndarray:
     return np.asarray(picked - lse, dtype=np.float64)
 
 
-def _greedy(
-    decoder: ort.InferenceSession, frames: list[np.ndarray], limits: list[int]
-) -> tuple[list[list[int]], list[list[float]], list[bool]]:
-    """Greedy decoding of every piece, batched after each piece's own first step."""
-    n = len(frames)
-    names = _past_names()
-    tokens: list[list[int]] = [[] for _ in range(n)]
-    logprobs: list[list[float]] = [[] for _ in range(n)]
-    hit = [False] * n
-    longest = max(len(f) for f in frames)
-
-    # First step, one piece at a time: the cross-attention keys and values of its frames.
+def _first_step(
+    decoder: ort.InferenceSession, frames: list[np.ndarray], names: list[tuple[str, str]], longest: int
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The first step, one piece at a time: every piece's logits [pieces, vocab] and the
+    batch's cache by input name, the cross-attention keys and values of each piece's
+    frames padded to the `longest` piece's."""
     empty = np.zeros((1, KV_HEADS, 0, HEAD_DIM), np.float32)
     first_logits = []
     caches: dict[str, list[np.ndarray]] = {out: [] for _, out in names}
@@ -237,7 +231,20 @@ def _greedy(
             if ".encoder." in out and value.shape[2] < longest:
                 value = np.pad(value, ((0, 0), (0, 0), (0, longest - value.shape[2]), (0, 0)))
             caches[out].append(value)
-    past = {p: np.concatenate(caches[out]) for p, out in names}
+    return np.concatenate(first_logits), {p: np.concatenate(caches[out]) for p, out in names}
+
+
+def _greedy(
+    decoder: ort.InferenceSession, frames: list[np.ndarray], limits: list[int]
+) -> tuple[list[list[int]], list[list[float]], list[bool]]:
+    """Greedy decoding of every piece, batched after each piece's own first step."""
+    n = len(frames)
+    names = _past_names()
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    logprobs: list[list[float]] = [[] for _ in range(n)]
+    hit = [False] * n
+    longest = max(len(f) for f in frames)
+    logits, past = _first_step(decoder, frames, names, longest)
     bias = np.zeros((n, longest), np.float32)
     for i, f in enumerate(frames):
         bias[i, len(f):] = -np.inf
@@ -245,7 +252,6 @@ def _greedy(
     hidden = np.zeros((n, longest, HIDDEN), np.float32)
 
     rows = np.arange(n)  # the pieces still decoding, in the batch's order
-    logits = np.concatenate(first_logits)
     while True:
         chosen = logits.argmax(axis=-1)
         scores = _log_softmax_at(logits, chosen)

@@ -27,13 +27,15 @@ from voxserve.runners.sim.costs import WHISPER_TINY, WhisperCost
 from voxserve.runners.sim.device import SimDevice, host_work, sim_device
 from voxserve.runners.whisper.interface import (
     HOP,
+    N_FRAMES,
     Alignment,
     AudioInput,
     DecodeInput,
     DecodeOptions,
     DecodeOutput,
+    FeatureMaker,
+    TokenizerSide,
     bundled_model,
-    decode_options,
 )
 from voxserve.runners.whisper.tokens import WhisperTokens
 
@@ -65,7 +67,7 @@ def sim_words(seconds: float, seed: int) -> str:
     return " ".join([SIM_MARK, *(_WORDS[i] for i in picks)]) + "."
 
 
-class SimWhisperRunner:
+class SimWhisperRunner(TokenizerSide[WhisperTokens]):
     """The simulated Whisper runner (`BatchedWhisperModel`)."""
 
     def __init__(
@@ -82,26 +84,18 @@ class SimWhisperRunner:
         self.name = bundled_name if model_dir is None else model_dir.resolve().name
         with open(self.model_dir / "tokenizer.json", encoding="utf-8") as f:
             self._hf = tokenizers.Tokenizer.from_str(f.read())
-        self.multilingual = False
+        self._tok = tok = WhisperTokens(self._hf, False, "transcribe", "en")
+        super().__init__(False, lambda task, language: tok)
         self.languages: tuple[str, ...] = ("en",)
         self.n_mels = 80
         self.device = device or sim_device()
         self.costs = costs
         self.graphs = graphs
-        self._tok = WhisperTokens(self._hf, False, "transcribe", "en")
 
-    def log_mel(self) -> SimLogMel:
+    def log_mel(self) -> FeatureMaker:
         """Host features are never made on a batched device; this stands in for the
         interface's sake (zeros of the right shape)."""
         return SimLogMel(self.n_mels)
-
-    def tokenizer(self, task: str, language: str | None) -> WhisperTokens:
-        return self._tok
-
-    def options(
-        self, task: str, language: str | None, prompt: str | None, beam_size: int, temperature: float
-    ) -> DecodeOptions:
-        return decode_options(self._tok, prompt, beam_size, temperature, False)
 
     def run(self, inputs: Sequence[DecodeInput], opts: DecodeOptions, threads: int = 1) -> list[DecodeOutput]:
         """Host features in (a warm-up's or a probe's): costed as raw pieces of their frames."""
@@ -140,8 +134,8 @@ class SimLogMel:
         self.n_mels = n_mels
 
     def __call__(self, samples: np.ndarray) -> tuple[np.ndarray, int]:
-        frames = max(1, min(3000, len(samples) // HOP))
-        return np.zeros((self.n_mels, 3000), dtype=np.float32), frames
+        frames = max(1, min(N_FRAMES, len(samples) // HOP))
+        return np.zeros((self.n_mels, N_FRAMES), dtype=np.float32), frames
 
 
 def _seed(samples: np.ndarray) -> int:

@@ -30,8 +30,8 @@ from voxserve.runners.whisper.interface import (
     DecodeInput,
     DecodeOptions,
     DecodeOutput,
+    TokenizerSide,
     bundled_model,
-    decode_options,
 )
 
 __all__ = [
@@ -46,7 +46,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class WhisperRunner:
+class WhisperRunner(TokenizerSide[Tokenizer]):
     def __init__(
         self,
         model_dir: Path | None = None,
@@ -67,11 +67,14 @@ class WhisperRunner:
         self._wide: dict[int, ctranslate2.models.Whisper] = {}
         """Replicas with several intra-op threads, by thread count (one replica each)."""
         self._wide_lock = threading.Lock()
-        self.multilingual: bool = self.model.is_multilingual
+        multilingual: bool = self.model.is_multilingual
         self.n_mels: int = self.model.n_mels
-        self._hf = _load_tokenizer(model_dir)
+        self._hf = hf = _load_tokenizer(model_dir)
+        # faster-whisper's tokenizer helper, for each task and language
+        super().__init__(
+            multilingual, lambda task, language: Tokenizer(hf, multilingual, task=task, language=language or "en")
+        )
         self.languages: tuple[str, ...] = tuple(_LANGUAGE_CODES) if self.multilingual else ("en",)
-        self._tokenizers: dict[tuple[str, str | None], Tokenizer] = {}
         self._eot = self._token_id("<|endoftext|>")
         self._no_timestamps = self._token_id("<|notimestamps|>")
 
@@ -106,27 +109,6 @@ class WhisperRunner:
         """The features this model takes, computed in numpy (faster-whisper's extractor)."""
         return LogMel(self.n_mels)
 
-    # -- tokenizer side (pure Python, thread-safe) -------------------------------------
-    def tokenizer(self, task: str, language: str | None) -> Tokenizer:
-        """faster-whisper's tokenizer helper for this task and language (cached)."""
-        key = (task, language)
-        tok = self._tokenizers.get(key)
-        if tok is None:
-            tok = Tokenizer(self._hf, self.multilingual, task=task, language=language or "en")
-            self._tokenizers[key] = tok
-        return tok
-
-    def options(
-        self,
-        task: str,
-        language: str | None,
-        prompt: str | None,
-        beam_size: int,
-        temperature: float,
-    ) -> DecodeOptions:
-        tok = self.tokenizer(task, language)
-        return decode_options(tok, prompt, beam_size, temperature, self.multilingual and language is None)
-
     # -- inference ---------------------------------------------------------------------
     def run(self, inputs: Sequence[DecodeInput], opts: DecodeOptions, threads: int = 1) -> list[DecodeOutput]:
         """Encode, (detect languages,) generate and (align) a batch that shares `opts`, on
@@ -143,6 +125,26 @@ class WhisperRunner:
                 sots[i][1] = self._token_id(token)
         tail = [self._no_timestamps] if opts.without_timestamps else []
         prompts = [list(opts.previous) + sot + tail for sot in sots]
+        outputs = self._generate(model, encoded, prompts, opts)
+        texts = [[t for t in o.tokens if t < self._eot] for o in outputs]
+        aligned: list[Alignment | None] = [None] * len(inputs)
+        if any(x.align for x in inputs):
+            wanted = [t if x.align else [] for t, x in zip(texts, inputs, strict=True)]
+            aligned = self._align(model, encoded, sots, wanted, [x.frames for x in inputs])
+        return [
+            DecodeOutput(o.tokens, o.avg_logprob, o.no_speech_prob, lang, al)
+            for o, lang, al in zip(outputs, languages, aligned, strict=True)
+        ]
+
+    def _generate(
+        self,
+        model: ctranslate2.models.Whisper,
+        encoded: ctranslate2.StorageView,
+        prompts: list[list[int]],
+        opts: DecodeOptions,
+    ) -> list[DecodeOutput]:
+        """Each piece's tokens (end of text left out), average log-probability and
+        no-speech probability: a beam search, or sampling at a temperature above 0."""
         if opts.temperature > 0:
             sampling = {
                 "beam_size": 1,
@@ -163,23 +165,13 @@ class WhisperRunner:
             max_initial_timestamp_index=round(opts.max_initial_timestamp / TIME_PRECISION),
             **sampling,
         )
-        eot = self._eot
         outputs: list[DecodeOutput] = []
-        texts: list[list[int]] = []
         for result in results:
-            tokens = [t for t in result.sequences_ids[0] if t != eot]
+            tokens = [t for t in result.sequences_ids[0] if t != self._eot]
             # CTranslate2 returns the length-normalised score; recover the average log prob.
             avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
             outputs.append(DecodeOutput(tokens, avg_logprob, result.no_speech_prob, None, None))
-            texts.append([t for t in tokens if t < eot])
-        aligned: list[Alignment | None] = [None] * len(inputs)
-        if any(x.align for x in inputs):
-            wanted = [t if x.align else [] for t, x in zip(texts, inputs, strict=True)]
-            aligned = self._align(model, encoded, sots, wanted, [x.frames for x in inputs])
-        return [
-            DecodeOutput(o.tokens, o.avg_logprob, o.no_speech_prob, lang, al)
-            for o, lang, al in zip(outputs, languages, aligned, strict=True)
-        ]
+        return outputs
 
     def _align(
         self,

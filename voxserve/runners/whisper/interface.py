@@ -8,10 +8,10 @@ ctranslate2 or torch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -26,6 +26,7 @@ __all__ = [
     "DecodeOutput",
     "FeatureMaker",
     "TokenizerLike",
+    "TokenizerSide",
     "WhisperModel",
     "bundled_base",
     "bundled_model",
@@ -200,6 +201,38 @@ def decode_options(
         temperature=temperature,
         detect_language=detect_language,
     )
+
+
+PromptTokensT = TypeVar("PromptTokensT", bound=PromptTokens)
+
+
+class TokenizerSide(Generic[PromptTokensT]):
+    """The tokenizer side of a Whisper runner, the same on every runtime: one tokenizer
+    per task and language, made on first use by `make` (pure Python, shared by
+    threads), and the decoding options a batch shares."""
+
+    def __init__(self, multilingual: bool, make: Callable[[str, str | None], PromptTokensT]):
+        self.multilingual = multilingual
+        self._make = make
+        self._tokenizers: dict[tuple[str, str | None], PromptTokensT] = {}
+
+    def tokenizer(self, task: str, language: str | None) -> PromptTokensT:
+        """The tokenizer for this task and language (cached)."""
+        key = (task, language)
+        tok = self._tokenizers.get(key)
+        if tok is None:
+            tok = self._make(task, language)
+            self._tokenizers[key] = tok
+        return tok
+
+    def options(
+        self, task: str, language: str | None, prompt: str | None, beam_size: int, temperature: float
+    ) -> DecodeOptions:
+        """What a batch shares: the prompt (its last 223 tokens), the start sequence, the
+        beam and the temperature; the language is detected when none is given and the
+        model is multilingual."""
+        tok = self.tokenizer(task, language)
+        return decode_options(tok, prompt, beam_size, temperature, self.multilingual and language is None)
 
 
 class FeatureMaker(Protocol):

@@ -193,6 +193,45 @@ class _Finished:
         return self.base[:, 0] + score.argmax(dim=1)
 
 
+class _Beams:
+    """How each piece's beams go on after a step: of the `2 x beam` best continuations,
+    those among the first `beam` that end the text (every one at the last step) become
+    hypotheses, and the r-th of a piece is replaced by the r-th continuation after the
+    first `beam` that does not end it, or keeps its own if none is left."""
+
+    def __init__(self, pieces: int, beam: int, rules: TokenRules, device: torch.device):
+        self.pieces, self.beam = pieces, beam
+        self.vocab, self.eot = rules.vocab, rules.eot
+        self.width = min(2 * beam, rules.vocab)
+        self.first_rows = torch.arange(pieces, device=device)[:, None] * beam
+        self.own = torch.arange(beam, device=device).expand(pieces, beam)
+        self.identity = self.first_rows + self.own
+
+    def advance(
+        self, total: Tensor, done: Tensor, step: int, last: bool, finished: _Finished
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The next tokens [pieces, beam], their scores and the rows they continue, from
+        the step's `total` log probabilities [pieces, beam, vocab]; the hypotheses that
+        end go to `finished`. A piece that is `done` keeps ending its rows."""
+        beam = self.beam
+        values, flat = total.view(self.pieces, -1).topk(self.width, dim=-1)
+        origin_beam, token = flat.div(self.vocab, rounding_mode="floor"), flat.remainder(self.vocab)
+        ends = token == self.eot
+        finishing = (ends[:, :beam] | last) & ~done[:, None]
+        spare_ok = ~ends[:, beam:]
+        spare_order = torch.argsort((~spare_ok).to(torch.int8), dim=1, stable=True)
+        rank = finishing.long().cumsum(dim=1) - 1
+        replaced = finishing & (rank < spare_ok.sum(dim=1, keepdim=True))
+        picked = spare_order.gather(1, rank.clamp(0, self.width - beam - 1))
+        take = torch.where(replaced, beam + picked, self.own)
+        rows = self.first_rows + origin_beam[:, :beam]
+        finished.add(finishing, rank, step, rows, token[:, :beam], ends[:, :beam], values[:, :beam])
+        next_token = torch.where(done[:, None], self.eot, token.gather(1, take))
+        next_score = torch.where(done[:, None], _NEG, values.gather(1, take))
+        origin = torch.where(done[:, None], self.identity, self.first_rows + origin_beam.gather(1, take))
+        return next_token, next_score, origin
+
+
 def beam_search(
     step_fn: Step,
     reorder: Reorder,
@@ -212,12 +251,9 @@ def beam_search(
     rules_filter = _Filter(rules, device)
     state = _Rows(rows, rules, device)
     finished = _Finished(pieces, beam, device)
+    beams = _Beams(pieces, beam, rules, device)
     scores = torch.full((pieces, beam), _NEG, device=device)
     scores[:, 0] = 0.0
-    width = min(2 * beam, rules.vocab)
-    first_rows = torch.arange(pieces, device=device)[:, None] * beam
-    own = torch.arange(beam, device=device).expand(pieces, beam)
-    identity = first_rows + own
     done = torch.zeros(pieces, dtype=torch.bool, device=device)
     origins = torch.zeros(max_steps, rows, dtype=torch.long, device=device)
     chosen = torch.full((max_steps, rows), rules.eot, dtype=torch.long, device=device)
@@ -228,24 +264,8 @@ def beam_search(
             first_logits(raw)
         logprobs = torch.log_softmax(rules_filter(raw, step, state), dim=-1)
         total = logprobs.view(pieces, beam, -1) + scores.unsqueeze(-1)
-        values, flat = total.view(pieces, -1).topk(width, dim=-1)
-        origin_beam, token = flat.div(rules.vocab, rounding_mode="floor"), flat.remainder(rules.vocab)
         last = step == max_steps - 1
-        ends = token == rules.eot
-        # Slots among the first `beam` that end the text (every slot at the last step)
-        # become hypotheses; the r-th of a piece takes the r-th continuation after the
-        # first `beam` that does not end it, or keeps its own if none is left.
-        finishing = (ends[:, :beam] | last) & ~done[:, None]
-        spare_ok = ~ends[:, beam:]
-        spare_order = torch.argsort((~spare_ok).to(torch.int8), dim=1, stable=True)
-        rank = finishing.long().cumsum(dim=1) - 1
-        replaced = finishing & (rank < spare_ok.sum(dim=1, keepdim=True))
-        picked = spare_order.gather(1, rank.clamp(0, width - beam - 1))
-        take = torch.where(replaced, beam + picked, own)
-        finished.add(finishing, rank, step, first_rows + origin_beam[:, :beam], token[:, :beam], ends[:, :beam], values[:, :beam])
-        next_token = torch.where(done[:, None], rules.eot, token.gather(1, take))
-        next_score = torch.where(done[:, None], _NEG, values.gather(1, take))
-        origin = torch.where(done[:, None], identity, first_rows + origin_beam.gather(1, take))
+        next_token, next_score, origin = beams.advance(total, done, step, last, finished)
         done = done | (finished.count >= beam)
         if last or ((step + 1) % CHECK_EVERY == 0 and bool(done.all())):
             break

@@ -41,8 +41,8 @@ from voxserve.runners.whisper.interface import (
     DecodeInput,
     DecodeOptions,
     DecodeOutput,
+    TokenizerSide,
     bundled_model,
-    decode_options,
 )
 from voxserve.runners.whisper.mel import TorchLogMel
 from voxserve.runners.whisper.model import Cache, Whisper
@@ -55,7 +55,7 @@ __all__ = ["TorchWhisperRunner"]
 log = logging.getLogger(__name__)
 
 
-class TorchWhisperRunner:
+class TorchWhisperRunner(TokenizerSide[WhisperTokens]):
     """Whisper on torch behind the runner interface the engine uses (`WhisperModel`)."""
     def __init__(
         self,
@@ -83,12 +83,12 @@ class TorchWhisperRunner:
         self.model = _build(weights, self.device, self.dtype)
         self.dims = weights.dims
         self.n_mels = weights.dims.n_mels
-        self.multilingual = weights.dims.vocab >= 51865
-        self._hf = tokenizers.Tokenizer.from_str(weights.tokenizer_json.decode("utf-8"))
+        multilingual = weights.dims.vocab >= 51865
+        self._hf = hf = tokenizers.Tokenizer.from_str(weights.tokenizer_json.decode("utf-8"))
+        super().__init__(multilingual, lambda task, language: WhisperTokens(hf, multilingual, task, language))
         self.languages: tuple[str, ...] = (
             tuple(str(self._hf.id_to_token(t))[2:-2] for t in weights.lang_ids) if self.multilingual else ("en",)
         )
-        self._tokenizers: dict[tuple[str, str | None], WhisperTokens] = {}
         base = self.tokenizer("transcribe", None)
         self._eot, self._sot, self._no_speech = base.eot, base.sot, base.no_speech
         self._no_timestamps = base.no_timestamps
@@ -110,29 +110,6 @@ class TorchWhisperRunner:
     def log_mel(self) -> TorchLogMel:
         """The features this model takes, computed on the runner's device."""
         return TorchLogMel(self.n_mels, self.device)
-
-    def tokenizer(self, task: str, language: str | None) -> WhisperTokens:
-        """The tokenizer for this task and language (cached)."""
-        key = (task, language)
-        tok = self._tokenizers.get(key)
-        if tok is None:
-            tok = WhisperTokens(self._hf, self.multilingual, task, language)
-            self._tokenizers[key] = tok
-        return tok
-
-    def options(
-        self,
-        task: str,
-        language: str | None,
-        prompt: str | None,
-        beam_size: int,
-        temperature: float,
-    ) -> DecodeOptions:
-        """What a batch shares: the prompt (its last 223 tokens), the start sequence, the
-        beam and the temperature; the language is detected when none is given and the
-        model is multilingual."""
-        tok = self.tokenizer(task, language)
-        return decode_options(tok, prompt, beam_size, temperature, self.multilingual and language is None)
 
     # -- inference ---------------------------------------------------------------------
     def run(self, inputs: Sequence[DecodeInput], opts: DecodeOptions, threads: int = 1) -> list[DecodeOutput]:
@@ -238,15 +215,7 @@ class TorchWhisperRunner:
             keep_no_speech(logits[:, sot_index])
             first_logits = None
         step_fn = self._step_function(cache, graph, length)
-        rules = TokenRules(
-            vocab=self.dims.vocab,
-            eot=self._eot,
-            suppress=self._suppress,
-            suppress_begin=self._suppress_begin,
-            timestamps=not opts.without_timestamps,
-            no_timestamps=self._no_timestamps,
-            max_initial_timestamp=round(opts.max_initial_timestamp / TIME_PRECISION),
-        )
+        rules = self._rules(opts)
         max_steps = min(MAX_LENGTH // 2, MAX_LENGTH - length)
         if opts.temperature > 0:
             hyps = sample(step_fn, start, per_piece, opts.temperature, max_steps, rules, first_logits=first_logits)
@@ -264,6 +233,18 @@ class TorchWhisperRunner:
             )
             hyps = beam_search(step_fn, reorder, start, per_piece, max_steps, rules, first_logits=first_logits)
         return hyps, no_speech
+
+    def _rules(self, opts: DecodeOptions) -> TokenRules:
+        """What the search may emit at each step, for this model and these options."""
+        return TokenRules(
+            vocab=self.dims.vocab,
+            eot=self._eot,
+            suppress=self._suppress,
+            suppress_begin=self._suppress_begin,
+            timestamps=not opts.without_timestamps,
+            no_timestamps=self._no_timestamps,
+            max_initial_timestamp=round(opts.max_initial_timestamp / TIME_PRECISION),
+        )
 
     def _step_function(self, cache: Cache, graph: object, length: int) -> Callable[[Tensor, int], Tensor]:
         """The search's step: a graph replay, the fixed-shape step run eagerly, or the eager
