@@ -135,6 +135,9 @@ class _Turn:
 
 
 class LiveSession:
+    """One live session, built by `LiveTranscriber.session` with the engines it uses,
+    its limits, its metrics and the host that answers its questions."""
+
     def __init__(
         self,
         emit: Callable[[LiveEvent], None],
