@@ -142,8 +142,7 @@ def test_the_warm_up_estimate_admits_at_once() -> None:
     assert policy.capacity(TARGET_S, most=8) == 8
     assert policy.capacity(TARGET_S) == live_capacity(est.cost, est.decode_s, 2, TARGET_S) > 8
     # The end-of-turn model's time per turn counts in the estimate.
-    policy.turn_call_s = 1.0
-    assert policy.capacity(TARGET_S) < live_capacity(est.cost, est.decode_s, 2, TARGET_S)
+    assert policy.capacity(TARGET_S, turn_call_s=1.0) < live_capacity(est.cost, est.decode_s, 2, TARGET_S)
 
 
 def test_the_capacity_neither_collapses_on_one_noisy_window_nor_stays_down_while_idle() -> None:

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from voxserve.audio.mel import TURN_FRAMES, TURN_SAMPLES, TurnFeatures
+from voxserve.engine.live_audio import SessionAudio
+from voxserve.engine.semantic import EAGERNESS_WAIT_S, ends_turn, probes, trails_off
 from voxserve.engine.vad import VADEngine
 from voxserve.errors import InvalidRequest, Unavailable
 from voxserve.runners.turn import SmartTurn, default_model_path
-from voxserve.serving.realtime import EAGERNESS_WAIT_S, _Audio, _ends_turn, _probes, _trails_off
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -78,18 +79,18 @@ def test_without_the_model_semantic_vad_is_refused(tmp_path: Path) -> None:
     ],
 )
 def test_a_transcript_trails_off_without_a_final_mark(text: str, trails: bool) -> None:
-    assert _trails_off(text) is trails
+    assert trails_off(text) is trails
 
 
 def test_function_words_count_only_in_english() -> None:
-    assert _trails_off("Set a timer for.", english=True)
-    assert not _trails_off("Set a timer for.", english=False)
-    assert _trails_off("Je voudrais une table pour", english=False)  # no final mark
+    assert trails_off("Set a timer for.", english=True)
+    assert not trails_off("Set a timer for.", english=False)
+    assert trails_off("Je voudrais une table pour", english=False)  # no final mark
 
 
 @pytest.mark.parametrize(("eagerness", "first"), [("high", 250.0), ("medium", 700.0), ("auto", 700.0), ("low", 1000.0)])
 def test_the_model_is_first_asked_at_the_eagerness_s_silence(eagerness: str, first: float) -> None:
-    due = _probes(eagerness)
+    due = probes(eagerness)
     assert due[0] == first and list(due) == sorted(due)
     assert due[-1] < EAGERNESS_WAIT_S[eagerness] * 1000
 
@@ -108,11 +109,11 @@ def test_the_model_is_first_asked_at_the_eagerness_s_silence(eagerness: str, fir
     ],
 )
 def test_the_rule_at_one_question(silence_ms: float, p: float, text: str | None, ends: bool) -> None:
-    assert _ends_turn(silence_ms, p, text) is ends
+    assert ends_turn(silence_ms, p, text) is ends
 
 
 def test_audio_with_holes_keeps_stream_indices() -> None:
-    audio = _Audio()
+    audio = SessionAudio()
     for k in range(4):
         audio.add(np.full(100, k, dtype=np.float32))
     assert (audio.start, audio.end, len(audio)) == (0, 400, 400)

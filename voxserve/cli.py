@@ -187,8 +187,8 @@ _ASR_CONSTANTS = {
 """ASR flags whose values a benchmark chose."""
 
 _SERVE_CONSTANTS = {
-    "--realtime-early-final-ms": _CONSTANT.format("serving/realtime.py: EARLY_FINAL_MS"),
-    "--realtime-delta-interval-ms": _CONSTANT.format("serving/realtime.py: DELTA_INTERVAL_MS"),
+    "--realtime-early-final-ms": _CONSTANT.format("engine/turns.py: EARLY_FINAL_MS"),
+    "--realtime-delta-interval-ms": _CONSTANT.format("engine/turns.py: DELTA_INTERVAL_MS"),
     "--routing-stats-period": _CONSTANT.format("ray/launcher.py: ROUTING_STATS_PERIOD_S"),
 }
 """Realtime and Ray flags whose values a benchmark chose."""

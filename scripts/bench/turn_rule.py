@@ -11,7 +11,7 @@ at the quietest 5 ms between the word before the `|` and the word after it.
 For each clip `--probe` finds every pause the turn detector sees, asks the model at
 each silence of `SILENCES_MS` that the pause lasted, and decodes the turn up to the pause as
 the early final does. Then `--rules`, per eagerness (and per first silence with `--first`),
-applies the rule of `serving/realtime.py` (`_probes` and `_ends_turn`, with the transcript
+applies the rule of `engine/semantic.py` (`probes` and `ends_turn`, with the transcript
 always in time) and counts:
 
 - cut: clips that the rule ends at a pause other than the last (a thought cut in two);
@@ -212,12 +212,12 @@ def outcome(rows: list[dict[str, Any]], due: tuple[float, ...], english: bool = 
     """Cut and late clips, and the silence that ends the last pause, under the server's
     rule with the model asked at the silences `due` (and, with `complete_at`, that
     probability in place of `COMPLETE_AT` before `DOUBT_AFTER_MS`)."""
-    from voxserve.serving import realtime as rt
+    from voxserve.engine import semantic as rt
 
     def turn_ends(ms: float, p: float, text: str) -> bool:
         if complete_at is None or ms >= rt.DOUBT_AFTER_MS:
-            return rt._ends_turn(ms, p, text, english)
-        return p >= complete_at and not rt._trails_off(text, english)
+            return rt.ends_turn(ms, p, text, english)
+        return p >= complete_at and not rt.trails_off(text, english)
 
     clips: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
@@ -273,10 +273,10 @@ def main() -> None:
     else:
         raw = args.rules.read_bytes()
         rows = json.loads(gzip.decompress(raw) if args.rules.suffix == ".gz" else raw)
-    from voxserve.serving import realtime as rt
+    from voxserve.engine import semantic as rt
 
     tries: list[tuple[str, tuple[float, ...], float | None]] = [
-        (e, rt._probes(e), None) for e in ("high", "auto", "low")]
+        (e, rt.probes(e), None) for e in ("high", "auto", "low")]
     levels = [None, *(float(x) for x in filter(None, args.complete_at.split(",")))]
     for first in filter(None, args.first.split(",")):
         due = (float(first), *(t for t in rt.PROBES_MS if t > float(first)))

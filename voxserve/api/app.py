@@ -39,7 +39,7 @@ def create_app(
     if remote is not None:
         return create_remote_app(config, remote)
     engine = engine or TTSEngine(config.tts)
-    asr = ASREngine(config.asr) if config.asr.enabled else None
+    asr = ASREngine(config.asr, cores=engine.cores) if config.asr.enabled else None
     holder: dict[str, AppState] = {}
 
     @contextlib.asynccontextmanager

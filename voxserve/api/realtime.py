@@ -69,7 +69,7 @@ from voxserve.errors import (
     ServerError,
     VoxError,
 )
-from voxserve.serving.realtime import (
+from voxserve.serving.live_events import (
     Cleared,
     Committed,
     LiveEvent,

@@ -180,7 +180,9 @@ class ASREngine(WorkerEngine):
     kind = "asr"
     stop_timeout_s = 5.0
 
-    def __init__(self, config: ASRConfig, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, config: ASRConfig, clock: Callable[[], float] = time.monotonic, cores: SharedCores | None = None
+    ):
         device, runtime = resolve_device(config)
         self.batched = device in devices.BATCHED_DEVICES
         """Whether batches fill (one device, one batch at a time) rather than spread over
@@ -221,9 +223,11 @@ class ASREngine(WorkerEngine):
         self.costs = ModelCosts()
         """Each model's decoding cost, and the transcription slots held of it: what
         admission weighs (`engine/asr_costs.py`)."""
-        self.cores = SharedCores()
-        """What the speech engine does on the same cores; the server sets it. No batch runs
-        solo while speech runs. Asked under this engine's lock (`engine/cores.py`)."""
+        self.cores = SharedCores() if cores is None else cores
+        """What the speech engine does on the same cores (`cores`, the board it is built
+        on). No batch runs solo while speech runs. Asked under this engine's lock
+        (`engine/cores.py`)."""
+        self.cores.join_transcription(self)
 
     # -- lifecycle (start, healthy and stop come from WorkerEngine) --------------------
     def drain(self) -> None:

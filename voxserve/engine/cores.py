@@ -4,8 +4,9 @@ Neither engine imports the other. Each asks `SharedCores` what the other is doin
 terms of its own rule: a transcription batch runs solo (on several threads) only while no
 speech stream is open; a speech unit spreads onto idle cores only while no transcription
 work runs or waits; a live session's delta starts only while speech leaves a worker free.
-The server builds one when it runs both engines; alone (ASR off, a Ray replica), an
-engine keeps `SharedCores()`, which says the other side is idle.
+Each engine is given the board at construction and joins it (`join_speech`,
+`join_transcription`); the server builds the ASR engine on the speech engine's board.
+Alone (ASR off, a Ray replica), an engine's board says the other side is idle.
 
 Lock order: the ASR engine asks under its own lock, so `speech_*` takes only the TTS
 engine's lock; the TTS engine asks with its lock let go.
@@ -13,7 +14,6 @@ engine's lock; the TTS engine asks with its lock let go.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = ["SharedCores"]
@@ -28,12 +28,20 @@ class _Transcription(Protocol):
     def busy(self) -> bool: ...
 
 
-@dataclass(frozen=True)
 class SharedCores:
-    speech: _Speech | None = None
-    speech_workers: int = 0
-    """The TTS engine's worker threads (`--tts-workers`)."""
-    transcription: _Transcription | None = None
+    def __init__(self) -> None:
+        self.speech: _Speech | None = None
+        self.speech_workers = 0
+        """The TTS engine's worker threads (`--tts-workers`)."""
+        self.transcription: _Transcription | None = None
+
+    def join_speech(self, speech: _Speech, workers: int) -> None:
+        """The speech engine, with its worker threads, shares these cores (from its construction)."""
+        self.speech, self.speech_workers = speech, workers
+
+    def join_transcription(self, transcription: _Transcription) -> None:
+        """The transcription engine shares these cores (from its construction)."""
+        self.transcription = transcription
 
     def speech_running(self) -> bool:
         """Any speech stream open: a transcription batch then keeps to its own worker's threads."""

@@ -286,8 +286,6 @@ class LivePolicy:
         self.meter = meter or LiveMeter()
         self.estimate: LiveEstimate | None = None
         """Set by the engine's warm-up; None admits one session per slot until measured."""
-        self.turn_call_s = 0.0
-        """The end-of-turn model's time per call, counted in the estimate (semantic_vad)."""
         self._damper = Damper()
         self._lock = threading.Lock()
 
@@ -316,20 +314,21 @@ class LivePolicy:
         with self._lock:
             self.meter.add_other(busy_s, self._clock())
 
-    def capacity(self, target_s: float, most: int = 1 << 30) -> int:
+    def capacity(self, target_s: float, most: int = 1 << 30, turn_call_s: float = 0.0) -> int:
         """Sessions to admit for finals due `target_s` after the end of speech:
         `live_capacity` at the cost and decode length `figures` gives, at most `most`
-        (the hard cap), through the damper."""
+        (the hard cap), through the damper. `turn_call_s`: the end-of-turn model's time
+        per call (semantic_vad), counted in the estimate."""
         with self._lock:
             now = self._clock()
-            figures = self.figures(now)
+            figures = self.figures(now, turn_call_s)
             target = self.slots if figures is None else live_capacity(*figures, self.workers, target_s)
             return self._damper(min(most, target), now)
 
-    def session_weight(self, extra: float, shares_cores: bool) -> float:
+    def session_weight(self, extra: float, shares_cores: bool, turn_call_s: float = 0.0) -> float:
         """`session_weight` at the cost admission goes by now (`figures`)."""
         with self._lock:
-            figures = self.figures(self._clock())
+            figures = self.figures(self._clock(), turn_call_s)
         return session_weight(None if figures is None else figures[0], extra, shares_cores)
 
     def reset_damper(self) -> None:
@@ -337,15 +336,16 @@ class LivePolicy:
         with self._lock:
             self._damper = Damper()
 
-    def figures(self, now: float) -> tuple[float, float] | None:
-        """(cost, decode_s) to admit by: the estimate's until the meter has measured;
-        then the measured ones, blended back towards the estimate's by their age (the
-        weight halves every `MEASURE_HALF_LIFE_S` since the last live decode); None
-        with neither. Call under the lock."""
+    def figures(self, now: float, turn_call_s: float = 0.0) -> tuple[float, float] | None:
+        """(cost, decode_s) to admit by: the estimate's (with `turn_call_s` for the
+        end-of-turn model) until the meter has measured; then the measured ones, blended
+        back towards the estimate's by their age (the weight halves every
+        `MEASURE_HALF_LIFE_S` since the last live decode); None with neither. Call under
+        the lock."""
         cost, decode = self.meter.cost(now), self.meter.decode_s()
         est = self.estimate
-        if est is not None and self.turn_call_s:
-            est = LiveEstimate(est.decode_s, self.turn_call_s)
+        if est is not None and turn_call_s:
+            est = LiveEstimate(est.decode_s, turn_call_s)
         if cost is None or decode is None:
             return None if est is None else (est.cost, est.decode_s)
         if est is None:

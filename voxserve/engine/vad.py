@@ -21,8 +21,8 @@ through the engine, for pieces of 20 ms, 100 ms and 1 s.
 costs far more than a VAD frame's) whether a turn's speech is a finished thought. Those calls
 run on a second dedicated thread, never on the VAD thread, whose frames must not wait
 behind them.
-Each session makes at most one such call at a time. Their wall time goes to `turn_cost`,
-which the live admission counts as live work (`LivePolicy.ran_other`).
+Each session makes at most one such call at a time. Their wall time goes to the
+`turn_cost` the engine is built with, which the live admission counts as live work (`LivePolicy.ran_other`).
 
 This module knows nothing of sessions, turns or HTTP.
 """
@@ -53,13 +53,19 @@ class VADEngine:
     """Scores sessions' audio on ONE dedicated worker thread (normal priority: VAD is cheap
     and on the latency path), so the event loop never runs the model."""
 
-    def __init__(self, vad: SileroVAD | None = None, turn_model: Path | None = None) -> None:
+    def __init__(
+        self,
+        vad: SileroVAD | None = None,
+        turn_model: Path | None = None,
+        turn_cost: Callable[[float], None] | None = None,
+    ) -> None:
         self.vad = vad or SileroVAD()
         self._turn_path = turn_model or default_model_path()
         self._turn: SmartTurn | None = None
         self._turn_executor: ThreadPoolExecutor | None = None
-        self.turn_cost: Callable[[float], None] = lambda seconds: None
-        """Called with each end-of-turn call's wall time, on the model's thread."""
+        self._turn_cost = turn_cost
+        """Called with each end-of-turn call's wall time, on the model's thread (the live
+        admission's `LivePolicy.ran_other`)."""
         self._turn_calls = 0
         self._turn_busy_s = 0.0
         self.turn_call_s = 0.0
@@ -129,7 +135,8 @@ class VADEngine:
         took = time.perf_counter() - start
         self._turn_calls += 1
         self._turn_busy_s += took
-        self.turn_cost(took)
+        if self._turn_cost is not None:
+            self._turn_cost(took)
         return p
 
     def stop(self) -> None:

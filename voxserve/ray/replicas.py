@@ -61,8 +61,10 @@ from voxserve.serving.jobs import (
     TTSCatalog,
     VoiceCheck,
 )
+from voxserve.serving.live_events import LiveEvent
+from voxserve.serving.live_transcriber import LiveTranscriber
 from voxserve.serving.metrics import Metrics
-from voxserve.serving.realtime import LiveEvent, LiveSession, LiveTranscriber
+from voxserve.serving.realtime import LiveSession
 from voxserve.serving.speech import AudioChunk, SpeechStream, open_speech
 from voxserve.serving.speech_session import HeldSlot
 from voxserve.serving.state import running_state
@@ -246,7 +248,7 @@ class ASRReplica:
         )
         self.metrics = Metrics(None)
         self.metrics.attach_asr(self.engine.snapshot)
-        self.vad = VADEngine()
+        self.vad = VADEngine(turn_cost=self.engine.live_policy.ran_other)
         self.denoise = DenoiseEngine()
         self.transcriber = Transcriber(self.engine, self.pool, self.admission, self.metrics, self.denoise)
         self.live_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")

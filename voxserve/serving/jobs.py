@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from voxserve.errors import VoxError
-from voxserve.serving.realtime import LiveSettings
+from voxserve.serving.live_events import LiveSettings
 from voxserve.serving.speech import SpeechParams
 from voxserve.serving.transcription import TranscriptionParams
 

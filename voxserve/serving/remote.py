@@ -64,14 +64,14 @@ from voxserve.serving.jobs import (
     VoiceCheck,
 )
 from voxserve.serving.leases import LeaseKeeper, SessionLeases, session_place
-from voxserve.serving.metrics import Metrics
-from voxserve.serving.realtime import (
+from voxserve.serving.live_events import (
     Committed,
     LiveEvent,
     LiveSettings,
     TranscriptCompleted,
     TranscriptFailed,
 )
+from voxserve.serving.metrics import Metrics
 from voxserve.serving.saved_voices import SavedVoices, default_folder
 from voxserve.serving.speech import AudioChunk, SpeechParams
 from voxserve.serving.state import new_request_id

@@ -19,7 +19,7 @@ from voxserve.engine.transcribe import TextDelta, TextDone, Transcript
 from voxserve.engine.uploads import UploadBudget, UploadLease
 from voxserve.errors import VoxError
 from voxserve.serving.catalog import ServerInfo
-from voxserve.serving.realtime import LiveEvent, LiveSettings
+from voxserve.serving.live_events import LiveEvent, LiveSettings
 from voxserve.serving.speech import AudioChunk, SpeechParams
 from voxserve.serving.transcription import TranscriptionParams
 from voxserve.serving.waiting import Gone

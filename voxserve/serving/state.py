@@ -20,7 +20,6 @@ from typing import Any
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
-from voxserve.engine.cores import SharedCores
 from voxserve.engine.denoise import DenoiseEngine
 from voxserve.engine.devices import sim_device_use
 from voxserve.engine.pool import BoundedPool
@@ -39,8 +38,10 @@ from voxserve.serving.catalog import (
 )
 from voxserve.serving.collector import collector_policy
 from voxserve.serving.leases import session_place
+from voxserve.serving.live_events import LiveEvent
+from voxserve.serving.live_transcriber import LiveTranscriber
 from voxserve.serving.metrics import Metrics
-from voxserve.serving.realtime import LiveEvent, LiveSession, LiveTranscriber
+from voxserve.serving.realtime import LiveSession
 from voxserve.serving.saved_voices import SavedVoices, default_folder
 from voxserve.serving.speech import SpeechParams, SpeechStream, open_speech
 from voxserve.serving.speech_session import LocalLane
@@ -80,6 +81,46 @@ class ASRSide:
     """Upload bytes read by transcriptions and not decoded yet, all together (429 past it)."""
     live: LiveTranscriber
     """Live transcription sessions (`/v1/realtime`)."""
+    vad: VADEngine
+    denoise: DenoiseEngine
+    live_pool: ThreadPoolExecutor
+    """The live sessions' engines and audio pool (`LiveTranscriber`'s), started and
+    stopped with the side."""
+
+    def start(self, noise_required: bool) -> None:
+        self.engine.start()
+        self.vad.start()
+        self.denoise.start(required=noise_required)
+
+    def stop(self, timeout: float) -> None:
+        """Stop the engine within `timeout` seconds and drop what the pools hold."""
+        self.engine.stop(timeout=timeout)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.vad.stop()
+        self.denoise.stop()
+        self.live_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _asr_side(config: ServerConfig, asr: ASREngine, metrics: Metrics) -> ASRSide:
+    """Everything a server with speech-to-text holds beside the ASR engine, built around
+    it; `ASRSide.start` starts it. The end-of-turn model's calls count as live work in the
+    engine's live policy."""
+    uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
+    metrics.attach_asr(lambda: {**asr.snapshot(), "upload_bytes": uploads.held, "upload_refused": uploads.refused})
+    policy = asr.live_policy
+    vad = VADEngine(turn_cost=policy.ran_other)
+    denoise = DenoiseEngine()
+    live_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")
+    return ASRSide(
+        engine=asr,
+        pool=asr.audio_pool(),
+        admission=Admission(asr.config.max_requests, config.asr.max_queue, config.asr.queue_timeout_s, gate=asr.admits),
+        uploads=uploads,
+        live=LiveTranscriber(asr, vad, live_pool, config.realtime, metrics, cores=asr.cores, denoise=denoise),
+        vad=vad,
+        denoise=denoise,
+        live_pool=live_pool,
+    )
 
 
 @dataclass
@@ -129,7 +170,7 @@ class AppState:
     def transcriber(self) -> Transcriber:
         if self.asr is None:
             raise asr_disabled()
-        return Transcriber(self.asr.engine, self.asr.pool, self.asr.admission, self.metrics, self.asr.live.denoise)
+        return Transcriber(self.asr.engine, self.asr.pool, self.asr.admission, self.metrics, self.asr.denoise)
 
     def check_transcriptions(self) -> None:
         self.transcriber().admission.refuse_if_full()  # a request refused now skips its upload
@@ -194,18 +235,10 @@ class AppState:
         }
 
 
-@contextlib.asynccontextmanager
-async def running_state(
-    config: ServerConfig,
-    engine: TTSEngine,
-    asr: ASREngine | None,
-    publish: Callable[[AppState], None] | None = None,
-) -> AsyncIterator[AppState]:
-    """Start the engines, admission and pools, warm them up and yield their state; drain
-    and stop everything on exit. The app's lifespan runs this, and so does each TTS
-    replica of a Ray deployment (`voxserve.ray`). `publish` receives the state before
-    the engines start, so that a shutdown during warm-up can already drain it."""
+def _new_state(config: ServerConfig, engine: TTSEngine, asr: ASREngine | None) -> AppState:
+    """The state of a server around its engines, nothing started yet."""
     tts = config.tts
+    metrics = Metrics(lambda: state.engine_snapshot())
     state = AppState(
         config=config,
         engine=engine,
@@ -214,44 +247,18 @@ async def running_state(
             carry=engine.carries if engine.batched else None,
             drain=engine.drain_s if engine.batched else None,
         ),
-        metrics=Metrics(lambda: state.engine_snapshot()),
+        metrics=metrics,
         text_pool=BoundedPool(tts.text_workers, engine.max_streams + tts.max_queue, "text"),
         audio_pool=BoundedPool(tts.audio_workers, 4 * (engine.max_streams + tts.max_queue), "audio"),
+        asr=None if asr is None else _asr_side(config, asr, metrics),
         saved_voices=SavedVoices(tts.saved_voices_dir or default_folder(), tts.max_saved_voices),
     )
-    if publish is not None:
-        publish(state)
-    collector_policy()
-    engine.start()
-    warmups = [asyncio.get_running_loop().run_in_executor(None, engine.warmup)]
-    if asr is not None:
-        uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
-        state.metrics.attach_asr(
-            lambda: {**asr.snapshot(), "upload_bytes": uploads.held, "upload_refused": uploads.refused}
-        )
-        cores = SharedCores(speech=engine, speech_workers=tts.workers, transcription=asr)
-        engine.cores = asr.cores = cores
-        vad = VADEngine()
-        denoise = DenoiseEngine()
-        live_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")
-        state.asr = ASRSide(
-            engine=asr,
-            pool=asr.audio_pool(),
-            admission=Admission(
-                asr.config.max_requests, config.asr.max_queue, config.asr.queue_timeout_s, gate=asr.admits
-            ),
-            uploads=uploads,
-            live=LiveTranscriber(asr, vad, live_pool, config.realtime, state.metrics, cores=cores,
-                                 denoise=denoise),
-        )
-        asr.start()
-        vad.start()
-        denoise.start(required=config.realtime.noise_reduction is not None)
-        warmups.append(asyncio.get_running_loop().run_in_executor(None, asr.warmup))
-    await asyncio.gather(*warmups)
-    if asr is not None:
-        await asyncio.get_running_loop().run_in_executor(None, asr.estimate_live)
-    lag = asyncio.create_task(state.metrics.watch_loop_lag())
+    return state
+
+
+def _log_ready(state: AppState, asr: ASREngine | None) -> None:
+    """Show the devices in the metrics, and say in the log what runs where."""
+    engine, tts = state.engine, state.config.tts
     devices = engine_devices(engine, asr)
     state.metrics.attach_devices(devices, sim_device_use if "sim" in devices.values() else None)
     if devices.get("transcription") == "sim":
@@ -264,6 +271,34 @@ async def running_state(
                     devices.get("transcription", "no engine"))
     log.info("voxserve ready: voice models %s on %s, %d workers", ", ".join(engine.models),
              engine.device, tts.workers)
+
+
+@contextlib.asynccontextmanager
+async def running_state(
+    config: ServerConfig,
+    engine: TTSEngine,
+    asr: ASREngine | None,
+    publish: Callable[[AppState], None] | None = None,
+) -> AsyncIterator[AppState]:
+    """Start the engines, admission and pools, warm them up and yield their state; drain
+    and stop everything on exit. The app's lifespan runs this, and so does each TTS
+    replica of a Ray deployment (`voxserve.ray`). `publish` receives the state before
+    the engines start, so that a shutdown during warm-up can already drain it."""
+    state = _new_state(config, engine, asr)
+    if publish is not None:
+        publish(state)
+    collector_policy()
+    engine.start()
+    loop = asyncio.get_running_loop()
+    warmups = [loop.run_in_executor(None, engine.warmup)]
+    if state.asr is not None:
+        state.asr.start(noise_required=config.realtime.noise_reduction is not None)
+        warmups.append(loop.run_in_executor(None, state.asr.engine.warmup))
+    await asyncio.gather(*warmups)
+    if asr is not None:
+        await loop.run_in_executor(None, asr.estimate_live)
+    lag = asyncio.create_task(state.metrics.watch_loop_lag())
+    _log_ready(state, asr)
     try:
         yield state
     finally:
@@ -274,8 +309,4 @@ async def running_state(
         state.text_pool.shutdown()
         state.audio_pool.shutdown()
         if state.asr is not None:
-            state.asr.engine.stop(timeout=max(0.0, deadline - time.monotonic()))
-            state.asr.pool.shutdown(wait=False, cancel_futures=True)
-            state.asr.live.vad.stop()
-            state.asr.live.denoise.stop()
-            state.asr.live.pool.shutdown(wait=False, cancel_futures=True)
+            state.asr.stop(timeout=max(0.0, deadline - time.monotonic()))
