@@ -1,7 +1,8 @@
 """The diarization benchmark, over HTTP against a running server:
 `python -m voxserve.bench.diarize --url http://127.0.0.1:8000`.
 
-For each conversation of real people (`bench/conversations.py`): DER (0.25 s collar,
+For each conversation of real people (`bench/conversations.py`; the held-out ones are
+reported apart and were never used to choose a setting): DER (0.25 s collar,
 best one-to-one mapping, `bench/der.py`) and the number of speakers from
 `POST /v1/audio/diarization`; then the same with the known speakers' references (taken
 from other recordings of them): the share of each known person's speech that carries
@@ -29,6 +30,7 @@ import numpy as np
 from voxserve.audio.encode import wav_file
 from voxserve.bench.conversations import (
     CONVERSATIONS,
+    HELD_OUT,
     REFERENCES,
     Conversation,
     build,
@@ -59,6 +61,7 @@ class Result:
     misnamed: float
     """Share of the other people's speech that carries a known name."""
     wer_vs_plain: float
+    held_out: bool = False
 
 
 def _post(client: httpx.Client, path: str, audio: bytes, fields: list[tuple[str, str]]) -> httpx.Response:
@@ -91,7 +94,7 @@ def _data_url(audio: np.ndarray) -> str:
     return "data:audio/wav;base64," + base64.b64encode(_wav(audio)).decode()
 
 
-def run_one(client: httpx.Client, conversation: Conversation) -> Result:
+def run_one(client: httpx.Client, conversation: Conversation, held_out: bool = False) -> Result:
     cache = default_cache()
     audio, reference = build(conversation, cache)
     wav = _wav(audio)
@@ -114,7 +117,7 @@ def run_one(client: httpx.Client, conversation: Conversation) -> Result:
     joined = " ".join(s["text"] for s in diarized["segments"])
     return Result(conversation.id, round(len(audio) / SAMPLE_RATE, 1), len(people), len(body["speakers"]),
                   score.der, score.missed, score.false_alarm, score.confusion, known, misnamed,
-                  word_errors(plain, joined).wer)
+                  word_errors(plain, joined).wer, held_out)
 
 
 def speed(client: httpx.Client, base_url: str, runs: int, minutes: float = 5.0) -> dict[str, Any]:
@@ -148,9 +151,12 @@ def speed(client: httpx.Client, base_url: str, runs: int, minutes: float = 5.0) 
 def run(base_url: str, speed_runs: int) -> dict[str, Any]:
     with httpx.Client(base_url=base_url, timeout=1200) as client:
         results = [run_one(client, c) for c in CONVERSATIONS]
-        out: dict[str, Any] = {"conversations": [r.__dict__ for r in results],
+        held = [run_one(client, c, held_out=True) for c in HELD_OUT]
+        out: dict[str, Any] = {"conversations": [r.__dict__ for r in results + held],
                                "mean_der": statistics.fmean(r.der for r in results),
-                               "speaker_count_right": sum(r.speakers == r.found for r in results)}
+                               "speaker_count_right": sum(r.speakers == r.found for r in results),
+                               "held_out_mean_der": statistics.fmean(r.der for r in held),
+                               "held_out_speaker_count_right": sum(r.speakers == r.found for r in held)}
         if speed_runs:
             out["speed"] = speed(client, base_url, speed_runs)
     return out
@@ -163,15 +169,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", help="write the results here as JSON")
     args = p.parse_args(argv)
     out = run(args.url, args.speed_runs)
-    print(f"{'conversation':18s} {'min':>5s} {'spk':>7s} {'DER%':>6s} {'miss':>5s} {'FA':>5s} {'conf':>5s} "
+    print(f"{'conversation':29s} {'min':>5s} {'spk':>7s} {'DER%':>6s} {'miss':>5s} {'FA':>5s} {'conf':>5s} "
           f"{'known%':>14s} {'misnamed%':>9s} {'WER vs plain%':>13s}")
     for r in out["conversations"]:
         known = " ".join(f"{v * 100:.0f}" for v in r["known"].values()) or "-"
-        print(f"{r['conversation']:18s} {r['seconds'] / 60:5.1f} {r['speakers']:>3d}/{r['found']:<3d} "
+        name = r["conversation"] + (" (held out)" if r["held_out"] else "")
+        print(f"{name:29s} {r['seconds'] / 60:5.1f} {r['speakers']:>3d}/{r['found']:<3d} "
               f"{r['der'] * 100:6.1f} {r['missed'] * 100:5.1f} {r['false_alarm'] * 100:5.1f} "
               f"{r['confusion'] * 100:5.1f} {known:>14s} {r['misnamed'] * 100:9.1f} {r['wer_vs_plain'] * 100:13.1f}")
     print(f"mean DER {out['mean_der'] * 100:.1f}%, speaker count right in {out['speaker_count_right']} of "
-          f"{len(out['conversations'])}")
+          f"{len(CONVERSATIONS)}; held out: mean DER {out['held_out_mean_der'] * 100:.1f}%, speaker count "
+          f"right in {out['held_out_speaker_count_right']} of {len(HELD_OUT)}")
     if "speed" in out:
         s = out["speed"]
         print(f"5-minute two-person file: plain {s['plain_s']} s, diarized {s['diarized_s']} s "
