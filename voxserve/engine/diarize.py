@@ -50,6 +50,7 @@ __all__ = [
     "Turn",
     "diarize",
     "embedder",
+    "fresh_probabilities",
     "letter",
     "reference_embedding",
     "speech_regions",
