@@ -28,10 +28,19 @@ from tests.asr_support import speak_pcm, wav_bytes
 from tests.conftest import RunningServer, run_server, tts_config
 from voxserve.audio.decode import decode_audio
 from voxserve.bench.der import der
-from voxserve.engine.diarize import Turn, letter
+from voxserve.bench.real_speech_mix import telephone_line
+from voxserve.engine.chunking import speech_probabilities
+from voxserve.engine.diarize import (
+    VAD_BLOCK_FRAMES,
+    VAD_LEAD_FRAMES,
+    Turn,
+    fresh_probabilities,
+    letter,
+)
 from voxserve.engine.segments import TimedSegment, Word
 from voxserve.engine.speakers import speaker_segments
 from voxserve.runners.speaker.checkpoint import read_state_dict
+from voxserve.runners.vad import FRAME_SAMPLES
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -175,6 +184,20 @@ def test_diarization_route_json_and_rttm(http: httpx.Client, conversation: tuple
     assert {f[7] for f in lines} == {"Joe_Bloggs", "A"}
 
 
+def test_one_person_on_two_channels_is_one_speaker(http: httpx.Client) -> None:
+    """Beckett in the room and then on a telephone line (8 kHz, G.711) between Joe's
+    turns: the windows are compared through the telephone band and close centroids
+    join, so the channel does not make him two people."""
+    beckett = _beckett().astype(np.float32) / 32767
+    phone = (np.clip(telephone_line(beckett, RATE), -1, 1) * 32767).astype(np.int16)
+    turns = [("joe", speak_pcm(http, JOE[0], RATE)), ("beckett", _beckett()), ("joe", speak_pcm(http, JOE[1], RATE)),
+             ("beckett", phone)]
+    pcm = np.concatenate([p for _, turn in turns for p in (turn, GAP)])
+    r = _post(http, {}, wav_bytes(pcm, RATE), "/v1/audio/diarization")
+    assert r.status_code == 200, r.text
+    assert len(r.json()["speakers"]) == 2, r.json()
+
+
 def test_catalog_and_metrics(http: httpx.Client) -> None:
     ids = {m["id"] for m in http.get("/v1/models").json()["data"]}
     assert {MODEL, "voxserve-diarize"} <= ids
@@ -272,6 +295,19 @@ def test_words_go_to_the_speaker_whose_turn_covers_them() -> None:
     out = speaker_segments([segment], turns)
     assert [(s.speaker, s.text) for s in out] == [("A", "hello there"), ("B", "bye"), ("B", "now")]
     assert speaker_segments([segment], [])[0].speaker == "A"
+
+
+def test_the_vad_restarts_every_block_with_a_warm_up() -> None:
+    """One probability per whole frame, in place: the first block is the plain stream's
+    scores, and a later block is that block scored from a fresh state after its lead."""
+    audio = np.tile(_beckett().astype(np.float32) / 32767, 3)[: 25 * RATE + 100]
+    probs = fresh_probabilities(audio)
+    assert len(probs) == len(audio) // FRAME_SAMPLES
+    block, lead = VAD_BLOCK_FRAMES, VAD_LEAD_FRAMES
+    np.testing.assert_allclose(probs[:block], speech_probabilities(audio)[:block], atol=1e-5)
+    alone = speech_probabilities(audio[(block - lead) * FRAME_SAMPLES : 2 * block * FRAME_SAMPLES])
+    np.testing.assert_allclose(probs[block : 2 * block], alone[lead:], atol=1e-5)
+    assert (probs >= 0.5).any()
 
 
 def test_letters_and_der() -> None:

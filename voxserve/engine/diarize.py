@@ -1,14 +1,15 @@
 """Who spoke when: speech regions, one CAM++ embedding per 1.5 s window, clusters over the
 whole file, and turns.
 
-The rule: Silero VAD finds the speech (`engine/chunking.py: speech_probabilities`, in
-blocks, as the cut planner runs it); windows of `WINDOW_S` every `STEP_S` cover each
-region (a region shorter than a window gets one window centred on it); each window's
-embedding is taken in batches; the embeddings are clustered by average-linkage
-agglomeration on cosine distance, cut at `CLUSTER_DISTANCE` (scipy), and clusters too
-small to be a speaker join their nearest large one; each moment of speech takes the
-label of the window whose centre is nearest. Overlapping speech is not modelled: a
-moment has at most one speaker.
+The rule: Silero VAD finds the speech (`engine/chunking.py: speech_probabilities`),
+hearing the audio through the telephone band and starting afresh every 10 s
+(`fresh_probabilities`); windows of `WINDOW_S` every `STEP_S` cover each region (a region
+shorter than a window gets one window centred on it); each window is embedded, heard
+through the same band, in batches; the embeddings are clustered by average-linkage
+agglomeration on cosine distance, cut at `CLUSTER_DISTANCE` (scipy); clusters whose
+centroids are close join (`MERGE_SIMILARITY`), and clusters too small to be a speaker
+join their nearest large one; each moment of speech takes the label of the window whose
+centre is nearest. Overlapping speech is not modelled: a moment has at most one speaker.
 
 Memory stays bounded for long files: the audio is read a window at a time from its
 blocks, an embedding is 192 floats per second of speech, and past `MAX_CLUSTERED`
@@ -49,6 +50,7 @@ __all__ = [
     "Turn",
     "diarize",
     "embedder",
+    "fresh_probabilities",
     "letter",
     "reference_embedding",
     "speech_regions",
@@ -76,13 +78,24 @@ MIN_GAP_S = 0.3
 MIN_REGION_S = 0.2
 CLUSTER_DISTANCE = 0.6
 """Average cosine distance at which agglomeration stops (similarity 0.4)."""
-MIN_CLUSTER_S = 3.0
+MIN_CLUSTER_S = 5.0
 """A cluster with less speech than this is merged into its nearest larger one: one or
 two odd windows (a cough, a laugh, a window straddling two people) are not a speaker."""
 KNOWN_SIMILARITY = 0.45
 """A cluster takes a known speaker's name at this cosine similarity to the reference."""
 ONLINE_SIMILARITY = 0.4
 """Online: a window joins the closest speaker at this similarity, else starts one."""
+MERGE_SIMILARITY = 0.6
+"""Clusters whose centroids reach this cosine similarity are one person (average linkage
+over the centroids, scipy). Average linkage over windows splits one person heard on two
+microphones (their centroids at 0.60-0.64 through the telephone band, on the benchmark's
+conversations) while two people on one telephone line stay apart (0.54-0.56)."""
+VAD_BLOCK_FRAMES = 320
+"""Silero starts afresh every 10.24 s of audio: over a long stream its state drifts until
+it scores a telephone voice next to wideband ones at almost nothing, while the same
+speech scored from a fresh state a second earlier passes easily."""
+VAD_LEAD_FRAMES = 32
+"""Frames (1 s) scored before each block and discarded: the fresh state's warm-up."""
 MAX_CLUSTERED = 2000
 """Windows agglomerated at most (33 min of speech; 16 MB of pairwise distances)."""
 
@@ -154,8 +167,27 @@ class _Band:
         return out[lo - a : hi - a]
 
 
-def _regions(audio: Samples) -> list[tuple[float, float]]:
-    return speech_regions(speech_probabilities(_Band(audio)))
+def fresh_probabilities(audio: Samples | _Band) -> np.ndarray:
+    """Silero's probability of each whole 32 ms frame of `audio`, scored in blocks of
+    `VAD_BLOCK_FRAMES`, each from a fresh state warmed on the `VAD_LEAD_FRAMES` before it."""
+    block, lead = VAD_BLOCK_FRAMES * FRAME_SAMPLES, VAD_LEAD_FRAMES * FRAME_SAMPLES
+    n = len(audio) - len(audio) % FRAME_SAMPLES
+    parts = []
+    for lo in range(0, n, block):
+        first = max(0, lo - lead)
+        probs = speech_probabilities(audio[first : min(n, lo + block)])
+        parts.append(probs[(lo - first) // FRAME_SAMPLES :])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+def _regions(audio: Samples, wideband_too: bool = False) -> list[tuple[float, float]]:
+    """Speech as heard through the telephone band; with `wideband_too`, also where the
+    full band is heard as speech (a reference clip: a hum under 300 Hz can hide a voice
+    from the narrow hearing, and a clip is meant to be all speech)."""
+    probs = fresh_probabilities(_Band(audio))
+    if wideband_too:
+        probs = np.maximum(probs, fresh_probabilities(audio))
+    return speech_regions(probs)
 
 
 def speech_regions(probs: np.ndarray) -> list[tuple[float, float]]:
@@ -206,9 +238,13 @@ def _cut(audio: Samples, start_s: float) -> np.ndarray:
 
 
 def embed_windows(audio: Samples, windows: Sequence[tuple[int, float]], model: CamPlus | None = None) -> np.ndarray:
-    """[n, 192] embeddings of `windows` ((region, start) pairs), read 32 at a time."""
+    """[n, 192] embeddings of `windows` ((region, start) pairs), read 32 at a time, each
+    heard through the telephone band: a caller on a phone line and a person in the room,
+    or one person on two microphones, are compared on the band they share, so the
+    channel weighs less against the voice."""
     model = model or embedder()
-    out = [model.embed(np.stack([_cut(audio, s) for _, s in windows[lo : lo + 32]]))
+    heard = _Band(audio)
+    out = [model.embed(np.stack([_cut(heard, s) for _, s in windows[lo : lo + 32]]))
            for lo in range(0, len(windows), 32)]
     return np.concatenate(out) if out else np.zeros((0, 192), dtype=np.float32)
 
@@ -217,7 +253,7 @@ def reference_embedding(samples: np.ndarray, model: CamPlus | None = None) -> np
     """One unit-length embedding of a reference clip (16 kHz): the mean of its windows
     over its speech (all of it when the VAD hears too little)."""
     duration = len(samples) / SAMPLE_RATE
-    regions = _regions(samples) or [(0.0, duration)]
+    regions = _regions(samples, wideband_too=True) or [(0.0, duration)]
     emb = embed_windows(samples, _window_starts(regions, duration), model)
     mean = emb.mean(axis=0)
     unit: np.ndarray = (mean / max(float(np.linalg.norm(mean)), 1e-9)).astype(np.float32)
@@ -233,10 +269,20 @@ def _cluster(emb: np.ndarray) -> np.ndarray:
     sample = emb[::step]
     tree = linkage(sample, method="average", metric="cosine")
     labels = fcluster(tree, t=CLUSTER_DISTANCE, criterion="distance") - 1
+    labels = _merge_close(sample, _renumber(labels))
     labels = _absorb_small(sample, labels, MIN_CLUSTER_S / STEP_S / step)
     if step == 1:
         return labels
     return _nearest(emb, _centroids(sample, labels))
+
+
+def _merge_close(emb: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Labels renumbered after clusters whose centroids reach `MERGE_SIMILARITY` join."""
+    if labels.max() < 1:
+        return labels
+    tree = linkage(_centroids(emb, labels), method="average", metric="cosine")
+    groups = fcluster(tree, t=1 - MERGE_SIMILARITY, criterion="distance") - 1
+    return _renumber(groups[labels])
 
 
 def _centroids(emb: np.ndarray, labels: np.ndarray) -> np.ndarray:
