@@ -7,7 +7,7 @@ error rate per voice.
         [--min-gap 1] [--as-shipped]
 
 Starts a server on loopback with Kokoro and, as its ASR model, the multilingual Whisper
-base (`--asr-model whisper-base`). Every voice of the given languages speaks ten everyday sentences
+base (`--asr-models whisper-base`). Every voice of the given languages speaks ten everyday sentences
 without numerals (`tts-1-hd`, pcm); each clip is transcribed by the server with its
 language forced (Mandarin prompted in simplified characters, so that the judge writes
 them rather than traditional ones), and the character error rate is computed over each
