@@ -234,6 +234,17 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
         if upload is None:
             raise InvalidRequest("'file' is required; send the audio as a multipart file", param="file")
         raise InvalidRequest("'file' must be a file part, not a text field", param="file")
+    fields = _form_fields(form)
+    diarizes = isinstance(fields.get("model"), str) and diarizing_model(fields["model"])
+    fields["known_speakers"] = parse_known_speakers(form, diarizes)
+    body = validate(TranscriptionForm, fields)
+    _check_combination(body, task, diarizes)
+    return body, upload
+
+
+def _form_fields(form: FormData) -> dict[str, Any]:
+    """The form's fields as `TranscriptionForm` takes them, from OpenAI's multipart
+    spellings (`name[]` lists, `chunking_strategy[key]`, `stream` as text)."""
     fields: dict[str, Any] = {}
     for name in ("model", "language", "prompt", "temperature", "response_format", "noise_reduction"):
         value = form.get(name)
@@ -257,9 +268,11 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
     fields["chunking_strategy"] = parse_chunking(raw if isinstance(raw, str) else None, keys)
     includes = [v for k in ("include[]", "include") for v in form.getlist(k)]
     fields["logprobs"] = parse_include([v for v in includes if isinstance(v, str)])
-    diarizes = isinstance(fields.get("model"), str) and diarizing_model(fields["model"])
-    fields["known_speakers"] = parse_known_speakers(form, diarizes)
-    body = validate(TranscriptionForm, fields)
+    return fields
+
+
+def _check_combination(body: TranscriptionForm, task: str, diarizes: bool) -> None:
+    """Refuse fields that are valid alone but not together, or not for `task`."""
     if body.response_format == "diarized_json" and not diarizes:
         raise InvalidRequest(
             "response_format diarized_json needs a model that labels speakers: send "
@@ -287,7 +300,6 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
         raise InvalidRequest(
             "word timestamps need response_format verbose_json", param="timestamp_granularities"
         )
-    return body, upload
 
 
 def render(t: Transcript, body: TranscriptionForm, task: str, headers: dict[str, str]) -> Response:
