@@ -59,7 +59,7 @@ from voxserve.engine.transcribe import TextDelta, Transcript
 from voxserve.engine.uploads import UploadLease
 from voxserve.errors import InvalidRequest, PayloadTooLarge, VoxError
 from voxserve.serving.catalog import ASR_MODELS, diarizing_model
-from voxserve.serving.service import Service, TranscriptionReply
+from voxserve.serving.service import Service, TranscriptionReply, Upload
 from voxserve.serving.transcription import TranscriptionParams
 
 __all__ = [
@@ -125,7 +125,7 @@ async def _read_and_open(
     def gone() -> Awaitable[None]:
         return until_disconnect(request)
 
-    reply = await state.open_transcription(params, data, request_id, started, gone, body.stream, lease)
+    reply = await state.open_transcription(Upload(params, data, request_id, started, gone, body.stream, lease))
     return body, reply
 
 

@@ -89,6 +89,12 @@ class _Families:
                 family.add_metric([*values, str(key)], shown(value))
 
 
+def _items(key: str) -> Callable[[Mapping[str, Any]], Iterable[tuple[Any, Any]]]:
+    """A snapshot's `key`, a dict by label value, as the samples of a labelled family
+    (none where the engine does not report it)."""
+    return lambda s: s.get(key, {}).items()
+
+
 def _capacity(s: Mapping[str, Any]) -> float:
     capacity = s.get("capacity")
     return -1.0 if capacity is None else float(capacity)
@@ -131,14 +137,14 @@ def _tts_streams(f: _Families) -> Iterator[Metric]:
         "voxserve_tts_idle_core_units",
         "Units that used an idle core: run on several threads (way=threads), or a chunk "
         "decoded beside another of its stream (way=chunks)",
-        "way", lambda s: s.get("idle_core_units", {}).items(),
+        "way", _items("idle_core_units"),
     )
     yield f.counter_by(
         "voxserve_tts_admission_held",
         "Times the engine held a newcomer in admission, by the reason that held it: too "
         "many streams starting, a live stream about to run dry (lagging), or no room in "
         "the load budget",
-        "reason", lambda s: s.get("admission_held", {}).items(),
+        "reason", _items("admission_held"),
     )
     yield f.counter("voxserve_tts_inference_failures", "Failed inference calls", lambda s: s["failures"])
 
@@ -153,7 +159,7 @@ def _tts_capacity(f: _Families) -> Iterator[Metric]:
     yield f.gauge_by(
         "voxserve_tts_model_cost",
         "Worker-seconds per audio-second of each voice model, recently measured (-1 until known)",
-        "model", lambda s: s.get("costs", {}).items(),
+        "model", _items("costs"),
     )
     yield f.counter(
         "voxserve_tts_admission_gated", "Times admission held a stream for capacity", lambda s: s.get("gated", 0)
@@ -177,7 +183,7 @@ def _tts_steps(f: _Families) -> Iterator[Metric]:
         "decoded around them and cropped (part=context), the further context a window "
         "bucket adds (part=bucket), and padding to the longest span of a batched step "
         "(part=padding)",
-        "part", lambda s: s.get("step_frames", {}).items(),
+        "part", _items("step_frames"),
     )
     yield f.gauge(
         "voxserve_tts_padded_frame_share",
