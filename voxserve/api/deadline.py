@@ -67,78 +67,106 @@ class RequestDeadline:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        body_done = not _has_body(scope)
-        started = False
-        too_slow = False  # the body broke its pace: the 408 closes the connection
-        idle_s = self.body_idle_timeout_s
-        min_rate = self.min_body_bytes_per_s
-        loop = asyncio.get_running_loop()
-        began: float | None = None  # when the app first asked for the body
-        received = 0
-
-        def slow(message: str) -> RequestTimeout:
-            nonlocal too_slow
-            too_slow = True
-            log.info("%s: %s", scope.get("path", "?"), message)
-            return RequestTimeout(message)
-
-        async def receive_watched() -> Any:
-            nonlocal body_done, began, received
-            if body_done or idle_s is None:
-                message = await receive()
-            else:
-                if began is None:
-                    began = loop.time()
-                wait = asyncio.timeout(idle_s)
-                try:
-                    async with wait:
-                        message = await receive()
-                except TimeoutError:
-                    if not wait.expired():
-                        raise
-                    raise slow(
-                        f"no byte of the request body arrived for {idle_s:g} s; send the body without pausing"
-                    ) from None
-            if message["type"] == "http.request" and not body_done:
-                if not message.get("more_body", False):
-                    body_done = True
-                elif idle_s is not None and began is not None and min_rate > 0:
-                    received += len(message.get("body", b""))
-                    elapsed = loop.time() - began
-                    if elapsed > idle_s and received < min_rate * elapsed:
-                        raise slow(
-                            f"the request body arrived at {received / elapsed:.0f} bytes/s, below the "
-                            f"minimum of {min_rate:g} bytes/s; send it faster"
-                        )
-            return message
-
-        async def send_watched(message: dict[str, Any]) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                if too_slow:
-                    message = {**message, "headers": [*message.get("headers", ()), _CLOSE]}
-            await send(message)
-
+        watch = _Watch(scope, receive, send, self.body_idle_timeout_s, self.min_body_bytes_per_s)
         deadline = asyncio.timeout(self.timeout_s)
         try:
             async with deadline:
-                await self.app(scope, receive_watched, send_watched)
+                await self.app(scope, watch.receive, watch.send)
         except TimeoutError:
             if not deadline.expired():
                 raise  # some other timeout inside the app, not ours
-            path = scope.get("path", "?")
-            if started:
-                log.warning("%s ran past the %g s request timeout; its stream was cut off", path, self.timeout_s)
-                return  # no final chunk: the server closes the connection
-            headers: dict[str, str] = {}
-            if not body_done:
-                error: RequestTimeout | TimedOut = RequestTimeout(
-                    f"the request body did not arrive within {self.timeout_s:g} s; "
-                    "send it faster or in a smaller file"
-                )
-                headers["connection"] = "close"
-            else:
-                error = TimedOut(f"the server could not answer within the {self.timeout_s:g} s request timeout")
-            log.warning("%s: %s", path, error.message)
-            await error_response(error, headers)(scope, receive, send)
+            await self._timed_out(watch, scope, receive, send)
+
+    async def _timed_out(
+        self, watch: _Watch, scope: dict[str, Any], receive: Any, send: Any
+    ) -> None:
+        """Answer a request that ran past the deadline by how far it got."""
+        path = scope.get("path", "?")
+        if watch.started:
+            log.warning(
+                "%s ran past the %g s request timeout; its stream was cut off", path, self.timeout_s
+            )
+            return  # no final chunk: the server closes the connection
+        headers: dict[str, str] = {}
+        if not watch.body_done:
+            error: RequestTimeout | TimedOut = RequestTimeout(
+                f"the request body did not arrive within {self.timeout_s:g} s; send it faster or in a smaller file"
+            )
+            headers["connection"] = "close"
+        else:
+            error = TimedOut(
+                f"the server could not answer within the {self.timeout_s:g} s request timeout"
+            )
+        log.warning("%s: %s", path, error.message)
+        await error_response(error, headers)(scope, receive, send)
+
+
+class _Watch:
+    """One request's `receive` and `send` as the app sees them: the body's pace is
+    checked while it arrives, and what the deadline's answer depends on is recorded
+    (whether the body arrived, whether the response started)."""
+
+    def __init__(
+        self, scope: dict[str, Any], receive: Any, send: Any, idle_s: float | None, min_rate: float
+    ):
+        self._scope = scope
+        self._receive = receive
+        self._send = send
+        self._idle_s = idle_s
+        self._min_rate = min_rate
+        self._loop = asyncio.get_running_loop()
+        self.body_done = not _has_body(scope)
+        self.started = False
+        self.too_slow = False
+        """The body broke its pace: the 408 closes the connection."""
+        self._began: float | None = None
+        """When the app first asked for the body."""
+        self._received = 0
+
+    def _slow(self, message: str) -> RequestTimeout:
+        self.too_slow = True
+        log.info("%s: %s", self._scope.get("path", "?"), message)
+        return RequestTimeout(message)
+
+    async def receive(self) -> Any:
+        message = await self._receive_within_idle()
+        if message["type"] == "http.request" and not self.body_done:
+            if not message.get("more_body", False):
+                self.body_done = True
+            elif self._idle_s is not None and self._began is not None and self._min_rate > 0:
+                self._check_rate(len(message.get("body", b"")), self._idle_s)
+        return message
+
+    async def _receive_within_idle(self) -> Any:
+        idle_s = self._idle_s
+        if self.body_done or idle_s is None:
+            return await self._receive()
+        if self._began is None:
+            self._began = self._loop.time()
+        wait = asyncio.timeout(idle_s)
+        try:
+            async with wait:
+                return await self._receive()
+        except TimeoutError:
+            if not wait.expired():
+                raise
+            raise self._slow(
+                f"no byte of the request body arrived for {idle_s:g} s; send the body without pausing"
+            ) from None
+
+    def _check_rate(self, size: int, idle_s: float) -> None:
+        assert self._began is not None
+        self._received += size
+        elapsed = self._loop.time() - self._began
+        if elapsed > idle_s and self._received < self._min_rate * elapsed:
+            raise self._slow(
+                f"the request body arrived at {self._received / elapsed:.0f} bytes/s, below the "
+                f"minimum of {self._min_rate:g} bytes/s; send it faster"
+            )
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+            if self.too_slow:
+                message = {**message, "headers": [*message.get("headers", ()), _CLOSE]}
+        await self._send(message)

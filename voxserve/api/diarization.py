@@ -22,6 +22,7 @@ from voxserve.api.transcriptions import arrival, read_form
 from voxserve.engine.speakers import DiarizedTranscript
 from voxserve.errors import InvalidRequest
 from voxserve.serving.catalog import DIARIZE_MODELS, diarizing_model
+from voxserve.serving.service import Upload
 from voxserve.serving.transcription import TranscriptionParams
 
 __all__ = ["as_rttm", "diarization"]
@@ -70,8 +71,9 @@ async def diarization(request: Request) -> Response:
             await form.close()
         params = TranscriptionParams(model=model, task="transcribe", response_format=str(fmt), diarize=True,
                                      known_speakers=known, speakers_only=True)
-        reply = await state.open_transcription(params, data, request_id, came.started,
-                                               lambda: until_disconnect(request), False, lease)
+        reply = await state.open_transcription(
+            Upload(params, data, request_id, came.started, lambda: until_disconnect(request), False, lease)
+        )
         try:
             result = await reply.transcript(lambda: until_disconnect(request))
         finally:

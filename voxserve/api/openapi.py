@@ -423,6 +423,25 @@ def _get(op_id: str, summary: str, ok: dict[str, Any]) -> dict[str, Any]:
 @functools.cache
 def openapi_document(max_input_chars: int = TTSConfig.max_input_chars) -> dict[str, Any]:
     """The whole document, built once per setting of `--tts-max-input-chars`."""
+    schemas, form = _schemas(max_input_chars)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "voxserve",
+            "version": _version(),
+            "description": "OpenAI-compatible speech API",
+        },
+        "paths": _paths(form),
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _schemas(max_input_chars: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The shared schemas, and the transcription form's schema apart (it is inlined in
+    the multipart operations, not shared)."""
     pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (SpeechRequest, "validation"),
         (SaveVoice, "validation"),
@@ -434,6 +453,10 @@ def openapi_document(max_input_chars: int = TTSConfig.max_input_chars) -> dict[s
     schemas = defs["$defs"]
     form = schemas.pop("TranscriptionForm")
     schemas["SpeechRequest"]["properties"]["input"]["maxLength"] = max_input_chars
+    return schemas, form
+
+
+def _paths(form: dict[str, Any]) -> dict[str, Any]:
     metrics = {
         "description": "Prometheus text",
         "content": {"text/plain": {"schema": {"type": "string"}}},
@@ -445,39 +468,27 @@ def openapi_document(max_input_chars: int = TTSConfig.max_input_chars) -> dict[s
     health = {"200": _json(Health, "Every worker is alive"), "503": _json(Health, "A worker died")}
     models, voices = _json(ModelList, "The models"), _json(VoiceList, "The voices")
     return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "voxserve",
-            "version": _version(),
-            "description": "OpenAI-compatible speech API",
+        "/v1/audio/speech": {"post": _keyed(_speech_op())},
+        "/v1/audio/speech/batch": {"post": _keyed(_batch_op())},
+        "/v1/audio/transcriptions": {"post": _keyed(_transcribe_op("transcribe", form))},
+        "/v1/audio/translations": {"post": _keyed(_transcribe_op("translate", form))},
+        "/v1/audio/diarization": {"post": _keyed(_diarize_op())},
+        "/v1/models": {"get": _keyed(_get("listModels", "Models it answers to", models))},
+        "/v1/audio/voices": {
+            "get": _keyed(_get("listVoices", "Voices and aliases, and the saved voices", voices)),
+            "post": _keyed(_save_voice_op()),
         },
-        "paths": {
-            "/v1/audio/speech": {"post": _keyed(_speech_op())},
-            "/v1/audio/speech/batch": {"post": _keyed(_batch_op())},
-            "/v1/audio/transcriptions": {"post": _keyed(_transcribe_op("transcribe", form))},
-            "/v1/audio/translations": {"post": _keyed(_transcribe_op("translate", form))},
-            "/v1/audio/diarization": {"post": _keyed(_diarize_op())},
-            "/v1/models": {"get": _keyed(_get("listModels", "Models it answers to", models))},
-            "/v1/audio/voices": {
-                "get": _keyed(_get("listVoices", "Voices and aliases, and the saved voices", voices)),
-                "post": _keyed(_save_voice_op()),
-            },
-            "/v1/audio/voices/{voice_id}": {"delete": _keyed(_delete_voice_op())},
-            "/health": {
-                "get": {
-                    "operationId": "health",
-                    "summary": "Liveness of the workers",
-                    "responses": health,
-                }
-            },
-            # `--metrics-require-key` puts /metrics behind the key too.
-            "/metrics": {"get": _keyed(_get("metrics", "Prometheus metrics", metrics))},
-            "/openapi.json": {"get": _get("openapi", "This document", document)},
+        "/v1/audio/voices/{voice_id}": {"delete": _keyed(_delete_voice_op())},
+        "/health": {
+            "get": {
+                "operationId": "health",
+                "summary": "Liveness of the workers",
+                "responses": health,
+            }
         },
-        "components": {
-            "schemas": schemas,
-            "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
-        },
+        # `--metrics-require-key` puts /metrics behind the key too.
+        "/metrics": {"get": _keyed(_get("metrics", "Prometheus metrics", metrics))},
+        "/openapi.json": {"get": _get("openapi", "This document", document)},
     }
 
 

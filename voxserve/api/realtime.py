@@ -39,36 +39,18 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import json
 import logging
-import time
 import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from voxserve.api.errors import error_event
-from voxserve.api.ws_limits import (
-    ClientGone,
-    Message,
-    SessionEnd,
-    TokenBucket,
-    check_message,
-    parse_event,
-    send_within,
-    session_slot,
-)
+from voxserve.api.ws_limits import ClientGone, Message, SessionEnd, parse_event
+from voxserve.api.ws_session import Wire, end_error, idle_end, serve
 from voxserve.audio.pcm import LEGACY_FORMATS
-from voxserve.errors import (
-    ClientError,
-    InvalidRequest,
-    NotFound,
-    Overloaded,
-    ReplicaLost,
-    ServerError,
-    VoxError,
-)
+from voxserve.errors import InvalidRequest, NotFound, Overloaded, ReplicaLost, VoxError
 from voxserve.serving.live_events import (
     Cleared,
     Committed,
@@ -327,16 +309,25 @@ def _error_json(error: VoxError, event_id: str | None) -> dict[str, Any]:
 class _Connection:
     def __init__(self, state: Service, ws: WebSocket):
         self.state = state
-        self.ws = ws
         self.config = state.config.realtime
         self.id = f"sess_{uuid.uuid4().hex[:20]}"
         self.ended = "the client left"
         self.turns = 0
-        self._loop = asyncio.get_running_loop()
-        self._bucket = TokenBucket(self.config.messages_per_s, self.config.message_burst, self._loop.time())
+        self.wire = Wire(
+            ws,
+            state.config.ws.send_timeout_s,
+            self.config.max_message_bytes,
+            self.config.messages_per_s,
+            self.config.message_burst,
+            f"more than {self.config.messages_per_s:g} messages a second; send audio in "
+            "larger appends (20-100 ms each)",
+        )
         self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(OUTBOX)
         self._overflow = False
         self._sender: asyncio.Task[None] | None = None
+
+    def summary(self) -> str:
+        return f"{self.turns} turns"
 
     # -- sending ---------------------------------------------------------------------------
     def emit(self, event: LiveEvent) -> None:
@@ -354,17 +345,10 @@ class _Connection:
         except asyncio.QueueFull:
             self._overflow = True
 
-    async def _send(self, message: Message) -> None:
-        await send_within(self.ws, message, self.state.config.ws.send_timeout_s)
-
-    async def _send_event(self, event: dict[str, Any]) -> None:
-        text = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
-        await self._send({"type": "websocket.send", "text": text})
-
     async def _send_all(self) -> None:
         """The sender: events in order, until None."""
         while (event := await self._outbox.get()) is not None:
-            await self._send_event(event)
+            await self.wire.send_event(event)
 
     async def _flush(self) -> None:
         """Send what is queued, then stop the sender."""
@@ -385,89 +369,51 @@ class _Connection:
     async def run(self) -> None:
         self._sender = asyncio.create_task(self._send_all())
         try:
-            try:
-                async with self.state.live_session(self.emit) as session:
-                    self.post({"type": "session.created", "session": session_json(self.id, session.settings)})
-                    await self._read_all(session)
-            except Overloaded as exc:
-                raise SessionEnd(1013, exc.message, "too_many_sessions") from None
-            except NotFound as exc:
-                if exc.code != "asr_disabled":
-                    raise
-                raise SessionEnd(1008, exc.message, "asr_disabled") from None
-            except ReplicaLost as exc:
-                raise SessionEnd(1012, exc.message, exc.code) from None
-        except ClientGone as exc:
-            self.ended = str(exc)
-        except SessionEnd as end:
-            self.ended = end.message or f"close {end.close_code}"
-            await self._end(end)
-        except Exception:
-            log.exception("realtime session %s failed", self.id)
-            self.ended = "internal error"
-            await self._end(SessionEnd(1011, "the session failed on the server; see its log", "internal_error"))
-        finally:
-            if self._sender is not None and not self._sender.done():
-                self._sender.cancel()
+            async with self.state.live_session(self.emit) as session:
+                self.post({"type": "session.created", "session": session_json(self.id, session.settings)})
+                await self._read_all(session)
+        except Overloaded as exc:
+            raise SessionEnd(1013, exc.message, "too_many_sessions") from None
+        except NotFound as exc:
+            if exc.code != "asr_disabled":
+                raise
+            raise SessionEnd(1008, exc.message, "asr_disabled") from None
 
-    async def _end(self, end: SessionEnd) -> None:
+    async def end(self, end: SessionEnd) -> None:
         if end.code is not None:
-            kind = ServerError if end.code in ("internal_error", ReplicaLost.code) else ClientError
-            self.post(_error_json(kind(end.message, code=end.code), None))
+            self.post(_error_json(end_error(end.message, end.code), None))
         await self._flush()
         with contextlib.suppress(ClientGone):
-            await self._send({"type": "websocket.close", "code": end.close_code, "reason": end.reason[:120]})
+            await self.wire.close(end.close_code, end.reason)
 
-    async def _receive(self) -> Message:
-        try:
-            return await self.ws.receive()
-        except (WebSocketDisconnect, RuntimeError, OSError):
-            raise ClientGone("the client left") from None
+    async def stop(self) -> None:
+        if self._sender is not None and not self._sender.done():
+            self._sender.cancel()
+        self.wire.stop()
 
     async def _read_all(self, session: Live) -> None:
         assert self._sender is not None
         idle = self.config.idle_timeout_s
+        loop = self.wire.loop
         while True:
-            receiving = asyncio.ensure_future(self._receive())
-            quiet_since = self._loop.time()
-            try:
-                while not receiving.done() and not self._sender.done() and not session.lost.done():
-                    waiting: set[asyncio.Future[Any]] = {receiving, self._sender, session.lost}
-                    left = quiet_since + idle - self._loop.time()
-                    await asyncio.wait(waiting, timeout=max(left, 0.05), return_when=asyncio.FIRST_COMPLETED)
-                    if session.busy:
-                        quiet_since = self._loop.time()
-                    elif not receiving.done() and self._loop.time() - quiet_since >= idle:
-                        raise SessionEnd(
-                            1000,
-                            f"no message for {idle:g} s and no turn being transcribed; the session is closed",
-                            reason="idle_timeout",
-                        )
-            finally:
-                if not receiving.done():
-                    receiving.cancel()
+            receiving = self.wire.receiving()
+            quiet_since = loop.time()
+            while not receiving.done() and not self._sender.done() and not session.lost.done():
+                waiting: set[asyncio.Future[Any]] = {receiving, self._sender, session.lost}
+                left = quiet_since + idle - loop.time()
+                await asyncio.wait(waiting, timeout=max(left, 0.05), return_when=asyncio.FIRST_COMPLETED)
+                if session.busy:
+                    quiet_since = loop.time()
+                elif not receiving.done() and loop.time() - quiet_since >= idle:
+                    raise idle_end(idle, "no turn being transcribed; the session is closed")
             if self._sender.done():
                 self._sender.result()  # raises ClientGone
                 raise ClientGone("the sender stopped")
             if session.lost.done():
                 raise session.lost.result()
-            message = receiving.result()
-            if message["type"] == "websocket.disconnect":
-                raise ClientGone("the client left")
-            self._check(message)
-            await self._handle(session, message)
+            await self._handle(session, self.wire.take())
             if self._overflow:
                 raise ClientGone(f"the client let {OUTBOX} events pile up unread")
-
-    def _check(self, message: Message) -> None:
-        check_message(
-            message,
-            self.config.max_message_bytes,
-            self._bucket,
-            self._loop.time(),
-            f"more than {self.config.messages_per_s:g} messages a second; send audio in "
-            "larger appends (20-100 ms each)",
-        )
 
     async def _handle(self, session: Live, message: Message) -> None:
         text = message.get("text")
@@ -554,16 +500,4 @@ def _invalid(exc: ValidationError, kind: object) -> InvalidRequest:
 
 
 async def realtime(ws: WebSocket) -> None:
-    state: Service = ws.app.state.vox
-    async with session_slot(state, ws) as accepted:
-        if not accepted:
-            return
-        started = time.perf_counter()
-        connection = _Connection(state, ws)
-        try:
-            await connection.run()
-        finally:
-            log.info(
-                "realtime session %s ended after %.1f s, %d turns: %s",
-                connection.id, time.perf_counter() - started, connection.turns, connection.ended,
-            )
+    await serve(ws, _Connection, log)

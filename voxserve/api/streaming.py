@@ -70,38 +70,8 @@ class StreamResponse:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         disconnected = asyncio.Event()
-
-        async def watch() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    disconnected.set()
-                    producer.cancel()
-                    return
-
-        async def produce() -> bool:
-            try:
-                first = await self._first_bytes()
-            except VoxError as exc:
-                await error_response(exc)(scope, receive, send)
-                return False
-            headers = {**self.headers, **(self.late_headers or {})}
-            start = [(k.encode(), v.encode()) for k, v in headers.items()]
-            await send({"type": "http.response.start", "status": self.status, "headers": start})
-            if first is not None:
-                await send({"type": "http.response.body", "body": first, "more_body": True})
-                try:
-                    async for data in self.body:
-                        if data:
-                            await send({"type": "http.response.body", "body": data, "more_body": True})
-                except VoxError as exc:
-                    log.error("stream truncated after it started: %s", exc.message)
-                    return False  # no final chunk: the server closes the connection
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            return True
-
-        producer = asyncio.ensure_future(produce())
-        watcher = asyncio.ensure_future(watch())
+        producer = asyncio.ensure_future(self._produce(scope, receive, send))
+        watcher = asyncio.ensure_future(_watch(receive, producer, disconnected))
         completed = False
         try:
             completed = await producer
@@ -114,12 +84,48 @@ class StreamResponse:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await watcher
-            aclose = getattr(self.body, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
-            if self._close is not None:
-                try:
-                    self._close(completed)
-                except Exception:  # pragma: no cover - cleanup must not mask the stream
-                    log.exception("stream cleanup failed")
+            await self._finish(completed)
+
+    async def _produce(self, scope: dict[str, Any], receive: Any, send: Any) -> bool:
+        """Send the response; True when the body ended whole."""
+        try:
+            first = await self._first_bytes()
+        except VoxError as exc:
+            await error_response(exc)(scope, receive, send)
+            return False
+        headers = {**self.headers, **(self.late_headers or {})}
+        start = [(k.encode(), v.encode()) for k, v in headers.items()]
+        await send({"type": "http.response.start", "status": self.status, "headers": start})
+        if first is not None:
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+            try:
+                async for data in self.body:
+                    if data:
+                        await send({"type": "http.response.body", "body": data, "more_body": True})
+            except VoxError as exc:
+                log.error("stream truncated after it started: %s", exc.message)
+                return False  # no final chunk: the server closes the connection
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
+
+    async def _finish(self, completed: bool) -> None:
+        """Close the body, then run `close(completed)`."""
+        aclose = getattr(self.body, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+        if self._close is not None:
+            try:
+                self._close(completed)
+            except Exception:  # pragma: no cover - cleanup must not mask the stream
+                log.exception("stream cleanup failed")
+
+
+async def _watch(receive: Any, producer: asyncio.Future[bool], disconnected: asyncio.Event) -> None:
+    """Cancel `producer` as soon as the client disconnects."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            disconnected.set()
+            producer.cancel()
+            return

@@ -60,7 +60,7 @@ from voxserve.engine.transcribe import TextDelta, Transcript
 from voxserve.engine.uploads import UploadLease
 from voxserve.errors import InvalidRequest, PayloadTooLarge, VoxError
 from voxserve.serving.catalog import ASR_MODELS, diarizing_model
-from voxserve.serving.service import Service, TranscriptionReply
+from voxserve.serving.service import Service, TranscriptionReply, Upload
 from voxserve.serving.transcription import TranscriptionParams
 
 __all__ = [
@@ -148,7 +148,7 @@ async def _read_and_open(
     def gone() -> Awaitable[None]:
         return until_disconnect(request)
 
-    reply = await state.open_transcription(params, data, request_id, started, gone, body.stream, lease)
+    reply = await state.open_transcription(Upload(params, data, request_id, started, gone, body.stream, lease))
     return body, reply
 
 
@@ -257,6 +257,17 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
         if upload is None:
             raise InvalidRequest("'file' is required; send the audio as a multipart file", param="file")
         raise InvalidRequest("'file' must be a file part, not a text field", param="file")
+    fields = _form_fields(form)
+    diarizes = isinstance(fields.get("model"), str) and diarizing_model(fields["model"])
+    fields["known_speakers"] = parse_known_speakers(form, diarizes)
+    body = validate(TranscriptionForm, fields)
+    _check_combination(body, task, diarizes)
+    return body, upload
+
+
+def _form_fields(form: FormData) -> dict[str, Any]:
+    """The form's fields as `TranscriptionForm` takes them, from OpenAI's multipart
+    spellings (`name[]` lists, `chunking_strategy[key]`, `stream` as text)."""
     fields: dict[str, Any] = {}
     for name in ("model", "language", "prompt", "temperature", "response_format", "noise_reduction"):
         value = form.get(name)
@@ -280,9 +291,11 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
     fields["chunking_strategy"] = parse_chunking(raw if isinstance(raw, str) else None, keys)
     includes = [v for k in ("include[]", "include") for v in form.getlist(k)]
     fields["logprobs"] = parse_include([v for v in includes if isinstance(v, str)])
-    diarizes = isinstance(fields.get("model"), str) and diarizing_model(fields["model"])
-    fields["known_speakers"] = parse_known_speakers(form, diarizes)
-    body = validate(TranscriptionForm, fields)
+    return fields
+
+
+def _check_combination(body: TranscriptionForm, task: str, diarizes: bool) -> None:
+    """Refuse fields that are valid alone but not together, or not for `task`."""
     if body.response_format == "diarized_json" and not diarizes:
         raise InvalidRequest(
             "response_format diarized_json needs a model that labels speakers: send "
@@ -310,7 +323,6 @@ def _parse(form: FormData, task: str) -> tuple[TranscriptionForm, UploadFile]:
         raise InvalidRequest(
             "word timestamps need response_format verbose_json", param="timestamp_granularities"
         )
-    return body, upload
 
 
 def render(t: Transcript, body: TranscriptionForm, task: str, headers: dict[str, str]) -> Response:

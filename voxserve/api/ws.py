@@ -92,33 +92,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from voxserve.api.errors import error_event
 from voxserve.api.schemas import VoiceRef
 from voxserve.api.speech import words_json
-from voxserve.api.ws_limits import (
-    ClientGone,
-    Message,
-    SessionEnd,
-    TokenBucket,
-    check_message,
-    parse_event,
-    send_within,
-    session_slot,
-)
+from voxserve.api.ws_limits import ClientGone, Message, SessionEnd, parse_event
+from voxserve.api.ws_session import Wire, end_error, idle_end, serve
 from voxserve.config import WSConfig
 from voxserve.engine.tts import MAX_SEGMENT_CHARS
-from voxserve.errors import ClientError, InvalidRequest, ReplicaLost, ServerError, VoxError
+from voxserve.errors import ClientError, InvalidRequest, ReplicaLost, VoxError
 from voxserve.serving.service import Service
 from voxserve.serving.speech_session import (
     HOLD_SLOT_S,
@@ -172,13 +162,9 @@ class SessionConfig(BaseModel):
         )  # fmt: skip
 
 
-_DISCONNECT: Message = {"type": "websocket.disconnect", "code": 1006}
-
-
 class _Channel:
     def __init__(self, state: Service, ws: WebSocket):
         self.state = state
-        self.ws = ws
         self.limits: WSConfig = state.config.ws
         self.id = f"ws_{uuid.uuid4().hex[:16]}"
         self.config = SessionConfig.model_validate({})
@@ -190,78 +176,55 @@ class _Channel:
             self.limits.max_contexts,
         )
         self.ended = "the client left"
-        self._loop = asyncio.get_running_loop()
-        self._bucket = TokenBucket(self.limits.messages_per_s, self.limits.message_burst, self._loop.time())
-        self._send_lock = asyncio.Lock()
-        self._quiet_since = self._loop.time()
-        self._recv: asyncio.Future[Message] | None = None
+        self.wire = Wire(
+            ws,
+            self.limits.send_timeout_s,
+            self.limits.max_message_bytes,
+            self.limits.messages_per_s,
+            self.limits.message_burst,
+            f"more than {self.limits.messages_per_s:g} messages a second (bursts up to "
+            f"{self.limits.message_burst}); send larger fragments, less often",
+        )
         self._ahead: deque[Message] = deque()
         """Messages read while the session's queue was full, checked, not yet acted on."""
         self._ahead_size = 0
         """Their payloads' length, characters of text or bytes of a binary frame."""
         self._speaker: asyncio.Task[None] | None = None
 
-    @property
-    def count(self) -> int:
-        return self.session.count
+    def summary(self) -> str:
+        return f"{self.session.count} segments"
 
     # -- sending ---------------------------------------------------------------------------
-    async def _send(self, message: Message) -> None:
-        """Send, or raise ClientGone when the client has left or takes nothing for
-        `send_timeout_s` (its TCP window stays shut)."""
-        await send_within(self.ws, message, self.limits.send_timeout_s, self._send_lock)
-
     async def send_event(self, event: dict[str, Any]) -> None:
-        text = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
-        await self._send({"type": "websocket.send", "text": text})
-
-    async def send_audio(self, data: bytes) -> None:
-        await self._send({"type": "websocket.send", "bytes": data})
+        await self.wire.send_event(event)
 
     async def send_error(self, message: str, code: str, exc: VoxError | None = None, **extra: Any) -> None:
         """An `error` event: `error` holds the same object as an HTTP error body (`exc`, or
         the protocol error `code`); `message`, `code` and `extra` repeat it at the top."""
         if exc is None:
-            kind = ServerError if code in ("internal_error", ReplicaLost.code) else ClientError
-            exc = kind(message, param=extra.get("param"), code=code)
+            exc = end_error(message, code, extra.get("param"))
         await self.send_event({**error_event(exc), "message": message, "code": code, **extra})
-
-    async def _close(self, code: int, reason: str = "") -> None:
-        await self._send({"type": "websocket.close", "code": code, "reason": reason[:120]})
 
     # -- the session -----------------------------------------------------------------------
     async def run(self) -> None:
         self._speaker = asyncio.create_task(self._speak_all())
-        try:
-            await self._read_all()
-            self.ended = "session.close"
-            await self.send_event({"type": "session.done"})
-            await self._close(1000)
-        except ClientGone as exc:
-            self.ended = str(exc)
-        except SessionEnd as end:
-            self.ended = end.message or f"close {end.close_code}"
-            await self._end(end)
-        except ReplicaLost as exc:
-            self.ended = exc.message
-            await self._end(SessionEnd(1012, exc.message, exc.code))
-        except Exception:
-            log.exception("session %s failed", self.id)
-            self.ended = "internal error"
-            await self._end(SessionEnd(1011, "the session failed on the server; see its log", "internal_error"))
-        finally:
-            await self._stop_speaker()
-            if self._recv is not None:
-                self._recv.cancel()
-            await self.session.close()
+        await self._read_all()
+        self.ended = "session.close"
+        await self.send_event({"type": "session.done"})
+        await self.wire.close(1000)
 
-    async def _end(self, end: SessionEnd) -> None:
+    async def end(self, end: SessionEnd) -> None:
         """Tell the client why (the speaker is stopped first, so nothing else is sending)."""
         await self._stop_speaker()
         with contextlib.suppress(ClientGone):
             if end.code is not None:
                 await self.send_error(end.message, end.code)
-            await self._close(end.close_code, end.reason)
+            await self.wire.close(end.close_code, end.reason)
+
+    async def stop(self) -> None:
+        await self._stop_speaker()
+        self.wire.stop()
+        await self.session.close()
 
     async def _stop_speaker(self) -> None:
         speaker = self._speaker
@@ -279,26 +242,6 @@ class _Channel:
         raise RuntimeError("the speaker stopped before session.close")
 
     # -- receiving -------------------------------------------------------------------------
-    async def _receive(self) -> Message:
-        try:
-            return await self.ws.receive()
-        except (WebSocketDisconnect, RuntimeError, OSError):
-            return _DISCONNECT
-
-    def _receiving(self) -> asyncio.Future[Message]:
-        if self._recv is None:
-            self._recv = asyncio.ensure_future(self._receive())
-        return self._recv
-
-    def _take_received(self) -> Message:
-        assert self._recv is not None and self._recv.done()
-        message = self._recv.result()
-        self._recv = None
-        if message["type"] == "websocket.disconnect":
-            raise ClientGone("the client left")
-        self._quiet_since = self._loop.time()
-        return message
-
     async def _next_message(self) -> Message:
         """The next message; ends the session when the client leaves, when the speaker
         fails, or after `idle_timeout_s` with no message and nothing to speak."""
@@ -308,37 +251,21 @@ class _Channel:
             self._ahead_size -= _payload_size(message)
             return message
         idle = self.limits.idle_timeout_s
+        loop = self.wire.loop
         while True:
-            recv = self._receiving()
-            quiet = max(self._quiet_since, self.session.quiet_since)
+            recv = self.wire.receiving()
+            quiet = max(self.wire.quiet_since, self.session.quiet_since)
             busy = self.session.busy
-            timeout = idle if busy else max(0.0, quiet + idle - self._loop.time())
+            timeout = idle if busy else max(0.0, quiet + idle - loop.time())
             waiting: set[asyncio.Future[Any]] = {recv, self._speaker}
             await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if recv.done():
-                message = self._take_received()
-                self._check(message)
-                return message
+                return self.wire.take()
             if self._speaker.done():
                 self._speaker_failed()
-            quiet = max(self._quiet_since, self.session.quiet_since)
-            if not self.session.busy and self._loop.time() - quiet >= idle:
-                raise SessionEnd(
-                    1000,
-                    f"no message for {idle:g} s and nothing to speak; open a new session when there is more",
-                    reason="idle_timeout",
-                )
-
-    def _check(self, message: Message) -> None:
-        """The message-size and message-rate limits."""
-        check_message(
-            message,
-            self.limits.max_message_bytes,
-            self._bucket,
-            self._loop.time(),
-            f"more than {self.limits.messages_per_s:g} messages a second (bursts up to "
-            f"{self.limits.message_burst}); send larger fragments, less often",
-        )
+            quiet = max(self.wire.quiet_since, self.session.quiet_since)
+            if not self.session.busy and loop.time() - quiet >= idle:
+                raise idle_end(idle, "nothing to speak; open a new session when there is more")
 
     async def _read_all(self) -> None:
         """Read and act on messages until `session.close` has been spoken."""
@@ -369,12 +296,11 @@ class _Channel:
         (later messages count against the limits and are otherwise ignored)."""
         assert self._speaker is not None
         while not self._speaker.done():
-            recv = self._receiving()
+            recv = self.wire.receiving()
             waiting: set[asyncio.Future[Any]] = {recv, self._speaker}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if recv.done():
-                message = self._take_received()
-                self._check(message)
+                message = self.wire.take()
                 if _is_cancel(message):  # barge-in while the last reply is spoken
                     await self._handle_now(message)
         self._speaker.result()
@@ -449,7 +375,7 @@ class _Channel:
         task = asyncio.ensure_future(work)
         try:
             while not task.done():
-                recv = self._receiving()
+                recv = self.wire.receiving()
                 waiting: set[asyncio.Future[Any]] = {task, self._speaker}
                 if not recv.done():
                     waiting.add(recv)
@@ -460,8 +386,7 @@ class _Channel:
                     raise ClientGone("the client left")
                 room = len(self._ahead) < MAX_READ_AHEAD and self._ahead_size < self.limits.max_pending_chars
                 if recv.done() and room:
-                    message = self._take_received()
-                    self._check(message)
+                    message = self.wire.take()
                     if _is_cancel(message):
                         self._drop_ahead(message)
                         await self._handle_now(message)
@@ -487,7 +412,7 @@ class _Channel:
             return
         match item:
             case SegmentAudio(_, _, data):
-                await self.send_audio(data)
+                await self.wire.send_bytes(data)
             case SegmentStarted(_, index, text, rate, replica):
                 event: dict[str, Any] = {"type": "audio.start", "segment": index, "text": text, "sample_rate": rate}
                 if replica is not None:
@@ -578,16 +503,4 @@ def _tagged(event: dict[str, Any], context_id: str | None) -> dict[str, Any]:
 
 
 async def speech_stream(ws: WebSocket) -> None:
-    state: Service = ws.app.state.vox
-    async with session_slot(state, ws) as accepted:
-        if not accepted:
-            return
-        started = time.perf_counter()
-        channel = _Channel(state, ws)
-        try:
-            await channel.run()
-        finally:
-            log.info(
-                "session %s ended after %.1f s, %d segments: %s",
-                channel.id, time.perf_counter() - started, channel.count, channel.ended,
-            )
+    await serve(ws, _Channel, log)

@@ -61,9 +61,9 @@ HEALTH_CHECK_S = 2.0
 next check, and starts its replacement then: its default of 10 s would leave the
 deployment a replica short for up to that long. A check is one small call."""
 DRAIN_POLL_S = 0.2
+"""How often a stopping replica checks whether its requests are done (Serve's default: 2 s)."""
 DEPLOY_POLL_S = 0.2
 """How often a local start-up checks whether the application runs (or a signal came)."""
-"""How often a stopping replica checks whether its requests are done (Serve's default: 2 s)."""
 
 
 def _scale(replicas: Replicas) -> dict[str, Any]:
@@ -80,46 +80,11 @@ def _scale(replicas: Replicas) -> dict[str, Any]:
 
 def build_app(config: ServerConfig, layout: RayConfig) -> Application:
     """The `voxserve` application: front end, TTS and (unless ASR is off) ASR deployments."""
-    tts, asr = config.tts, config.asr
     lifecycle: dict[str, Any] = {
         "graceful_shutdown_timeout_s": SHUTDOWN_S if layout.address else LOCAL_SHUTDOWN_S,
         "graceful_shutdown_wait_loop_s": DRAIN_POLL_S,
         "health_check_period_s": HEALTH_CHECK_S,
     }
-    tts_deployment = serve.deployment(
-        name="TTS",
-        ray_actor_options={"num_cpus": tts.workers},
-        # Past this Serve would queue in front of the replica; voxserve's own admission
-        # queues (or answers 429) well before, with the same rules as one machine.
-        # (a replica's device is not known here: the larger, GPU default counts).
-        max_ongoing_requests=tts.stream_limit(gpu=True) + tts.max_queue + CONTROL_CALLS,
-        request_router_config={
-            "request_router_class": HeadroomRouter,
-            "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S,
-        },
-        **lifecycle,
-        **_scale(layout.tts),
-    )(TTSReplica)
-    asr_app = None
-    if asr.enabled:
-        asr_deployment = serve.deployment(
-            name="ASR",
-            ray_actor_options={"num_cpus": asr.workers},
-            # A live session holds one call for its life and makes one more at a time. An
-            # unset request limit counts at a batched device's (the larger), since the
-            # replica resolves its device itself; its own admission holds the rest.
-            max_ongoing_requests=(
-                (asr.max_requests or requests_limit(True, asr.gpu_batch))
-                + asr.max_queue + 2 * config.realtime.max_sessions + CONTROL_CALLS
-            ),
-            request_router_config={
-                "request_router_class": HeadroomRouter,
-                "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S,
-            },
-            **lifecycle,
-            **_scale(layout.asr),
-        )(ASRReplica)
-        asr_app = asr_deployment.bind(config)
     keeper = None
     if layout.frontend_replicas > 1:
         keeper = serve.deployment(
@@ -136,7 +101,48 @@ def build_app(config: ServerConfig, layout: RayConfig) -> Application:
         max_ongoing_requests=FRONTEND_MAX_REQUESTS,
         **lifecycle,
     )(serve.ingress()(Frontend))
-    return frontend.bind(config, tts_deployment.bind(config), asr_app, keeper)
+    tts, asr = _tts_app(config, layout, lifecycle), _asr_app(config, layout, lifecycle)
+    return frontend.bind(config, tts, asr, keeper)
+
+
+def _engine_options(replicas: Replicas, lifecycle: dict[str, Any]) -> dict[str, Any]:
+    """What both engine deployments take: the headroom router, the lifecycle, the scale."""
+    router = {
+        "request_router_class": HeadroomRouter,
+        "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S,
+    }
+    return {"request_router_config": router, **lifecycle, **_scale(replicas)}
+
+
+def _tts_app(config: ServerConfig, layout: RayConfig, lifecycle: dict[str, Any]) -> Application:
+    tts = config.tts
+    return serve.deployment(
+        name="TTS",
+        ray_actor_options={"num_cpus": tts.workers},
+        # Past this Serve would queue in front of the replica; voxserve's own admission
+        # queues (or answers 429) well before, with the same rules as one machine.
+        # (a replica's device is not known here: the larger, GPU default counts).
+        max_ongoing_requests=tts.stream_limit(gpu=True) + tts.max_queue + CONTROL_CALLS,
+        **_engine_options(layout.tts, lifecycle),
+    )(TTSReplica).bind(config)
+
+
+def _asr_app(config: ServerConfig, layout: RayConfig, lifecycle: dict[str, Any]) -> Application | None:
+    asr = config.asr
+    if not asr.enabled:
+        return None
+    return serve.deployment(
+        name="ASR",
+        ray_actor_options={"num_cpus": asr.workers},
+        # A live session holds one call for its life and makes one more at a time. An
+        # unset request limit counts at a batched device's (the larger), since the
+        # replica resolves its device itself; its own admission holds the rest.
+        max_ongoing_requests=(
+            (asr.max_requests or requests_limit(True, asr.gpu_batch))
+            + asr.max_queue + 2 * config.realtime.max_sessions + CONTROL_CALLS
+        ),
+        **_engine_options(layout.asr, lifecycle),
+    )(ASRReplica).bind(config)
 
 
 def deploy(config: ServerConfig, layout: RayConfig, stop: threading.Event | None = None) -> bool:
@@ -232,21 +238,27 @@ def serve_on_ray(config: ServerConfig, layout: RayConfig, local: LocalRuntime | 
                 log.info("voxserve is serving on Ray at http://%s:%d", config.host, config.port)
         stop.wait()
     finally:
-        log.info("stopping the voxserve application")
-        started = time.monotonic()
-        try:
-            if local is not None and ray.is_initialized():
-                serve.shutdown()
-            elif deploying:
-                serve.delete(APP_NAME)  # other applications on a shared cluster keep running
-        finally:
-            served = time.monotonic()
-            ray.shutdown()
-            if local is not None:
-                stragglers = local.close()
-                if stragglers:
-                    log.warning("stopped %d Ray or HAProxy processes that outlived ray.shutdown", len(stragglers))
-            for sig, handler in previous.items():
-                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-            log.info("stopped: Serve in %.1f s, Ray in %.1f s", served - started, time.monotonic() - served)
+        _stop(local, deploying, previous)
     return 0
+
+
+def _stop(local: LocalRuntime | None, deploying: bool, previous: dict[signal.Signals, Any]) -> None:
+    """Take the application down (the whole local instance, or only this application on a
+    shared cluster), leave Ray, and give the signals their handlers back."""
+    log.info("stopping the voxserve application")
+    started = time.monotonic()
+    try:
+        if local is not None and ray.is_initialized():
+            serve.shutdown()
+        elif deploying:
+            serve.delete(APP_NAME)  # other applications on a shared cluster keep running
+    finally:
+        served = time.monotonic()
+        ray.shutdown()
+        if local is not None:
+            stragglers = local.close()
+            if stragglers:
+                log.warning("stopped %d Ray or HAProxy processes that outlived ray.shutdown", len(stragglers))
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        log.info("stopped: Serve in %.1f s, Ray in %.1f s", served - started, time.monotonic() - served)

@@ -89,9 +89,22 @@ class _Families:
                 family.add_metric([*values, str(key)], shown(value))
 
 
+def _items(key: str) -> Callable[[Mapping[str, Any]], Iterable[tuple[Any, Any]]]:
+    """A snapshot's `key`, a dict by label value, as the samples of a labelled family
+    (none where the engine does not report it)."""
+    return lambda s: s.get(key, {}).items()
+
+
 def _capacity(s: Mapping[str, Any]) -> float:
     capacity = s.get("capacity")
     return -1.0 if capacity is None else float(capacity)
+
+
+def _workers(f: _Families, busy: tuple[str, str], healthy: tuple[str, str]) -> Iterator[Metric]:
+    """An engine's workers: each one's busy seconds (`busy`: name and help), and whether
+    all are alive (`healthy`)."""
+    yield f.counter_by(*busy, "worker", lambda s: s["busy"].items())
+    yield f.gauge(*healthy, lambda s: 1 if s["healthy"] else 0)
 
 
 class EngineCollector(Collector):
@@ -103,66 +116,81 @@ class EngineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         f = _Families(self._labels, self._read())
-        yield f.gauge("voxserve_tts_active_streams", "Streams being decoded", lambda s: s["active"])
-        yield f.gauge("voxserve_tts_queued_streams", "Streams waiting for admission", lambda s: s["queued"])
-        yield f.counter("voxserve_tts_rejected", "Streams refused with 429", lambda s: s["rejected"])
-        yield f.counter("voxserve_tts_chunks_decoded", "Vocoder chunks decoded", lambda s: s["chunks"])
-        yield f.counter("voxserve_tts_acoustic_runs", "Stage A runs", lambda s: s["acoustic_runs"])
-        yield f.counter_by(
-            "voxserve_tts_idle_core_units",
-            "Units that used an idle core: run on several threads (way=threads), or a chunk "
-            "decoded beside another of its stream (way=chunks)",
-            "way", lambda s: s.get("idle_core_units", {}).items(),
+        yield from _tts_streams(f)
+        yield from _workers(
+            f,
+            ("voxserve_tts_worker_busy_seconds", "Time each worker spent in inference"),
+            ("voxserve_healthy", "1 while every worker is alive"),
         )
-        yield f.counter_by(
-            "voxserve_tts_admission_held",
-            "Times the engine held a newcomer in admission, by the reason that held it: too "
-            "many streams starting, a live stream about to run dry (lagging), or no room in "
-            "the load budget",
-            "reason", lambda s: s.get("admission_held", {}).items(),
-        )
-        yield f.counter("voxserve_tts_inference_failures", "Failed inference calls", lambda s: s["failures"])
-        yield f.counter_by(
-            "voxserve_tts_worker_busy_seconds", "Time each worker spent in inference", "worker",
-            lambda s: s["busy"].items(),
-        )
-        yield f.gauge("voxserve_healthy", "1 while every worker is alive", lambda s: 1 if s["healthy"] else 0)
-        yield f.gauge(
-            "voxserve_tts_capacity_streams",
-            "Real-time streams the workers sustain at the measured cost (-1 until known)",
-            _capacity,
-        )
-        yield f.gauge_by(
-            "voxserve_tts_model_cost",
-            "Worker-seconds per audio-second of each voice model, recently measured (-1 until known)",
-            "model", lambda s: s.get("costs", {}).items(),
-        )
-        yield f.counter(
-            "voxserve_tts_admission_gated", "Times admission held a stream for capacity", lambda s: s.get("gated", 0)
-        )
-        units = HistogramMetricFamily(
-            "voxserve_tts_step_units",
-            "Units (one stream's stage A or chunk) per device step, by stage; a CPU step holds one",
-            labels=[*self._labels, "stage"],
-        )
-        for values, s in f.rows:
-            for stage, counts in sorted(s.get("step_units", {}).items()):
-                _histogram(units, [*values, stage], counts, _UNIT_BUCKETS)
-        yield units
-        yield f.counter_by(
-            "voxserve_tts_step_frames",
-            "Frames decoded by vocoder steps: the chunks' own (part=kept), the plan's context "
-            "decoded around them and cropped (part=context), the further context a window "
-            "bucket adds (part=bucket), and padding to the longest span of a batched step "
-            "(part=padding)",
-            "part", lambda s: s.get("step_frames", {}).items(),
-        )
-        yield f.gauge(
-            "voxserve_tts_padded_frame_share",
-            "Padding's share of the frames vocoder steps decoded, all four parts of "
-            "voxserve_tts_step_frames_total (-1 before any step)",
-            lambda s: -1.0 if s.get("padded_share") is None else s["padded_share"],
-        )
+        yield from _tts_capacity(f)
+        yield from _tts_steps(f)
+
+
+def _tts_streams(f: _Families) -> Iterator[Metric]:
+    """Streams and the work they made, admission's holds, failures."""
+    yield f.gauge("voxserve_tts_active_streams", "Streams being decoded", lambda s: s["active"])
+    yield f.gauge("voxserve_tts_queued_streams", "Streams waiting for admission", lambda s: s["queued"])
+    yield f.counter("voxserve_tts_rejected", "Streams refused with 429", lambda s: s["rejected"])
+    yield f.counter("voxserve_tts_chunks_decoded", "Vocoder chunks decoded", lambda s: s["chunks"])
+    yield f.counter("voxserve_tts_acoustic_runs", "Stage A runs", lambda s: s["acoustic_runs"])
+    yield f.counter_by(
+        "voxserve_tts_idle_core_units",
+        "Units that used an idle core: run on several threads (way=threads), or a chunk "
+        "decoded beside another of its stream (way=chunks)",
+        "way", _items("idle_core_units"),
+    )
+    yield f.counter_by(
+        "voxserve_tts_admission_held",
+        "Times the engine held a newcomer in admission, by the reason that held it: too "
+        "many streams starting, a live stream about to run dry (lagging), or no room in "
+        "the load budget",
+        "reason", _items("admission_held"),
+    )
+    yield f.counter("voxserve_tts_inference_failures", "Failed inference calls", lambda s: s["failures"])
+
+
+def _tts_capacity(f: _Families) -> Iterator[Metric]:
+    """The measured capacity and costs, and how often admission held a stream for them."""
+    yield f.gauge(
+        "voxserve_tts_capacity_streams",
+        "Real-time streams the workers sustain at the measured cost (-1 until known)",
+        _capacity,
+    )
+    yield f.gauge_by(
+        "voxserve_tts_model_cost",
+        "Worker-seconds per audio-second of each voice model, recently measured (-1 until known)",
+        "model", _items("costs"),
+    )
+    yield f.counter(
+        "voxserve_tts_admission_gated", "Times admission held a stream for capacity", lambda s: s.get("gated", 0)
+    )
+
+
+def _tts_steps(f: _Families) -> Iterator[Metric]:
+    """What the steps held: units per step, frames by part, padding's share."""
+    units = HistogramMetricFamily(
+        "voxserve_tts_step_units",
+        "Units (one stream's stage A or chunk) per device step, by stage; a CPU step holds one",
+        labels=[*f.labels, "stage"],
+    )
+    for values, s in f.rows:
+        for stage, counts in sorted(s.get("step_units", {}).items()):
+            _histogram(units, [*values, stage], counts, _UNIT_BUCKETS)
+    yield units
+    yield f.counter_by(
+        "voxserve_tts_step_frames",
+        "Frames decoded by vocoder steps: the chunks' own (part=kept), the plan's context "
+        "decoded around them and cropped (part=context), the further context a window "
+        "bucket adds (part=bucket), and padding to the longest span of a batched step "
+        "(part=padding)",
+        "part", _items("step_frames"),
+    )
+    yield f.gauge(
+        "voxserve_tts_padded_frame_share",
+        "Padding's share of the frames vocoder steps decoded, all four parts of "
+        "voxserve_tts_step_frames_total (-1 before any step)",
+        lambda s: -1.0 if s.get("padded_share") is None else s["padded_share"],
+    )
 
 
 class ASRCollector(Collector):
@@ -175,25 +203,7 @@ class ASRCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         rows = self._read()
         f = _Families(self._labels, rows)
-        yield f.gauge("voxserve_asr_active_requests", "Requests being transcribed", lambda s: s["requests"])
-        yield f.gauge("voxserve_asr_queue_depth", "Pieces waiting for a batch", lambda s: s["queued"])
-        yield f.gauge("voxserve_asr_segments_in_flight", "Pieces being decoded", lambda s: s["in_flight"])
-        yield f.counter("voxserve_asr_batches", "Decoder batches run", lambda s: s["batches"])
-        yield f.counter(
-            "voxserve_asr_solo_batches", "Batches run alone on --asr-solo-threads threads", lambda s: s["solo_batches"]
-        )
-        yield f.counter("voxserve_asr_segments_decoded", "30 s pieces decoded", lambda s: s["pieces"])
-        yield f.counter(
-            "voxserve_asr_fallbacks", "Pieces decoded again at a higher temperature", lambda s: s["fallbacks"]
-        )
-        yield f.counter(
-            "voxserve_asr_widened", "Pieces decoded again in 30 s after looping in a fitted window",
-            lambda s: s["widened"],
-        )
-        yield f.counter("voxserve_asr_inference_failures", "Failed decoder calls", lambda s: s["failures"])
-        yield f.counter(
-            "voxserve_asr_decoded_audio_seconds", "Audio seconds decoded by the engine", lambda s: s["audio_seconds"]
-        )
+        yield from _asr_decoding(f)
         uploads = _Families(self._labels, [row for row in rows if "upload_bytes" in row[1]])
         if uploads.rows:  # where uploads are read (not on a Ray ASR replica)
             yield uploads.gauge(
@@ -206,17 +216,13 @@ class ASRCollector(Collector):
             )
         sizes = HistogramMetricFamily("voxserve_asr_batch_size", "Pieces per decoder batch", labels=list(self._labels))
         for values, s in rows:
-            batches: Mapping[int, int] = s["batch_sizes"]
-            buckets = [(str(bound), float(sum(n for size, n in batches.items() if size <= bound)))
-                       for bound in _BATCH_BUCKETS]
-            buckets.append(("+Inf", float(sum(batches.values()))))
-            sizes.add_metric(list(values), buckets, float(sum(size * n for size, n in batches.items())))
+            _histogram(sizes, list(values), s["batch_sizes"], _BATCH_BUCKETS)
         yield sizes
-        yield f.counter_by(
-            "voxserve_asr_worker_busy_seconds", "Time each ASR worker spent decoding", "worker",
-            lambda s: s["busy"].items(),
+        yield from _workers(
+            f,
+            ("voxserve_asr_worker_busy_seconds", "Time each ASR worker spent decoding"),
+            ("voxserve_asr_healthy", "1 while every ASR worker is alive"),
         )
-        yield f.gauge("voxserve_asr_healthy", "1 while every ASR worker is alive", lambda s: 1 if s["healthy"] else 0)
         yield f.gauge(
             "voxserve_asr_buffered_audio_seconds",
             "Decoded audio held by transcriptions, against --asr-max-buffered-audio-s",
@@ -226,3 +232,26 @@ class ASRCollector(Collector):
             "voxserve_asr_budget_refused", "Uploads refused with 429 for the audio budget",
             lambda s: s["budget_refused"],
         )
+
+
+def _asr_decoding(f: _Families) -> Iterator[Metric]:
+    """Requests, pieces and batches, and the pieces decoded again."""
+    yield f.gauge("voxserve_asr_active_requests", "Requests being transcribed", lambda s: s["requests"])
+    yield f.gauge("voxserve_asr_queue_depth", "Pieces waiting for a batch", lambda s: s["queued"])
+    yield f.gauge("voxserve_asr_segments_in_flight", "Pieces being decoded", lambda s: s["in_flight"])
+    yield f.counter("voxserve_asr_batches", "Decoder batches run", lambda s: s["batches"])
+    yield f.counter(
+        "voxserve_asr_solo_batches", "Batches run alone on --asr-solo-threads threads", lambda s: s["solo_batches"]
+    )
+    yield f.counter("voxserve_asr_segments_decoded", "30 s pieces decoded", lambda s: s["pieces"])
+    yield f.counter(
+        "voxserve_asr_fallbacks", "Pieces decoded again at a higher temperature", lambda s: s["fallbacks"]
+    )
+    yield f.counter(
+        "voxserve_asr_widened", "Pieces decoded again in 30 s after looping in a fitted window",
+        lambda s: s["widened"],
+    )
+    yield f.counter("voxserve_asr_inference_failures", "Failed decoder calls", lambda s: s["failures"])
+    yield f.counter(
+        "voxserve_asr_decoded_audio_seconds", "Audio seconds decoded by the engine", lambda s: s["audio_seconds"]
+    )

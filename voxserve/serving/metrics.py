@@ -27,6 +27,7 @@ _RTF_BUCKETS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
 _LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 _RTFX_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 50, 75, 100, 200)
 _ASR_LATENCY_BUCKETS = (0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60, 120)
+_REALTIME_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
 class _AgeCollector(Collector):
@@ -64,8 +65,6 @@ def _os_threads() -> int | None:
         return None
     return None
 
-_REALTIME_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0, 3.0, 5.0, 10.0)
-
 
 class _SimDeviceCollector(Collector):
     """The simulated GPU's use since start: device seconds, and calls and the items they
@@ -97,6 +96,17 @@ class Metrics:
         self.requests = Counter(
             "voxserve_http_requests", "HTTP requests by route and status", ["route", "status"], registry=r
         )
+        self._speech(r)
+        self.loop_lag = Histogram(
+            "voxserve_event_loop_lag_seconds", "Event loop scheduling delay", buckets=_LAG_BUCKETS, registry=r
+        )
+        if read_engine is not None:
+            r.register(EngineCollector(lambda: [((), read_engine())]))
+        self._transcription(r)
+        self._realtime(r)
+
+    def _speech(self, r: CollectorRegistry) -> None:
+        """What the speech channels record per stream."""
         self.ttfp = Histogram(
             "voxserve_tts_ttfp_seconds", "Time from request to first audio", buckets=_LATENCY_BUCKETS, registry=r
         )
@@ -118,11 +128,9 @@ class Metrics:
         self.stream_errors = Counter(
             "voxserve_tts_stream_errors", "Streams that failed after audio started", registry=r
         )
-        self.loop_lag = Histogram(
-            "voxserve_event_loop_lag_seconds", "Event loop scheduling delay", buckets=_LAG_BUCKETS, registry=r
-        )
-        if read_engine is not None:
-            r.register(EngineCollector(lambda: [((), read_engine())]))
+
+    def _transcription(self, r: CollectorRegistry) -> None:
+        """What the transcription routes record per request."""
         self.asr_requests = Counter(
             "voxserve_asr_requests", "Transcriptions and translations answered", ["task", "format"], registry=r
         )
@@ -140,6 +148,8 @@ class Metrics:
             buckets=_ASR_LATENCY_BUCKETS, registry=r,
         )
 
+    def _realtime(self, r: CollectorRegistry) -> None:
+        """What live transcription sessions record."""
         self.realtime_sessions = Gauge(
             "voxserve_realtime_sessions", "Open live transcription sessions (/v1/realtime)", registry=r
         )

@@ -73,9 +73,10 @@ from voxserve.serving.live_events import (
 )
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.saved_voices import SavedVoices, default_folder
+from voxserve.serving.service import Upload
 from voxserve.serving.speech import AudioChunk, SpeechParams
 from voxserve.serving.state import new_request_id
-from voxserve.serving.transcription import TranscriptionParams, asr_disabled, observe
+from voxserve.serving.transcription import asr_disabled, observe
 from voxserve.serving.waiting import Gone, unless_gone
 
 __all__ = ["ASRBackend", "Remote", "RemoteState", "RemoteStream", "TTSBackend", "remote_state"]
@@ -235,30 +236,21 @@ class RemoteState:
         if self.remote.asr is None:
             raise asr_disabled()
 
-    async def open_transcription(
-        self,
-        params: TranscriptionParams,
-        data: bytes,
-        request_id: str,
-        started: float,
-        gone: Gone,
-        stream: bool,
-        lease: UploadLease,
-    ) -> _RemoteTranscription:
+    async def open_transcription(self, upload: Upload) -> _RemoteTranscription:
         """The whole upload was read, under the upload budget, before a replica is asked
         for a slot: a client that stalls mid-upload holds a connection here, never a slot
         there. `lease` goes back once the replica has the bytes (or the request failed)."""
         self.check_transcriptions()
-        job = TranscriptionJob(params, data, request_id)
-        if not stream:
-            return _RemoteTranscription(self, job, started, lease, None)  # asked in transcript()
+        job = TranscriptionJob(upload.params, upload.data, upload.request_id)
+        if not upload.stream:
+            return _RemoteTranscription(self, job, upload.started, upload.lease, None)  # asked in transcript()
         try:
             assert self.remote.asr is not None
-            opened = await unless_gone(self.remote.asr.stream(job), gone(), _LEFT)
+            opened = await unless_gone(self.remote.asr.stream(job), upload.gone(), _LEFT)
         finally:
-            lease.release()
+            upload.lease.release()
         self.served("asr", opened.replica)
-        return _RemoteTranscription(self, job, started, lease, opened)
+        return _RemoteTranscription(self, job, upload.started, upload.lease, opened)
 
     def ws_session(self) -> contextlib.AbstractAsyncContextManager[bool]:
         return session_place(self, self.leases)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Protocol
 
 from voxserve.config import ServerConfig
@@ -24,7 +25,7 @@ from voxserve.serving.speech import AudioChunk, SpeechParams
 from voxserve.serving.transcription import TranscriptionParams
 from voxserve.serving.waiting import Gone
 
-__all__ = ["Live", "Service", "Speech", "SpeechLane", "TranscriptionReply"]
+__all__ = ["Live", "Service", "Speech", "SpeechLane", "TranscriptionReply", "Upload"]
 
 
 class Speech(Protocol):
@@ -37,6 +38,22 @@ class Speech(Protocol):
     def chunks(self) -> AsyncGenerator[AudioChunk, None]: ...
 
     def close(self, completed: bool = False) -> None: ...
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A transcription request whose audio was read whole, under the upload budget."""
+
+    params: TranscriptionParams
+    data: bytes
+    request_id: str
+    started: float
+    """When the request arrived (`time.perf_counter`)."""
+    gone: Gone
+    stream: bool
+    """Whether the reply is read as text deltas."""
+    lease: UploadLease
+    """The audio's share of the upload budget, released once the bytes are no longer held."""
 
 
 class TranscriptionReply(Protocol):
@@ -132,18 +149,9 @@ class Service(ServerInfo, Protocol):
         """Refuse now (404 when off, 429 when full), before an upload is read."""
         ...
 
-    async def open_transcription(
-        self,
-        params: TranscriptionParams,
-        data: bytes,
-        request_id: str,
-        started: float,
-        gone: Gone,
-        stream: bool,
-        lease: UploadLease,
-    ) -> TranscriptionReply:
-        """Admit and start a transcription of `data`; `lease` (the upload's share of the
-        budget) is released as soon as the upload is no longer held."""
+    async def open_transcription(self, upload: Upload) -> TranscriptionReply:
+        """Admit and start a transcription of the upload's audio; its lease is released
+        as soon as the audio is no longer held."""
         ...
 
     def speech_lane(self) -> SpeechLane:

@@ -24,7 +24,7 @@ from voxserve.engine.denoise import DenoiseEngine
 from voxserve.engine.devices import sim_device_use
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import TTSEngine
-from voxserve.engine.uploads import UploadBudget, UploadLease
+from voxserve.engine.uploads import UploadBudget
 from voxserve.engine.vad import VADEngine
 from voxserve.serving.catalog import (
     Health,
@@ -43,11 +43,11 @@ from voxserve.serving.live_transcriber import LiveTranscriber
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.realtime import LiveSession
 from voxserve.serving.saved_voices import SavedVoices, default_folder
+from voxserve.serving.service import Upload
 from voxserve.serving.speech import SpeechParams, SpeechStream, open_speech
 from voxserve.serving.speech_session import LocalLane
 from voxserve.serving.transcription import (
     Transcriber,
-    TranscriptionParams,
     TranscriptionStream,
     asr_disabled,
 )
@@ -175,22 +175,15 @@ class AppState:
     def check_transcriptions(self) -> None:
         self.transcriber().admission.refuse_if_full()  # a request refused now skips its upload
 
-    async def open_transcription(
-        self,
-        params: TranscriptionParams,
-        data: bytes,
-        request_id: str,
-        started: float,
-        gone: Gone,
-        stream: bool,
-        lease: UploadLease,
-    ) -> TranscriptionStream:
+    async def open_transcription(self, upload: Upload) -> TranscriptionStream:
         """Take a transcription slot, then decode: the upload's bytes go back to the budget
         once decoded (or refused)."""
         try:
-            return await self.transcriber().open(params, data, request_id, started, gone)
+            return await self.transcriber().open(
+                upload.params, upload.data, upload.request_id, upload.started, upload.gone
+            )
         finally:
-            lease.release()
+            upload.lease.release()
 
     def ws_session(self) -> contextlib.AbstractAsyncContextManager[bool]:
         return session_place(self, None)
