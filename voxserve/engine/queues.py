@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from voxserve.engine.work import BatchedWindows, Latent, ModelProfile, StageInput
 
-__all__ = ["Entry", "Kind", "LatentState", "Queues", "StreamState"]
+__all__ = ["Entry", "Kind", "LatentState", "Queues", "StreamState", "Window"]
 
 Window = tuple[int, int, int, int, int]
 """A chunk's window as `plan_chunk` and `BatchedWindows.window` give it: decode [lo, hi),
@@ -188,22 +188,24 @@ class Queues:
         append = out.append
         live, new = self.live, self.new
         i = j = 0
+        # Each entry is unpacked once, and `stale` is inline: a take passes up to a few
+        # hundred entries under the engine lock.
         while i < len(live) and len(out) < n:  # urgent live units
-            entry = live[i]
-            if entry.version == entry.stream.version:  # not `stale`, inline
-                if entry.deadline - now > slack:
+            deadline, _, _, version, stream = live[i]
+            if version == stream.version:
+                if deadline - now > slack:
                     break
-                append(entry.stream)
+                append(stream)
             i += 1
         while j < len(new) and len(out) < n:
-            entry = new[j]
-            if entry.version == entry.stream.version:
-                append(entry.stream)
+            _, _, _, version, stream = new[j]
+            if version == stream.version:
+                append(stream)
             j += 1
         while i < len(live) and len(out) < n:  # the other live units
-            entry = live[i]
-            if entry.version == entry.stream.version:
-                append(entry.stream)
+            _, _, _, version, stream = live[i]
+            if version == stream.version:
+                append(stream)
             i += 1
         del live[:i]
         del new[:j]
@@ -226,7 +228,7 @@ def _front(entries: list[Entry]) -> Entry | None:
     """The first of sorted `entries` that is not stale, once the stale ones before it are
     dropped; None when none is left."""
     i = 0
-    while i < len(entries) and entries[i].stale:
+    while i < len(entries) and entries[i].version != entries[i].stream.version:  # `stale`
         i += 1
     if i:
         del entries[:i]
