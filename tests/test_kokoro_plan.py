@@ -17,7 +17,8 @@ import pytest
 
 from voxserve.engine.adapters.kokoro import CHUNKING, GROWTH, SENTENCE_CHARS
 from voxserve.engine.admission import room_for
-from voxserve.engine.scheduler import Budget, Scheduler
+from voxserve.engine.cpu_scheduler import CpuScheduler
+from voxserve.engine.scheduler import Budget
 from voxserve.engine.work import (
     AcousticWork,
     Latent,
@@ -59,7 +60,7 @@ def simulate(
         "kokoro", HOP, RATE, chunking, acoustic_s_per_id=ACOUSTIC_S_PER_ID, sentence_chars=SENTENCE_CHARS,
         chunk_growth=growth,
     )
-    sched = Scheduler(credits=4, budget=Budget(acoustic_slots=workers - 1))
+    sched = CpuScheduler(credits=4, budget=Budget(acoustic_slots=workers - 1))
     texts = segment(text, first_max_chars=None, max_chars=SENTENCE_CHARS)
     starts = [0.3 * i for i in range(streams)]
     for i, start in enumerate(starts):

@@ -15,7 +15,7 @@ import pytest
 
 from voxserve.config import TTSConfig
 from voxserve.engine.adapters.piper import OUTPUT_GAIN, PiperVoice
-from voxserve.engine.scheduler import Scheduler
+from voxserve.engine.cpu_scheduler import CpuScheduler
 from voxserve.engine.stream import StreamFailed
 from voxserve.engine.tts import TTSEngine, decode_chunk
 from voxserve.engine.voices import Span
@@ -91,7 +91,7 @@ def test_two_stages_equal_full_model(model: PiperModel, ids: np.ndarray) -> None
 def _chunked(model: PiperModel, z: np.ndarray, chunking: VocoderChunking | None) -> np.ndarray:
     """Decode z through the scheduler's chunk plan, exactly as the engine does."""
     voice = PiperVoice(model, chunking, 1.0)
-    sched = Scheduler(credits=100)
+    sched = CpuScheduler(credits=100)
     sched.add(1, [AcousticInput(np.zeros(3, np.int64), 0, 1, 0)], 0.0, voice.profile)
     work = sched.next_work(0.0)
     assert isinstance(work, AcousticWork)

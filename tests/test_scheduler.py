@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 
 from voxserve.engine.admission import lagging
+from voxserve.engine.batched_scheduler import FURTHER_LOOKS_PER_SLOT, BatchedScheduler
+from voxserve.engine.cpu_scheduler import CpuScheduler
+from voxserve.engine.queues import Entry, Kind, Queues
 from voxserve.engine.scheduler import Budget, Scheduler
 from voxserve.engine.work import (
     AcousticWork,
@@ -38,8 +41,8 @@ def latent(frames: int) -> Latent:
     return Latent(np.zeros((192, frames), dtype=np.float32), frames)
 
 
-def make(credits: int = 4, slack: float = 0.15) -> Scheduler:
-    return Scheduler(credits=credits, urgent_slack=slack)
+def make(credits: int = 4, slack: float = 0.15) -> CpuScheduler:
+    return CpuScheduler(credits=credits, urgent_slack=slack)
 
 
 def start_stream(
@@ -189,7 +192,7 @@ def test_empty_last_segment_still_ends_the_stream() -> None:
     assert chunk is not None and chunk.last and not s.has(1)
 
 
-def _run_until_idle(s: Scheduler, sid: int = 1) -> list[VocoderWork]:
+def _run_until_idle(s: CpuScheduler, sid: int = 1) -> list[VocoderWork]:
     """Run every unit that can run now (stage A yields 40 frames); the chunks run, in order."""
     chunks = []
     while (w := s.next_work(0.0)) is not None:
@@ -301,7 +304,7 @@ def test_a_stream_started_in_a_burst_skips_the_smallest_chunk() -> None:
     """While `burst_waiting` other new streams wait for their first chunk, a stream's
     chunks are 32, 64, 128 frames instead of 16, 32, 64, 128; once fewer wait, the next
     stream starts as usual."""
-    s = Scheduler(credits=100, budget=Budget(burst_waiting=2))
+    s = CpuScheduler(credits=100, budget=Budget(burst_waiting=2))
     for sid in (1, 2, 3):
         s.add(sid, [seg()], 0.0, PIPER)
     spans: dict[int, list[tuple[int, int, int, int]]] = {1: [], 2: [], 3: []}
@@ -330,7 +333,7 @@ def test_plan_chunk_skips_sizes(skip: int, sizes: list[int]) -> None:
 
 
 def test_stage_a_leaves_a_worker_for_the_vocoder() -> None:
-    s = Scheduler(credits=4, budget=Budget(acoustic_slots=1))
+    s = CpuScheduler(credits=4, budget=Budget(acoustic_slots=1))
     start_stream(s, 1, now=0.0, segments=2)
     s.add(2, [seg(100)], 0.0, PIPER)
     s.add(3, [seg(100)], 0.0, PIPER)
@@ -355,7 +358,7 @@ def test_newcomers_stage_a_takes_the_vocoders_worker_while_live_streams_have_tim
     """A burst of new streams starts on every worker while the live ones are well ahead of
     their players, and goes back to one stage A at a time once one would become urgent
     within twice the newcomer's expected stage A time."""
-    s = Scheduler(credits=4, budget=Budget(slots=2, acoustic_slots=1))
+    s = CpuScheduler(credits=4, budget=Budget(slots=2, acoustic_slots=1))
     start_stream(s, 1, now=0.0, segments=2)  # alone: its first chunk has 12 frames
     second = s.next_work(0.0)  # 24 more: 36 frames (418 ms) ahead of its player
     assert isinstance(second, VocoderWork) and second.stream_id == 1
@@ -377,7 +380,7 @@ def test_newcomers_stage_a_takes_the_vocoders_worker_while_live_streams_have_tim
 
 
 def test_urgent_stage_a_is_not_kept_waiting_by_a_chunk_that_is_not() -> None:
-    s = Scheduler(credits=4, budget=Budget(acoustic_slots=1))
+    s = CpuScheduler(credits=4, budget=Budget(acoustic_slots=1))
     start_stream(s, 2, now=0.0)
     ahead = s.next_work(0.0)  # stream 2: 48 frames (557 ms) ahead of its player
     assert isinstance(ahead, VocoderWork) and ahead.stream_id == 2
@@ -521,10 +524,10 @@ PIPER8 = ModelProfile("piper", HOP, RATE, VocoderChunking(idle_first_chunk_frame
 """Piper whose first chunk is 8 frames when alone."""
 
 
-def idle(credits: int = 4, workers: int = 2) -> Scheduler:
+def idle(credits: int = 4, workers: int = 2) -> CpuScheduler:
     """As the engine builds it on a CPU: two workers, stage A leaves one for the vocoder;
     no burst plan (the tests that want it say so)."""
-    return Scheduler(credits=credits, budget=replace(Budget.cpu(workers), burst_waiting=0))
+    return CpuScheduler(credits=credits, budget=replace(Budget.cpu(workers), burst_waiting=0))
 
 
 def test_a_lone_stream_runs_stage_a_on_both_cores_and_holds_them() -> None:
@@ -644,7 +647,7 @@ def test_credits_bound_the_chunks_in_flight() -> None:
 
 
 def test_one_worker_never_runs_two_threads_or_two_chunks() -> None:
-    s = Scheduler(credits=100, budget=Budget(slots=1, spare_threads=2, spare_chunks=2))
+    s = CpuScheduler(credits=100, budget=Budget(slots=1, spare_threads=2, spare_chunks=2))
     s.add(1, [seg()], 0.0, PIPER)
     a = s.next_work(0.0)
     assert isinstance(a, AcousticWork) and a.threads == 1
@@ -761,8 +764,8 @@ def test_a_lone_first_chunk_gets_both_threads_and_the_second_follows() -> None:
 
 
 # -- one ranking, one budget: a batched device's steps -------------------------
-def batched(batch: int = 8, credits: int = 4) -> Scheduler:
-    return Scheduler(credits=credits, budget=Budget.batched(batch))
+def batched(batch: int = 8, credits: int = 4) -> BatchedScheduler:
+    return BatchedScheduler(credits=credits, budget=Budget.batched(batch))
 
 
 def test_a_batched_step_runs_the_new_streams_stage_a_together_then_their_first_chunks() -> None:
@@ -802,7 +805,7 @@ def test_a_batched_step_takes_one_stage_one_model_and_one_window_size() -> None:
 
 
 def test_a_batched_step_is_bounded_by_the_batch_and_the_slots_held() -> None:
-    s = Scheduler(credits=4, budget=Budget.batched(4, steps=2))
+    s = BatchedScheduler(credits=4, budget=Budget.batched(4, steps=2))
     for sid in range(10):
         s.add(sid, [seg()], 0.0, PIPER)
     one, two = s.next_step(0.0), s.next_step(0.0)
@@ -840,8 +843,8 @@ def test_a_batched_device_keeps_the_plans_exact_sizes() -> None:
     level = np.ones(300, dtype=np.float32)
     level[18] = 0.0
     quiet = Latent(np.zeros((192, 300), dtype=np.float32), 300, level=level)
-    for budget, end in ((Budget.batched(8), 16), (Budget(), 18)):
-        s = Scheduler(credits=4, budget=budget)
+    for policy, budget, end in ((BatchedScheduler, Budget.batched(8), 16), (CpuScheduler, Budget(), 18)):
+        s: Scheduler = policy(credits=4, budget=budget)
         s.add(1, [seg()], 0.0, PIPER)
         (a,) = s.next_step(0.0)
         assert isinstance(a, AcousticWork)
@@ -856,7 +859,7 @@ def test_a_batched_step_plans_a_first_chunk_of_a_burst_as_it_is_queued() -> None
     decided as the stream is queued, which sets its window's kind, so that the step that
     claims the burst's first chunks holds one window size. A stream that starts after
     the burst has gone gets the smallest size."""
-    s = Scheduler(credits=4, budget=Budget(slots=16, batch=8, spare_chunks=2, burst_waiting=2))
+    s = BatchedScheduler(credits=4, budget=Budget(slots=16, batch=8, spare_chunks=2, burst_waiting=2))
     for sid in (1, 2, 3):
         s.add(sid, [seg()], 0.0, PIPER)
     stage_a = s.next_step(0.0)
@@ -884,7 +887,7 @@ def test_a_batched_step_plans_a_first_chunk_of_a_burst_as_it_is_queued() -> None
 
 @dataclass
 class _Queued:
-    """What a queue reads of a stream: its version, and the slots `_Queues.push` sets."""
+    """What a queue reads of a stream: its version, and the slots `Queues.push` sets."""
 
     version: int = 0
     queued_vocoder: object = None
@@ -898,17 +901,15 @@ def test_a_queue_takes_in_the_rankings_order(n: int) -> None:
     never; a second take goes on where the first stopped."""
     import random
 
-    from voxserve.engine.scheduler import _Queues
-
     rng = random.Random(n)
     now, slack = 10.0, 0.5
-    q = _Queues(("piper", 48))
+    q = Queues(Kind("piper", 48))
     entries = []
     for sid in rng.sample(range(1000), 80):
         # Deadlines on a coarse grid, so that many tie; a fifth of the entries go stale.
-        entry = (now + rng.randint(-4, 12) * 0.25, sid, False, 0, _Queued())
+        entry = Entry(now + rng.randint(-4, 12) * 0.25, sid, False, 0, _Queued())  # type: ignore[arg-type]
         entries.append(entry)
-        q.push(q.new if sid % 3 == 0 else q.live, entry)  # type: ignore[arg-type]
+        q.push(q.new if sid % 3 == 0 else q.live, entry)
     for entry in entries:
         if rng.random() < 0.2:
             entry[4].version += 1
@@ -931,9 +932,7 @@ def test_a_step_looks_for_further_chunks_a_bounded_number_of_times() -> None:
     """A step with room left plans at most `FURTHER_LOOKS_PER_SLOT` next windows per free
     slot in looking for further chunks of its kind, however many streams it holds: each
     look is a window's planning under the engine lock, and most are of another kind."""
-    from voxserve.engine.scheduler import FURTHER_LOOKS_PER_SLOT
-
-    s = Scheduler(credits=100, budget=Budget.batched(14))
+    s = BatchedScheduler(credits=100, budget=Budget.batched(14))
     for sid in range(12):
         s.add(sid, [seg()], 0.0, PIPER)
     for w in s.next_step(0.0):

@@ -16,7 +16,8 @@ import pytest
 
 from tests.conftest import RunningServer
 from voxserve.engine.adapters import kokoro, piper
-from voxserve.engine.scheduler import Budget, Scheduler
+from voxserve.engine.batched_scheduler import BatchedScheduler
+from voxserve.engine.scheduler import Budget
 from voxserve.engine.tts import step_frames_of
 from voxserve.engine.work import (
     AcousticWork,
@@ -51,7 +52,7 @@ class Device:
 
     def __init__(self, streams: int, bucketed: bool = True, kokoro_step_frames: int | None = None):
         self.rng = random.Random(7)
-        self.sched = Scheduler(credits=4, budget=Budget.batched(128))
+        self.sched = BatchedScheduler(credits=4, budget=Budget.batched(128))
         self.profiles = [p if bucketed else dataclasses.replace(p, window_buckets=()) for p in (KOKORO, PIPER)]
         self.profiles[0] = dataclasses.replace(self.profiles[0], step_frames=kokoro_step_frames)
         self.sentences: dict[int, list[Sentence]] = {}
@@ -159,7 +160,7 @@ def test_a_steps_spans_are_its_bucket_where_the_latent_has_the_frames(bucketed: 
 def test_the_kept_frames_of_a_latent_tile_it_exactly() -> None:
     """Bucketing moves only the context: the chunks of a stream keep every frame of each
     latent once, in order, so the crops yield the stream's samples exactly."""
-    s = Scheduler(credits=100, budget=Budget.batched(8))
+    s = BatchedScheduler(credits=100, budget=Budget.batched(8))
     frames = [230, 61, 140]
     s.add(1, [Sentence(np.zeros(30, np.int64), f) for f in frames], 0.0, KOKORO)
     kept: dict[int, list[tuple[int, int]]] = {}

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from voxserve.engine.adapters import kokoro, piper
-from voxserve.engine.scheduler import Budget, Scheduler
+from voxserve.engine.batched_scheduler import BatchedScheduler
+from voxserve.engine.scheduler import Budget
 from voxserve.engine.work import AcousticWork, Latent, ModelProfile, VocoderWork, Work
 from voxserve.runners.kokoro.onnx_runner import HOP, SAMPLE_RATE
 from voxserve.serving.collector import collector_policy
@@ -79,7 +80,7 @@ class Sentence:
 class Sim:
     def __init__(self, streams: int, models: list[str], seed: int = 1):
         self.rng = random.Random(seed)
-        self.sched = Scheduler(credits=4, budget=Budget.batched(128))
+        self.sched = BatchedScheduler(credits=4, budget=Budget.batched(128))
         self.profiles = {name: profile(name) for name in models}
         self.models = models
         self.now = 0.0

@@ -35,8 +35,10 @@ from voxserve.engine.admission import (
     room_for,
     stream_capacity,
 )
+from voxserve.engine.batched_scheduler import BatchedScheduler
 from voxserve.engine.cores import SharedCores
 from voxserve.engine.cost import CostMeter
+from voxserve.engine.cpu_scheduler import CpuScheduler
 from voxserve.engine.devices import BATCHED_DEVICES, resolve_device
 from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.scheduler import CREDITS, Budget, Scheduler
@@ -446,7 +448,8 @@ class TTSEngine(WorkerEngine):
         """The model OpenAI's model names mean when no loaded model claims them."""
         self._clock = clock
         self._cond = threading.Condition()
-        self._sched = Scheduler(credits=CREDITS, budget=budget)
+        policy = BatchedScheduler if budget.stepped else CpuScheduler  # one unit or a batch a step
+        self._sched: Scheduler = policy(credits=CREDITS, budget=budget)
         self._outputs: dict[int, _Output] = {}
         self._ids = itertools.count(1)
         self._stopping = False
