@@ -28,9 +28,8 @@ batch fills instead: pieces of every width share it, padded to the widest, and a
 group waits up to one batch's time for company (`engine/asr_sizing.py`); pieces arrive
 as raw audio, whose log-mel the runner computes for the whole batch (`AudioInput`).
 
-Audio work (decode, cut, and log-mel on a CPU) is not done here: `prepare` and `piece`
-are steps that callers run in their audio pool (`engine/asr_audio.py`). What each model
-costs is followed in `engine/asr_costs.py`. This module knows nothing of HTTP.
+Callers run the audio work (decode, cut, log-mel on a CPU) in their audio pool
+(`engine/asr_audio.py`); each model's cost is followed in `engine/asr_costs.py`. No HTTP.
 """
 
 from __future__ import annotations
@@ -116,12 +115,11 @@ SEGMENTS_AHEAD = 16
 """Pieces of one request whose features may wait in the engine: bounds a long file's
 memory while keeping every worker fed."""
 EVEN_PIECE_S = 14.0
-"""A file of a few 30 s pieces is cut again into even pieces of at most this many
-seconds, in one shorter window, so the workers finish together and the encoder does less
-work (docs/ASR.md). 0: 30 s pieces."""
+"""A file of a few 30 s pieces is cut again into even pieces of at most this many seconds,
+in one shorter window, so the workers finish together (docs/ASR.md). 0: 30 s pieces."""
 FITTED_WINDOWS = True
 """Encode a file piece shorter than 30 s in a window fitted to it (below), not Whisper's
-30 s: about a third of the decode time at the same WER. Live turns always use them."""
+30 s, as the encoder's work grows with the window and the words stay the same. Live: always."""
 
 
 @dataclass(frozen=True)
