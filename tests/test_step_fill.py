@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import RunningServer
 from voxserve.engine.adapters import kokoro, piper
 from voxserve.engine.scheduler import Budget, Scheduler
-from voxserve.engine.tts import step_frames_of
+from voxserve.engine.tts_stats import step_frames_of
 from voxserve.engine.work import (
     AcousticWork,
     BatchedWindows,

@@ -24,7 +24,8 @@ from voxserve.config import ASRConfig
 from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.admission import TARGET_UTILIZATION
 from voxserve.engine.stream import StreamItem
-from voxserve.engine.tts import TTSEngine, load_models
+from voxserve.engine.tts import TTSEngine
+from voxserve.engine.tts_models import load_models
 from voxserve.engine.voices import VoiceModel
 from voxserve.errors import NotFound
 from voxserve.serving.catalog import speech_model, speech_model_ids

@@ -23,9 +23,10 @@ import numpy as np
 from voxserve.audio.encode import StreamEncoder, make_encoder
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
+from voxserve.engine.output import StreamHandle
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.stream import FirstPacket, StreamFailed
-from voxserve.engine.tts import PreparedText, StreamHandle, TTSEngine
+from voxserve.engine.tts import PreparedText, TTSEngine
 from voxserve.engine.words import WordTime
 from voxserve.serving.catalog import markup_voice, speech_voice
 from voxserve.serving.failures import raise_failure

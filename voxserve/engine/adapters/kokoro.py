@@ -26,8 +26,8 @@ from typing import Protocol
 
 import numpy as np
 
-from voxserve.config import TTSConfig, precision_refusal
-from voxserve.engine.devices import resolve_device
+from voxserve.config import TTSConfig
+from voxserve.engine.adapters.base import VoiceAdapter
 from voxserve.engine.voices import OPENAI_VOICES, Span, Voice
 from voxserve.engine.words import word_frames
 from voxserve.engine.work import Latent, ModelProfile, VocoderChunking
@@ -230,16 +230,13 @@ class KokoroItem:
     """Each word and the range of `ids` it produced, for word timings."""
 
 
-class KokoroVoice:
+class KokoroVoice(VoiceAdapter[KokoroRuntime]):
     """A loaded Kokoro model as a `VoiceModel[KokoroItem]`."""
 
+    MODEL_IDS = ("tts-1-hd", "kokoro")
+
     def __init__(self, model: KokoroRuntime, output_gain: float = 1.0):
-        self.model = model
-        self._g2p = KokoroG2P(KOKORO_VOCAB)
-        # The Mandarin and Japanese dictionaries load now, not in a first request: about
-        # 2 s and 145 MB (docs/KOKORO.md). A reader that cannot load refuses its language.
-        load_readers()
-        self._profile = ModelProfile(
+        profile = ModelProfile(
             NAME,
             HOP,
             SAMPLE_RATE,
@@ -252,59 +249,44 @@ class KokoroVoice:
             window_buckets=WINDOW_BUCKETS,
             step_frames=STEP_FRAMES,
         )
-        self._gain = output_gain
-        self._voices = [
+        voices = [
             KokoroVoiceRef(v.name, NAME, None, v.language, v.gender, ((v.name, 1.0),))
             for v in model.voices.values()
         ]
-        by_name = {v.name: v for v in self._voices}
+        by_name = {v.name: v for v in voices}
+        aliases = {alias: by_name[target] for alias, target in ALIASES.items() if target in by_name}
+        assert set(aliases) == set(OPENAI_VOICES), "every OpenAI voice name needs a Kokoro voice"
+        super().__init__(model, NAME, profile, output_gain, voices, aliases)
         self._by_name = by_name
-        self._aliases = {alias: by_name[target] for alias, target in ALIASES.items() if target in by_name}
-        assert set(self._aliases) == set(OPENAI_VOICES), "every OpenAI voice name needs a Kokoro voice"
+        self._g2p = KokoroG2P(KOKORO_VOCAB)
+        # The Mandarin and Japanese dictionaries load now, not in a first request: about
+        # 2 s and 145 MB (docs/KOKORO.md). A reader that cannot load refuses its language.
+        load_readers()
         self._styles: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
 
+    # -- loading (`VoiceAdapter.load` chooses the runtime) ------------------------------
     @classmethod
-    def load(cls, config: TTSConfig) -> KokoroVoice:
-        """ONNX Runtime on the CPU, or the torch runners where the TTS runtime resolves
-        to torch (`--tts-runtime torch`, or a GPU with `auto`); torch is imported only then."""
-        device, runtime = resolve_device(config.device, config.runtime, "onnx")
-        if runtime == "sim":
-            from voxserve.runners.sim.kokoro import SimKokoroModel
+    def onnx_model(cls, config: TTSConfig) -> KokoroRuntime:
+        return KokoroModel(cache_dir=config.cache_dir)
 
-            return cls(SimKokoroModel(config.sim_graphs, speed=config.sim_speed))
-        if runtime == "torch":
-            from voxserve.runners.kokoro.torch_runner import TorchKokoroModel
+    @classmethod
+    def torch_model(cls, config: TTSConfig, device: str) -> KokoroRuntime:
+        from voxserve.runners.kokoro.torch_runner import TorchKokoroModel
 
-            return cls(TorchKokoroModel(device=device, dtype=config.precision, cache_dir=config.cache_dir))
-        if config.precision != "float32":
-            raise ValueError(precision_refusal(config.precision))
-        return cls(KokoroModel(cache_dir=config.cache_dir))
+        return TorchKokoroModel(device=device, dtype=config.precision, cache_dir=config.cache_dir)
 
-    # -- VoiceModel --------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return NAME
+    @classmethod
+    def sim_model(cls, config: TTSConfig) -> KokoroRuntime:
+        from voxserve.runners.kokoro.sim_runner import SimKokoroModel
 
-    @property
-    def model_ids(self) -> tuple[str, ...]:
-        return ("tts-1-hd", "kokoro")
+        return SimKokoroModel(config.sim_graphs, speed=config.sim_speed)
 
-    @property
-    def profile(self) -> ModelProfile:
-        return self._profile
+    @classmethod
+    def around(cls, model: KokoroRuntime, config: TTSConfig) -> KokoroVoice:
+        return cls(model)
 
-    @property
-    def output_gain(self) -> float:
-        return self._gain
-
-    @property
-    def voices(self) -> Sequence[Voice]:
-        return self._voices
-
-    def aliases(self) -> Mapping[str, Voice]:
-        return self._aliases
-
+    # -- VoiceModel (the rest: `VoiceAdapter`) ------------------------------------------
     def resolve_voice(self, name: str) -> Voice:
         """A voice's own name, an OpenAI name, or a blend `a(2)+b(1)` (weights default 1)."""
         found = self._by_name.get(name) or self._aliases.get(name.lower())
@@ -407,12 +389,6 @@ class KokoroVoice:
             size = (s.hi - s.lo) * HOP
             out.append(audio if len(audio) == size else np.pad(audio, (0, size - len(audio))))
         return out
-
-    def capture_graphs(self, window_frames: Sequence[int], max_batch: int) -> None:
-        """The torch runners capture their decoder graphs (on CUDA); the other runtimes have none."""
-        capture = getattr(self.model, "capture_graphs", None)
-        if capture is not None:
-            capture(window_frames, max_batch)
 
 
 def _cuts(n: int, words: list[tuple[int, int]]) -> list[tuple[int, int]]:
