@@ -66,17 +66,21 @@ log = logging.getLogger(__name__)
 
 FIRST_SEGMENT_CHARS = 60
 """A first sentence longer than this is cut at a clause so that its stage A, which cannot
-stream, ends early (models without `sentence_chars`: Piper; Kokoro speaks whole sentences)."""
+stream, ends early (for a model without `sentence_chars`; one with it speaks whole
+sentences)."""
 
 MAX_SEGMENT_CHARS = 200
 """Longer sentences are cut at clauses (then spaces): a long stage A holds a core for
-hundreds of milliseconds while other streams wait (not for Kokoro, as above)."""
+hundreds of milliseconds while other streams wait (a model with `sentence_chars` cuts
+at its own length instead)."""
 
 CAPACITY_ROUNDS = 4
 """Times a batched device's capacity is read again at the batch its streams would make
-(`TTSEngine.capacity_streams`). On the sim's curves a cold read (Piper: 232 streams at
-a step of one) overshoots once (6,296 at a step of 128) and settles at the second
-(2,572); four leave room for a curve that is less even."""
+(`TTSEngine.capacity_streams`). A cold read, at the cost of a step of one, undercounts;
+read again at the batch that many streams make, it overshoots, and the reads after
+settle where the streams and their batch agree. Four leave room for a curve less even
+than the simulated device's, whose figures are in docs/BENCHMARKS.md ("Tuning
+constants")."""
 
 STEPS_IN_FLIGHT = 2
 """Threads that drive a batched device: one step runs while the next is gathered and its

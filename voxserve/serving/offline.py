@@ -154,7 +154,7 @@ class VoiceCatalog:
 
 
 def voice_catalog(voice_dir: Path | None, cache_dir: Path | None) -> VoiceCatalog:
-    """The voices of the bundled voice, or of the one Piper voice in `voice_dir`; no
-    engine is started."""
+    """The voices of the default voice model, with its voice from `voice_dir` where one
+    is given; no engine is started."""
     engine = TTSEngine(TTSConfig(voice_dir=voice_dir, cache_dir=cache_dir))
     return VoiceCatalog(engine.default_model.name, engine.sample_rate, voice_list(engine))

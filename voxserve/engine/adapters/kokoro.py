@@ -107,12 +107,13 @@ statistics are taken over."""
 STEP_FRAMES = 8192
 """The most frames (windows times their bucket) one batched decoder step holds
 (`ModelProfile.step_frames`): 136 windows of the first bucket, 36 of the fifth, 26 of the
-largest; about 132 ms of an H200 by the simulated device's cost model. Without a bound, a
-step of 128 of the largest windows holds the device for ~600 ms, and two such steps in
-flight make every new stream wait for both. At 256 sim streams this bound kept 33-40 units
-a decoder step over six runs (38-46 without it) and the throughput, and halved the engine's share of
-first audio at p99 for the streams that started after the opening burst; 4096 fell to 23
-units a step (docs/BENCHMARKS.md)."""
+largest. A step holds the device for as long as its frames take, and two steps are in
+flight (`engine/tts.py: STEPS_IN_FLIGHT`), so a new stream's first window and an urgent
+chunk can wait behind two whole steps: the bound keeps a step of large windows short
+enough that first audio does not wait on it, and leaves steps large enough to stay
+cheap per unit: a smaller bound splits the same units over more steps, each paying a
+step's fixed cost. Its figures: docs/BENCHMARKS.md ("A decoder step holds at most 8192
+frames")."""
 
 CROSSFADE = HOP
 """Samples (one frame, 25 ms) over which two windows of a sentence are crossfaded: a hard
