@@ -1,12 +1,17 @@
-"""The TTS engine: text preparation, inference worker threads and per-stream output.
+"""The TTS engine: text preparation, the inference worker threads, and the load that
+admission reads.
 
-It wires the pure scheduler to the voice models it loaded (`--tts-models`; each one a
-`voxserve.engine.voices.VoiceModel`). Workers block on one condition variable and run
-whatever `Scheduler.next_work` hands them, on the model of the work's stream; ONNX
-Runtime releases the GIL, so N workers decode N chunks at once. Each model's cost
-(worker-seconds per audio-second) is measured apart, and admission weighs every live
-stream by its model's cost. This module knows nothing of HTTP or asyncio beyond handing a
-loop to the output streams.
+It wires the pure scheduler to the voice models it loaded (`--tts-models`, by the
+families `engine/tts_models.py` names; each one a `voxserve.engine.voices.VoiceModel`).
+Its other parts sit beside it: each stream's output (`engine/output.py`), the warm-up
+(`engine/tts_warmup.py`), its counters (`engine/tts_stats.py`) and admission's grants
+not yet submitted (`engine/tts_admitted.py`).
+
+Workers block on one condition variable and run whatever `Scheduler.next_work` hands
+them, on the model of the work's stream; ONNX Runtime releases the GIL, so N workers
+decode N chunks at once. Each model's cost (worker-seconds per audio-second) is measured
+apart, and admission weighs every live stream by its model's cost. This module knows
+nothing of HTTP or asyncio beyond handing a loop to the output streams.
 """
 
 from __future__ import annotations
