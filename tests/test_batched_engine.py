@@ -16,7 +16,9 @@ import pytest
 from tests.voice_support import HookedVoice
 from voxserve.config import TTSConfig
 from voxserve.engine.scheduler import Budget
-from voxserve.engine.tts import TTSEngine, load_models, stream_batch
+from voxserve.engine.tts import TTSEngine
+from voxserve.engine.tts_models import load_models
+from voxserve.engine.tts_stats import stream_batch
 from voxserve.engine.voices import VoiceModel
 
 TEXTS = (

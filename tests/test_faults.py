@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import RunningServer, run_server, tts_config
 from tests.voice_support import HookedVoice, StageHook
 from voxserve.config import ASRConfig
-from voxserve.engine.tts import TTSEngine, load_models
+from voxserve.engine.tts import TTSEngine
+from voxserve.engine.tts_models import load_models
 
 TEXT = "One sentence here. And another sentence follows it. Then a third one closes the text."
 

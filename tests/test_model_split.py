@@ -16,8 +16,9 @@ import pytest
 from voxserve.config import TTSConfig
 from voxserve.engine.adapters.piper import OUTPUT_GAIN, PiperVoice
 from voxserve.engine.cpu_scheduler import CpuScheduler
+from voxserve.engine.output import decode_chunk
 from voxserve.engine.stream import StreamFailed
-from voxserve.engine.tts import TTSEngine, decode_chunk
+from voxserve.engine.tts import TTSEngine
 from voxserve.engine.voices import Span
 from voxserve.engine.work import AcousticWork, Latent, VocoderChunking, VocoderWork
 from voxserve.runners.piper.onnx_runner import (

@@ -21,10 +21,10 @@ from voxserve.config import ASRConfig, TTSConfig
 from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.devices import resolve_device
 from voxserve.runners.kokoro.onnx_runner import KokoroInput, KokoroModel, style_row
+from voxserve.runners.kokoro.sim_runner import SimKokoroModel
+from voxserve.runners.piper.sim_runner import SimPiperModel, SimPiperVocoder
 from voxserve.runners.sim.costs import PIPER_VOCODER, SOURCES, STAGES, Source
 from voxserve.runners.sim.device import SimDevice, host_work, sim_device
-from voxserve.runners.sim.kokoro import SimKokoroModel
-from voxserve.runners.sim.piper import SimPiperModel, SimPiperVocoder
 from voxserve.runners.sim.steps import TONE_LEVEL, SimStage
 from voxserve.text.kokoro_g2p import KokoroG2P
 from voxserve.text.kokoro_vocab import KOKORO_VOCAB

@@ -18,7 +18,7 @@ from tests.conftest import RunningServer
 from voxserve.engine.adapters import kokoro, piper
 from voxserve.engine.batched_scheduler import BatchedScheduler
 from voxserve.engine.scheduler import Budget
-from voxserve.engine.tts import step_frames_of
+from voxserve.engine.tts_stats import step_frames_of
 from voxserve.engine.work import (
     AcousticWork,
     BatchedWindows,

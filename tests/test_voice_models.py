@@ -24,7 +24,8 @@ from voxserve.config import ASRConfig
 from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.admission import TARGET_UTILIZATION
 from voxserve.engine.stream import StreamItem
-from voxserve.engine.tts import TTSEngine, load_models
+from voxserve.engine.tts import TTSEngine
+from voxserve.engine.tts_models import claiming, load_models
 from voxserve.engine.voices import VoiceModel
 from voxserve.errors import NotFound
 from voxserve.serving.catalog import speech_model, speech_model_ids
@@ -161,3 +162,11 @@ def test_model_ids_resolve_in_one_place(two_models: RunningServer) -> None:
 def test_unknown_model_kind_is_refused_at_start() -> None:
     with pytest.raises(ValueError, match="--tts-models takes piper"):
         load_models(tts_config(models=("piper", "nope")).tts)
+
+
+def test_the_registry_says_which_family_claims_a_model_id_without_loading_it() -> None:
+    """An offline command loads only the family a request's model id needs."""
+    assert claiming("tts-1", ("kokoro", "piper")) == ("piper",)
+    assert claiming("tts-1-hd", ("piper", "kokoro")) == ("kokoro",)
+    assert claiming("gpt-4o-mini-tts", ("piper", "kokoro")) == ()
+    assert claiming("tts-1", ("nope",)) == ()

@@ -31,7 +31,8 @@ import numpy as np
 from voxserve.bench.metrics import normalize_text, summarize, word_error_rate
 from voxserve.config import TTSConfig
 from voxserve.engine.adapters.kokoro import CHUNKING, GROWTH, LEAD_FRAMES, KokoroVoice
-from voxserve.engine.tts import TTSEngine, crossfade
+from voxserve.engine.output import crossfade
+from voxserve.engine.tts import TTSEngine
 from voxserve.engine.voices import Span
 from voxserve.engine.work import Latent, VocoderChunking, plan_chunk
 from voxserve.runners.kokoro.onnx_runner import HOP, SAMPLE_RATE, KokoroInput, list_voices

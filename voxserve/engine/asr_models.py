@@ -95,7 +95,7 @@ def _whisper(config: ASRConfig, device: str, runtime: str, which: str | Path) ->
         model_dir, name = which, None
     runner: WhisperModel
     if runtime == "sim":
-        from voxserve.runners.sim.whisper import SimWhisperRunner
+        from voxserve.runners.whisper.sim_runner import SimWhisperRunner
 
         runner = SimWhisperRunner(model_dir)
     elif runtime == "torch":

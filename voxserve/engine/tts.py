@@ -1,12 +1,17 @@
-"""The TTS engine: text preparation, inference worker threads and per-stream output.
+"""The TTS engine: text preparation, the inference worker threads, and the load that
+admission reads.
 
-It wires the pure scheduler to the voice models it loaded (`--tts-models`; each one a
-`voxserve.engine.voices.VoiceModel`). Workers block on one condition variable and run
-whatever `Scheduler.next_work` hands them, on the model of the work's stream; ONNX
-Runtime releases the GIL, so N workers decode N chunks at once. Each model's cost
-(worker-seconds per audio-second) is measured apart, and admission weighs every live
-stream by its model's cost. This module knows nothing of HTTP or asyncio beyond handing a
-loop to the output streams.
+It wires the pure scheduler to the voice models it loaded (`--tts-models`, by the
+families `engine/tts_models.py` names; each one a `voxserve.engine.voices.VoiceModel`).
+Its other parts sit beside it: each stream's output (`engine/output.py`), the warm-up
+(`engine/tts_warmup.py`), its counters (`engine/tts_stats.py`) and admission's grants
+not yet submitted (`engine/tts_admitted.py`).
+
+Workers block on one condition variable and run whatever `Scheduler.next_work` hands
+them, on the model of the work's stream; ONNX Runtime releases the GIL, so N workers
+decode N chunks at once. Each model's cost (worker-seconds per audio-second) is measured
+apart, and admission weighs every live stream by its model's cost. This module knows
+nothing of HTTP or asyncio beyond handing a loop to the output streams.
 """
 
 from __future__ import annotations
@@ -16,18 +21,14 @@ import itertools
 import logging
 import threading
 import time
-from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import soxr
 
 from voxserve.config import TTSConfig
-from voxserve.engine.adapters.kokoro import KokoroVoice
-from voxserve.engine.adapters.piper import PiperVoice
 from voxserve.engine.admission import (
     TARGET_UTILIZATION,
     LoadView,
@@ -41,6 +42,7 @@ from voxserve.engine.cost import CostMeter
 from voxserve.engine.cpu_scheduler import CpuScheduler
 from voxserve.engine.devices import BATCHED_DEVICES, resolve_device
 from voxserve.engine.lifecycle import WorkerEngine
+from voxserve.engine.output import StreamHandle, StreamOutput, decode_chunks, fades
 from voxserve.engine.scheduler import CREDITS, Budget, Scheduler
 from voxserve.engine.script import (
     Piece,
@@ -50,99 +52,46 @@ from voxserve.engine.script import (
     silences_of,
     tag_voice,
 )
-from voxserve.engine.stream import ChunkStream, FirstPacket, StreamItem
-from voxserve.engine.voices import Span, Voice, VoiceModel
-from voxserve.engine.words import WordTime, word_times
+from voxserve.engine.stream import ChunkStream
+from voxserve.engine.tts_admitted import Admitted
+from voxserve.engine.tts_models import by_name, load_models
+from voxserve.engine.tts_stats import EngineStats, stream_batch
+from voxserve.engine.tts_warmup import WarmUp, longest_segment
+from voxserve.engine.voices import Voice, VoiceModel
 from voxserve.engine.work import (
     AcousticWork,
-    ModelProfile,
     StageInput,
-    VocoderChunking,
     VocoderWork,
     Work,
 )
 from voxserve.errors import InvalidRequest, ServerError, Unavailable
 from voxserve.text.split import normalize, segment
 
-__all__ = [
-    "MODEL_LOADERS",
-    "PreparedText",
-    "StreamHandle",
-    "TTSEngine",
-    "decode_chunk",
-    "decode_chunks",
-    "load_models",
-    "step_frames_of",
-    "stream_batch",
-]
+__all__ = ["FIRST_SEGMENT_CHARS", "MAX_SEGMENT_CHARS", "PreparedText", "TTSEngine"]
 
 log = logging.getLogger(__name__)
 
-MODEL_LOADERS: dict[str, Callable[[TTSConfig], VoiceModel[Any]]] = {
-    "piper": PiperVoice.load,
-    "kokoro": KokoroVoice.load,
-}
-"""The voice models `--tts-models` may name, each with what loads it from the config."""
-
-
 FIRST_SEGMENT_CHARS = 60
 """A first sentence longer than this is cut at a clause so that its stage A, which cannot
-stream, ends early (models without `sentence_chars`: Piper; Kokoro speaks whole sentences)."""
+stream, ends early (for a model without `sentence_chars`; one with it speaks whole
+sentences)."""
 
 MAX_SEGMENT_CHARS = 200
 """Longer sentences are cut at clauses (then spaces): a long stage A holds a core for
-hundreds of milliseconds while other streams wait (not for Kokoro, as above)."""
+hundreds of milliseconds while other streams wait (a model with `sentence_chars` cuts
+at its own length instead)."""
 
 CAPACITY_ROUNDS = 4
 """Times a batched device's capacity is read again at the batch its streams would make
-(`TTSEngine.capacity_streams`). On the sim's curves a cold read (Piper: 232 streams at
-a step of one) overshoots once (6,296 at a step of 128) and settles at the second
-(2,572); four leave room for a curve that is less even."""
+(`TTSEngine.capacity_streams`). A cold read, at the cost of a step of one, undercounts;
+read again at the batch that many streams make, it overshoots, and the reads after
+settle where the streams and their batch agree. Four leave room for a curve less even
+than the simulated device's, whose figures are in docs/BENCHMARKS.md ("Tuning
+constants")."""
 
 STEPS_IN_FLIGHT = 2
 """Threads that drive a batched device: one step runs while the next is gathered and its
 inputs are copied, so the device does not wait on Python between steps."""
-
-WARM_BATCH = 16
-"""On a batched device, warm-up also runs this many streams at once, then a full step."""
-
-WARM_TEXTS = (
-    "Warming up the voice: one, two, three, four, five, six, seven.",
-    "A short one.",
-    (
-        "The quick brown fox jumps over a lazy dog near the quiet river bank, and then it "
-        "rests. It sleeps until the sun comes up again."
-    ),
-    (
-        "Numbers help too: twelve, forty, a hundred and six. Then a pause. Then a much longer "
-        "sentence follows, so that this stream is still speaking when the short ones are done."
-    ),
-    "Hello there. How are you today? I am fine, thank you.",
-)
-"""What the streams of a batched device's warm-up say, in turn: texts of different
-lengths and sentence counts, so that at any moment the streams stand at different points
-of their chunk plans and the steps hold what steps under real traffic hold."""
-
-UNITS_WEIGHT = 0.05
-"""Weight of each vocoder step in a model's mean units per step (`EngineStats.units`):
-the mean follows the last few dozen steps, the batch that steps hold under the load of
-now."""
-
-WARM_LONG_COST = 0.25
-"""Start-up warms every worker with a longest segment only for a model cheaper than this
-(worker-seconds per second of audio): Piper costs ~0.08, Kokoro ~0.55, for which it would
-hold start-up for seconds; a costly model's arenas grow under its first streams instead."""
-
-
-def load_models(config: TTSConfig) -> list[VoiceModel[Any]]:
-    """Load the models `config.models` names, in order (the first is the default)."""
-    unknown = [kind for kind in config.models if kind not in MODEL_LOADERS]
-    if unknown:
-        raise ValueError(
-            f"unknown TTS model {', '.join(unknown)}; --tts-models takes {', '.join(MODEL_LOADERS)}"
-        )
-    return [MODEL_LOADERS[kind](config) for kind in dict.fromkeys(config.models)]
-
 
 @dataclass(frozen=True)
 class PreparedText:
@@ -161,253 +110,9 @@ class PreparedText:
     the stream."""
 
 
-@dataclass
-class StreamHandle:
-    id: int
-    stream: ChunkStream
-    sample_rate: int
-    request_id: str
-
-
-@dataclass
-class _Output:
-    """Per-stream post-processing state. Chunks of one stream may be decoded at once and
-    finish in any order; `deliver` passes them on in sequence under the output's lock, so
-    the word offsets, the resampler and the writer see them in order."""
-
-    handle: StreamHandle
-    model: VoiceModel[Any]
-    resampler: soxr.ResampleStream | None
-    gain: float
-    submitted: float = 0.0
-    """`time.perf_counter` at submit, for the first packet's timing."""
-    samples_out: int = 0
-    segment: int = -1
-    """The segment of the last chunk finished."""
-    model_samples: int = 0
-    """Samples finished so far at the model's own rate: where the next segment starts."""
-    acoustic_span: tuple[float, float, int] | None = None
-    """The first segment's stage A: start, end (perf_counter) and threads."""
-    decode_span: tuple[float, float, int] | None = None
-    """The first chunk's decode: start, end (perf_counter) and threads."""
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    pending: dict[int, tuple[VocoderWork, np.ndarray]] = field(default_factory=dict)
-    """Decoded chunks waiting for an earlier one, by sequence number."""
-    held: np.ndarray | None = None
-    """The last chunk's tail, held back to crossfade with the next chunk's head."""
-    next_seq: int = 0
-    silences: dict[int, tuple[int, int]] = field(default_factory=dict)
-    """Samples of silence (model rate) before and after a segment's audio, by segment,
-    where markup asked for a pause (`engine/script.py`)."""
-    segments: int = 0
-    """Segments handed to the stream so far."""
-
-    def take_segments(self, items: Sequence[StageInput]) -> list[StageInput]:
-        """Note the silence of the stream's next segments; returns the model's own items."""
-        inputs, silences = silences_of(items)
-        for at, pair in enumerate(silences, self.segments):
-            if pair != (0, 0):
-                self.silences[at] = pair
-        self.segments += len(inputs)
-        return inputs
-
-    def silence(self, work: VocoderWork) -> tuple[int, int]:
-        """Samples of silence that go before and after this chunk: its segment's, at the
-        segment's first and last chunk."""
-        pair = self.silences.get(work.segment)
-        if pair is None:
-            return 0, 0
-        return (pair[0] if work.start == 0 else 0), (pair[1] if work.end >= work.latent.frames else 0)
-
-    def deliver(self, work: VocoderWork, pcm: np.ndarray) -> None:
-        """Hand a decoded chunk on once every earlier chunk of the stream has gone. A
-        chunk that overlaps the next one (`fades`) keeps its tail back until that one
-        comes, to crossfade the two; so each chunk sends as many samples as its frames
-        hold, shifted by half the overlap."""
-        with self.lock:
-            self.pending[work.seq] = (work, pcm)
-            while self.next_seq in self.pending:
-                ready, samples = self.pending.pop(self.next_seq)
-                self.next_seq += 1
-                head, tail = fades(self.model, ready)
-                if head and self.held is not None and len(samples) >= len(self.held):
-                    lead = crossfade(self.held, samples[: len(self.held)])
-                    samples = np.concatenate([lead, samples[len(self.held) :]])
-                elif head:  # nothing held to meet: start at the join itself
-                    samples = samples[head:]
-                self.held = None
-                if tail:
-                    cut = max(0, len(samples) - 2 * tail)
-                    self.held, samples = samples[cut:], samples[:cut]
-                before, after = self.silence(ready)
-                if before or after:
-                    samples = np.concatenate([np.zeros(before, np.float32), samples, np.zeros(after, np.float32)])
-                words = self.words(ready, len(samples), before)
-                audio = self.finish(samples, ready.last)
-                first = self.first_packet() if ready.seq == 0 else None
-                self.handle.stream.put(StreamItem(audio, ready.last, words, first))
-
-    def first_packet(self) -> FirstPacket | None:
-        if self.acoustic_span is None or self.decode_span is None:
-            return None
-        a0, a1, a_threads = self.acoustic_span
-        d0, d1, d_threads = self.decode_span
-        return FirstPacket(self.submitted, a0, a1, d0, d1, time.perf_counter(), a_threads, d_threads)
-
-    def words(self, work: VocoderWork, samples: int, lead: int = 0) -> tuple[WordTime, ...]:
-        """The word timings a chunk of `samples` (model rate; the first `lead` of them
-        silence) carries: its segment's words if it is the segment's first chunk, else
-        none. Call once per chunk, in order."""
-        profile = self.model.profile
-        words: tuple[WordTime, ...] = ()
-        if work.segment != self.segment:
-            self.segment = work.segment
-            offset = (self.model_samples + lead) / profile.sample_rate
-            words = word_times(work.latent.words, offset, profile.hop / profile.sample_rate)
-        self.model_samples += samples
-        return words
-
-    def finish(self, pcm: np.ndarray, last: bool) -> np.ndarray:
-        audio = pcm * self.gain
-        if self.resampler is not None:
-            audio = self.resampler.resample_chunk(audio.astype(np.float32), last=last)
-        np.clip(audio, -1.0, 1.0, out=audio)
-        out = (audio * 32767.0).astype(np.int16)
-        self.samples_out += len(out)
-        return out
-
-
-@dataclass
-class EngineStats:
-    """Counters read by the metrics endpoint; written under the engine lock."""
-
-    chunks: int = 0
-    acoustic_runs: int = 0
-    audio_seconds: float = 0.0
-    failures: int = 0
-    busy_s: dict[int, float] = field(default_factory=dict)
-    costs: dict[str, CostMeter] = field(default_factory=dict)
-    """Each model's cost, by model name."""
-    held: dict[str, int] = field(default_factory=lambda: {"starting": 0, "lagging": 0, "load": 0})
-    """Times `keeping_up` said no, by the first reason that held: too many streams
-    starting, a live stream about to run dry, or no room in the load budget."""
-    step_units: dict[str, dict[int, int]] = field(default_factory=lambda: {"acoustic": {}, "vocoder": {}})
-    """Device steps by stage and by the units they held (a CPU step holds one)."""
-    step_frames: dict[str, int] = field(
-        default_factory=lambda: {"kept": 0, "context": 0, "bucket": 0, "padding": 0}
-    )
-    """Frames the vocoder steps decoded, by part (`step_frames_of`)."""
-    units: dict[str, float] = field(default_factory=dict)
-    """Each model's mean units per vocoder step, recent steps weighing most
-    (`UNITS_WEIGHT`); absent before its first step."""
-    lengths: dict[str, float] = field(default_factory=dict)
-    """Each model's mean audio seconds per stream, recent streams weighing most
-    (`UNITS_WEIGHT`); absent before its first stream ends (the warm-up's give the first)."""
-
-    def ended(self, model: str, seconds: float) -> None:
-        """A stream of `model` ended whole, with `seconds` of audio."""
-        mean = self.lengths.get(model)
-        self.lengths[model] = seconds if mean is None else mean + UNITS_WEIGHT * (seconds - mean)
-
-    def stream_seconds(self) -> dict[str, float]:
-        """`lengths`, as a copy."""
-        return dict(self.lengths)
-
-    def step(self, model: str, stage: str, step: Sequence[Work], chunking: VocoderChunking | None = None) -> None:
-        """Count one device step of `stage` on `model` (whose chunk plan is `chunking`)."""
-        counts = self.step_units[stage]
-        counts[len(step)] = counts.get(len(step), 0) + 1
-        if stage != "vocoder":
-            return
-        for part, frames in step_frames_of([w for w in step if isinstance(w, VocoderWork)], chunking).items():
-            self.step_frames[part] += frames
-        mean = self.units.get(model)
-        self.units[model] = len(step) if mean is None else mean + UNITS_WEIGHT * (len(step) - mean)
-
-    def padded_share(self) -> float | None:
-        """Padding's share of the frames the vocoder steps decoded (None before any)."""
-        total = sum(self.step_frames.values())
-        return self.step_frames["padding"] / total if total else None
-
-
-def step_frames_of(step: Sequence[VocoderWork], chunking: VocoderChunking | None = None) -> dict[str, int]:
-    """A vocoder step's frames by part:
-    - `kept`: the chunks' own frames, the audio they send;
-    - `context`: the plan's context frames around them (`chunking`), decoded and
-      cropped away so that joins are seamless;
-    - `bucket`: the further context a window bucket adds (`bucket_window`), decoded and
-      cropped away too, so that windows of different plan points share one call;
-    - `padding`: what a batched call adds to each span to make it as long as the
-      step's longest span: computed and thrown away, never a frame of the latent.
-    Padding's share of all four is what a batched step wastes to run spans of
-    different lengths together."""
-    spans = [work.hi - work.lo for work in step if work.hi > work.lo]
-    kept = sum(work.end - work.start for work in step)
-    context = 0
-    if chunking is not None:
-        context = sum(
-            min(chunking.left_context, work.start) + min(chunking.right_context, work.latent.frames - work.end)
-            for work in step
-        )
-    context = min(context, sum(spans) - kept)
-    return {
-        "kept": kept,
-        "context": context,
-        "bucket": sum(spans) - kept - context,
-        "padding": len(spans) * max(spans, default=0) - sum(spans),
-    }
-
-
-def stream_batch(streams: int, profile: ModelProfile, batch: int) -> int:
-    """The units a batched step holds with `streams` streams of a model live: a step
-    runs one kind of unit (stage A, or the chunks of one window bucket), and a model's
-    streams stand spread over its kinds, so about `streams` over their number, within
-    one and the device's `batch`. (Measured on the sim device: 512 Piper streams, 73
-    units a vocoder step against 73 by this rule; 256, 45 against 36; 256 Kokoro
-    streams, 33-46 against 36: docs/BENCHMARKS.md.)"""
-    kinds = len(profile.window_buckets) + 1
-    return max(1, min(batch, streams // kinds))
-
-
-def fades(model: VoiceModel[Any], work: VocoderWork) -> tuple[int, int]:
-    """Samples a chunk keeps before and after its own frames, to crossfade with the chunk
-    before and after it in the same segment: half the model's `crossfade` at each inner
-    join, none at a segment's ends."""
-    half = model.profile.crossfade // 2
-    return (half if work.start > 0 else 0), (half if work.end < work.latent.frames else 0)
-
-
-def decode_chunk(model: VoiceModel[Any], work: VocoderWork) -> np.ndarray:
-    """One chunk as `decode_chunks` decodes it."""
-    return decode_chunks(model, [work])[0]
-
-
-def decode_chunks(model: VoiceModel[Any], works: Sequence[VocoderWork]) -> list[np.ndarray]:
-    """Decode chunks of one model in one call (on the first one's intra-op threads) with
-    their context frames, then crop the context samples away, all but the `fades` that
-    overlap their neighbours. An empty chunk (a stream's end) decodes to nothing."""
-    real = [work for work in works if work.hi > work.lo]
-    spans = [Span(work.latent, work.lo, work.hi) for work in real]
-    decoded = iter(model.decode(spans, threads=real[0].threads) if real else [])
-    hop = model.profile.hop
-    out: list[np.ndarray] = []
-    for work in works:
-        if work.hi <= work.lo:
-            out.append(np.zeros(0, dtype=np.float32))
-            continue
-        a, b = work.crop
-        head, tail = fades(model, work)
-        out.append(next(decoded)[a * hop - head : b * hop + tail])
-    return out
-
-
-def crossfade(tail: np.ndarray, head: np.ndarray) -> np.ndarray:
-    """The overlap of two chunks: the earlier one's `tail` fading out while the later
-    one's `head` fades in, on complementary raised-cosine gains (they sum to 1, so a
-    join of two equal signals is that signal)."""
-    n = len(tail)
-    fade_in = (0.5 - 0.5 * np.cos(np.pi * (np.arange(n) + 0.5) / n)).astype(np.float32)
-    return np.asarray(tail * (1 - fade_in) + head * fade_in, dtype=np.float32)
+def _device_budget(config: TTSConfig, device: str) -> Budget:
+    """One unit per worker on a CPU, steps of up to `gpu_batch` units on a batched device."""
+    return Budget.batched(config.gpu_batch) if device in BATCHED_DEVICES else Budget.cpu(config.workers)
 
 
 class TTSEngine(WorkerEngine):
@@ -428,29 +133,21 @@ class TTSEngine(WorkerEngine):
         board it shares the cores on; by default one of its own."""
         self.device, self.runtime = resolve_device(config.device, config.runtime, "onnx")
         if budget is None:
-            batched = self.device in BATCHED_DEVICES
-            budget = Budget.batched(config.gpu_batch) if batched else Budget.cpu(config.workers)
+            budget = _device_budget(config, self.device)
         super().__init__(STEPS_IN_FLIGHT if budget.stepped else config.workers)
         self.capacity = 1.0 if budget.stepped else float(config.workers)
         """Device-seconds per second that admission budgets: the CPU's workers, or one
         device that runs one step at a time."""
         self.config = config
-        loaded = list(models) if models is not None else load_models(config)
-        if not loaded:
-            raise ValueError("the TTS engine needs at least one voice model")
-        self.models: dict[str, VoiceModel[Any]] = {}
+        self.models = by_name(list(models) if models is not None else load_models(config))
         """The loaded voice models by name, the default first."""
-        for model in loaded:
-            if model.name in self.models:
-                raise ValueError(f"two voice models are named {model.name!r}")
-            self.models[model.name] = model
-        self.default_model = loaded[0]
+        self.default_model = next(iter(self.models.values()))
         """The model OpenAI's model names mean when no loaded model claims them."""
         self._clock = clock
         self._cond = threading.Condition()
         policy = BatchedScheduler if budget.stepped else CpuScheduler  # one unit or a batch a step
         self._sched: Scheduler = policy(credits=CREDITS, budget=budget)
-        self._outputs: dict[int, _Output] = {}
+        self._outputs: dict[int, StreamOutput] = {}
         self._ids = itertools.count(1)
         self._stopping = False
         self._in_hand: dict[int, list[Work]] = {}
@@ -465,13 +162,9 @@ class TTSEngine(WorkerEngine):
         self.stats = EngineStats(costs={name: CostMeter() for name in self.models})
         self.max_streams = config.stream_limit(budget.stepped)
         """Streams decoded at once (`--tts-max-streams`, or the device's default)."""
-        self._let_in: deque[str | None] = deque(maxlen=self.max_streams + config.max_queue)
-        """The model of each stream `keeping_up` let in and `submit` has not yet seen,
-        oldest first (None: the newcomer named none), so that admitted streams not yet
-        submitted count at their own model's cost (`_counted`)."""
-        self._parked: Counter[str | None] = Counter()
-        """Admitted slots that sessions keep between two segments, by the model they were
-        taken for (`park`); they count at that model's cost (`_counted`)."""
+        self._admitted = Admitted(self.max_streams + config.max_queue)
+        """Grants `keeping_up` made that `submit` has not yet seen, and slots sessions
+        keep (`park`): each counts at its own model's cost (`_counted`)."""
 
     # -- lifecycle (start, healthy and stop come from WorkerEngine) ------------------
     def drain(self) -> None:
@@ -506,80 +199,12 @@ class TTSEngine(WorkerEngine):
             self.abort(handle.id)
 
     def _warm(self) -> None:
-        """Synthesize before the first client, so that ONNX Runtime's first-run costs are
-        not a client's. For each model: one short utterance (about 4 s of audio, enough to
-        seed the cost meter that admission uses), then one segment of the longest length
-        per worker, all at once, so that every worker's sessions size their memory arenas
-        now rather than while clients are served (RSS then stays flat from the start). On
-        a batched device, the model first captures its step graphs for every window bucket
-        (`VoiceModel.capture_graphs`), then its batch curve is timed (`_warm_curve`), then
-        a step's worth of mixed streams runs."""
-        words = ("the quick brown fox jumps over a lazy dog near the quiet river bank " * 8).split()
-        longest = ""
-        for word in words:
-            if len(longest) + len(word) + 1 >= MAX_SEGMENT_CHARS:
-                break
-            longest = f"{longest} {word}".strip()
-        short = "Warming up the voice: one, two, three, four, five, six, seven."
+        """Warm each model before the first client (`engine/tts_warmup.py: WarmUp`)."""
+        budget = self._sched.budget
+        batch = budget.batch if budget.stepped else None
+        warm = WarmUp(self.synthesize, self.costs, self.config.workers, batch, longest_segment(MAX_SEGMENT_CHARS))
         for model in self.models.values():
-            voice = model.voices[0]
-            self.synthesize(short, voice)
-            budget = self._sched.budget
-            if budget.stepped:
-                # Graphs for every window bucket and batch bucket before any client, so
-                # that no capture runs during traffic (a no-op but on CUDA).
-                model.capture_graphs(model.profile.window_buckets, budget.batch)
-                self._warm_curve(model, voice, longest + ".")
-                # A batched device: a step's worth of streams of different texts at
-                # once, so that steps hold units at different points of their plans, as
-                # under traffic: it measures the cost and the units per step that
-                # admission reads, and makes the runners' per-size work (graphs,
-                # kernels) before any client.
-                for size in sorted({min(budget.batch, WARM_BATCH), budget.batch}):
-                    texts = [WARM_TEXTS[i % len(WARM_TEXTS)] for i in range(size)]
-                    with ThreadPoolExecutor(size, thread_name_prefix="warmup") as pool:
-                        list(pool.map(self.synthesize, texts, [voice] * size))
-                continue
-            cost = self.costs().get(model.name)
-            if cost is None or cost > WARM_LONG_COST:
-                continue
-            with ThreadPoolExecutor(self.config.workers, thread_name_prefix="warmup") as pool:
-                texts = [longest + "."] * self.config.workers
-                list(pool.map(self.synthesize, texts, [voice] * self.config.workers))
-
-    def _warm_curve(self, model: VoiceModel[Any], voice: Voice, text: str) -> None:
-        """Time real steps of each stage of `model` at every batch bucket up to the
-        device's batch (`cost.batch_bucket`, the sizes graphs are captured at), and give
-        them to the model's cost meter: the batch curve admission reads from the first
-        request (`_admission_costs`), which traffic's own steps then refine. A stage A
-        step runs the text's longest segment `batch` times; a decoder step holds `batch`
-        windows of each of the model's window buckets in turn (one step per bucket,
-        about what one stream's plan decodes over a sentence), each counted for the
-        frames a chunk of that window keeps."""
-        profile = model.profile
-        item = max(model.inputs(text, voice, 1.0), key=lambda x: len(x.ids))
-        latent = model.acoustic([item])[0]
-        chunking = profile.chunking
-        windows = [w for w in profile.window_buckets if w <= latent.frames] or [latent.frames]
-        frame_s = profile.hop / profile.sample_rate
-        meter = self.stats.costs[model.name]
-        size = 1
-        while size <= self._sched.budget.batch:
-            started = time.perf_counter()
-            latents = model.acoustic([item] * size)
-            made = sum(x.frames for x in latents) * frame_s
-            meter.add("acoustic", time.perf_counter() - started, made, batch=size, curve=True)
-            busy = audio = 0.0
-            for window in windows:
-                kept = window
-                if chunking is not None:
-                    kept = max(window - chunking.left_context - chunking.right_context, chunking.first_chunk_frames)
-                started = time.perf_counter()
-                model.decode([Span(latent, 0, window)] * size)
-                busy += time.perf_counter() - started
-                audio += size * min(kept, window) * frame_s
-            meter.add("vocoder", busy, audio, batch=size, curve=True)
-            size *= 2
+            warm.run(model, self.stats.costs[model.name])
 
     @property
     def sample_rate(self) -> int:
@@ -664,15 +289,12 @@ class TTSEngine(WorkerEngine):
                 raise Unavailable("server is shutting down")
             if not self.any_worker_alive():
                 raise Unavailable("no TTS worker is alive; see /health")
-            output = _Output(handle, model, resampler, model.output_gain, time.perf_counter())
+            output = StreamOutput(handle, model, resampler, model.output_gain, time.perf_counter())
             self._outputs[stream_id] = output
             complete = not prepared.rest
             segments = output.take_segments(prepared.segments)
             self._sched.add(stream_id, segments, self._clock(), profile, complete)
-            for name in (prepared.model, None):
-                if name in self._let_in:
-                    self._let_in.remove(name)
-                    break
+            self._admitted.submitted(prepared.model)
             self._cond.notify_all()
         return handle
 
@@ -714,7 +336,7 @@ class TTSEngine(WorkerEngine):
             if reason is not None:
                 self.stats.held[reason] += 1
                 return False
-            self._let_in.append(model)  # admission grants a slot on a yes
+            self._admitted.let_in(model)  # admission grants a slot on a yes
         return True
 
     def _load_view(self, admitted: int) -> LoadView:
@@ -737,37 +359,16 @@ class TTSEngine(WorkerEngine):
         """A session keeps its admitted slot, taken for `model`, with no stream in it
         until its next segment (`serving/speech_session.py: HeldSlot`)."""
         with self._cond:
-            self._parked[model] += 1
+            self._admitted.park(model)
 
     def unpark(self, model: str | None) -> None:
         """That slot is in use again, or given back."""
         with self._cond:
-            self._parked[model] -= 1
-            if self._parked[model] <= 0:
-                del self._parked[model]
+            self._admitted.unpark(model)
 
     def _counted(self, admitted: int) -> tuple[dict[str, int], int]:
-        """The streams admission counts, by model: the live ones, and those admitted but
-        not yet submitted (`admitted` minus the live ones; a burst's grants come faster
-        than their coroutines reach `submit`) under the model each was let in for, the
-        newest `_let_in` entries; and how many of those have no known model, which count
-        at the costliest model's cost. Were every grant counted at the costliest, each
-        Piper stream of a burst would weigh as one of Kokoro (~10x), and the load rule
-        would hold a burst that fits. Slots that sessions keep between segments (`park`)
-        count under the model each was taken for. Call under the lock."""
-        live = self._sched.streams_by_model()
-        unsubmitted = max(0, admitted - sum(live.values()))
-        for name, n in self._parked.items():
-            n = min(n, unsubmitted)
-            if name is not None and name in self.models and n > 0:
-                live[name] = live.get(name, 0) + n
-                unsubmitted -= n
-        named = list(self._let_in)[len(self._let_in) - unsubmitted :] if unsubmitted else []
-        for name in named:
-            if name is not None and name in self.models:
-                live[name] = live.get(name, 0) + 1
-                unsubmitted -= 1
-        return live, unsubmitted
+        """The streams admission counts (`Admitted.counted`). Call under the lock."""
+        return self._admitted.counted(self._sched.streams_by_model(), admitted, self.models)
 
     def costs(self) -> dict[str, float | None]:
         """Each model's recently measured cost in worker-seconds per audio-second (None

@@ -23,6 +23,7 @@ from voxserve.engine.lifecycle import WorkerEngine
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.transcribe import Transcript
 from voxserve.engine.tts import TTSEngine
+from voxserve.engine.tts_models import claiming
 from voxserve.serving.catalog import ASR_MODELS, SPEECH_MODELS, speech_model, voice_list
 from voxserve.serving.metrics import Metrics
 from voxserve.serving.saved_voices import SavedVoices
@@ -74,13 +75,12 @@ class OfflineTTS(_Running):
     """A TTS engine run for one command: `with OfflineTTS(config) as tts: tts.speak(...)`."""
 
     def __init__(self, config: TTSConfig, model: str = SPEECH_MODELS[0]):
-        # One utterance of `tts-1`: Piper alone where it is loaded (it claims tts-1, so
-        # Kokoro would load for nothing); another model id loads the configured models
-        # and means the one that claims it, as a request's `model` does. No fixed-length
-        # prior copies (a background build that pays off over many
-        # requests, not one; the command's exit would wait for it).
-        tts_1 = model == SPEECH_MODELS[0] and "piper" in config.models
-        models = ("piper",) if tts_1 else config.models
+        # One utterance loads only the configured family that claims its model id (the
+        # others would load for nothing); an id none of them claims loads them all and
+        # means the default, as a request's `model` does. No fixed-length prior copies
+        # (a background build that pays off over many requests, not one;
+        # the command's exit would wait for it).
+        models = claiming(model, config.models)[:1] or config.models
         self.model = model
         self.engine: TTSEngine = TTSEngine(replace(config, models=models, fixed_prior=False))
 
@@ -154,7 +154,7 @@ class VoiceCatalog:
 
 
 def voice_catalog(voice_dir: Path | None, cache_dir: Path | None) -> VoiceCatalog:
-    """The voices of the bundled voice, or of the one Piper voice in `voice_dir`; no
-    engine is started."""
+    """The voices of the default voice model, with its voice from `voice_dir` where one
+    is given; no engine is started."""
     engine = TTSEngine(TTSConfig(voice_dir=voice_dir, cache_dir=cache_dir))
     return VoiceCatalog(engine.default_model.name, engine.sample_rate, voice_list(engine))

@@ -23,9 +23,11 @@ import numpy as np
 from voxserve.audio.encode import StreamEncoder, make_encoder
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
+from voxserve.engine.output import StreamHandle
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.stream import FirstPacket, StreamFailed
-from voxserve.engine.tts import PreparedText, StreamHandle, TTSEngine
+from voxserve.engine.tts import PreparedText, TTSEngine
+from voxserve.engine.voices import Voice
 from voxserve.engine.words import WordTime
 from voxserve.serving.catalog import markup_voice, speech_voice
 from voxserve.serving.failures import raise_failure
@@ -209,6 +211,34 @@ class SpeechStream:
             self.state.metrics.streams_aborted.inc()
 
 
+async def _prepare_head(state: SpeechResources, params: SpeechParams, voice: Voice) -> tuple[PreparedText, _TextMarks]:
+    """The text's first piece through the model's front end, on the text pool: the stream
+    starts on it, and the rest follows (`_finish_text`). Markup tags name voices of the
+    request's model only (`markup_voice`)."""
+    resolve = functools.partial(markup_voice, state.engine, params.model, params.language, state.saved_voices)
+    text_start = time.perf_counter()
+    prepared = await state.text_pool.run(
+        state.engine.prepare, params.text, voice, params.speed, head_only=True, resolve=resolve
+    )
+    return prepared, _TextMarks(text_start, time.perf_counter())
+
+
+def _submit(
+    state: SpeechResources, params: SpeechParams, prepared: PreparedText, request_id: str, admitted: bool
+) -> tuple[StreamHandle, StreamEncoder]:
+    """Submit the stream at the request's rate and make its encoder. A failure gives the
+    slot back, unless the caller keeps it (`admitted`)."""
+    rate = params.sample_rate or state.config.default_sample_rate
+    try:
+        handle = state.engine.submit(prepared, rate, asyncio.get_running_loop(), request_id)
+        encoder = make_encoder(params.response_format, rate)
+    except BaseException:
+        if not admitted:
+            state.admission.release()
+        raise
+    return handle, encoder
+
+
 def _finish_text(engine: TTSEngine, prepared: PreparedText, stream_id: int) -> None:
     """The rest of a stream's text through the model's front end, then to the stream (on
     the text pool, after the stream started on its first piece)."""
@@ -246,34 +276,17 @@ async def open_speech(
     back.
     """
     engine = state.engine
-    saved = state.saved_voices
-    voice = speech_voice(engine, params.model, params.voice, params.language, saved)
-    # The voices markup tags name: the request's model only (`markup_voice`).
-    resolve = functools.partial(markup_voice, engine, params.model, params.language, saved)
-    rate = params.sample_rate or state.config.default_sample_rate
+    voice = speech_voice(engine, params.model, params.voice, params.language, state.saved_voices)
     if not admitted:
         state.admission.refuse_if_full()  # before the phonemizer's work, not after
-
-    loop = asyncio.get_running_loop()
-    text_start = time.perf_counter()
-    # The text's first piece only: the stream starts on it, and the rest follows.
-    prepared = await state.text_pool.run(
-        engine.prepare, params.text, voice, params.speed, head_only=True, resolve=resolve
-    )
-    text = _TextMarks(text_start, time.perf_counter())
+    prepared, text = await _prepare_head(state, params, voice)
     if not admitted:
         await unless_gone(
             state.admission.acquire(prepared.model),  # raises Overloaded (429)
             gone() if gone is not None else None,
             "client disconnected while queued",
         )
-    try:
-        handle = engine.submit(prepared, rate, loop, request_id)
-        encoder = make_encoder(params.response_format, rate)
-    except BaseException:
-        if not admitted:
-            state.admission.release()
-        raise
+    handle, encoder = _submit(state, params, prepared, request_id, admitted)
     if prepared.rest:
         try:
             state.text_pool.start(_finish_text, engine, prepared, handle.id)

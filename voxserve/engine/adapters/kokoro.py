@@ -26,8 +26,8 @@ from typing import Protocol
 
 import numpy as np
 
-from voxserve.config import TTSConfig, precision_refusal
-from voxserve.engine.devices import resolve_device
+from voxserve.config import TTSConfig
+from voxserve.engine.adapters.base import VoiceAdapter
 from voxserve.engine.voices import OPENAI_VOICES, Span, Voice
 from voxserve.engine.words import word_frames
 from voxserve.engine.work import Latent, ModelProfile, VocoderChunking
@@ -107,12 +107,13 @@ statistics are taken over."""
 STEP_FRAMES = 8192
 """The most frames (windows times their bucket) one batched decoder step holds
 (`ModelProfile.step_frames`): 136 windows of the first bucket, 36 of the fifth, 26 of the
-largest; about 132 ms of an H200 by the simulated device's cost model. Without a bound, a
-step of 128 of the largest windows holds the device for ~600 ms, and two such steps in
-flight make every new stream wait for both. At 256 sim streams this bound kept 33-40 units
-a decoder step over six runs (38-46 without it) and the throughput, and halved the engine's share of
-first audio at p99 for the streams that started after the opening burst; 4096 fell to 23
-units a step (docs/BENCHMARKS.md)."""
+largest. A step holds the device for as long as its frames take, and two steps are in
+flight (`engine/tts.py: STEPS_IN_FLIGHT`), so a new stream's first window and an urgent
+chunk can wait behind two whole steps: the bound keeps a step of large windows short
+enough that first audio does not wait on it, and leaves steps large enough to stay
+cheap per unit: a smaller bound splits the same units over more steps, each paying a
+step's fixed cost. Its figures: docs/BENCHMARKS.md ("A decoder step holds at most 8192
+frames")."""
 
 CROSSFADE = HOP
 """Samples (one frame, 25 ms) over which two windows of a sentence are crossfaded: a hard
@@ -230,16 +231,13 @@ class KokoroItem:
     """Each word and the range of `ids` it produced, for word timings."""
 
 
-class KokoroVoice:
+class KokoroVoice(VoiceAdapter[KokoroRuntime]):
     """A loaded Kokoro model as a `VoiceModel[KokoroItem]`."""
 
+    MODEL_IDS = ("tts-1-hd", "kokoro")
+
     def __init__(self, model: KokoroRuntime, output_gain: float = 1.0):
-        self.model = model
-        self._g2p = KokoroG2P(KOKORO_VOCAB)
-        # The Mandarin and Japanese dictionaries load now, not in a first request: about
-        # 2 s and 145 MB (docs/KOKORO.md). A reader that cannot load refuses its language.
-        load_readers()
-        self._profile = ModelProfile(
+        profile = ModelProfile(
             NAME,
             HOP,
             SAMPLE_RATE,
@@ -252,59 +250,44 @@ class KokoroVoice:
             window_buckets=WINDOW_BUCKETS,
             step_frames=STEP_FRAMES,
         )
-        self._gain = output_gain
-        self._voices = [
+        voices = [
             KokoroVoiceRef(v.name, NAME, None, v.language, v.gender, ((v.name, 1.0),))
             for v in model.voices.values()
         ]
-        by_name = {v.name: v for v in self._voices}
+        by_name = {v.name: v for v in voices}
+        aliases = {alias: by_name[target] for alias, target in ALIASES.items() if target in by_name}
+        assert set(aliases) == set(OPENAI_VOICES), "every OpenAI voice name needs a Kokoro voice"
+        super().__init__(model, NAME, profile, output_gain, voices, aliases)
         self._by_name = by_name
-        self._aliases = {alias: by_name[target] for alias, target in ALIASES.items() if target in by_name}
-        assert set(self._aliases) == set(OPENAI_VOICES), "every OpenAI voice name needs a Kokoro voice"
+        self._g2p = KokoroG2P(KOKORO_VOCAB)
+        # The Mandarin and Japanese dictionaries load now, not in a first request: about
+        # 2 s and 145 MB (docs/KOKORO.md). A reader that cannot load refuses its language.
+        load_readers()
         self._styles: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
 
+    # -- loading (`VoiceAdapter.load` chooses the runtime) ------------------------------
     @classmethod
-    def load(cls, config: TTSConfig) -> KokoroVoice:
-        """ONNX Runtime on the CPU, or the torch runners where the TTS runtime resolves
-        to torch (`--tts-runtime torch`, or a GPU with `auto`); torch is imported only then."""
-        device, runtime = resolve_device(config.device, config.runtime, "onnx")
-        if runtime == "sim":
-            from voxserve.runners.sim.kokoro import SimKokoroModel
+    def onnx_model(cls, config: TTSConfig) -> KokoroRuntime:
+        return KokoroModel(cache_dir=config.cache_dir)
 
-            return cls(SimKokoroModel(config.sim_graphs, speed=config.sim_speed))
-        if runtime == "torch":
-            from voxserve.runners.kokoro.torch_runner import TorchKokoroModel
+    @classmethod
+    def torch_model(cls, config: TTSConfig, device: str) -> KokoroRuntime:
+        from voxserve.runners.kokoro.torch_runner import TorchKokoroModel
 
-            return cls(TorchKokoroModel(device=device, dtype=config.precision, cache_dir=config.cache_dir))
-        if config.precision != "float32":
-            raise ValueError(precision_refusal(config.precision))
-        return cls(KokoroModel(cache_dir=config.cache_dir))
+        return TorchKokoroModel(device=device, dtype=config.precision, cache_dir=config.cache_dir)
 
-    # -- VoiceModel --------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return NAME
+    @classmethod
+    def sim_model(cls, config: TTSConfig) -> KokoroRuntime:
+        from voxserve.runners.kokoro.sim_runner import SimKokoroModel
 
-    @property
-    def model_ids(self) -> tuple[str, ...]:
-        return ("tts-1-hd", "kokoro")
+        return SimKokoroModel(config.sim_graphs, speed=config.sim_speed)
 
-    @property
-    def profile(self) -> ModelProfile:
-        return self._profile
+    @classmethod
+    def around(cls, model: KokoroRuntime, config: TTSConfig) -> KokoroVoice:
+        return cls(model)
 
-    @property
-    def output_gain(self) -> float:
-        return self._gain
-
-    @property
-    def voices(self) -> Sequence[Voice]:
-        return self._voices
-
-    def aliases(self) -> Mapping[str, Voice]:
-        return self._aliases
-
+    # -- VoiceModel (the rest: `VoiceAdapter`) ------------------------------------------
     def resolve_voice(self, name: str) -> Voice:
         """A voice's own name, an OpenAI name, or a blend `a(2)+b(1)` (weights default 1)."""
         found = self._by_name.get(name) or self._aliases.get(name.lower())
@@ -407,12 +390,6 @@ class KokoroVoice:
             size = (s.hi - s.lo) * HOP
             out.append(audio if len(audio) == size else np.pad(audio, (0, size - len(audio))))
         return out
-
-    def capture_graphs(self, window_frames: Sequence[int], max_batch: int) -> None:
-        """The torch runners capture their decoder graphs (on CUDA); the other runtimes have none."""
-        capture = getattr(self.model, "capture_graphs", None)
-        if capture is not None:
-            capture(window_frames, max_batch)
 
 
 def _cuts(n: int, words: list[tuple[int, int]]) -> list[tuple[int, int]]:

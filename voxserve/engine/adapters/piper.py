@@ -19,14 +19,14 @@ of the first chunk's window only; the flow's work grows by the windows' context
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from voxserve.config import TTSConfig, precision_refusal
-from voxserve.engine.devices import resolve_device
+from voxserve.config import TTSConfig
+from voxserve.engine.adapters.base import VoiceAdapter
 from voxserve.engine.scheduler import IDLE_THREADS
 from voxserve.engine.threads import in_native_background
 from voxserve.engine.voices import OPENAI_VOICES, Span, Voice, find_voice
@@ -39,6 +39,7 @@ from voxserve.runners.piper.onnx_runner import (
     AcousticRunner,
     PiperModel,
     Prior,
+    VoiceFiles,
     bundled_voice,
 )
 from voxserve.runners.piper.onnx_runner import find_voice as find_voice_files
@@ -46,8 +47,8 @@ from voxserve.runners.piper.prior_graph import PRIOR_LENGTHS
 from voxserve.text.phonemize import Phonemizer
 
 if TYPE_CHECKING:
+    from voxserve.runners.piper.sim_runner import SimPiperAcoustic, SimPiperModel
     from voxserve.runners.piper.torch_runner import TorchAcousticRunner, TorchPiperModel
-    from voxserve.runners.sim.piper import SimPiperAcoustic, SimPiperModel
 
 __all__ = ["CHUNKING", "OUTPUT_GAIN", "WINDOW_BUCKETS", "PiperItem", "PiperVoice"]
 
@@ -86,6 +87,23 @@ class PiperItem(AcousticInput):
     """Each word and the range of `ids` it produced."""
 
 
+def _voice_files(config: TTSConfig) -> VoiceFiles:
+    """The voice in `config.voice_dir`, or the bundled joe voice."""
+    return find_voice_files(config.voice_dir) if config.voice_dir else bundled_voice()
+
+
+def _flow_head(chunking: VocoderChunking) -> int:
+    """Where the third chunk's window ends, alone or not (`plan_chunk`)."""
+    big = 1 << 20
+    heads = []
+    for alone in (False, True):
+        pos = 0
+        for index in range(3):
+            _, hi, _, pos = plan_chunk(big, pos, index, chunking, alone)
+        heads.append(hi)
+    return max(heads)
+
+
 class _DeferredFlow:
     """A segment's latent whose flow has not run yet. A chunk within the segment's head
     (the first three chunks, `head` frames) runs the flow on its own window only (exact
@@ -116,8 +134,10 @@ class _DeferredFlow:
             return self._z[:, lo - self._z_from : hi - self._z_from]
 
 
-class PiperVoice:
+class PiperVoice(VoiceAdapter["PiperModel | TorchPiperModel | SimPiperModel"]):
     """A loaded Piper voice as a `VoiceModel[PiperItem]`."""
+
+    MODEL_IDS = ("tts-1",)
 
     def __init__(
         self,
@@ -127,97 +147,56 @@ class PiperVoice:
         noise_scale: float | None = None,
         noise_w: float | None = None,
         name: str | None = None,
-        model_ids: tuple[str, ...] = ("tts-1",),
+        model_ids: tuple[str, ...] | None = None,
     ):
         """`noise_scale` and `noise_w` of None use the voice's own; `name` defaults to the
-        voice's (`en_US-joe-medium`). `chunking=None` decodes whole sentences."""
-        self.model = model
-        self.phonemizer = Phonemizer(model.config)
-        self._name = name or model.name
-        self._model_ids = model_ids
-        self._profile = ModelProfile(
-            self._name, model.hop, model.sample_rate, chunking,
+        voice's (`en_US-joe-medium`), `model_ids` to `MODEL_IDS`. `chunking=None` decodes
+        whole sentences."""
+        name = name or model.name
+        profile = ModelProfile(
+            name, model.hop, model.sample_rate, chunking,
             window_buckets=WINDOW_BUCKETS if chunking is not None else (),
         )
-        self._flow_head = 0
-        """The segment's head whose chunks run a deferred flow on their own windows: up to
-        where the third chunk's window ends (see `_DeferredFlow`); 0 without chunking."""
-        if chunking is not None:
-            # Where the third chunk's window ends, alone or not (`plan_chunk`).
-            big = 1 << 20
-            heads = []
-            for alone in (False, True):
-                pos = 0
-                for index in range(3):
-                    _, hi, _, pos = plan_chunk(big, pos, index, chunking, alone)
-                heads.append(hi)
-            self._flow_head = max(heads)
-        self._gain = output_gain
-        self._noise_scale = model.noise_scale if noise_scale is None else noise_scale
-        self._noise_w = model.noise_w if noise_w is None else noise_w
         code = model.config.get("language", {}).get("code")
         language = code.replace("_", "-") if isinstance(code, str) else None
-        self._voices = [Voice(s.name, self._name, s.speaker_id, language) for s in model.speakers]
-        self._aliases = {
-            alias: self._voices[i % len(self._voices)] for i, alias in enumerate(OPENAI_VOICES)
-        }
+        voices = [Voice(s.name, name, s.speaker_id, language) for s in model.speakers]
+        aliases = {alias: voices[i % len(voices)] for i, alias in enumerate(OPENAI_VOICES)}
+        super().__init__(model, name, profile, output_gain, voices, aliases, model_ids)
+        self.phonemizer = Phonemizer(model.config)
+        self._flow_head = 0 if chunking is None else _flow_head(chunking)
+        """The segment's head whose chunks run a deferred flow on their own windows: up to
+        where the third chunk's window ends (see `_DeferredFlow`); 0 without chunking."""
+        self._noise_scale = model.noise_scale if noise_scale is None else noise_scale
+        self._noise_w = model.noise_w if noise_w is None else noise_w
 
+    # -- loading (`VoiceAdapter.load` chooses the runtime) ------------------------------
     @classmethod
-    def load(cls, config: TTSConfig) -> PiperVoice:
-        """The voice in `config.voice_dir`, or the bundled joe voice, as configured: on
-        torch when the TTS runtime resolves to it (its weights converted from the voice's
-        graph on first use, `runners.piper.weights`), else on ONNX Runtime."""
-        files = find_voice_files(config.voice_dir) if config.voice_dir else bundled_voice()
-        device, runtime = resolve_device(config.device, config.runtime, "onnx")
-        model: PiperModel | TorchPiperModel | SimPiperModel
-        if runtime == "sim":
-            from voxserve.runners.sim.piper import SimPiperModel
-
-            model = SimPiperModel(files, config.sim_graphs, config.sim_speed)
-        elif runtime == "torch":
-            from voxserve.runners.piper.torch_runner import TorchPiperModel
-
-            model = TorchPiperModel(files, device, config.cache_dir, config.precision)
-        elif config.precision != "float32":
-            raise ValueError(precision_refusal(config.precision))
-        else:
-            model = PiperModel(files, config.cache_dir)
-        if config.fixed_prior and isinstance(model, PiperModel):
+    def onnx_model(cls, config: TTSConfig) -> PiperModel:
+        model = PiperModel(_voice_files(config), config.cache_dir)
+        if config.fixed_prior:
             # Native work (onnxsim, ONNX Runtime) for ~1 s after start (~8 s on a fresh
             # cache): a stop in that time must not finalize the process under it.
             in_native_background(model.fixed_prior_in_background(PRIOR_LENGTHS, {1, IDLE_THREADS}))
-        return cls(
-            model,
-            CHUNKING,
-            OUTPUT_GAIN,
-            config.noise_scale,
-            config.noise_w,
-        )
+        return model
 
-    # -- VoiceModel --------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self._name
+    @classmethod
+    def torch_model(cls, config: TTSConfig, device: str) -> TorchPiperModel:
+        """Its weights converted from the voice's graph on first use (`runners.piper.weights`)."""
+        from voxserve.runners.piper.torch_runner import TorchPiperModel
 
-    @property
-    def model_ids(self) -> tuple[str, ...]:
-        return self._model_ids
+        return TorchPiperModel(_voice_files(config), device, config.cache_dir, config.precision)
 
-    @property
-    def profile(self) -> ModelProfile:
-        return self._profile
+    @classmethod
+    def sim_model(cls, config: TTSConfig) -> SimPiperModel:
+        from voxserve.runners.piper.sim_runner import SimPiperModel
 
-    @property
-    def output_gain(self) -> float:
-        return self._gain
+        return SimPiperModel(_voice_files(config), config.sim_graphs, config.sim_speed)
 
-    @property
-    def voices(self) -> Sequence[Voice]:
-        return self._voices
+    @classmethod
+    def around(cls, model: PiperModel | TorchPiperModel | SimPiperModel, config: TTSConfig) -> PiperVoice:
+        return cls(model, CHUNKING, OUTPUT_GAIN, config.noise_scale, config.noise_w)
 
-    def aliases(self) -> Mapping[str, Voice]:
-        return self._aliases
-
+    # -- VoiceModel (the rest: `VoiceAdapter`) ------------------------------------------
     def resolve_voice(self, name: str) -> Voice:
         return find_voice(name, self._voices, self._aliases)
 
@@ -260,12 +239,6 @@ class PiperVoice:
     def decode(self, batch: Sequence[Span], threads: int = 1) -> list[np.ndarray]:
         spans = [self._frames(span, threads) for span in batch]
         return self.model.vocoder.run(spans, threads)
-
-    def capture_graphs(self, window_frames: Sequence[int], max_batch: int) -> None:
-        """The torch runner captures its vocoder graphs (on CUDA); the other runtimes have none."""
-        capture = getattr(self.model, "capture_graphs", None)
-        if capture is not None:
-            capture(window_frames, max_batch)
 
     @staticmethod
     def _frames(span: Span, threads: int) -> np.ndarray:

@@ -311,35 +311,41 @@ def _add_left_out(decoder: onnx.ModelProto) -> None:
         helper.make_node("Slice", [LEFT_OUT, f"{v}/zero", f"{v}/one"], [f"{v}/a"]),
         helper.make_node("Slice", [LEFT_OUT, f"{v}/one", f"{v}/two"], [f"{v}/b"]),
     ]
-    prefix = v
+    for node in graph.node:
+        nodes.extend(_weighted_mean(node, v) if node.op_type == "ReduceMean" else [node])
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def _weighted_mean(node: onnx.NodeProto, v: str) -> list[onnx.NodeProto]:
+    """The nodes that compute a `ReduceMean` over the time axis as the weighted mean of
+    `_add_left_out` into the same output, from the inputs and constants it adds under `v`."""
+    from onnx import TensorProto, helper
+
+    nodes: list[onnx.NodeProto] = []
+    prefix = f"{v}{node.name}"
 
     def op(kind: str, inputs: list[str], name: str, **attrs: Any) -> str:
         nodes.append(helper.make_node(kind, inputs, [f"{prefix}/{name}"], **attrs))
         return f"{prefix}/{name}"
 
-    for node in graph.node:
-        if node.op_type != "ReduceMean":
-            nodes.append(node)
-            continue
-        x, axes = node.input
-        prefix = f"{v}{node.name}"
-        t = op("Shape", [x], "t", start=2, end=3)
-        k0 = op("Div", [op("Add", [t, f"{v}/frames_1"], "t_up"), f"{v}/frames"], "k0")  # ceil(T / F)
-        first_end = op("Div", [op("Add", [op("Mul", [f"{v}/frames_1", t], "t_last"), f"{v}/frames_1"], "last_up"),
-                               f"{v}/frames"], "last_start")  # ceil((F - 1) * T / F)
-        k1 = op("Sub", [t, first_end], "k1")
-        axis = f"{v}/two"
-        head = op("ReduceSum", [op("Slice", [x, f"{v}/zero", k0, axis], "head"), axes], "head_sum", keepdims=1)
-        tail = op("ReduceSum", [op("Slice", [x, first_end, f"{v}/big", axis], "tail"), axes], "tail_sum", keepdims=1)
-        total = op("ReduceSum", [x, axes], "sum", keepdims=1)
-        total = op("Add", [total, op("Mul", [head, f"{v}/a"], "head_w")], "sum_a")
-        total = op("Add", [total, op("Mul", [tail, f"{v}/b"], "tail_w")], "sum_ab")
-        count = op("Cast", [t], "t_f", to=TensorProto.FLOAT)
-        count = op("Add", [count, op("Mul", [op("Cast", [k0], "k0_f", to=TensorProto.FLOAT), f"{v}/a"], "k0_a")], "n_a")
-        count = op("Add", [count, op("Mul", [op("Cast", [k1], "k1_f", to=TensorProto.FLOAT), f"{v}/b"], "k1_b")], "n_ab")
-        nodes.append(helper.make_node("Div", [total, count], [node.output[0]]))
-    del graph.node[:]
-    graph.node.extend(nodes)
+    x, axes = node.input
+    t = op("Shape", [x], "t", start=2, end=3)
+    k0 = op("Div", [op("Add", [t, f"{v}/frames_1"], "t_up"), f"{v}/frames"], "k0")  # ceil(T / F)
+    first_end = op("Div", [op("Add", [op("Mul", [f"{v}/frames_1", t], "t_last"), f"{v}/frames_1"], "last_up"),
+                           f"{v}/frames"], "last_start")  # ceil((F - 1) * T / F)
+    k1 = op("Sub", [t, first_end], "k1")
+    axis = f"{v}/two"
+    head = op("ReduceSum", [op("Slice", [x, f"{v}/zero", k0, axis], "head"), axes], "head_sum", keepdims=1)
+    tail = op("ReduceSum", [op("Slice", [x, first_end, f"{v}/big", axis], "tail"), axes], "tail_sum", keepdims=1)
+    total = op("ReduceSum", [x, axes], "sum", keepdims=1)
+    total = op("Add", [total, op("Mul", [head, f"{v}/a"], "head_w")], "sum_a")
+    total = op("Add", [total, op("Mul", [tail, f"{v}/b"], "tail_w")], "sum_ab")
+    count = op("Cast", [t], "t_f", to=TensorProto.FLOAT)
+    count = op("Add", [count, op("Mul", [op("Cast", [k0], "k0_f", to=TensorProto.FLOAT), f"{v}/a"], "k0_a")], "n_a")
+    count = op("Add", [count, op("Mul", [op("Cast", [k1], "k1_f", to=TensorProto.FLOAT), f"{v}/b"], "k1_b")], "n_ab")
+    nodes.append(helper.make_node("Div", [total, count], [node.output[0]]))
+    return nodes
 
 
 def source_phase(f0: np.ndarray, points: int) -> np.ndarray:

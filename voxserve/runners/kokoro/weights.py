@@ -133,6 +133,14 @@ def convert(model: onnx.ModelProto) -> dict[str, np.ndarray]:
         elif node.op_type == "Gather" and node.input[0] in inits and node.output[0] in dequantize_of:
             _, scale, zero_point = dequantize_of[node.output[0]].input
             put_quantized(module + ".weight", (array(node.input[0]), array(zero_point), array(scale)))
+    out.update(_float_initializers(inits))
+    return owned_arrays(out)
+
+
+def _float_initializers(inits: Mapping[str, onnx.TensorProto]) -> dict[str, np.ndarray]:
+    """The graph's float32 initializers of the encoder and the decoder that no node
+    above took, under their module names."""
+    out: dict[str, np.ndarray] = {}
     for name, tensor in inits.items():
         if not name.startswith(("encoder.", "decoder.")) or name.endswith(("_scale", "_zero_point", "_quantized")):
             continue
@@ -143,7 +151,7 @@ def convert(model: onnx.ModelProto) -> dict[str, np.ndarray]:
             out["decoder.generator.istft.window_sum"] = value
         elif not name.endswith("inverse_basis"):
             out[_canonical(name)] = value
-    return owned_arrays(out)
+    return out
 
 
 def dequantized(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -142,49 +142,65 @@ def upsamplers_as_convs(model: onnx.ModelProto) -> int:
     nodes: list[onnx.NodeProto] = []
     count = 0
     for node in graph.node:
-        if not _is_upsampler(node, weights):
+        if _is_upsampler(node, weights):
+            nodes += _as_phase_convs(graph, node, weights, axes)
+            count += 1
+        else:
             nodes.append(node)
-            continue
-        kernel = numpy_helper.to_array(weights[node.input[1]])  # [in, out, 2s]
-        ins, outs, stride = kernel.shape[0], kernel.shape[1], kernel.shape[2] // 2
-        half = stride // 2  # also the padding
-        early = np.zeros((half, outs, ins, 1, 2), np.float32)  # taps x[j - 1], x[j]
-        late = np.zeros((half, outs, ins, 1, 2), np.float32)  # taps x[j], x[j + 1]
-        for r in range(half):
-            early[r, :, :, 0, 0] = kernel[:, :, r + half + stride].T
-            early[r, :, :, 0, 1] = kernel[:, :, r + half].T
-            late[r, :, :, 0, 0] = kernel[:, :, r + stride].T
-            late[r, :, :, 0, 1] = kernel[:, :, r].T
-        bias = numpy_helper.to_array(weights[node.input[2]]) if len(node.input) > 2 and node.input[2] else None
-        base = f"{node.output[0]}_phases"
-        tall = f"{base}_in"
-        nodes.append(_reshaping("Unsqueeze", node.input[0], tall, f"{base}_unsqueeze", axes))
-        halves = []
-        for tag, taps, pads in (("early", early, [0, 1, 0, 0]), ("late", late, [0, 0, 0, 1])):
-            inputs = [tall, f"{base}_{tag}_w"]
-            graph.initializer.append(numpy_helper.from_array(taps.reshape(half * outs, ins, 1, 2), inputs[1]))
-            if bias is not None:
-                inputs.append(f"{base}_{tag}_b")
-                graph.initializer.append(numpy_helper.from_array(np.tile(bias, half).astype(np.float32), inputs[2]))
-            halves.append(f"{base}_{tag}")
-            nodes.append(
-                helper.make_node("Conv", inputs, [halves[-1]], name=halves[-1], kernel_shape=[1, 2], pads=pads)
-            )
-        shapes = (f"{base}_by_phase", f"{base}_in_time")
-        graph.initializer.append(numpy_helper.from_array(np.array([0, stride, outs, -1], np.int64), shapes[0]))
-        graph.initializer.append(numpy_helper.from_array(np.array([0, outs, -1], np.int64), shapes[1]))
-        nodes += [
-            helper.make_node("Concat", halves, [f"{base}_all"], name=f"{base}_concat", axis=1),
-            helper.make_node("Reshape", [f"{base}_all", shapes[0]], [f"{base}_split"], name=f"{base}_split"),
-            helper.make_node(
-                "Transpose", [f"{base}_split"], [f"{base}_interleaved"], name=f"{base}_interleave", perm=[0, 2, 3, 1]
-            ),
-            helper.make_node("Reshape", [f"{base}_interleaved", shapes[1]], [node.output[0]], name=f"{base}_join"),
-        ]
-        count += 1
     del graph.node[:]
     graph.node.extend(nodes)
     return count
+
+
+def _phase_taps(kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two 2-tap kernels [s/2, out, in, 1, 2] of a ConvTranspose's `kernel` [in, out,
+    2s] (`upsamplers_as_convs`): the early phases' (taps on x[j - 1], x[j]) and the late
+    phases' (x[j], x[j + 1])."""
+    ins, outs, stride = kernel.shape[0], kernel.shape[1], kernel.shape[2] // 2
+    half = stride // 2
+    early = np.zeros((half, outs, ins, 1, 2), np.float32)
+    late = np.zeros((half, outs, ins, 1, 2), np.float32)
+    for r in range(half):
+        early[r, :, :, 0, 0] = kernel[:, :, r + half + stride].T
+        early[r, :, :, 0, 1] = kernel[:, :, r + half].T
+        late[r, :, :, 0, 0] = kernel[:, :, r + stride].T
+        late[r, :, :, 0, 1] = kernel[:, :, r].T
+    return early, late
+
+
+def _as_phase_convs(
+    graph: onnx.GraphProto, node: onnx.NodeProto, weights: dict[str, onnx.TensorProto], axes: list[str]
+) -> list[onnx.NodeProto]:
+    """The nodes that replace one upsampling `node` (`upsamplers_as_convs`); their
+    weights go into `graph`'s initializers."""
+    kernel = numpy_helper.to_array(weights[node.input[1]])  # [in, out, 2s]
+    ins, outs, stride = kernel.shape[0], kernel.shape[1], kernel.shape[2] // 2
+    half = stride // 2  # also the padding
+    early, late = _phase_taps(kernel)
+    bias = numpy_helper.to_array(weights[node.input[2]]) if len(node.input) > 2 and node.input[2] else None
+    base = f"{node.output[0]}_phases"
+    tall = f"{base}_in"
+    nodes = [_reshaping("Unsqueeze", node.input[0], tall, f"{base}_unsqueeze", axes)]
+    halves = []
+    for tag, taps, pads in (("early", early, [0, 1, 0, 0]), ("late", late, [0, 0, 0, 1])):
+        inputs = [tall, f"{base}_{tag}_w"]
+        graph.initializer.append(numpy_helper.from_array(taps.reshape(half * outs, ins, 1, 2), inputs[1]))
+        if bias is not None:
+            inputs.append(f"{base}_{tag}_b")
+            graph.initializer.append(numpy_helper.from_array(np.tile(bias, half).astype(np.float32), inputs[2]))
+        halves.append(f"{base}_{tag}")
+        nodes.append(helper.make_node("Conv", inputs, [halves[-1]], name=halves[-1], kernel_shape=[1, 2], pads=pads))
+    shapes = (f"{base}_by_phase", f"{base}_in_time")
+    graph.initializer.append(numpy_helper.from_array(np.array([0, stride, outs, -1], np.int64), shapes[0]))
+    graph.initializer.append(numpy_helper.from_array(np.array([0, outs, -1], np.int64), shapes[1]))
+    return nodes + [
+        helper.make_node("Concat", halves, [f"{base}_all"], name=f"{base}_concat", axis=1),
+        helper.make_node("Reshape", [f"{base}_all", shapes[0]], [f"{base}_split"], name=f"{base}_split"),
+        helper.make_node(
+            "Transpose", [f"{base}_split"], [f"{base}_interleaved"], name=f"{base}_interleave", perm=[0, 2, 3, 1]
+        ),
+        helper.make_node("Reshape", [f"{base}_interleaved", shapes[1]], [node.output[0]], name=f"{base}_join"),
+    ]
 
 
 def _is_upsampler(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> bool:

@@ -240,57 +240,81 @@ def _rewrite_splines(graph: onnx.GraphProto) -> int:
     ])
     replace: dict[str, list[onnx.NodeProto]] = {}
     for flow in flows:
-        def find(name: str, op: str, flow: str = flow) -> onnx.NodeProto:
-            found: onnx.NodeProto | None = by_name.get(f"{flow}/{name}")
-            if found is None or found.op_type != op:
-                raise ValueError(f"{flow}/{name} is not a {op} node")
-            return found
+        replace.update(_spline_replacements(flow, by_name, producer, consumers))
+    _keep_live([new for node in graph.node for new in replace.get(node.name, [node])], graph)
+    return len(flows)
 
-        inside = find("NonZero_1", "NonZero").input[0]
-        x = find("Split", "Split").output[1]
-        if producer[inside].op_type != "And" or find("GatherND_1", "GatherND").input[0] != x:
-            raise ValueError(f"{flow}: not the exported spline")
-        for k in range(1, 5):
-            gather = find(f"GatherND_{k}", "GatherND")
-            if k == 1:  # the inputs [B, 1, L] -> [B * L]
-                new = helper.make_node("Reshape", [gather.input[0], "fixed/flat"], list(gather.output))
-            else:  # the bins' parameters [B, 1, L, bins] -> [B * L, bins]
-                new = helper.make_node("Flatten", [gather.input[0]], list(gather.output), axis=3)
-            new.name = f"{gather.name}/fixed"
-            replace[gather.name] = [new]
-        scatter, spline = find("ScatterND_9", "ScatterND"), find("Slice_24", "Slice").input[0]
-        replace[scatter.name] = [
-            helper.make_node("Shape", [x], [f"{flow}/fixed/x_shape"], name=f"{flow}/fixed/x_shape"),
-            helper.make_node("Reshape", [spline, f"{flow}/fixed/x_shape"], [f"{flow}/fixed/spline"],
-                             name=f"{flow}/fixed/spline"),
-            helper.make_node("Where", [inside, f"{flow}/fixed/spline", x], list(scatter.output),
-                             name=f"{scatter.name}/fixed"),
-        ]
-        bin_index = find("Sub_7", "Sub").output[0]
-        (unsqueeze,) = consumers[bin_index]
-        widths = find("GatherND_2", "GatherND").input[0]
-        p = f"{flow}/fixed"
-        replace[unsqueeze.name] = [
-            helper.make_node("Shape", [widths], [f"{p}/w_shape"], name=f"{p}/w_shape"),
-            helper.make_node("Gather", [f"{p}/w_shape", "fixed/bins_axis"], [f"{p}/bins1"], axis=0,
-                             name=f"{p}/bins1"),
-            helper.make_node("Squeeze", [f"{p}/bins1"], [f"{p}/bins"], name=f"{p}/bins"),
-            helper.make_node("Sub", [f"{p}/bins", "fixed/one"], [f"{p}/last_bin"], name=f"{p}/last_bin"),
-            helper.make_node("Clip", [bin_index, "fixed/zero", f"{p}/last_bin"], [f"{p}/bin_index"],
-                             name=f"{p}/bin_index"),
-            helper.make_node("Unsqueeze", [f"{p}/bin_index", *unsqueeze.input[1:]], list(unsqueeze.output),
-                             name=unsqueeze.name),
-        ]
-    nodes = [new for node in graph.node for new in replace.get(node.name, [node])]
+
+def _spline_replacements(
+    flow: str,
+    by_name: dict[str, onnx.NodeProto],
+    producer: dict[str, onnx.NodeProto],
+    consumers: dict[str, list[onnx.NodeProto]],
+) -> dict[str, list[onnx.NodeProto]]:
+    """The nodes that replace each gather, scatter and bin lookup of one spline `flow`
+    (`_rewrite_splines`), by the name of the node each replaces."""
+    replace: dict[str, list[onnx.NodeProto]] = {}
+
+    def find(name: str, op: str) -> onnx.NodeProto:
+        found: onnx.NodeProto | None = by_name.get(f"{flow}/{name}")
+        if found is None or found.op_type != op:
+            raise ValueError(f"{flow}/{name} is not a {op} node")
+        return found
+
+    inside = find("NonZero_1", "NonZero").input[0]
+    x = find("Split", "Split").output[1]
+    if producer[inside].op_type != "And" or find("GatherND_1", "GatherND").input[0] != x:
+        raise ValueError(f"{flow}: not the exported spline")
+    for k in range(1, 5):
+        gather = find(f"GatherND_{k}", "GatherND")
+        if k == 1:  # the inputs [B, 1, L] -> [B * L]
+            new = helper.make_node("Reshape", [gather.input[0], "fixed/flat"], list(gather.output))
+        else:  # the bins' parameters [B, 1, L, bins] -> [B * L, bins]
+            new = helper.make_node("Flatten", [gather.input[0]], list(gather.output), axis=3)
+        new.name = f"{gather.name}/fixed"
+        replace[gather.name] = [new]
+    scatter, spline = find("ScatterND_9", "ScatterND"), find("Slice_24", "Slice").input[0]
+    replace[scatter.name] = [
+        helper.make_node("Shape", [x], [f"{flow}/fixed/x_shape"], name=f"{flow}/fixed/x_shape"),
+        helper.make_node("Reshape", [spline, f"{flow}/fixed/x_shape"], [f"{flow}/fixed/spline"],
+                         name=f"{flow}/fixed/spline"),
+        helper.make_node("Where", [inside, f"{flow}/fixed/spline", x], list(scatter.output),
+                         name=f"{scatter.name}/fixed"),
+    ]
+    bin_index = find("Sub_7", "Sub").output[0]
+    (unsqueeze,) = consumers[bin_index]
+    widths = find("GatherND_2", "GatherND").input[0]
+    replace[unsqueeze.name] = _clipped_bin_index(f"{flow}/fixed", bin_index, widths, unsqueeze)
+    return replace
+
+
+def _clipped_bin_index(p: str, bin_index: str, widths: str, unsqueeze: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """The nodes that replace a spline's `unsqueeze` of its `bin_index`, clipping the index
+    to the bins `widths` has, under the names `p/...`."""
+    return [
+        helper.make_node("Shape", [widths], [f"{p}/w_shape"], name=f"{p}/w_shape"),
+        helper.make_node("Gather", [f"{p}/w_shape", "fixed/bins_axis"], [f"{p}/bins1"], axis=0,
+                         name=f"{p}/bins1"),
+        helper.make_node("Squeeze", [f"{p}/bins1"], [f"{p}/bins"], name=f"{p}/bins"),
+        helper.make_node("Sub", [f"{p}/bins", "fixed/one"], [f"{p}/last_bin"], name=f"{p}/last_bin"),
+        helper.make_node("Clip", [bin_index, "fixed/zero", f"{p}/last_bin"], [f"{p}/bin_index"],
+                         name=f"{p}/bin_index"),
+        helper.make_node("Unsqueeze", [f"{p}/bin_index", *unsqueeze.input[1:]], list(unsqueeze.output),
+                         name=unsqueeze.name),
+    ]
+
+
+def _keep_live(nodes: list[onnx.NodeProto], graph: onnx.GraphProto) -> None:
+    """Make `nodes` the graph's, less those no output depends on (what only the gathers by
+    `NonZero` used)."""
     live = {output.name for output in graph.output}
     kept: list[onnx.NodeProto] = []
-    for node in reversed(nodes):  # drop what only the gathers by NonZero used
+    for node in reversed(nodes):
         if any(out in live for out in node.output):
             kept.append(node)
             live.update(name for name in node.input if name)
     del graph.node[:]
     graph.node.extend(reversed(kept))
-    return len(flows)
 
 
 def _fuse_layer_norms(model: onnx.ModelProto) -> int:

@@ -29,7 +29,7 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from voxserve.runners.files import (
     write_atomically,
 )
 from voxserve.runners.piper.onnx_runner import file_sha256
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["TORCH_LAYOUT", "ConvSpec", "PiperWeights", "convert", "load_weights", "read_weights", "write_weights"]
 
@@ -115,16 +118,7 @@ def convert(model: Path) -> PiperWeights:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         if node.op_type in ("Conv", "ConvTranspose"):
             path = _module_path(node.name)
-            pads = list(attrs.get("pads", [0, 0]))
-            if len(pads) != 2 or pads[0] != pads[1]:
-                raise ValueError(f"{node.name}: unequal or non-1-D padding {pads}")
-            convs[path] = ConvSpec(
-                stride=int(attrs.get("strides", [1])[0]),
-                padding=int(pads[0]),
-                dilation=int(attrs.get("dilations", [1])[0]),
-                groups=int(attrs.get("group", 1)),
-                transposed=node.op_type == "ConvTranspose",
-            )
+            convs[path] = _conv_spec(node, attrs)
             tensors[f"{path}.weight"] = values[node.input[1]]
             if len(node.input) > 2 and node.input[2]:
                 tensors[f"{path}.bias"] = values[node.input[2]]
@@ -143,6 +137,20 @@ def convert(model: Path) -> PiperWeights:
         {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in tensors.items()},
         convs,
         tail_bound,
+    )
+
+
+def _conv_spec(node: onnx.NodeProto, attrs: dict[str, Any]) -> ConvSpec:
+    """A 1-D `Conv` or `ConvTranspose` node's settings, from its attributes `attrs`."""
+    pads = list(attrs.get("pads", [0, 0]))
+    if len(pads) != 2 or pads[0] != pads[1]:
+        raise ValueError(f"{node.name}: unequal or non-1-D padding {pads}")
+    return ConvSpec(
+        stride=int(attrs.get("strides", [1])[0]),
+        padding=int(pads[0]),
+        dilation=int(attrs.get("dilations", [1])[0]),
+        groups=int(attrs.get("group", 1)),
+        transposed=node.op_type == "ConvTranspose",
     )
 
 

@@ -1,4 +1,5 @@
-"""Whisper: the CTranslate2 runner, and the torch runner with its model, weights and decoding.
+"""Whisper: the CTranslate2 runner, the torch runner with its model, weights and decoding,
+and its stand-in on the simulated device (`sim_runner.py`).
 
-Both keep the contract in `interface.py`; the engine imports only the one it runs.
+All three keep the contract in `interface.py`; the engine imports only the one it runs.
 """

@@ -2,10 +2,10 @@
 `engine.adapters.kokoro.KokoroVoice`, whose text front end, voices, style rows, windows
 and joins stay real.
 
-Stage A gives each phoneme id its fitted mean frames (`durations`) and energy, at the
+Stage A gives each phoneme id its fitted mean frames (`runners/sim/durations.py`) and energy, at the
 item's speed, as `KokoroFrames` of the real shape (its aligned features empty: nothing
 reads them). Stage B gives each window a quiet tone of its frames' length. Both take the
-H200's time for their batch (`costs.KOKORO_ACOUSTIC`, `costs.KOKORO_DECODER`).
+H200's time for their batch (`runners/sim/costs.py: KOKORO_ACOUSTIC`, `KOKORO_DECODER`).
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 `engine.adapters.piper.PiperVoice`, whose config, speakers, phonemizer and chunk plan
 stay real.
 
-Stage A gives each phoneme id its fitted mean frames (`durations`) at the item's length
+Stage A gives each phoneme id its fitted mean frames (`runners/sim/durations.py`) at the item's length
 scale, and an empty latent of that many frames (nothing reads its values). Stage B gives
 each window a quiet tone of its frames' length. Both take the H200's time for their
-batch (`costs.PIPER_ACOUSTIC`, `costs.PIPER_VOCODER`).
+batch (`runners/sim/costs.py: PIPER_ACOUSTIC`, `PIPER_VOCODER`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Whisper on the simulated GPU: the torch runner's interface with the model replaced by
-its H200 costs (`costs.py: WhisperCost`), for measuring the engine's batching and the
-host's share without a GPU.
+its H200 costs (`runners/sim/costs.py: WhisperCost`), for measuring the engine's batching
+and the host's share without a GPU.
 
 Everything around the model is real: the tokenizer (the bundled tiny.en's), the decoding
 options, the segments the engine builds. A batch's log-mel, encoder and decoder steps are
