@@ -182,7 +182,7 @@ below tone 3 (low), and a tone 4 that hardly falls, at every style row, so Whisp
 misreads 40-45 % of its characters against 5-12 % for the other Mandarin voices. At 0.7
 of the way to the other three female Mandarin voices, tone 1 sits 4 semitones above tone
 3, in the middle of those voices' own range; its pitch rises by 1.3 semitones and its
-pace is kept (docs/KOKORO.md, `scripts/bench/kokoro_zh_tones.py`)."""
+pace is kept (docs/KOKORO.md, `scripts/bench/kokoro_cjk.py --tones`)."""
 
 
 def load_voice(name: str, voices_dir: Path | None = None, as_shipped: bool = False) -> np.ndarray:
