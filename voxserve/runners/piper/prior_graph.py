@@ -62,8 +62,8 @@ FIXED_LAYOUT = "x2"
 """Names the copies in the split's folder; a copy of another layout is not read."""
 MAX_PRIOR_DIFF = 1e-4
 """Largest |z_p| difference to the dynamic graph that a copy may show in its check
-(noise scales 0): an order of magnitude above float32 reordering noise, far below any
-change a listener hears."""
+(noise scales 0): room for float32's reordering of sums between the two graphs, not for
+a different computation."""
 SHARED_KEY = "voxserve.shared_weights"
 """A copy's metadata: the JSON list of its weights equal to the prior's (same name)."""
 _PRIOR_OUTPUTS = ("/Add_output_0", "/Cast_2_output_0", "/Cast_output_0", "/Ceil_output_0")
