@@ -11,6 +11,7 @@ people is the benchmark's (`python -m voxserve.bench.diarize`, docs/ASR.md).
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import pickle
 import time
@@ -31,11 +32,14 @@ from voxserve.bench.der import der
 from voxserve.bench.real_speech_mix import telephone_line
 from voxserve.engine.chunking import speech_probabilities
 from voxserve.engine.diarize import (
+    PAD_S,
     VAD_BLOCK_FRAMES,
+    VAD_GRIDS,
     VAD_LEAD_FRAMES,
     Turn,
     fresh_probabilities,
     letter,
+    padded,
 )
 from voxserve.engine.segments import TimedSegment, Word
 from voxserve.engine.speakers import speaker_segments
@@ -297,17 +301,32 @@ def test_words_go_to_the_speaker_whose_turn_covers_them() -> None:
     assert speaker_segments([segment], [])[0].speaker == "A"
 
 
-def test_the_vad_restarts_every_block_with_a_warm_up() -> None:
-    """One probability per whole frame, in place: the first block is the plain stream's
-    scores, and a later block is that block scored from a fresh state after its lead."""
+def test_the_vad_restarts_every_block_with_a_warm_up_on_staggered_grids() -> None:
+    """One probability per whole frame, in place: before any grid's second block the
+    plain stream's scores, and later each frame the highest of the grids' scores, each
+    grid's block scored from a fresh state after its lead."""
     audio = np.tile(_beckett().astype(np.float32) / 32767, 3)[: 25 * RATE + 100]
     probs = fresh_probabilities(audio)
     assert len(probs) == len(audio) // FRAME_SAMPLES
     block, lead = VAD_BLOCK_FRAMES, VAD_LEAD_FRAMES
-    np.testing.assert_allclose(probs[:block], speech_probabilities(audio)[:block], atol=1e-5)
-    alone = speech_probabilities(audio[(block - lead) * FRAME_SAMPLES : 2 * block * FRAME_SAMPLES])
-    np.testing.assert_allclose(probs[block : 2 * block], alone[lead:], atol=1e-5)
+    first = block // VAD_GRIDS
+    np.testing.assert_allclose(probs[:first], speech_probabilities(audio)[:first], atol=1e-5)
+    lo, hi = block, block + first  # inside one block of every grid
+    scored = []
+    for grid in range(VAD_GRIDS):
+        shift = grid * block // VAD_GRIDS
+        start = lo - (lo - shift) % block if grid else lo
+        alone = speech_probabilities(audio[(start - lead) * FRAME_SAMPLES : hi * FRAME_SAMPLES])
+        scored.append(alone[lead + lo - start :])
+    np.testing.assert_allclose(probs[lo:hi], np.max(scored, axis=0), atol=1e-5)
     assert (probs >= 0.5).any()
+
+
+def test_regions_are_widened_but_stay_apart() -> None:
+    regions = [(0.02, 1.0), (1.04, 2.0), (3.0, 4.0)]
+    out = padded(regions, 4.03)
+    np.testing.assert_allclose(out, [(0.0, 1.02), (1.02, 2.0 + PAD_S), (3.0 - PAD_S, 4.03)])
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(out))
 
 
 def test_letters_and_der() -> None:

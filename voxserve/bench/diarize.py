@@ -7,11 +7,13 @@ best one-to-one mapping, `bench/der.py`) and the number of speakers from
 `POST /v1/audio/diarization`; then the same with the known speakers' references (taken
 from other recordings of them): the share of each known person's speech that carries
 their name, and the share of the others' speech that wrongly carries a known name. The
-words: the diarized transcript (`gpt-4o-transcribe-diarize`) against the plain one
-(`whisper-1`) of the same audio, as WER. The speed: a five-minute two-person file
-transcribed plainly and with speakers in turns (`--speed-runs` each), medians of the
-wall time, and the speakers alone (`/v1/audio/diarization`), with `/health` probed every
-50 ms meanwhile.
+words: the diarized transcript (`gpt-4o-transcribe-diarize`, which chunks `"auto"` and
+times words) as WER against the same model's plain transcript (`whisper-1`, json, the
+same chunking) and against its transcript with word times (the one the speakers are
+given to, so any difference there is diarization's). The speed: a five-minute two-person
+file transcribed with word times and with speakers in turns (`--speed-runs` each; the
+same chunking), medians of the wall time, and the speakers alone
+(`/v1/audio/diarization`), with `/health` probed every 50 ms meanwhile.
 """
 
 from __future__ import annotations
@@ -63,7 +65,15 @@ class Result:
     misnamed: float
     """Share of the other people's speech that carries a known name."""
     wer_vs_plain: float
+    wer_vs_timed: float
+    """Against the same model's transcript with word times: diarization's own cost."""
     held_out: bool = False
+
+
+PLAIN = [("model", "whisper-1"), ("chunking_strategy", "auto")]
+TIMED = [*PLAIN, ("response_format", "verbose_json"), ("timestamp_granularities[]", "word")]
+"""The transcription a diarized request runs: the same chunking, with word times."""
+DIARIZED = [("model", "gpt-4o-transcribe-diarize"), ("response_format", "diarized_json")]
 
 
 def _post(client: httpx.Client, path: str, audio: bytes, fields: list[tuple[str, str]]) -> httpx.Response:
@@ -119,19 +129,21 @@ def run_one(client: httpx.Client, conversation: Conversation, held_out: bool = F
     others = [p for p in people if p not in known]
     names = set(known)
     misnamed = statistics.fmean(_share(reference, named_hyp, p, names) for p in others) if others and names else 0.0
-    wer = float("nan")
+    wer = wer_timed = float("nan")
     if words:
-        plain = _post(client, "/v1/audio/transcriptions", wav, [("model", "whisper-1")]).json()["text"]
-        diarized = _post(client, "/v1/audio/transcriptions", wav,
-                         [("model", "gpt-4o-transcribe-diarize"), ("response_format", "diarized_json")]).json()
-        wer = word_errors(plain, " ".join(s["text"] for s in diarized["segments"])).wer
+        plain = _post(client, "/v1/audio/transcriptions", wav, PLAIN).json()["text"]
+        timed = _post(client, "/v1/audio/transcriptions", wav, TIMED).json()["text"]
+        diarized = _post(client, "/v1/audio/transcriptions", wav, DIARIZED).json()
+        text = " ".join(s["text"] for s in diarized["segments"])
+        wer, wer_timed = word_errors(plain, text).wer, word_errors(timed, text).wer
     return Result(conversation.id, round(len(audio) / SAMPLE_RATE, 1), len(people), len(body["speakers"]),
                   score.der, score.missed, score.false_alarm, score.confusion, known, known_scored, misnamed,
-                  wer, held_out)
+                  wer, wer_timed, held_out)
 
 
 def speed(client: httpx.Client, base_url: str, runs: int, minutes: float = 5.0) -> dict[str, Any]:
-    """Plain and diarized transcription of a `minutes`-long two-person file, in turns."""
+    """Transcription with word times and diarized transcription of a `minutes`-long
+    two-person file, in turns, and the speakers alone."""
     audio, _ = build(CONVERSATIONS[0], default_cache())
     reps = int(np.ceil(minutes * 60 * SAMPLE_RATE / len(audio)))
     wav = _wav(np.tile(audio, reps)[: int(minutes * 60 * SAMPLE_RATE)])
@@ -140,9 +152,7 @@ def speed(client: httpx.Client, base_url: str, runs: int, minutes: float = 5.0) 
     prober.start()
     try:
         for _ in range(runs):
-            for kind, fields in (("plain", [("model", "whisper-1")]),
-                                 ("diarized", [("model", "gpt-4o-transcribe-diarize"),
-                                               ("response_format", "diarized_json")])):
+            for kind, fields in (("plain", TIMED), ("diarized", DIARIZED)):
                 started = time.perf_counter()
                 _post(client, "/v1/audio/transcriptions", wav, fields)
                 times[kind].append(time.perf_counter() - started)
@@ -182,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     out = run(args.url, args.speed_runs, words=not args.no_words)
     print(f"{'conversation':29s} {'min':>5s} {'spk':>7s} {'DER%':>6s} {'miss':>5s} {'FA':>5s} {'conf':>5s} "
-          f"{'known% (outside collar)':>24s} {'misnamed%':>9s} {'WER vs plain%':>13s}")
+          f"{'known% (outside collar)':>24s} {'misnamed%':>9s} {'WER vs plain/timed%':>19s}")
     for r in out["conversations"]:
         known = " ".join(f"{v * 100:.0f}({c * 100:.0f})" for v, c in zip(r["known"].values(),
                                                                           r["known_scored"].values(), strict=True))
@@ -190,14 +200,16 @@ def main(argv: list[str] | None = None) -> None:
         name = r["conversation"] + (" (held out)" if r["held_out"] else "")
         print(f"{name:29s} {r['seconds'] / 60:5.1f} {r['speakers']:>3d}/{r['found']:<3d} "
               f"{r['der'] * 100:6.1f} {r['missed'] * 100:5.1f} {r['false_alarm'] * 100:5.1f} "
-              f"{r['confusion'] * 100:5.1f} {known:>24s} {r['misnamed'] * 100:9.1f} {r['wer_vs_plain'] * 100:13.1f}")
+              f"{r['confusion'] * 100:5.1f} {known:>24s} {r['misnamed'] * 100:9.1f} "
+              f"{r['wer_vs_plain'] * 100:9.1f}/{r['wer_vs_timed'] * 100:<9.1f}")
     print(f"mean DER {out['mean_der'] * 100:.1f}%, speaker count right in {out['speaker_count_right']} of "
           f"{len(CONVERSATIONS)}; held out: mean DER {out['held_out_mean_der'] * 100:.1f}%, speaker count "
           f"right in {out['held_out_speaker_count_right']} of {len(HELD_OUT)}")
     if "speed" in out:
         s = out["speed"]
-        print(f"5-minute two-person file: plain {s['plain_s']} s, diarized {s['diarized_s']} s "
-              f"(+{s['added'] * 100:.0f}%), speakers only {s['speakers_only_s']} s, "
+        print(f"5-minute two-person file: with word times {s['plain_s']} s, diarized {s['diarized_s']} s "
+              f"(+{s['added'] * 100:.0f}%), speakers only {s['speakers_only_s']} s "
+              f"({s['speakers_only_s'] / s['plain_s'] * 100:.0f}%), "
               f"/health p99 {s['health_p99_ms']} ms")
     if args.out:
         with open(args.out, "w") as f:

@@ -2,8 +2,9 @@
 whole file, and turns.
 
 The rule: Silero VAD finds the speech (`engine/chunking.py: speech_probabilities`),
-hearing the audio through the telephone band and starting afresh every 10 s
-(`fresh_probabilities`); windows of `WINDOW_S` every `STEP_S` cover each region (a region
+hearing the audio through the telephone band and starting afresh every 10 s on three
+staggered grids (`fresh_probabilities`); each region is widened by `PAD_S` for its
+labels; windows of `WINDOW_S` every `STEP_S` cover each region (a region
 shorter than a window gets one window centred on it); each window is embedded, heard
 through the same band, in batches; the embeddings are clustered by average-linkage
 agglomeration on cosine distance, cut at `CLUSTER_DISTANCE` (scipy); clusters whose
@@ -52,6 +53,7 @@ __all__ = [
     "embedder",
     "fresh_probabilities",
     "letter",
+    "padded",
     "reference_embedding",
     "speech_regions",
 ]
@@ -76,6 +78,11 @@ without edge effects."""
 MIN_GAP_S = 0.3
 """A pause shorter than this inside one person's speech does not split a region."""
 MIN_REGION_S = 0.2
+PAD_S = 0.05
+"""Each region of speech is widened by this much on either side (never past the middle of
+the pause to the next one) before its moments are labelled: the VAD's onsets and offsets
+fall inside a word's first and last sounds, and the quiet consonants it trims belong to
+the same speaker. The windows are still cut from the unwidened speech."""
 CLUSTER_DISTANCE = 0.6
 """Average cosine distance at which agglomeration stops (similarity 0.4)."""
 MIN_CLUSTER_S = 5.0
@@ -96,6 +103,11 @@ it scores a telephone voice next to wideband ones at almost nothing, while the s
 speech scored from a fresh state a second earlier passes easily."""
 VAD_LEAD_FRAMES = 32
 """Frames (1 s) scored before each block and discarded: the fresh state's warm-up."""
+VAD_GRIDS = 3
+"""The audio is scored this many times, the blocks' edges staggered by a third of a
+block, and each frame keeps its highest probability: how Silero scores a short, quiet
+word depends on the seconds its state has heard, and a word one block start misses
+another hears (a telephone voice counting single words between wideband talkers)."""
 MAX_CLUSTERED = 2000
 """Windows agglomerated at most (33 min of speech; 16 MB of pairwise distances)."""
 
@@ -168,16 +180,21 @@ class _Band:
 
 
 def fresh_probabilities(audio: Samples | _Band) -> np.ndarray:
-    """Silero's probability of each whole 32 ms frame of `audio`, scored in blocks of
-    `VAD_BLOCK_FRAMES`, each from a fresh state warmed on the `VAD_LEAD_FRAMES` before it."""
+    """Silero's probability of each whole 32 ms frame of `audio`: the highest of
+    `VAD_GRIDS` scorings, each in blocks of `VAD_BLOCK_FRAMES` from a fresh state warmed
+    on the `VAD_LEAD_FRAMES` before the block, the grids' block edges staggered evenly."""
     block, lead = VAD_BLOCK_FRAMES * FRAME_SAMPLES, VAD_LEAD_FRAMES * FRAME_SAMPLES
     n = len(audio) - len(audio) % FRAME_SAMPLES
-    parts = []
-    for lo in range(0, n, block):
-        first = max(0, lo - lead)
-        probs = speech_probabilities(audio[first : min(n, lo + block)])
-        parts.append(probs[(lo - first) // FRAME_SAMPLES :])
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+    best = np.zeros(n // FRAME_SAMPLES, dtype=np.float32)
+    for grid in range(VAD_GRIDS):
+        shift = grid * VAD_BLOCK_FRAMES // VAD_GRIDS * FRAME_SAMPLES
+        edges = sorted({0, n, *range(shift or block, n, block)})
+        for lo, hi in itertools.pairwise(edges):
+            first = max(0, lo - lead)
+            probs = speech_probabilities(audio[first:hi])[(lo - first) // FRAME_SAMPLES :]
+            at = lo // FRAME_SAMPLES
+            np.maximum(best[at : at + len(probs)], probs, out=best[at : at + len(probs)])
+    return best
 
 
 def _regions(audio: Samples, wideband_too: bool = False) -> list[tuple[float, float]]:
@@ -210,6 +227,17 @@ def speech_regions(probs: np.ndarray) -> list[tuple[float, float]]:
         else:
             merged.append((lo, hi))
     return [(lo, hi) for lo, hi in merged if hi - lo >= MIN_REGION_S]
+
+
+def padded(regions: Sequence[tuple[float, float]], duration: float) -> list[tuple[float, float]]:
+    """`regions` each widened by `PAD_S` on both sides, within [0, `duration`] and never
+    past the middle of the pause between two regions, so they stay apart and in order."""
+    out: list[tuple[float, float]] = []
+    for i, (lo, hi) in enumerate(regions):
+        before = (regions[i - 1][1] + lo) / 2 if i else 0.0
+        after = (hi + regions[i + 1][0]) / 2 if i + 1 < len(regions) else duration
+        out.append((max(before, lo - PAD_S), min(after, hi + PAD_S)))
+    return out
 
 
 def _window_starts(regions: Sequence[tuple[float, float]], duration: float) -> list[tuple[int, float]]:
@@ -370,7 +398,7 @@ def diarize(audio: Samples, known: Sequence[KnownSpeaker] = (), model: CamPlus |
             unnamed += 1
         labels[k] = letter(unnamed)
         unnamed += 1
-    turns = _turns(regions, starts, [labels[int(k)] for k in clusters])
+    turns = _turns(padded(regions, duration), starts, [labels[int(k)] for k in clusters])
     return Diarization(turns, list(dict.fromkeys(t.speaker for t in turns)))
 
 
@@ -414,4 +442,4 @@ class OnlineSpeakers:
         emb = embed_windows(piece, starts, self._model)
         labels = [self._label(e) for e in emb]
         return [Turn(round(t.start + start_s, 3), round(t.end + start_s, 3), t.speaker)
-                for t in _turns(regions, starts, labels)]
+                for t in _turns(padded(regions, duration), starts, labels)]
