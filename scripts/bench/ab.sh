@@ -85,7 +85,7 @@ run_set() {  # tree name set
         --no-progress -o "$OUT/realtime-$name.json" > /dev/null ;;
     sim)
       start "$tree" "$OUT/sim-$name.log" --device sim --no-asr --tts-models kokoro
-      "$B/voxserve" bench speech --base-url $URL --model tts-1-hd --concurrency 256 --num-prompts 512 \
+      "$B/voxserve" bench speech --base-url $URL --model tts-1-hd --concurrency 256 --num-prompts 256 \
         --processes 2 --no-progress -o "$OUT/sim-$name.json" > /dev/null ;;
   esac
   stop
