@@ -34,8 +34,8 @@ from voxserve.serving.catalog import speech_model, speech_model_ids
 pytestmark = pytest.mark.serial
 
 WHOLE = "piper-whole"
-WHOLE_RAMP = 1.5
-"""Admission counts a whole-segment stream at 1.5 times its measured cost."""
+WHOLE_RAMP = 3.0
+"""Admission counts a whole-segment stream at 3 times its measured cost."""
 TEXT = "The first sentence is short. The second one runs on a little longer than that."
 
 
@@ -52,8 +52,9 @@ def two_models() -> Iterator[RunningServer]:
     (piper,) = load_models(config.tts)
     assert isinstance(piper, PiperVoice)
     whole = PiperVoice(piper.model, None, piper.output_gain, 0.0, 0.0, name=WHOLE, model_ids=())
-    # The two share one network, so their measured costs differ only by noise; a ramp on
-    # one makes admission's counts of the two tell apart by construction.
+    # The two share one network: the whole-segment model costs less only by the chunks'
+    # context frames (about a third), plus noise. A ramp of 3 on it puts its count well
+    # above the chunked one's, so admission's counts of the two tell apart by construction.
     whole._profile = replace(whole.profile, ramp=WHOLE_RAMP)
     engine = TTSEngine(config.tts, models=[piper, whole])
     with run_server(config, engine=engine) as srv:
