@@ -50,11 +50,8 @@ def test_long_audio_cuts_quietly_and_keeps_exact_timestamps(
     r = client.post(
         URL,
         files={"file": ("long.wav", long_clip["wav"])},
-        data={
-            "model": "whisper-1",
-            "response_format": "verbose_json",
-            "timestamp_granularities[]": ["word", "segment"],
-        },
+        data={"model": "whisper-1", "response_format": "verbose_json",
+              "timestamp_granularities[]": ["word", "segment"]},
         timeout=120,
     )
     assert r.status_code == 200, r.text
@@ -79,12 +76,7 @@ def test_long_audio_cuts_quietly_and_keeps_exact_timestamps(
     for span in spans[1:]:
         window = audio[span.start - frame // 2 : span.start + frame // 2]
         levels.append(float(np.sqrt(np.mean(window**2))) / speech_level)
-    print(
-        "cuts at",
-        [round(sp.start / 16000, 2) for sp in spans[1:]],
-        "relative level",
-        np.round(levels, 3),
-    )
+    print("cuts at", [round(sp.start / 16000, 2) for sp in spans[1:]], "relative level", np.round(levels, 3))
     # Most cuts fall in a pause (-20 dB); where no pause was near the limit, the cut is
     # still in the quietest stretch, well under the speech level.
     assert sum(level < 0.1 for level in levels) >= len(levels) / 2
@@ -126,12 +118,8 @@ def test_word_times_keep_the_words(client: httpx.Client) -> None:
     files = {"file": ("sonnet.wav", wav)}
     plain = client.post(URL, files=files, data=fields, timeout=120)
     assert plain.status_code == 200, plain.text
-    timed = client.post(
-        URL,
-        files=files,
-        timeout=120,
-        data={**fields, "response_format": "verbose_json", "timestamp_granularities[]": "word"},
-    )
+    words = {"response_format": "verbose_json", "timestamp_granularities[]": "word"}
+    timed = client.post(URL, files=files, data={**fields, **words}, timeout=120)
     assert timed.status_code == 200, timed.text
     text, body = plain.json()["text"], timed.json()
     assert body["text"] == text
@@ -139,9 +127,7 @@ def test_word_times_keep_the_words(client: httpx.Client) -> None:
     assert wer(clip.text, text) < 0.25, text
 
 
-def test_disconnect_drops_queued_pieces(
-    base_url: str, server: RunningServer, long_clip: dict[str, Any]
-) -> None:
+def test_disconnect_drops_queued_pieces(base_url: str, server: RunningServer, long_clip: dict[str, Any]) -> None:
     # In 30 s cuts the file queues more pieces than the workers take at once (its short
     # even pieces would all start in the first two batches).
     engine = server.asr
@@ -156,11 +142,10 @@ def _disconnect_while_queued(base_url: str, engine: ASREngine, long_clip: dict[s
     before = engine.snapshot()
     boundary = b"vox"
     body = (
-        b'--vox\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'
-        b'--vox\r\nContent-Disposition: form-data; name="response_format"\r\n\r\nverbose_json\r\n'
-        b'--vox\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
-        + long_clip["wav"]
-        + b"\r\n--vox--\r\n"
+        b"--vox\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n"
+        b"--vox\r\nContent-Disposition: form-data; name=\"response_format\"\r\n\r\nverbose_json\r\n"
+        b"--vox\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
+        + long_clip["wav"] + b"\r\n--vox--\r\n"
     )
     host, port = base_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as s:
@@ -215,9 +200,7 @@ def test_health_stays_fast_while_long_files_transcribe(
     reference = " ".join(LONG[:5])
     uploads = subprocess.Popen(
         [sys.executable, "-c", _UPLOADS_CLIENT, base_url, str(path), "8"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     probes: list[float] = []
     try:
@@ -238,9 +221,8 @@ def test_health_stays_fast_while_long_files_transcribe(
         assert wer(reference, text) < 0.10
     probes.sort()
     p99 = probes[min(len(probes) - 1, int(len(probes) * 0.99))]
-    print(
-        f"/health during ASR load: {len(probes)} probes, p50 {statistics.median(probes) * 1e3:.1f} ms, "
-        f"p99 {p99 * 1e3:.1f} ms, max {probes[-1] * 1e3:.1f} ms"
-    )
+    print(f"/health during ASR load: {len(probes)} probes, p50 {statistics.median(probes) * 1e3:.1f} ms, "
+          f"p99 {p99 * 1e3:.1f} ms, max {probes[-1] * 1e3:.1f} ms")
     assert len(probes) > 20
     assert p99 < 0.1
+
