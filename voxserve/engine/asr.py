@@ -328,7 +328,6 @@ class ASREngine(WorkerEngine):
     def prepare(
         self,
         data: bytes,
-        even: bool = True,
         chunking: Chunking | None = None,
         model: str | None = None,
         timed: bool = False,
@@ -351,7 +350,7 @@ class ASREngine(WorkerEngine):
             audio = decode_blocks(data, self.config.max_audio_seconds, reserve=lease.take)
             return cut(
                 audio, lease, self.model(model), chunking=chunking, timed=timed, through=through,
-                even=even, workers=self.config.workers, ahead=SEGMENTS_AHEAD, even_piece_s=self.even_piece_s,
+                workers=self.config.workers, ahead=SEGMENTS_AHEAD, even_piece_s=self.even_piece_s,
             )
         except BaseException:
             lease.release()

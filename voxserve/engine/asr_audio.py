@@ -72,7 +72,6 @@ def cut(
     chunking: Chunking | None,
     timed: bool,
     through: Hearing | None,
-    even: bool,
     workers: int,
     ahead: int,
     even_piece_s: float,
@@ -83,12 +82,11 @@ def cut(
     settings, hearing the audio `through` the request's noise filter when it has one). A
     request that shows times (`timed`) on a model that times segments from the cuts gets
     pieces of at most its `timed_piece_s`, and a model that `trims_silence` gets the VAD's
-    cuts whatever the audio's length. With `even`, a file of 2 to `ahead` pieces is cut
-    again into even pieces of at most `even_piece_s` for `workers`
-    (`engine/chunking.py: even_pieces`), all encoded in the window of the longest; callers
-    pass False for requests that show word times: a piece's first word is aligned to the
-    piece's start when the piece begins in a pause, so each extra cut can move a word's
-    start by up to half a pause."""
+    cuts whatever the audio's length. A file of 2 to `ahead` pieces is cut again into even
+    pieces of at most `even_piece_s` for `workers` (`engine/chunking.py: even_pieces`), all
+    encoded in the window of the longest. Whether a request shows times never changes a
+    Whisper cut: the pieces decide the words, and a transcript must say the same words
+    with or without times."""
     if recognizer.timed_piece_s is not None and timed:
         plan = planner(audio, chunking or AUTO, through)
         assert plan is not None
@@ -96,9 +94,7 @@ def cut(
     plan = planner(audio, chunking or (AUTO if recognizer.trims_silence else None), through)
     spans = [Span(0, len(audio))] if plan is None else plan()
     recut = (
-        spans
-        if plan is None or not even
-        else even_pieces(plan, spans, workers, ahead, even_piece_s, _busiest)
+        spans if plan is None else even_pieces(plan, spans, workers, ahead, even_piece_s, _busiest)
     )
     if recut is spans:
         return PreparedAudio(audio, spans, lease)

@@ -173,12 +173,12 @@ async def start_transcription(
 
     Raises InvalidRequest for options the model cannot serve or audio it cannot decode.
     """
-    # Requests that show word times keep 30 s cuts (`ASREngine.prepare`).
-    even = not options.timings
+    # Times never change the cuts: a request that shows word times decodes the pieces a
+    # plain one does, so it gets the same words (`engine/asr_audio.py: cut`).
     options = engine.choose(options, options.model)  # the model decides how it is cut
 
     def prepare() -> PreparedAudio:
-        return engine.prepare(data, even, options.chunking, options.model, options.timings, through)
+        return engine.prepare(data, options.chunking, options.model, options.timings, through)
 
     return await _start(engine, prepare, options, pool, request_id)
 
