@@ -37,9 +37,12 @@ from voxserve.engine.diarize import (
     VAD_GRIDS,
     VAD_LEAD_FRAMES,
     Turn,
+    fill_pauses,
+    frame_levels,
     fresh_probabilities,
     letter,
     padded,
+    unheard_sound,
 )
 from voxserve.engine.segments import TimedSegment, Word
 from voxserve.engine.speakers import speaker_segments
@@ -320,6 +323,34 @@ def test_the_vad_restarts_every_block_with_a_warm_up_on_staggered_grids() -> Non
         scored.append(alone[lead + lo - start :])
     np.testing.assert_allclose(probs[lo:hi], np.max(scored, axis=0), atol=1e-5)
     assert (probs >= 0.5).any()
+
+
+def test_sound_in_a_pause_between_one_speakers_turns_is_theirs() -> None:
+    """A word the VAD missed between two turns of one person joins that person's speech;
+    a silent pause stays a pause, and nothing fills a pause between two people."""
+    speech = _beckett().astype(np.float32) / 32767
+    floor = np.random.default_rng(0).normal(0.0, 1e-4, 8 * RATE).astype(np.float32)  # a noise floor, -80 dB
+    audio = floor.copy()
+    audio[: 2 * RATE] += speech[: 2 * RATE]
+    audio[int(2.8 * RATE) : int(3.2 * RATE)] += speech[int(0.35 * RATE) : int(0.75 * RATE)]  # the missed word
+    audio[4 * RATE : 6 * RATE] += speech[4 * RATE : 6 * RATE]
+    levels = frame_levels(audio)
+    assert len(levels) == len(audio) // FRAME_SAMPLES
+    turns = [Turn(0.0, 2.0, "A"), Turn(4.0, 6.0, "A")]
+    filled = fill_pauses(turns, levels)
+    covered = [t for t in filled if t.start <= 3.0 < t.end]
+    assert [t.speaker for t in covered] == ["A"]
+    assert not any(t.start < 2.5 < t.end or t.start < 3.6 < t.end for t in filled)  # the silence either side
+    assert fill_pauses([Turn(0.0, 2.0, "A"), Turn(4.0, 6.0, "B")], levels) == [Turn(0.0, 2.0, "A"), Turn(4.0, 6.0, "B")]
+    quiet = frame_levels(np.concatenate([audio[: 2 * RATE], floor[: 2 * RATE], audio[4 * RATE :]]))
+    assert fill_pauses(turns, quiet) == turns
+    # Anywhere else the missed word is found as sound for the embedder to judge, and the
+    # VAD's own speech and the silence are not.
+    found = unheard_sound(levels, [(0.0, 2.0), (4.0, 6.0)])
+    assert len(found) == 1 and found[0][0] < 3.0 < found[0][1]
+    assert 2.2 < found[0][0] and found[0][1] < 3.8
+    assert unheard_sound(levels, [(0.0, 6.0)]) == []
+    assert unheard_sound(quiet, [(0.0, 2.0), (4.0, 6.0)]) == []
 
 
 def test_regions_are_widened_but_stay_apart() -> None:

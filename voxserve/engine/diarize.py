@@ -10,7 +10,10 @@ through the same band, in batches; the embeddings are clustered by average-linka
 agglomeration on cosine distance, cut at `CLUSTER_DISTANCE` (scipy); clusters whose
 centroids are close join (`MERGE_SIMILARITY`), and clusters too small to be a speaker
 join their nearest large one; each moment of speech takes the label of the window whose
-centre is nearest. Overlapping speech is not modelled: a moment has at most one speaker.
+centre is nearest. Sound the VAD did not hear as speech is looked at last: in a short pause
+between two turns of one speaker it is that speaker's (`fill_pauses`), and elsewhere it is
+embedded and kept where its voice matches a speaker (`unheard_sound`). Overlapping speech
+is not modelled: a moment has at most one speaker.
 
 Memory stays bounded for long files: the audio is read a window at a time from its
 blocks, an embedding is 192 floats per second of speech, and past `MAX_CLUSTERED`
@@ -21,7 +24,8 @@ takes the name of the reference it matches best, one-to-one, when their cosine
 similarity reaches `KNOWN_SIMILARITY`; the others stay lettered.
 
 `OnlineSpeakers` labels as audio arrives (streamed transcriptions): a window joins the
-closest speaker heard so far, or starts a new one, and a label once given never changes.
+closest speaker heard so far, or starts a new one, and a label once given never changes;
+it fills pauses but does not search the rest of the sound.
 
 No HTTP and no asyncio; run it in the audio pool.
 """
@@ -51,11 +55,14 @@ __all__ = [
     "Turn",
     "diarize",
     "embedder",
+    "fill_pauses",
+    "frame_levels",
     "fresh_probabilities",
     "letter",
     "padded",
     "reference_embedding",
     "speech_regions",
+    "unheard_sound",
 ]
 
 WINDOW_S = WINDOW_SAMPLES / SAMPLE_RATE
@@ -108,6 +115,26 @@ VAD_GRIDS = 3
 block, and each frame keeps its highest probability: how Silero scores a short, quiet
 word depends on the seconds its state has heard, and a word one block start misses
 another hears (a telephone voice counting single words between wideband talkers)."""
+FILL_GAP_S = 2.0
+"""A pause of up to this between two turns of one speaker is searched for sound the VAD
+did not hear as speech (`fill_pauses`)."""
+FILL_DB = 45.0
+"""Sound in such a pause is that speaker's where its 32 ms frames stand this far above the
+file's floor (the 10th percentile of its frame levels): Silero can score a lone word heard
+through a telephone line (a caller counting, or answering "yes") under `ONSET` when it
+comes between other people's wideband speech, though the word stands far above the
+floor, while a pause inside one person's speech sits near the floor and stays a pause."""
+SOUND_DB = 35.0
+"""Elsewhere, sound this far above the floor that the VAD did not hear as speech is
+embedded as well (`unheard_sound`), and kept only where its voice matches a speaker."""
+SOUND_SIMILARITY = 0.5
+"""Such sound joins the closest speaker's cluster at this cosine similarity to its
+centroid, and is dropped below it (a door, a cough, music: no voice in the file)."""
+SOUND_CLEAR_S = 0.15
+"""Sound this close to the VAD's speech is left out of that search: the edges of speech
+are the widening's (`PAD_S`), not a word of their own."""
+FILL_FRAMES = 3
+"""Frames of sound (0.1 s) that a fill or a found sound needs: a click is not a word."""
 MAX_CLUSTERED = 2000
 """Windows agglomerated at most (33 min of speech; 16 MB of pairwise distances)."""
 
@@ -238,6 +265,81 @@ def padded(regions: Sequence[tuple[float, float]], duration: float) -> list[tupl
         after = (hi + regions[i + 1][0]) / 2 if i + 1 < len(regions) else duration
         out.append((max(before, lo - PAD_S), min(after, hi + PAD_S)))
     return out
+
+
+def frame_levels(audio: Samples) -> np.ndarray:
+    """Level in dB of each whole 32 ms frame of `audio`, read a block at a time."""
+    n = len(audio) - len(audio) % FRAME_SAMPLES
+    levels = np.empty(n // FRAME_SAMPLES, dtype=np.float32)
+    block = VAD_BLOCK_FRAMES * FRAME_SAMPLES
+    for lo in range(0, n, block):
+        x = np.asarray(audio[lo : min(n, lo + block)], dtype=np.float64).reshape(-1, FRAME_SAMPLES)
+        at = lo // FRAME_SAMPLES
+        levels[at : at + len(x)] = 10 * np.log10(np.mean(x * x, axis=1) + 1e-12)
+    return levels
+
+
+def _runs(mask: np.ndarray, least: int) -> list[tuple[int, int]]:
+    """[start, end) of each run of True in `mask` at least `least` long."""
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    return [(int(a), int(b)) for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True)
+            if b - a >= least]
+
+
+def _joined(turns: list[Turn]) -> list[Turn]:
+    """`turns` in order of start, neighbours of one speaker under `MIN_GAP_S` apart joined."""
+    out: list[Turn] = []
+    for t in sorted(turns, key=lambda t: t.start):
+        if out and out[-1].speaker == t.speaker and t.start - out[-1].end < MIN_GAP_S:
+            out[-1] = Turn(out[-1].start, max(out[-1].end, t.end), t.speaker)
+        else:
+            out.append(t)
+    return out
+
+
+def fill_pauses(turns: list[Turn], levels: np.ndarray) -> list[Turn]:
+    """`turns` with the sound in each pause of up to `FILL_GAP_S` between two turns of one
+    speaker given to that speaker: nobody else spoke on either side of it, so what the
+    VAD missed there is most likely theirs (`FILL_DB`)."""
+    if len(turns) < 2 or not len(levels):
+        return turns
+    loud = levels > np.percentile(levels, 10) + FILL_DB
+    frame_s = FRAME_SAMPLES / SAMPLE_RATE
+    out = [turns[0]]
+    for turn in turns[1:]:
+        last = out[-1]
+        if last.speaker == turn.speaker and 0 < turn.start - last.end <= FILL_GAP_S:
+            lo, hi = int(np.ceil(last.end / frame_s)), int(turn.start / frame_s)
+            for a, b in _runs(loud[lo:hi], FILL_FRAMES):
+                start, end = (lo + a) * frame_s, (lo + b) * frame_s
+                if start - out[-1].end < MIN_GAP_S:
+                    out[-1] = Turn(out[-1].start, end, turn.speaker)
+                else:
+                    out.append(Turn(start, end, turn.speaker))
+            if turn.start - out[-1].end < MIN_GAP_S:
+                out[-1] = Turn(out[-1].start, turn.end, turn.speaker)
+                continue
+        out.append(turn)
+    return [Turn(round(t.start, 3), round(t.end, 3), t.speaker) for t in out]
+
+
+def unheard_sound(levels: np.ndarray, regions: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Seconds [start, end) of sound `SOUND_DB` above the floor that lies clear of the
+    VAD's `regions`: runs of loud frames joined across pauses under `MIN_GAP_S`, each at
+    least `MIN_REGION_S` long."""
+    if not len(levels):
+        return []
+    frame_s = FRAME_SAMPLES / SAMPLE_RATE
+    loud = levels > np.percentile(levels, 10) + SOUND_DB
+    for lo, hi in regions:
+        loud[max(0, int((lo - SOUND_CLEAR_S) / frame_s)) : int(np.ceil((hi + SOUND_CLEAR_S) / frame_s))] = False
+    runs: list[tuple[float, float]] = []
+    for a, b in _runs(loud, FILL_FRAMES):
+        if runs and a * frame_s - runs[-1][1] < MIN_GAP_S:
+            runs[-1] = (runs[-1][0], b * frame_s)
+        else:
+            runs.append((a * frame_s, b * frame_s))
+    return [(lo, hi) for lo, hi in runs if hi - lo >= MIN_REGION_S]
 
 
 def _window_starts(regions: Sequence[tuple[float, float]], duration: float) -> list[tuple[int, float]]:
@@ -398,7 +500,16 @@ def diarize(audio: Samples, known: Sequence[KnownSpeaker] = (), model: CamPlus |
             unnamed += 1
         labels[k] = letter(unnamed)
         unnamed += 1
+    levels = frame_levels(audio)
     turns = _turns(padded(regions, duration), starts, [labels[int(k)] for k in clusters])
+    sound = unheard_sound(levels, regions)
+    if sound:  # sound the VAD missed, kept where its voice is one of the speakers'
+        found = _window_starts(sound, duration)
+        sims = embed_windows(audio, found, model) @ cents.T
+        closest = np.argmax(sims, axis=1)
+        kept = [i for i in range(len(found)) if sims[i, closest[i]] >= SOUND_SIMILARITY]
+        turns = _joined(turns + _turns(sound, [found[i] for i in kept], [labels[int(closest[i])] for i in kept]))
+    turns = fill_pauses(turns, levels)
     return Diarization(turns, list(dict.fromkeys(t.speaker for t in turns)))
 
 
@@ -442,4 +553,4 @@ class OnlineSpeakers:
         emb = embed_windows(piece, starts, self._model)
         labels = [self._label(e) for e in emb]
         return [Turn(round(t.start + start_s, 3), round(t.end + start_s, 3), t.speaker)
-                for t in _turns(padded(regions, duration), starts, labels)]
+                for t in fill_pauses(_turns(padded(regions, duration), starts, labels), frame_levels(piece))]
