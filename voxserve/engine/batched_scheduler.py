@@ -278,20 +278,7 @@ class BatchedScheduler(Scheduler):
                     raise AssertionError("a claimed chunk has an open latent")
                 window = self._window(stream, latent)
             assert latent is not None
-            seq = stream.claimed
             lo, hi, start, end, bucket = window
-            stream.claimed = seq + 1
-            self._unclaimed -= seq == 0
-            stream.in_flight += 1
-            stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
-            latent.claimed = end
-            latent.claims += 1
-            last = (
-                end == latent.latent.frames
-                and latent is stream.latents[-1]
-                and stream.next_segment >= len(stream.segments)
-                and not stream.acoustic_busy
-                and stream.complete
-            )
+            seq, last = self._book_claim(stream, latent, end)
             stream.window = None  # the next window starts where this one ended
             append(VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, 1, bucket))

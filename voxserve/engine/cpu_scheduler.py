@@ -167,24 +167,11 @@ class CpuScheduler(Scheduler):
         runs beside, so its stream follows the idle plan."""
         latent = stream.open_latent()
         assert latent is not None
-        seq = stream.claimed
-        if seq == 0:
+        if stream.claimed == 0:
             stream.alone = alone
             stream.skip = int(not alone and self._burst(stream))
         lo, hi, start, end, bucket = self._window(stream, latent)
-        stream.claimed += 1
-        self._unclaimed -= seq == 0
-        stream.in_flight += 1
-        stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
-        latent.claimed = end
-        latent.claims += 1
-        last = (
-            end == latent.frames
-            and latent is stream.latents[-1]
-            and stream.next_segment >= len(stream.segments)
-            and not stream.acoustic_busy
-            and stream.complete
-        )
+        seq, last = self._book_claim(stream, latent, end)
         return VocoderWork(stream.id, latent.segment, latent.latent, lo, hi, start, end, last, seq, bucket=bucket)
 
     def _window(self, stream: StreamState, latent: LatentState) -> Window:

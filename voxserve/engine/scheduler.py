@@ -394,6 +394,27 @@ class Scheduler(ABC):
         waiting = self._unclaimed - (stream.claimed == 0)
         return waiting >= self.budget.burst_waiting
 
+    def _book_claim(self, stream: StreamState, latent: LatentState, end: int) -> tuple[int, bool]:
+        """Count the stream's next chunk, ending at frame `end` of `latent`, as claimed;
+        returns its sequence number and whether it is the stream's last (the end of its
+        last latent, with no segment left for stage A and the text complete). Both
+        policies claim through this, so a chunk is counted one way."""
+        seq = stream.claimed
+        stream.claimed = seq + 1
+        self._unclaimed -= seq == 0
+        stream.in_flight += 1
+        stream.untaken += 1  # a claimed chunk spends its credit until the writer takes it
+        latent.claimed = end
+        latent.claims += 1
+        last = (
+            end == latent.latent.frames
+            and latent is stream.latents[-1]
+            and stream.next_segment >= len(stream.segments)
+            and not stream.acoustic_busy
+            and stream.complete
+        )
+        return seq, last
+
     # -- results ---------------------------------------------------------------------
     def complete_acoustic(
         self, work: AcousticWork, latent: Latent, elapsed: float | None = None
