@@ -247,8 +247,14 @@ def speech_regions(probs: np.ndarray) -> list[tuple[float, float]]:
             start = None
     if start is not None:
         regions.append((start * frame_s, len(probs) * frame_s))
+    return _merged(regions)
+
+
+def _merged(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """`spans` (in order) joined across pauses under `MIN_GAP_S`, each kept when it is
+    at least `MIN_REGION_S` long."""
     merged: list[tuple[float, float]] = []
-    for lo, hi in regions:
+    for lo, hi in spans:
         if merged and lo - merged[-1][1] < MIN_GAP_S:
             merged[-1] = (merged[-1][0], hi)
         else:
@@ -268,7 +274,8 @@ def padded(regions: Sequence[tuple[float, float]], duration: float) -> list[tupl
 
 
 def frame_levels(audio: Samples) -> np.ndarray:
-    """Level in dB of each whole 32 ms frame of `audio`, read a block at a time."""
+    """Level of each whole 32 ms frame of `audio` in dB over its floor (the 10th
+    percentile of the frames' levels), read a block at a time."""
     n = len(audio) - len(audio) % FRAME_SAMPLES
     levels = np.empty(n // FRAME_SAMPLES, dtype=np.float32)
     block = VAD_BLOCK_FRAMES * FRAME_SAMPLES
@@ -276,6 +283,8 @@ def frame_levels(audio: Samples) -> np.ndarray:
         x = np.asarray(audio[lo : min(n, lo + block)], dtype=np.float64).reshape(-1, FRAME_SAMPLES)
         at = lo // FRAME_SAMPLES
         levels[at : at + len(x)] = 10 * np.log10(np.mean(x * x, axis=1) + 1e-12)
+    if len(levels):
+        levels -= np.percentile(levels, 10)
     return levels
 
 
@@ -300,46 +309,28 @@ def _joined(turns: list[Turn]) -> list[Turn]:
 def fill_pauses(turns: list[Turn], levels: np.ndarray) -> list[Turn]:
     """`turns` with the sound in each pause of up to `FILL_GAP_S` between two turns of one
     speaker given to that speaker: nobody else spoke on either side of it, so what the
-    VAD missed there is most likely theirs (`FILL_DB`)."""
-    if len(turns) < 2 or not len(levels):
-        return turns
-    loud = levels > np.percentile(levels, 10) + FILL_DB
+    VAD missed there is most likely theirs (`FILL_DB`). `levels` are `frame_levels`'."""
     frame_s = FRAME_SAMPLES / SAMPLE_RATE
-    out = [turns[0]]
-    for turn in turns[1:]:
-        last = out[-1]
+    fills = []
+    for last, turn in itertools.pairwise(turns):
         if last.speaker == turn.speaker and 0 < turn.start - last.end <= FILL_GAP_S:
             lo, hi = int(np.ceil(last.end / frame_s)), int(turn.start / frame_s)
-            for a, b in _runs(loud[lo:hi], FILL_FRAMES):
-                start, end = (lo + a) * frame_s, (lo + b) * frame_s
-                if start - out[-1].end < MIN_GAP_S:
-                    out[-1] = Turn(out[-1].start, end, turn.speaker)
-                else:
-                    out.append(Turn(start, end, turn.speaker))
-            if turn.start - out[-1].end < MIN_GAP_S:
-                out[-1] = Turn(out[-1].start, turn.end, turn.speaker)
-                continue
-        out.append(turn)
-    return [Turn(round(t.start, 3), round(t.end, 3), t.speaker) for t in out]
+            fills += [Turn((lo + a) * frame_s, (lo + b) * frame_s, turn.speaker)
+                      for a, b in _runs(levels[lo:hi] > FILL_DB, FILL_FRAMES)]
+    if not fills:
+        return turns
+    return [Turn(round(t.start, 3), round(t.end, 3), t.speaker) for t in _joined(turns + fills)]
 
 
 def unheard_sound(levels: np.ndarray, regions: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Seconds [start, end) of sound `SOUND_DB` above the floor that lies clear of the
-    VAD's `regions`: runs of loud frames joined across pauses under `MIN_GAP_S`, each at
-    least `MIN_REGION_S` long."""
-    if not len(levels):
-        return []
+    """Seconds [start, end) of sound `SOUND_DB` above the floor (`levels` are
+    `frame_levels`') that lies clear of the VAD's `regions`, as `speech_regions` joins
+    and keeps speech."""
     frame_s = FRAME_SAMPLES / SAMPLE_RATE
-    loud = levels > np.percentile(levels, 10) + SOUND_DB
+    loud = levels > SOUND_DB
     for lo, hi in regions:
         loud[max(0, int((lo - SOUND_CLEAR_S) / frame_s)) : int(np.ceil((hi + SOUND_CLEAR_S) / frame_s))] = False
-    runs: list[tuple[float, float]] = []
-    for a, b in _runs(loud, FILL_FRAMES):
-        if runs and a * frame_s - runs[-1][1] < MIN_GAP_S:
-            runs[-1] = (runs[-1][0], b * frame_s)
-        else:
-            runs.append((a * frame_s, b * frame_s))
-    return [(lo, hi) for lo, hi in runs if hi - lo >= MIN_REGION_S]
+    return _merged([(a * frame_s, b * frame_s) for a, b in _runs(loud, FILL_FRAMES)])
 
 
 def _window_starts(regions: Sequence[tuple[float, float]], duration: float) -> list[tuple[int, float]]:
