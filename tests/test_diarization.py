@@ -17,6 +17,7 @@ import pickle
 import time
 import zipfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,28 @@ def test_diarization_route_json_and_rttm(http: httpx.Client, conversation: tuple
     lines = [line.split() for line in rttm.splitlines()]
     assert lines and all(f[0] == "SPEAKER" and len(f) == 10 for f in lines)
     assert {f[7] for f in lines} == {"Joe_Bloggs", "A"}
+
+
+def test_loud_noise_the_vad_does_not_hear_is_given_to_nobody(http: httpx.Client, srv: RunningServer,
+                                                             conversation: tuple[bytes, Any]) -> None:
+    """Sound the VAD does not hear as speech is embedded and kept only where it sounds
+    like one of the speakers: seconds of loud noise after the talk stay unlabelled, and
+    the server answers others meanwhile."""
+    audio, spans = conversation
+    talk = decode_audio(audio, 60.0, RATE)
+    rng = np.random.default_rng(1)
+    noise = rng.normal(0.0, 0.1, 4 * RATE).astype(np.float32)  # white noise at -20 dBFS, far over the silence
+    pcm = (np.clip(np.concatenate([talk, np.zeros(RATE // 2, np.float32), noise]), -1, 1) * 32767).astype(np.int16)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_post, http, {}, wav_bytes(pcm, RATE), "/v1/audio/diarization")
+        while not pending.done():
+            assert httpx.get(f"{srv.base_url}/health", timeout=5).status_code == 200
+            time.sleep(0.05)
+        r = pending.result()
+    assert r.status_code == 200, r.text
+    end = spans[-1][1]
+    assert r.json()["speakers"] == ["A", "B"]
+    assert all(seg["end"] <= end + 0.5 for seg in r.json()["segments"]), r.json()["segments"][-3:]
 
 
 def test_one_person_on_two_channels_is_one_speaker(http: httpx.Client) -> None:
