@@ -187,9 +187,11 @@ def _noise_alone(seconds: float, others: dict[str, np.ndarray], seed: int) -> di
 
 
 def transcribe(client: httpx.Client, model: str, audio: np.ndarray,
-               language: str | None) -> str:
+               language: str | None, word_times: bool = False) -> str:
     pcm = np.clip(np.round(audio * 32767.0), -32768, 32767).astype(np.int16)
     data = {"model": model, "response_format": "json"}
+    if word_times:
+        data |= {"response_format": "verbose_json", "timestamp_granularities[]": "word"}
     if language is not None:
         data["language"] = language
     response = client.post("/v1/audio/transcriptions", data=data,
@@ -270,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     parser.add_argument("--out", type=Path, default=None, help="write the results JSON here")
+    parser.add_argument("--word-times", action="store_true",
+                        help="ask for word times (verbose_json, timestamp_granularities[]=word), "
+                             "as the diarizing model's transcription does")
     parser.add_argument("--prepare-only", action="store_true",
                         help="fetch and check the set, then stop")
     args = parser.parse_args(argv)
@@ -330,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                 order = pairs[turn % len(pairs):] + pairs[:turn % len(pairs)]
                 turn += 1
                 for model, kind in order:
-                    records.append(replace(_one(client, model, clip, condition, heard[kind], language),
+                    records.append(replace(_one(client, model, clip, condition, heard[kind], language, args.word_times),
                                            filter=kind))
                     r = records[-1]
                     print(f"{model} {kind} {condition:12s} {clip.id:22s} "
@@ -345,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps({
             "settings": {"base_url": args.base_url, "models": models,
                          "give_language": args.give_language, "seed": args.seed,
+                         "word_times": args.word_times,
                          "conditions": conditions, "filters": kinds, "started": started,
                          "filter_cpu_per_audio_s": cost, "false_turns": turns,
                          "false_turns_noise_s": args.false_turns, "stop_delay_ms": delays,
@@ -359,11 +365,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one(client: httpx.Client, model: str, clip: Clip, condition: str, sound: np.ndarray,
-         language: str | None) -> Record:
+         language: str | None, word_times: bool = False) -> Record:
     t0 = time.perf_counter()
     seconds = len(sound) / SAMPLE_RATE
     try:
-        text = transcribe(client, model, sound, language)
+        text = transcribe(client, model, sound, language, word_times)
     except (httpx.HTTPError, RuntimeError) as exc:
         return Record(model, clip.id, clip.language, condition, seconds,
                       time.perf_counter() - t0, "", 0, 0, str(exc))
