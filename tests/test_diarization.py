@@ -33,11 +33,14 @@ from voxserve.bench.der import der
 from voxserve.bench.real_speech_mix import telephone_line
 from voxserve.engine.chunking import speech_probabilities
 from voxserve.engine.diarize import (
+    MAX_CLUSTERED,
+    NOBODY,
     PAD_S,
     VAD_BLOCK_FRAMES,
     VAD_GRIDS,
     VAD_LEAD_FRAMES,
     Turn,
+    cluster_windows,
     fill_pauses,
     frame_levels,
     fresh_probabilities,
@@ -381,6 +384,30 @@ def test_regions_are_widened_but_stay_apart() -> None:
     out = padded(regions, 4.03)
     np.testing.assert_allclose(out, [(0.0, 1.02), (1.02, 2.0 + PAD_S), (3.0 - PAD_S, 4.03)])
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(out))
+
+
+@pytest.mark.parametrize("per_speaker", [60, MAX_CLUSTERED])
+def test_odd_windows_that_sound_like_nobody_get_no_label(per_speaker: int) -> None:
+    """Two voices and a few stray windows far from both (the onset of a noise the VAD took
+    for speech): the strays form no speaker and join none, while a stray close to a voice
+    joins it. With more windows than are agglomerated, the unsampled ones follow the
+    same rule."""
+    rng = np.random.default_rng(7)
+    axes = np.linalg.qr(rng.normal(size=(192, 4)))[0].T  # four orthonormal directions
+
+    def around(axis: np.ndarray, n: int, spread: float = 0.35) -> np.ndarray:
+        v = axis + spread * rng.normal(size=(n, 192)) / np.sqrt(192)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    near_b = 0.8 * axes[1] + 0.6 * axes[3]  # similarity 0.8 to the second voice
+    emb = np.concatenate([around(axes[0], per_speaker), around(axes[1], per_speaker), around(axes[2], 3),
+                          around(near_b, 1, 0.05)]).astype(np.float32)
+    labels = cluster_windows(emb)
+    a, b = labels[0], labels[per_speaker]
+    assert a != b and NOBODY not in (a, b)
+    assert (labels[:per_speaker] == a).all() and (labels[per_speaker : 2 * per_speaker] == b).all()
+    assert (labels[2 * per_speaker : -1] == NOBODY).all(), labels[2 * per_speaker :]
+    assert labels[-1] == b
 
 
 def test_letters_and_der() -> None:

@@ -118,6 +118,19 @@ def _listeners(procs: list[Proc]) -> list[tuple[Proc, str, int]]:
     return found
 
 
+def _settled_listeners(root: int, owners: set[str]) -> tuple[list[Proc], list[tuple[Proc, str, int]]]:
+    """The process tree below `root` and its listening sockets, read once every name in
+    `owners` listens: while HAProxy reloads (when the replicas change) the old process has
+    closed its socket and the new one may not have bound yet."""
+    for _ in range(50):
+        tree = _tree(root)
+        listeners = _listeners(tree)
+        if owners <= {proc.name for proc, _, _ in listeners}:
+            return tree, listeners
+        time.sleep(0.1)
+    raise AssertionError(f"not all of {owners} listen: {sorted({proc.name for proc, _, _ in listeners})}")
+
+
 def _loopback(address: str) -> bool:
     ip = ipaddress.ip_address(address)
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
@@ -172,11 +185,9 @@ def test_local_serve_ray_is_private_and_stops_on_sigterm(tmp_path: Path) -> None
             r = c.post("/v1/audio/speech", json=speech_json("Only this machine can reach my ports."))
             assert r.status_code == 200 and len(r.content) > 4800
 
-        tree = _tree(server.pid)
-        listeners = _listeners(tree)
-        owners = {proc.name for proc, _, _ in listeners}
         # Not vacuous: Ray's daemons, the replicas and HAProxy are all in the list.
-        assert {"gcs_server", "raylet", "haproxy"} <= owners, owners
+        tree, listeners = _settled_listeners(server.pid, {"gcs_server", "raylet", "haproxy"})
+        owners = {proc.name for proc, _, _ in listeners}
         assert any(name.startswith("ray::ServeRepli") for name in owners), owners
         public = [(proc.name, address, p) for proc, address, p in listeners if not _loopback(address)]
         assert not public, f"listening beyond loopback: {public}"

@@ -53,6 +53,7 @@ __all__ = [
     "KnownSpeaker",
     "OnlineSpeakers",
     "Turn",
+    "cluster_windows",
     "diarize",
     "embedder",
     "fill_pauses",
@@ -137,6 +138,8 @@ FILL_FRAMES = 3
 """Frames of sound (0.1 s) that a fill or a found sound needs: a click is not a word."""
 MAX_CLUSTERED = 2000
 """Windows agglomerated at most (33 min of speech; 16 MB of pairwise distances)."""
+NOBODY = -1
+"""The cluster index of a window whose voice is no speaker's: its moments get no label."""
 
 _lock = threading.Lock()
 _model: CamPlus | None = None
@@ -381,8 +384,9 @@ def reference_embedding(samples: np.ndarray, model: CamPlus | None = None) -> np
     return unit
 
 
-def _cluster(emb: np.ndarray) -> np.ndarray:
-    """A cluster index per embedding (0-based, arbitrary order)."""
+def cluster_windows(emb: np.ndarray) -> np.ndarray:
+    """A cluster index per embedding (0-based, arbitrary order), or `NOBODY` for a window
+    whose voice is no speaker's (`_absorb_small`)."""
     n = len(emb)
     if n == 1:
         return np.zeros(1, dtype=np.int64)
@@ -394,7 +398,22 @@ def _cluster(emb: np.ndarray) -> np.ndarray:
     labels = _absorb_small(sample, labels, MIN_CLUSTER_S / STEP_S / step)
     if step == 1:
         return labels
-    return _nearest(emb, _centroids(sample, labels))
+    return _like_sample(emb, sample, labels)
+
+
+def _like_sample(emb: np.ndarray, sample: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Labels for every window of `emb` from those of the clustered `sample`: the nearest
+    speaker's, or `NOBODY` where that speaker's voice is under `SOUND_SIMILARITY` and a
+    window the sample gave to nobody is nearer still."""
+    spoken = labels != NOBODY
+    sims = emb @ _centroids(sample[spoken], labels[spoken]).T
+    out = np.asarray(np.argmax(sims, axis=1), dtype=np.int64)
+    if spoken.all():
+        return out
+    best = sims[np.arange(len(emb)), out]
+    scrap = (emb @ sample[~spoken].T).max(axis=1)
+    out[(best < SOUND_SIMILARITY) & (scrap > best)] = NOBODY
+    return out
 
 
 def _merge_close(emb: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -407,18 +426,18 @@ def _merge_close(emb: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 def _centroids(emb: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The unit mean of each cluster 0..max of `labels` (`NOBODY`'s windows in none)."""
     cents = np.stack([emb[labels == k].mean(axis=0) for k in range(labels.max() + 1)])
     unit: np.ndarray = cents / np.maximum(np.linalg.norm(cents, axis=1, keepdims=True), 1e-9)
     return unit
 
 
-def _nearest(emb: np.ndarray, cents: np.ndarray) -> np.ndarray:
-    return np.asarray(np.argmax(emb @ cents.T, axis=1), dtype=np.int64)
-
-
 def _absorb_small(emb: np.ndarray, labels: np.ndarray, least: float) -> np.ndarray:
-    """Labels renumbered 0..k-1 after each cluster of fewer than `least` windows joins
-    the nearest cluster that has enough (all kept when none has)."""
+    """Labels renumbered 0..k-1 after each cluster of fewer than `least` windows is broken
+    up (all kept when no cluster has enough): one or two odd windows are not a speaker.
+    Each of its windows joins the nearest cluster that has enough where its voice reaches
+    `SOUND_SIMILARITY` to that cluster's centroid, as sound the VAD missed must, and is
+    `NOBODY`'s below it (the onset of a noise the VAD took for speech, a door, music)."""
     counts = np.bincount(labels)
     big = np.flatnonzero(counts >= least)
     if len(big) == 0 or len(big) == len(counts):
@@ -426,14 +445,20 @@ def _absorb_small(emb: np.ndarray, labels: np.ndarray, least: float) -> np.ndarr
     cents = _centroids(emb, np.unique(labels, return_inverse=True)[1])
     kept = np.unique(labels)
     big_rows = np.searchsorted(kept, big)
-    small = ~np.isin(labels, big)
+    small = np.flatnonzero(~np.isin(labels, big))
+    sims = emb[small] @ cents[big_rows].T
+    nearest = np.argmax(sims, axis=1)
     moved = labels.copy()
-    moved[small] = big[np.argmax(emb[small] @ cents[big_rows].T, axis=1)]
+    moved[small] = np.where(sims[np.arange(len(small)), nearest] >= SOUND_SIMILARITY, big[nearest], NOBODY)
     return _renumber(moved)
 
 
 def _renumber(labels: np.ndarray) -> np.ndarray:
-    return np.asarray(np.unique(labels, return_inverse=True)[1], dtype=np.int64)
+    """`labels` renumbered 0..k-1 in order of value, `NOBODY` left as it is."""
+    out = np.full(len(labels), NOBODY, dtype=np.int64)
+    spoken = labels != NOBODY
+    out[spoken] = np.unique(labels[spoken], return_inverse=True)[1]
+    return out
 
 
 def _turns(regions: Sequence[tuple[float, float]], windows: Sequence[tuple[int, float]],
@@ -474,7 +499,7 @@ def diarize(audio: Samples, known: Sequence[KnownSpeaker] = (), model: CamPlus |
     if not starts:
         return Diarization([], [])
     emb = embed_windows(audio, starts, model)
-    clusters = _cluster(emb)
+    clusters = cluster_windows(emb)
     cents = _centroids(emb, clusters)
     named = _names(cents, known)
     labels: dict[int, str] = {}
@@ -482,7 +507,7 @@ def diarize(audio: Samples, known: Sequence[KnownSpeaker] = (), model: CamPlus |
     unnamed = 0
     for k in clusters:  # letters in order of first speech
         k = int(k)
-        if k in labels:
+        if k in labels or k == NOBODY:
             continue
         if k in named:
             labels[k] = named[k]
@@ -492,7 +517,8 @@ def diarize(audio: Samples, known: Sequence[KnownSpeaker] = (), model: CamPlus |
         labels[k] = letter(unnamed)
         unnamed += 1
     levels = frame_levels(audio)
-    turns = _turns(padded(regions, duration), starts, [labels[int(k)] for k in clusters])
+    spoken = [i for i, k in enumerate(clusters) if k != NOBODY]
+    turns = _turns(padded(regions, duration), [starts[i] for i in spoken], [labels[int(clusters[i])] for i in spoken])
     sound = unheard_sound(levels, regions)
     if sound:  # sound the VAD missed, kept where its voice is one of the speakers'
         found = _window_starts(sound, duration)
