@@ -59,6 +59,7 @@ __all__ = [
     "fill_pauses",
     "frame_levels",
     "fresh_probabilities",
+    "heard_speech",
     "letter",
     "padded",
     "reference_embedding",
@@ -94,8 +95,9 @@ the same speaker. The windows are still cut from the unwidened speech."""
 CLUSTER_DISTANCE = 0.6
 """Average cosine distance at which agglomeration stops (similarity 0.4)."""
 MIN_CLUSTER_S = 5.0
-"""A cluster with less speech than this is merged into its nearest larger one: one or
-two odd windows (a cough, a laugh, a window straddling two people) are not a speaker."""
+"""A cluster with less speech than this is not a speaker (one or two odd windows: a
+cough, a laugh, a window straddling two people): its windows are handed out one by one
+(`SCRAP_SIMILARITY`)."""
 KNOWN_SIMILARITY = 0.45
 """A cluster takes a known speaker's name at this cosine similarity to the reference."""
 ONLINE_SIMILARITY = 0.4
@@ -131,6 +133,12 @@ embedded as well (`unheard_sound`), and kept only where its voice matches a spea
 SOUND_SIMILARITY = 0.5
 """Such sound joins the closest speaker's cluster at this cosine similarity to its
 centroid, and is dropped below it (a door, a cough, music: no voice in the file)."""
+SCRAP_SIMILARITY = 0.3
+"""A window of a cluster too small to be a speaker (`MIN_CLUSTER_S`) joins the nearest
+speaker at this cosine similarity to that speaker's centroid, and is nobody's below it.
+Lower than `SOUND_SIMILARITY`: the VAD heard these as speech, and a person's odd windows
+(another room, a word straddling a turn) sit well under their voice's usual similarity,
+while a noise the VAD took for speech falls under this (docs/ASR.md, "Diarization")."""
 SOUND_CLEAR_S = 0.15
 """Sound this close to the VAD's speech is left out of that search: the edges of speech
 are the widening's (`PAD_S`), not a word of their own."""
@@ -227,7 +235,7 @@ def fresh_probabilities(audio: Samples | _Band) -> np.ndarray:
     return best
 
 
-def _regions(audio: Samples, wideband_too: bool = False) -> list[tuple[float, float]]:
+def heard_speech(audio: Samples, wideband_too: bool = False) -> list[tuple[float, float]]:
     """Speech as heard through the telephone band; with `wideband_too`, also where the
     full band is heard as speech (a reference clip: a hum under 300 Hz can hide a voice
     from the narrow hearing, and a clip is meant to be all speech)."""
@@ -377,7 +385,7 @@ def reference_embedding(samples: np.ndarray, model: CamPlus | None = None) -> np
     """One unit-length embedding of a reference clip (16 kHz): the mean of its windows
     over its speech (all of it when the VAD hears too little)."""
     duration = len(samples) / SAMPLE_RATE
-    regions = _regions(samples, wideband_too=True) or [(0.0, duration)]
+    regions = heard_speech(samples, wideband_too=True) or [(0.0, duration)]
     emb = embed_windows(samples, _window_starts(regions, duration), model)
     mean = emb.mean(axis=0)
     unit: np.ndarray = (mean / max(float(np.linalg.norm(mean)), 1e-9)).astype(np.float32)
@@ -403,7 +411,7 @@ def cluster_windows(emb: np.ndarray) -> np.ndarray:
 
 def _like_sample(emb: np.ndarray, sample: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Labels for every window of `emb` from those of the clustered `sample`: the nearest
-    speaker's, or `NOBODY` where that speaker's voice is under `SOUND_SIMILARITY` and a
+    speaker's, or `NOBODY` where that speaker's voice is under `SCRAP_SIMILARITY` and a
     window the sample gave to nobody is nearer still."""
     spoken = labels != NOBODY
     sims = emb @ _centroids(sample[spoken], labels[spoken]).T
@@ -412,7 +420,7 @@ def _like_sample(emb: np.ndarray, sample: np.ndarray, labels: np.ndarray) -> np.
         return out
     best = sims[np.arange(len(emb)), out]
     scrap = (emb @ sample[~spoken].T).max(axis=1)
-    out[(best < SOUND_SIMILARITY) & (scrap > best)] = NOBODY
+    out[(best < SCRAP_SIMILARITY) & (scrap > best)] = NOBODY
     return out
 
 
@@ -436,8 +444,8 @@ def _absorb_small(emb: np.ndarray, labels: np.ndarray, least: float) -> np.ndarr
     """Labels renumbered 0..k-1 after each cluster of fewer than `least` windows is broken
     up (all kept when no cluster has enough): one or two odd windows are not a speaker.
     Each of its windows joins the nearest cluster that has enough where its voice reaches
-    `SOUND_SIMILARITY` to that cluster's centroid, as sound the VAD missed must, and is
-    `NOBODY`'s below it (the onset of a noise the VAD took for speech, a door, music)."""
+    `SCRAP_SIMILARITY` to that cluster's centroid, and is `NOBODY`'s below it (a noise
+    the VAD took for speech)."""
     counts = np.bincount(labels)
     big = np.flatnonzero(counts >= least)
     if len(big) == 0 or len(big) == len(counts):
@@ -449,7 +457,7 @@ def _absorb_small(emb: np.ndarray, labels: np.ndarray, least: float) -> np.ndarr
     sims = emb[small] @ cents[big_rows].T
     nearest = np.argmax(sims, axis=1)
     moved = labels.copy()
-    moved[small] = np.where(sims[np.arange(len(small)), nearest] >= SOUND_SIMILARITY, big[nearest], NOBODY)
+    moved[small] = np.where(sims[np.arange(len(small)), nearest] >= SCRAP_SIMILARITY, big[nearest], NOBODY)
     return _renumber(moved)
 
 
@@ -494,7 +502,7 @@ def _names(cents: np.ndarray, known: Sequence[KnownSpeaker]) -> dict[int, str]:
 def diarize(audio: Samples, known: Sequence[KnownSpeaker] = (), model: CamPlus | None = None) -> Diarization:
     """The turns of 16 kHz `audio`, clustered over the whole file."""
     duration = len(audio) / SAMPLE_RATE
-    regions = _regions(audio)
+    regions = heard_speech(audio)
     starts = _window_starts(regions, duration)
     if not starts:
         return Diarization([], [])
@@ -563,7 +571,7 @@ class OnlineSpeakers:
         lo, hi = int(start_s * SAMPLE_RATE), int(end_s * SAMPLE_RATE)
         piece = np.asarray(audio[lo:hi], dtype=np.float32)
         duration = len(piece) / SAMPLE_RATE
-        regions = _regions(piece)
+        regions = heard_speech(piece)
         starts = _window_starts(regions, duration)
         if not starts:
             return []
