@@ -8,9 +8,10 @@ labels; windows of `WINDOW_S` every `STEP_S` cover each region (a region
 shorter than a window gets one window centred on it); each window is embedded, heard
 through the same band, in batches; the embeddings are clustered by average-linkage
 agglomeration on cosine distance, cut at `CLUSTER_DISTANCE` (scipy); clusters whose
-centroids are close join (`MERGE_SIMILARITY`), and clusters too small to be a speaker
-join their nearest large one; each moment of speech takes the label of the window whose
-centre is nearest. Sound the VAD did not hear as speech is looked at last: in a short pause
+centroids are close join (`MERGE_SIMILARITY`), and a cluster too small to be a speaker
+is broken up, each of its windows joining the nearest large one where its voice is
+close enough (`SCRAP_SIMILARITY`) and labelling nothing otherwise; each moment of speech
+takes the label of the window whose centre is nearest. Sound the VAD did not hear as speech is looked at last: in a short pause
 between two turns of one speaker it is that speaker's (`fill_pauses`), and elsewhere it is
 embedded and kept where its voice matches a speaker (`unheard_sound`). Overlapping speech
 is not modelled: a moment has at most one speaker.
@@ -441,7 +442,7 @@ def _centroids(emb: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 def _absorb_small(emb: np.ndarray, labels: np.ndarray, least: float) -> np.ndarray:
-    """Labels renumbered 0..k-1 after each cluster of fewer than `least` windows is broken
+    """`labels` (0..k-1) renumbered after each cluster of fewer than `least` windows is broken
     up (all kept when no cluster has enough): one or two odd windows are not a speaker.
     Each of its windows joins the nearest cluster that has enough where its voice reaches
     `SCRAP_SIMILARITY` to that cluster's centroid, and is `NOBODY`'s below it (a noise
@@ -450,15 +451,19 @@ def _absorb_small(emb: np.ndarray, labels: np.ndarray, least: float) -> np.ndarr
     big = np.flatnonzero(counts >= least)
     if len(big) == 0 or len(big) == len(counts):
         return _renumber(labels)
-    cents = _centroids(emb, np.unique(labels, return_inverse=True)[1])
-    kept = np.unique(labels)
-    big_rows = np.searchsorted(kept, big)
     small = np.flatnonzero(~np.isin(labels, big))
-    sims = emb[small] @ cents[big_rows].T
-    nearest = np.argmax(sims, axis=1)
+    joined = _closest_voice(emb[small], _centroids(emb, labels)[big], SCRAP_SIMILARITY)
     moved = labels.copy()
-    moved[small] = np.where(sims[np.arange(len(small)), nearest] >= SCRAP_SIMILARITY, big[nearest], NOBODY)
+    moved[small] = np.where(joined == NOBODY, NOBODY, big[joined])
     return _renumber(moved)
+
+
+def _closest_voice(emb: np.ndarray, cents: np.ndarray, bar: float) -> np.ndarray:
+    """The index of each embedding's closest centroid in `cents`, or `NOBODY` where its
+    cosine similarity to that centroid is under `bar`."""
+    sims = emb @ cents.T
+    closest = np.argmax(sims, axis=1)
+    return np.where(sims[np.arange(len(emb)), closest] >= bar, closest, NOBODY)
 
 
 def _renumber(labels: np.ndarray) -> np.ndarray:
@@ -530,9 +535,8 @@ def diarize(audio: Samples, known: Sequence[KnownSpeaker] = (), model: CamPlus |
     sound = unheard_sound(levels, regions)
     if sound:  # sound the VAD missed, kept where its voice is one of the speakers'
         found = _window_starts(sound, duration)
-        sims = embed_windows(audio, found, model) @ cents.T
-        closest = np.argmax(sims, axis=1)
-        kept = [i for i in range(len(found)) if sims[i, closest[i]] >= SOUND_SIMILARITY]
+        closest = _closest_voice(embed_windows(audio, found, model), cents, SOUND_SIMILARITY)
+        kept = [i for i, k in enumerate(closest) if k != NOBODY]
         turns = _joined(turns + _turns(sound, [found[i] for i in kept], [labels[int(closest[i])] for i in kept]))
     turns = fill_pauses(turns, levels)
     return Diarization(turns, list(dict.fromkeys(t.speaker for t in turns)))
