@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from voxserve.engine.queues import Entry, Kind, LatentState, Queues, StreamState, Window
 from voxserve.engine.scheduler import CREDITS, URGENT_SLACK_S, Budget, Rank, Scheduler
-from voxserve.engine.work import AcousticWork, BatchedWindows, ModelProfile, VocoderWork, Work
+from voxserve.engine.work import BatchedWindows, ModelProfile, VocoderWork, Work
 
 __all__ = ["FURTHER_LOOKS_PER_SLOT", "NEW_WAIT_S", "BatchedScheduler"]
 
@@ -212,10 +212,7 @@ class BatchedScheduler(Scheduler):
         step: list[Work] = []
         for stream in units:
             stream.queued_acoustic = None  # its entry left the queue (`Queues.take`)
-            stream.acoustic_busy = True
-            index = stream.next_segment
-            step.append(AcousticWork(stream.id, index, stream.segments[index], stream.profile.name))
-        self._acoustic_in_flight += len(units)
+            step.append(self._book_acoustic(stream))
         return step
 
     def _claim_chunks(self, units: list[StreamState], size: int, free: int, now: float) -> list[Work]:
@@ -268,15 +265,9 @@ class BatchedScheduler(Scheduler):
         for stream in streams:
             stream.queued_vocoder = None  # its entry left the queue (`Queues.take`)
             window = stream.window
-            if window is not None:
-                latent = stream.window_latent
-            else:
-                for latent in stream.latents:  # `StreamState.open_latent`
-                    if latent.claims == 0 or latent.claimed < latent.latent.frames:
-                        break
-                else:
-                    raise AssertionError("a claimed chunk has an open latent")
-                window = self._window(stream, latent)
+            if window is None:
+                window = self._next_window(stream)
+            latent = stream.window_latent
             assert latent is not None
             lo, hi, start, end, bucket = window
             seq, last = self._book_claim(stream, latent, end)

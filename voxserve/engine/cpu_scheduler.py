@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from voxserve.engine.queues import LatentState, StreamState, Window
 from voxserve.engine.scheduler import CREDITS, URGENT_SLACK_S, Budget, Rank, Scheduler
-from voxserve.engine.work import AcousticWork, VocoderWork, Work, plan_chunk
+from voxserve.engine.work import VocoderWork, Work, plan_chunk
 
 __all__ = ["Candidate", "CpuScheduler"]
 
@@ -70,7 +70,7 @@ class CpuScheduler(Scheduler):
             self.spread["chunks"] += 1
         idle = free is not None and free == budget.slots and free > 1 and not elsewhere
         if acoustic:
-            work: Work = self._claim_acoustic(stream)
+            work: Work = self._book_acoustic(stream)
         else:
             # Before its first packet a stream has no other unit, so it is alone if no
             # other stream has one.
@@ -156,12 +156,6 @@ class CpuScheduler(Scheduler):
         return vocoder.deadline - now - 2 * expected > self.urgent_slack
 
     # -- claims ----------------------------------------------------------------------
-    def _claim_acoustic(self, stream: StreamState) -> AcousticWork:
-        stream.acoustic_busy = True
-        self._acoustic_in_flight += 1
-        index = stream.next_segment
-        return AcousticWork(stream.id, index, stream.segments[index], stream.profile.name)
-
     def _claim_vocoder(self, stream: StreamState, alone: bool = False) -> VocoderWork:
         """Claim the stream's next chunk; `alone`: it is a first chunk that no other unit
         runs beside, so its stream follows the idle plan."""

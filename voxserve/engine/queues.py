@@ -123,10 +123,6 @@ class Kind(NamedTuple):
     window: int | None = None
     """None: stage A, whose items the model pads and masks, so any of them share a call."""
 
-    @property
-    def acoustic(self) -> bool:
-        return self.window is None
-
 
 class Entry(NamedTuple):
     """A queued unit. Entries sort by deadline, then stream id: a queue holds one current

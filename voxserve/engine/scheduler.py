@@ -394,6 +394,14 @@ class Scheduler(ABC):
         waiting = self._unclaimed - (stream.claimed == 0)
         return waiting >= self.budget.burst_waiting
 
+    def _book_acoustic(self, stream: StreamState) -> AcousticWork:
+        """Count the stream's next stage A as claimed, and return it. Both policies claim
+        stage A through this."""
+        stream.acoustic_busy = True
+        self._acoustic_in_flight += 1
+        index = stream.next_segment
+        return AcousticWork(stream.id, index, stream.segments[index], stream.profile.name)
+
     def _book_claim(self, stream: StreamState, latent: LatentState, end: int) -> tuple[int, bool]:
         """Count the stream's next chunk, ending at frame `end` of `latent`, as claimed;
         returns its sequence number and whether it is the stream's last (the end of its

@@ -7,7 +7,7 @@ Its other parts sit beside it: each stream's output (`engine/output.py`), the wa
 (`engine/tts_warmup.py`), its counters (`engine/tts_stats.py`) and admission's grants
 not yet submitted (`engine/tts_admitted.py`).
 
-Workers block on one condition variable and run whatever `Scheduler.next_work` hands
+Workers block on one condition variable and run whatever `CpuScheduler.next_work` hands
 them, on the model of the work's stream; ONNX Runtime releases the GIL, so N workers
 decode N chunks at once. Each model's cost (worker-seconds per audio-second) is measured
 apart, and admission weighs every live stream by its model's cost. This module knows
@@ -156,7 +156,7 @@ class TTSEngine(WorkerEngine):
         """When the last step to end ended (`_device_share`)."""
         self.cores = SharedCores() if cores is None else cores
         """What the transcription engine does on the same cores. While it runs, no unit
-        spreads onto the idle core (`Scheduler.next_work`). Asked with this engine's lock
+        spreads onto the idle core (`CpuScheduler.next_work`). Asked with this engine's lock
         let go (the other engine asks this one under its own)."""
         self.cores.join_speech(self, config.workers)
         self.stats = EngineStats(costs={name: CostMeter() for name in self.models})
