@@ -47,7 +47,6 @@ class StreamOutput:
     gain: float
     submitted: float = 0.0
     """`time.perf_counter` at submit, for the first packet's timing."""
-    samples_out: int = 0
     segment: int = -1
     """The segment of the last chunk finished."""
     model_samples: int = 0
@@ -138,9 +137,7 @@ class StreamOutput:
         if self.resampler is not None:
             audio = self.resampler.resample_chunk(audio.astype(np.float32), last=last)
         np.clip(audio, -1.0, 1.0, out=audio)
-        out = (audio * 32767.0).astype(np.int16)
-        self.samples_out += len(out)
-        return out
+        return (audio * 32767.0).astype(np.int16)
 
 
 def fades(model: VoiceModel[Any], work: VocoderWork) -> tuple[int, int]:

@@ -125,12 +125,10 @@ class TTSEngine(WorkerEngine):
         clock: Callable[[], float] = time.monotonic,
         models: Sequence[VoiceModel[Any]] | None = None,
         budget: Budget | None = None,
-        cores: SharedCores | None = None,
     ):
         """`models`: already loaded voice models, instead of those `config.models` names.
         `budget`: how the device is scheduled; by default one unit per worker on a CPU
-        and steps of up to `gpu_batch` units on a GPU (`Budget.batched`). `cores`: the
-        board it shares the cores on; by default one of its own."""
+        and steps of up to `gpu_batch` units on a GPU (`Budget.batched`)."""
         self.device, self.runtime = resolve_device(config.device, config.runtime, "onnx")
         if budget is None:
             budget = _device_budget(config, self.device)
@@ -154,10 +152,11 @@ class TTSEngine(WorkerEngine):
         """What each worker is running, by worker index; failed if the worker dies."""
         self._device_until = 0.0
         """When the last step to end ended (`_device_share`)."""
-        self.cores = SharedCores() if cores is None else cores
-        """What the transcription engine does on the same cores. While it runs, no unit
-        spreads onto the idle core (`CpuScheduler.next_work`). Asked with this engine's lock
-        let go (the other engine asks this one under its own)."""
+        self.cores = SharedCores()
+        """The board it shares the cores on, which the transcription engine joins
+        (`ASREngine(cores=...)`). While transcription runs, no unit spreads onto the idle
+        core (`CpuScheduler.next_work`). Asked with this engine's lock let go (the other
+        engine asks this one under its own)."""
         self.cores.join_speech(self, config.workers)
         self.stats = EngineStats(costs={name: CostMeter() for name in self.models})
         self.max_streams = config.stream_limit(budget.stepped)

@@ -29,7 +29,7 @@ WARM_BATCH = 16
 """On a batched device, warm-up also runs this many streams at once, then a full step."""
 
 WARM_TEXTS = (
-    "Warming up the voice: one, two, three, four, five, six, seven.",
+    WARM_SHORT,
     "A short one.",
     (
         "The quick brown fox jumps over a lazy dog near the quiet river bank, and then it "

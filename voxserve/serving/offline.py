@@ -154,7 +154,8 @@ class VoiceCatalog:
 
 
 def voice_catalog(voice_dir: Path | None, cache_dir: Path | None) -> VoiceCatalog:
-    """The voices of the default voice model, with its voice from `voice_dir` where one
-    is given; no engine is started."""
-    engine = TTSEngine(TTSConfig(voice_dir=voice_dir, cache_dir=cache_dir))
+    """The voices of every loaded voice model (`voice_list`), the default first, with
+    Piper's voice from `voice_dir` where one is given; no engine is started, and the
+    fixed prior, which only speeds synthesis, is not built."""
+    engine = TTSEngine(TTSConfig(voice_dir=voice_dir, cache_dir=cache_dir, fixed_prior=False))
     return VoiceCatalog(engine.default_model.name, engine.sample_rate, voice_list(engine))
