@@ -29,7 +29,7 @@ import pytest
 from tests.asr_support import speak_pcm, wav_bytes
 from tests.conftest import RunningServer, run_server, tts_config
 from voxserve.audio.decode import decode_audio
-from voxserve.bench.der import der
+from voxserve.bench.der import der, named_share
 from voxserve.bench.real_speech_mix import telephone_line
 from voxserve.engine.chunking import speech_probabilities
 from voxserve.engine.diarize import (
@@ -422,6 +422,11 @@ def test_letters_and_der() -> None:
     wrong = der(ref, [(0.0, 20.0, "A")])
     assert wrong.confusion == pytest.approx(0.5, abs=0.02) and wrong.missed == 0.0
     assert der(ref, []).missed == 1.0
+    named = [(0.0, 5.0, "x"), (5.0, 20.0, "B")]
+    assert named_share(ref, named, "x", {"x"}) == pytest.approx(0.5, abs=0.01)
+    assert named_share(ref, named, "y", {"x"}) == 0.0 and named_share(ref, named, "z", {"x"}) == 0.0
+    # the collar leaves out the 0.25 s either side of x's start (0) and end (10), as der does
+    assert named_share(ref, named, "x", {"x"}, 0.25) == pytest.approx(4.75 / 9.5, abs=0.01)
 
 
 def test_a_checkpoint_that_would_run_code_is_refused(tmp_path: Path) -> None:

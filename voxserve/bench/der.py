@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-__all__ = ["COLLAR_S", "Score", "der", "mapping"]
+__all__ = ["COLLAR_S", "Score", "der", "mapping", "named_share"]
 
 COLLAR_S = 0.25
 STEP_S = 0.01
@@ -65,15 +65,32 @@ def mapping(reference: Turns, hypothesis: Turns) -> dict[str, str]:
     return {hyp_of[r]: ref_of[c] for r, c in zip(rows, cols, strict=True)}
 
 
-def der(reference: Turns, hypothesis: Turns, collar: float = COLLAR_S) -> Score:
-    """The error rates of `hypothesis` against `reference`, each a fraction of the scored
-    reference speech."""
-    ref, hyp, ref_names, hyp_names = _frames(reference, hypothesis)
-    scored = np.ones(len(ref), dtype=bool)
+def _scored(reference: Turns, n: int, collar: float) -> np.ndarray:
+    """Which of `n` frames are scored: all but those within `collar` of a reference turn's
+    start or end."""
+    scored = np.ones(n, dtype=bool)
     c = round(collar / STEP_S)
     for start, end, _ in reference:
         for edge in (round(start / STEP_S), round(end / STEP_S)):
             scored[max(0, edge - c) : edge + c] = False
+    return scored
+
+
+def named_share(reference: Turns, hypothesis: Turns, who: str, names: set[str], collar: float = 0.0) -> float:
+    """Share of `who`'s reference speech that the hypothesis labels with one of `names`;
+    with a `collar`, only the frames `der` scores count."""
+    ref, hyp, ref_names, hyp_names = _frames(reference, hypothesis)
+    mine = (ref == ref_names.get(who, -2)) & _scored(reference, len(ref), collar)
+    named = np.isin(hyp, [hyp_names[name] for name in names if name in hyp_names])
+    total = int(mine.sum())
+    return int((mine & named).sum()) / total if total else 0.0
+
+
+def der(reference: Turns, hypothesis: Turns, collar: float = COLLAR_S) -> Score:
+    """The error rates of `hypothesis` against `reference`, each a fraction of the scored
+    reference speech."""
+    ref, hyp, ref_names, hyp_names = _frames(reference, hypothesis)
+    scored = _scored(reference, len(ref), collar)
     mapped = mapping(reference, hypothesis)
     hyp_to_ref = np.full(len(hyp_names) + 1, -2, dtype=np.int64)
     for h, r in mapped.items():

@@ -38,7 +38,7 @@ from voxserve.bench.conversations import (
     build,
     reference_audio,
 )
-from voxserve.bench.der import COLLAR_S, der
+from voxserve.bench.der import COLLAR_S, der, named_share
 from voxserve.bench.health import HealthProber, summarize_probes
 from voxserve.bench.metrics import word_errors
 from voxserve.bench.real_speech_set import SAMPLE_RATE, default_cache
@@ -85,24 +85,6 @@ def _post(client: httpx.Client, path: str, audio: bytes, fields: list[tuple[str,
     return r
 
 
-def _share(reference: Turns, hypothesis: Turns, who: str, names: set[str], collar: float = 0.0) -> float:
-    """Share of `who`'s reference speech that the hypothesis labels with one of `names`;
-    with a `collar`, moments that near any reference turn's start or end are not
-    counted (as DER scores them)."""
-    step = 0.01
-    edges = [t for start, end, _ in reference for t in (start, end)]
-    total = hit = 0
-    for start, end, speaker in reference:
-        if speaker != who:
-            continue
-        for t in np.arange(start, end, step):
-            if collar and any(abs(t - e) < collar for e in edges):
-                continue
-            total += 1
-            hit += any(s <= t < e and label in names for s, e, label in hypothesis)
-    return hit / total if total else 0.0
-
-
 def _wav(audio: np.ndarray) -> bytes:
     return wav_file((np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16), SAMPLE_RATE)
 
@@ -124,11 +106,11 @@ def run_one(client: httpx.Client, conversation: Conversation, held_out: bool = F
     fields += [("known_speaker_references[]", _data_url(reference_audio(r, cache))) for r in refs]
     named = _post(client, "/v1/audio/diarization", wav, fields).json()
     named_hyp = [(s["start"], s["end"], s["speaker"]) for s in named["segments"]]
-    known = {r.speaker: _share(reference, named_hyp, r.speaker, {r.speaker}) for r in refs}
-    known_scored = {r.speaker: _share(reference, named_hyp, r.speaker, {r.speaker}, COLLAR_S) for r in refs}
+    known = {r.speaker: named_share(reference, named_hyp, r.speaker, {r.speaker}) for r in refs}
+    known_scored = {r.speaker: named_share(reference, named_hyp, r.speaker, {r.speaker}, COLLAR_S) for r in refs}
     others = [p for p in people if p not in known]
     names = set(known)
-    misnamed = statistics.fmean(_share(reference, named_hyp, p, names) for p in others) if others and names else 0.0
+    misnamed = statistics.fmean(named_share(reference, named_hyp, p, names) for p in others) if others and names else 0.0
     wer = wer_timed = float("nan")
     if words:
         plain = _post(client, "/v1/audio/transcriptions", wav, PLAIN).json()["text"]
