@@ -92,10 +92,10 @@ def cut(
         assert plan is not None
         return PreparedAudio(audio, plan(recognizer.timed_piece_s), lease)
     plan = planner(audio, chunking or (AUTO if recognizer.trims_silence else None), through)
-    spans = [Span(0, len(audio))] if plan is None else plan()
-    recut = (
-        spans if plan is None else even_pieces(plan, spans, workers, ahead, even_piece_s, _busiest)
-    )
+    if plan is None:
+        return PreparedAudio(audio, [Span(0, len(audio))], lease)
+    spans = plan()
+    recut = even_pieces(plan, spans, workers, ahead, even_piece_s, _busiest)
     if recut is spans:
         return PreparedAudio(audio, spans, lease)
     return PreparedAudio(audio, recut, lease, window=fitted_window(max(len(s) for s in recut)))

@@ -105,24 +105,26 @@ def first_key(model: Recognizer, beam_size: int) -> Hashable:
     return model.attempts(TranscribeOptions(language=language), beam_size)[0]
 
 
-def timed_cost(model: Recognizer, probe: np.ndarray, beam_size: int) -> float:
-    """A model's cost on one thread, from one decode of `probe` (a warm model)."""
+def _fastest_decode_s(model: Recognizer, audio: np.ndarray, beam_size: int, tries: int) -> float:
+    """The fastest of `tries` first-attempt decodes of `audio` on one thread, in its
+    fitted window (a warm model)."""
     key = first_key(model, beam_size)
-    piece = model.input(probe, fitted_window(len(probe)))
-    started = time.perf_counter()
-    model.decode([piece], key, 1)
-    return (time.perf_counter() - started) / (len(probe) / SAMPLE_RATE)
-
-
-def live_decode_s(model: Recognizer, beam_size: int, tries: int = 3) -> float:
-    """The fastest of `tries` decodes of a silent live turn (`TURN_ESTIMATE_S`) on one
-    thread, in the window a live turn gets, on a warm model."""
-    key = first_key(model, beam_size)
-    turn = np.zeros(int(TURN_ESTIMATE_S * SAMPLE_RATE), dtype=np.float32)
-    piece = model.input(turn, fitted_window(len(turn)))
+    piece = model.input(audio, fitted_window(len(audio)))
     took = float("inf")
     for _ in range(tries):
         started = time.perf_counter()
         model.decode([piece], key, 1)
         took = min(took, time.perf_counter() - started)
     return took
+
+
+def timed_cost(model: Recognizer, probe: np.ndarray, beam_size: int) -> float:
+    """A model's cost on one thread, from one decode of `probe` (a warm model)."""
+    return _fastest_decode_s(model, probe, beam_size, 1) / (len(probe) / SAMPLE_RATE)
+
+
+def live_decode_s(model: Recognizer, beam_size: int, tries: int = 3) -> float:
+    """The fastest of `tries` decodes of a silent live turn (`TURN_ESTIMATE_S`) on one
+    thread, in the window a live turn gets, on a warm model."""
+    turn = np.zeros(int(TURN_ESTIMATE_S * SAMPLE_RATE), dtype=np.float32)
+    return _fastest_decode_s(model, turn, beam_size, tries)
