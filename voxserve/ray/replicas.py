@@ -28,7 +28,6 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -37,10 +36,8 @@ from ray import serve
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
-from voxserve.engine.denoise import DenoiseEngine
 from voxserve.engine.transcribe import TextDelta, TextDone, Transcript
 from voxserve.engine.tts import TTSEngine
-from voxserve.engine.vad import VADEngine
 from voxserve.errors import ReplicaLost, ServerError, VoxError
 from voxserve.ray.loopback import bind_replica_grpc_to_node
 from voxserve.serving.catalog import asr_models, speech_models, speech_voice, voice_list
@@ -248,17 +245,13 @@ class ASRReplica:
         )
         self.metrics = Metrics(None)
         self.metrics.attach_asr(self.engine.snapshot)
-        self.vad = VADEngine(turn_cost=self.engine.live_policy.ran_other)
-        self.denoise = DenoiseEngine()
-        self.transcriber = Transcriber(self.engine, self.pool, self.admission, self.metrics, self.denoise)
-        self.live_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")
-        self.live_transcriber = LiveTranscriber(self.engine, self.vad, self.live_pool, config.realtime,
-                                                self.metrics, denoise=self.denoise)
+        self.live_transcriber = LiveTranscriber.over(self.engine, config.realtime, self.metrics)
+        self.transcriber = Transcriber(self.engine, self.pool, self.admission, self.metrics,
+                                       self.live_transcriber.denoise)
         self.sessions: dict[str, _LiveHold] = {}
         """Live sessions open here, by id."""
         self.engine.start()
-        self.vad.start()
-        self.denoise.start(required=config.realtime.noise_reduction is not None)
+        self.live_transcriber.start(noise_required=config.realtime.noise_reduction is not None)
         await asyncio.get_running_loop().run_in_executor(None, self.engine.warmup)
         self.name = replica_name()
 
@@ -357,9 +350,7 @@ class ASRReplica:
         self.engine.drain()
         self.engine.stop(timeout=STOP_WAIT_S)
         self.pool.shutdown(wait=False, cancel_futures=True)
-        self.vad.stop()
-        self.denoise.stop()
-        self.live_pool.shutdown(wait=False, cancel_futures=True)
+        self.live_transcriber.stop()
 
 
 class _LiveHold:

@@ -14,14 +14,13 @@ import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from voxserve.config import RealtimeConfig
 from voxserve.engine.asr import ASREngine, TranscribeOptions
-from voxserve.engine.cores import SharedCores
 from voxserve.engine.denoise import DenoiseEngine
 from voxserve.engine.live import LivePolicy
 from voxserve.engine.stream import StreamFailed
@@ -48,8 +47,6 @@ class LiveTranscriber:
     pool: Executor
     config: RealtimeConfig
     metrics: Metrics
-    cores: SharedCores = field(default_factory=SharedCores)
-    """What speech does on the same cores: deltas wait while it holds every TTS worker."""
     denoise: DenoiseEngine = field(default_factory=DenoiseEngine)
     """The noise filter (`noise_reduction`); one never started refuses every type."""
     clock: Callable[[], float] = time.monotonic
@@ -62,6 +59,26 @@ class LiveTranscriber:
         self._policy: LivePolicy = self.engine.live_policy
         self._target_s = self.config.final_target_ms / 1000
         self.metrics.realtime_capacity.set_function(self.capacity)
+
+    @classmethod
+    def over(cls, engine: ASREngine, config: RealtimeConfig, metrics: Metrics) -> LiveTranscriber:
+        """Live sessions over `engine`, with engines and a pool of their own: a VAD whose
+        end-of-turn model's calls count as live work in the engine's live policy, a noise
+        filter, and one thread for the turns' features. `start` starts them."""
+        vad = VADEngine(turn_cost=engine.live_policy.ran_other)
+        pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")
+        return cls(engine, vad, pool, config, metrics, denoise=DenoiseEngine())
+
+    def start(self, noise_required: bool) -> None:
+        """Start the VAD and the noise filter (`noise_required`: refuse to run without it)."""
+        self.vad.start()
+        self.denoise.start(required=noise_required)
+
+    def stop(self) -> None:
+        """Stop the VAD and the noise filter, and drop what the pool holds."""
+        self.vad.stop()
+        self.denoise.stop()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     # -- admission --------------------------------------------------------------------
     def capacity(self) -> int:
@@ -166,7 +183,8 @@ class LiveTranscriber:
         return self._policy.early_final_deadline(rest_s, self._target_s)
 
     def delta_deadline(self) -> float | None:
-        return self._policy.delta_deadline(self.cores.speech_on_every_worker())
+        # What speech does on the engine's cores: deltas wait while it holds every TTS worker.
+        return self._policy.delta_deadline(self.engine.cores.speech_on_every_worker())
 
     async def decode(self, samples: np.ndarray, settings: LiveSettings, deadline: float, hint: str) -> str:
         """The transcript of these samples, decoded as live work due at `deadline`."""

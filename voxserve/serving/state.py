@@ -20,12 +20,10 @@ from typing import Any
 from voxserve.config import ServerConfig
 from voxserve.engine.admission import Admission
 from voxserve.engine.asr import ASREngine
-from voxserve.engine.denoise import DenoiseEngine
 from voxserve.engine.devices import sim_device_use
 from voxserve.engine.pool import BoundedPool
 from voxserve.engine.tts import TTSEngine
 from voxserve.engine.uploads import UploadBudget
-from voxserve.engine.vad import VADEngine
 from voxserve.serving.catalog import (
     Health,
     asr_models,
@@ -80,46 +78,31 @@ class ASRSide:
     uploads: UploadBudget
     """Upload bytes read by transcriptions and not decoded yet, all together (429 past it)."""
     live: LiveTranscriber
-    """Live transcription sessions (`/v1/realtime`)."""
-    vad: VADEngine
-    denoise: DenoiseEngine
-    live_pool: ThreadPoolExecutor
-    """The live sessions' engines and audio pool (`LiveTranscriber`'s), started and
-    stopped with the side."""
+    """Live transcription sessions (`/v1/realtime`), whose engines and audio pool are
+    started and stopped with the side."""
 
     def start(self, noise_required: bool) -> None:
         self.engine.start()
-        self.vad.start()
-        self.denoise.start(required=noise_required)
+        self.live.start(noise_required)
 
     def stop(self, timeout: float) -> None:
         """Stop the engine within `timeout` seconds and drop what the pools hold."""
         self.engine.stop(timeout=timeout)
         self.pool.shutdown(wait=False, cancel_futures=True)
-        self.vad.stop()
-        self.denoise.stop()
-        self.live_pool.shutdown(wait=False, cancel_futures=True)
+        self.live.stop()
 
 
 def _asr_side(config: ServerConfig, asr: ASREngine, metrics: Metrics) -> ASRSide:
     """Everything a server with speech-to-text holds beside the ASR engine, built around
-    it; `ASRSide.start` starts it. The end-of-turn model's calls count as live work in the
-    engine's live policy."""
+    it; `ASRSide.start` starts it."""
     uploads = UploadBudget(int(config.asr.max_buffered_upload_mb * 1024 * 1024))
     metrics.attach_asr(lambda: {**asr.snapshot(), "upload_bytes": uploads.held, "upload_refused": uploads.refused})
-    policy = asr.live_policy
-    vad = VADEngine(turn_cost=policy.ran_other)
-    denoise = DenoiseEngine()
-    live_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-live")
     return ASRSide(
         engine=asr,
         pool=asr.audio_pool(),
         admission=Admission(asr.config.max_requests, config.asr.max_queue, config.asr.queue_timeout_s, gate=asr.admits),
         uploads=uploads,
-        live=LiveTranscriber(asr, vad, live_pool, config.realtime, metrics, cores=asr.cores, denoise=denoise),
-        vad=vad,
-        denoise=denoise,
-        live_pool=live_pool,
+        live=LiveTranscriber.over(asr, config.realtime, metrics),
     )
 
 
@@ -170,7 +153,7 @@ class AppState:
     def transcriber(self) -> Transcriber:
         if self.asr is None:
             raise asr_disabled()
-        return Transcriber(self.asr.engine, self.asr.pool, self.asr.admission, self.metrics, self.asr.denoise)
+        return Transcriber(self.asr.engine, self.asr.pool, self.asr.admission, self.metrics, self.asr.live.denoise)
 
     def check_transcriptions(self) -> None:
         self.transcriber().admission.refuse_if_full()  # a request refused now skips its upload
