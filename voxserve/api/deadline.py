@@ -133,7 +133,7 @@ class _Watch:
         if message["type"] == "http.request" and not self.body_done:
             if not message.get("more_body", False):
                 self.body_done = True
-            elif self._idle_s is not None and self._began is not None and self._min_rate > 0:
+            elif self._idle_s is not None and self._min_rate > 0:  # `_began` is set by now
                 self._check_rate(len(message.get("body", b"")), self._idle_s)
         return message
 

@@ -41,12 +41,12 @@ import numpy as np
 
 from voxserve.engine.threads import prestart
 from voxserve.errors import InvalidRequest, Unavailable
-from voxserve.runners.turn import COMPLETE_AT, SmartTurn, default_model_path
+from voxserve.runners.turn import SmartTurn, default_model_path
 from voxserve.runners.vad import FRAME_SAMPLES, SAMPLE_RATE, SileroVAD, VADStream
 
 log = logging.getLogger(__name__)
 
-__all__ = ["COMPLETE_AT", "FRAME_SAMPLES", "SAMPLE_RATE", "SileroVAD", "VADEngine", "VADStream"]
+__all__ = ["FRAME_SAMPLES", "SAMPLE_RATE", "SileroVAD", "VADEngine", "VADStream"]
 
 
 class VADEngine:
